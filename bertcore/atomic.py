@@ -1,0 +1,78 @@
+"""Outputs that appear whole or not at all.
+
+Every output is written next to its final path under a temporary name and renamed into
+place once complete, so an interrupted run never leaves a half-written output that looks
+finished, and a failed run never destroys the previous finished output.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
+    if final.is_dir() and not final.is_symlink():
+        old = final.with_name(f".{final.name}.old-{os.getpid()}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+@contextlib.contextmanager
+def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
+    """Yield an empty staging directory that becomes `final` when the block succeeds."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        _replace(tmp, final)
+        _fsync_dir(final.parent)
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
+    """Open a staging file that replaces `final` when the block succeeds."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", dir=final.parent)
+    tmp = Path(name)
+    try:
+        with os.fdopen(fd, mode, **open_kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+def write_json(path: str | os.PathLike, data: object) -> None:
+    """Write `data` as indented JSON, atomically."""
+    import json
+
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=True)
+        handle.write("\n")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

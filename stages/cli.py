@@ -1,0 +1,65 @@
+"""The `bert` command: one subcommand per stage plus the commands people reach for once a
+model exists. Subcommands are imported lazily, so `bert corpus` never pays for torch."""
+
+from __future__ import annotations
+
+import importlib
+import logging
+import os
+import sys
+
+import click
+
+from bertcore.errors import BertError
+
+# name -> "module:attribute" of a click.Command
+COMMANDS = {
+    "corpus": "stages.corpus:command",
+    "vocab": "stages.vocab:command",
+    "samples": "stages.samples:command",
+    "pretrain": "stages.pretrain:command",
+    "evaluate": "stages.evaluate:command",
+    "export": "stages.export:command",
+    "fill-mask": "stages.infer:fill_mask",
+    "nsp": "stages.infer:nsp",
+}
+
+
+class UserFacingError(click.ClickException):
+    """A BertError shown as `Error: <message>` with the error's own exit code."""
+
+    def __init__(self, error: BertError):
+        super().__init__(str(error))
+        self.exit_code = error.exit_code
+
+
+class BertGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(COMMANDS)
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        target = COMMANDS.get(name)
+        if target is None:
+            return None
+        module, _, attr = target.partition(":")
+        return getattr(importlib.import_module(module), attr)
+
+    def invoke(self, ctx: click.Context):
+        try:
+            return super().invoke(ctx)
+        except BertError as error:
+            raise UserFacingError(error) from None
+
+
+@click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})
+@click.option("-v", "--verbose", is_flag=True, help="Log debug messages.")
+def cli(verbose: bool) -> None:
+    """Pretrain BERT (MLM + NSP) from scratch; every DVC stage is a subcommand."""
+    level = logging.DEBUG if verbose else logging.INFO
+    fmt = "%(levelname)s %(name)s: %(message)s"
+    logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+
+
+def main() -> None:
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "true")
+    cli(prog_name="bert")

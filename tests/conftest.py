@@ -1,0 +1,48 @@
+"""Shared fixtures: every test works in its own temporary folder with tiny data it builds."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _quiet_env(monkeypatch):
+    # Keep tests off the network and off the user's tracking server.
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+
+
+def run_bert(*args: str, cwd: Path, env: dict | None = None, check: bool = False):
+    """Run `bert ARGS` in a subprocess (as a user would) and return the CompletedProcess."""
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    proc = subprocess.run(
+        [sys.executable, "-m", "stages", *args],
+        cwd=cwd,
+        env=full_env,
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    if check and proc.returncode != 0:
+        raise AssertionError(f"bert {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
+    return proc
+
+
+def assert_one_line_error(proc, *fragments: str, code: int | None = None) -> None:
+    """The user sees one line on stderr naming the problem, a non-zero exit, no traceback."""
+    assert proc.returncode != 0, proc.stdout + proc.stderr
+    if code is not None:
+        assert proc.returncode == code, (proc.returncode, proc.stderr)
+    assert "Traceback" not in proc.stderr, proc.stderr
+    errors = [line for line in proc.stderr.splitlines() if line.startswith("Error:")]
+    assert len(errors) == 1, proc.stderr
+    for fragment in fragments:
+        assert fragment in errors[0], (fragment, errors[0])
