@@ -1,0 +1,273 @@
+"""Weights on disk: our own format, and Hugging Face's `BertForPreTraining` format.
+
+- `save_model` / `load_model`: `model.safetensors` + `config.json` with our parameter names.
+  `load_model` also reads any BERT directory in Hugging Face format (so pretraining can start
+  from a checkpoint the user has on disk).
+- `export_hf`: a directory `transformers.BertForPreTraining.from_pretrained` loads with no
+  missing or unexpected weight: HF names, the tied decoder keys left out as HF leaves them out,
+  plus the tokenizer files.
+
+`hf_name_pairs` is the ONE place that knows HF's `modeling_bert` parameter names. Only
+safetensors are written; a legacy `pytorch_model.bin` is read with `weights_only=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+
+from bertcore.atomic import atomic_file, write_json
+from bertcore.errors import BertError
+from bertcore.model import BertConfig, BertForPretraining
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+FORMAT_KEY = "bertcore_format"  # in our config.json; HF's has model_type instead
+FORMAT_VERSION = 1
+# HF ties these to other tensors and leaves them out of its files.
+HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+# Buffers older HF checkpoints stored; not weights.
+HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+HEAD_PREFIXES = ("pooler.", "mlm_head.", "nsp_head.")
+
+
+# ------------------------------------------------------------------------- the name mapping
+def hf_name_pairs(num_layers: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(our name, HF names) for every parameter. Several HF names mean that our tensor is
+    theirs concatenated along dim 0 (the fused QKV projection = [query; key; value])."""
+    pairs = [
+        ("embeddings.tokens.weight", ("bert.embeddings.word_embeddings.weight",)),
+        ("embeddings.positions.weight", ("bert.embeddings.position_embeddings.weight",)),
+        ("embeddings.segments.weight", ("bert.embeddings.token_type_embeddings.weight",)),
+    ]
+    for kind in ("weight", "bias"):
+        pairs.append((f"embeddings.norm.{kind}", (f"bert.embeddings.LayerNorm.{kind}",)))
+    for i in range(num_layers):
+        ours, hf = f"layers.{i}.", f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            qkv = tuple(f"{hf}attention.self.{n}.{kind}" for n in ("query", "key", "value"))
+            pairs += [
+                (f"{ours}attention.qkv.{kind}", qkv),
+                (f"{ours}attention.out.{kind}", (f"{hf}attention.output.dense.{kind}",)),
+                (f"{ours}attention_norm.{kind}", (f"{hf}attention.output.LayerNorm.{kind}",)),
+                (f"{ours}ffn_in.{kind}", (f"{hf}intermediate.dense.{kind}",)),
+                (f"{ours}ffn_out.{kind}", (f"{hf}output.dense.{kind}",)),
+                (f"{ours}ffn_norm.{kind}", (f"{hf}output.LayerNorm.{kind}",)),
+            ]
+    for kind in ("weight", "bias"):
+        pairs += [
+            (f"pooler.dense.{kind}", (f"bert.pooler.dense.{kind}",)),
+            (f"mlm_head.dense.{kind}", (f"cls.predictions.transform.dense.{kind}",)),
+            (f"mlm_head.norm.{kind}", (f"cls.predictions.transform.LayerNorm.{kind}",)),
+            (f"nsp_head.{kind}", (f"cls.seq_relationship.{kind}",)),
+        ]
+    pairs.append(("mlm_head.bias", ("cls.predictions.bias",)))
+    return pairs
+
+
+def to_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """Our names -> HF names (also usable on a dict of gradients). Missing names are skipped."""
+    out = {}
+    for ours, hf_names in hf_name_pairs(num_layers):
+        if ours not in tensors:
+            continue
+        tensor = tensors[ours]
+        if len(hf_names) == 1:
+            out[hf_names[0]] = tensor
+        else:
+            for name, part in zip(hf_names, tensor.chunk(len(hf_names), dim=0), strict=True):
+                out[name] = part.contiguous()
+    return out
+
+
+def from_hf_state_dict(
+    tensors: dict[str, torch.Tensor], num_layers: int
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """HF names -> ours. Returns (state dict, our names not found, HF names not used).
+
+    Accepts the variants found in the wild: BertModel files without the `bert.` prefix,
+    TF-era LayerNorm `gamma`/`beta`, the tied decoder keys, the position_ids buffer."""
+    tensors = {_normalise_hf_name(name): t for name, t in tensors.items()}
+    if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
+        tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
+    used = set(HF_TIED_KEYS) | set(HF_BUFFERS)
+    out, missing = {}, []
+    for ours, hf_names in hf_name_pairs(num_layers):
+        if not all(name in tensors for name in hf_names):
+            missing.append(ours)
+            continue
+        used.update(hf_names)
+        parts = [tensors[name] for name in hf_names]
+        out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    unexpected = sorted(set(tensors) - used)
+    return out, missing, unexpected
+
+
+def _normalise_hf_name(name: str) -> str:
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):
+        name = f"bert.{name}"
+    if ".LayerNorm." in name:
+        name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")
+        name = name.replace(".LayerNorm.beta", ".LayerNorm.bias")
+    return name
+
+
+def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> dict:
+    """config.json for transformers' BertForPreTraining."""
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        **config.to_dict(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "tie_word_embeddings": True,
+        "classifier_dropout": None,
+        "is_decoder": False,
+        "add_cross_attention": False,
+        "use_cache": True,
+    }
+
+
+# -------------------------------------------------------------------------- save and load
+def save_model(model: BertForPretraining, model_dir: str | Path) -> None:
+    """Write model.safetensors (our names) + config.json into `model_dir` (created if needed).
+    Each file is written atomically; wrap the call in `atomic_dir` for a whole-directory swap."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    _write_safetensors(model.state_dict(), model_dir / WEIGHTS_NAME)
+    write_json(model_dir / CONFIG_NAME, {FORMAT_KEY: FORMAT_VERSION, **model.config.to_dict()})
+
+
+def export_hf(
+    model: BertForPretraining, out_dir: str | Path, vocab_dir: str | Path | None = None
+) -> None:
+    """Write a Hugging Face `BertForPreTraining` directory: config.json, model.safetensors
+    (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
+    out_dir = Path(out_dir)
+    tokenizer_files = _tokenizer_files(Path(vocab_dir), model.config) if vocab_dir else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    tensors = to_hf_state_dict(model.state_dict(), config.num_hidden_layers)
+    _write_safetensors(tensors, out_dir / WEIGHTS_NAME)
+    write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
+    for source in tokenizer_files:
+        with atomic_file(out_dir / source.name, "wb") as handle, source.open("rb") as src:
+            shutil.copyfileobj(src, handle)
+
+
+def load_model(
+    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True
+) -> BertForPretraining:
+    """Load our directory (save_model) or any BERT directory in Hugging Face format.
+
+    With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
+    BertForMaskedLM checkpoint) still loads: those heads keep their fresh init and their names
+    are in `model.missing_weights`. Encoder weights must always be there."""
+    model_dir = Path(model_dir)
+    config = read_config(model_dir)
+    tensors = read_weights(model_dir)
+    if "embeddings.tokens.weight" in tensors:  # our own names
+        state, unexpected = tensors, []
+    else:
+        state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
+    model = BertForPretraining(config)
+    result = model.load_state_dict(state, strict=False)
+    missing = list(result.missing_keys)
+    unexpected = sorted(set(unexpected) | set(result.unexpected_keys))
+    if unexpected:
+        log.warning(
+            "%s: ignored %d unknown weights, e.g. %s", model_dir, len(unexpected), unexpected[0]
+        )
+    body_missing = [name for name in missing if not name.startswith(HEAD_PREFIXES)]
+    if body_missing or (strict and missing):
+        raise BertError(
+            f"{model_dir} lacks {len(missing)} weights of a BERT with this config.json, e.g. "
+            f"{(body_missing or missing)[0]}: is it a BERT checkpoint matching its config?"
+        )
+    if missing:
+        log.warning("%s has no weights for %s (left at init)", model_dir, ", ".join(missing))
+    model.missing_weights = missing
+    return model.to(map_location)
+
+
+def read_config(model_dir: Path) -> BertConfig:
+    """BertConfig from config.json (ours or HF's), with one-line errors for what is unusable."""
+    path = Path(model_dir) / CONFIG_NAME
+    if not Path(model_dir).is_dir():
+        raise BertError(f"model directory not found: {model_dir}")
+    if not path.is_file():
+        raise BertError(f"no {CONFIG_NAME} in {model_dir}: point at a saved or exported model dir")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BertError(f"{path} is not valid JSON") from None
+    if FORMAT_KEY not in data and data.get("model_type", "bert") != "bert":
+        raise BertError(f"{path} describes a {data.get('model_type')!r} model, not BERT")
+    if data.get("position_embedding_type", "absolute") != "absolute":
+        raise BertError(f"{path}: only absolute position embeddings are supported")
+    return BertConfig.from_dict(data)
+
+
+def weights_path(model_dir: Path) -> Path:
+    """The weights file of a model dir, or a one-line error saying none is there."""
+    model_dir = Path(model_dir)
+    for name in (WEIGHTS_NAME, f"{WEIGHTS_NAME}.index.json", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise BertError(
+        f"no model weights ({WEIGHTS_NAME}) in {model_dir}: export or save a model there"
+    )
+
+
+def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a model dir on the CPU: safetensors (single or sharded), or a legacy
+    pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
+    path = weights_path(model_dir)
+    if path.name.endswith(".index.json"):
+        shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        tensors = {}
+        for shard in shards:
+            tensors.update(load_file(path.parent / shard))
+        return tensors
+    if path.suffix == ".bin":
+        return torch.load(path, map_location="cpu", weights_only=True)
+    return load_file(path)
+
+
+# ------------------------------------------------------------------------------- helpers
+def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    data = safetensors_bytes(cpu, metadata={"format": "pt"})  # "pt": what transformers expects
+    with atomic_file(path, "wb") as handle:
+        handle.write(data)
+
+
+def _tokenizer_files(vocab_dir: Path, config: BertConfig) -> list[Path]:
+    if not vocab_dir.is_dir():
+        raise BertError(f"vocab directory not found: {vocab_dir}")
+    files = [vocab_dir / name for name in TOKENIZER_FILES if (vocab_dir / name).is_file()]
+    if not any(f.name in ("vocab.txt", "tokenizer.json") for f in files):
+        raise BertError(f"no tokenizer (tokenizer.json or vocab.txt) in {vocab_dir}")
+    vocab_txt = vocab_dir / "vocab.txt"
+    if vocab_txt.is_file():
+        size = sum(1 for _ in vocab_txt.open(encoding="utf-8"))
+        if size > config.vocab_size:
+            raise BertError(
+                f"{vocab_txt} has {size} tokens but the model only {config.vocab_size}: "
+                "export with the vocab the model was trained with"
+            )
+    return files

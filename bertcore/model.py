@@ -1,0 +1,384 @@
+"""BERT for pretraining (MLM + NSP): the same function as transformers' BertForPreTraining.
+
+Read top to bottom: the config and its presets, the embeddings, one post-LN encoder layer, the
+pooler and the two heads, then the whole model with its losses. Parameter names are our own
+(short, one fused QKV projection per layer); `bertcore/hf.py` is the one place that maps them
+to Hugging Face's `modeling_bert` names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertcore.errors import BertError, ConfigError, require
+
+IGNORE_INDEX = -100  # label of a position that takes no part in a loss (as in HF and PyTorch)
+
+# hidden_act names as Hugging Face writes them; BERT itself uses the exact (erf) GELU.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+# ----------------------------------------------------------------------------------- config
+@dataclass
+class BertConfig:
+    """BERT's hyper-parameters, with Hugging Face's field names (config.json round-trips)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+
+    def __post_init__(self):
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            value = getattr(self, key)
+            require(isinstance(value, int) and value > 0, key, value, "a positive integer")
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "hidden_size",
+            self.hidden_size,
+            f"a multiple of num_attention_heads ({self.num_attention_heads})",
+        )
+        act = self.hidden_act
+        require(act in ACTIVATIONS, "hidden_act", act, f"one of {list(ACTIVATIONS)}")
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, key)
+            require(0.0 <= value < 1.0, key, value, "a probability in [0, 1)")
+        require(self.initializer_range > 0, "initializer_range", self.initializer_range, "> 0")
+        require(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "> 0")
+        require(
+            0 <= self.pad_token_id < self.vocab_size,
+            "pad_token_id",
+            self.pad_token_id,
+            f"an id in [0, vocab_size={self.vocab_size})",
+        )
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> BertConfig:
+        """A preset (see PRESETS), any field overridden; intermediate_size defaults to 4×hidden."""
+        if name not in PRESETS:
+            raise ConfigError("preset", f"{name!r} is unknown; expected one of {list(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown BertConfig field; allowed: {', '.join(known)}")
+        values = {**PRESETS[name], **overrides}
+        values.setdefault("intermediate_size", 4 * values["hidden_size"])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BertConfig:
+        """Build from a config.json (ours or Hugging Face's); keys BERT does not use are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None})
+
+
+# Sizes of the BERT family (Turc et al. 2019 for tiny..medium; Devlin et al. 2018 for base, large).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
+}
+
+
+@dataclass
+class ModelParams:
+    """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
+    fields. `vocab_size` is not a parameter: it comes from the vocabulary at pretrain time."""
+
+    preset: str = "tiny"
+    hidden_size: int | None = None
+    num_hidden_layers: int | None = None
+    num_attention_heads: int | None = None
+    intermediate_size: int | None = None
+    hidden_act: str | None = None
+    hidden_dropout_prob: float | None = None
+    attention_probs_dropout_prob: float | None = None
+    max_position_embeddings: int | None = None
+    type_vocab_size: int | None = None
+    initializer_range: float | None = None
+    layer_norm_eps: float | None = None
+    pad_token_id: int | None = None
+
+    def __post_init__(self):
+        # Check every value now (any vocab large enough for pad_token_id will do here), so a
+        # bad parameter fails when params.yaml is parsed, not minutes later.
+        self.to_config(vocab_size=(self.pad_token_id or 0) + 1)
+
+    def to_config(self, vocab_size: int) -> BertConfig:
+        overrides = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "preset" and getattr(self, f.name) is not None
+        }
+        return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **overrides)
+
+
+# ------------------------------------------------------------------------------- the blocks
+class Embeddings(nn.Module):
+    """Token + position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        h = config.hidden_size
+        # padding_idx as in HF: the [PAD] row gets no gradient from the input side.
+        self.tokens = nn.Embedding(config.vocab_size, h, padding_idx=config.pad_token_id)
+        self.positions = nn.Embedding(config.max_position_embeddings, h)
+        self.segments = nn.Embedding(config.type_vocab_size, h)
+        self.norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        length = input_ids.shape[1]
+        if token_type_ids is None:
+            segments = self.segments.weight[0]  # every token in segment A
+        else:
+            segments = self.segments(token_type_ids)
+        positions = self.positions.weight[:length]
+        x = self.tokens(input_ids) + segments + positions
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection and SDPA."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.num_heads = config.num_attention_heads
+        self.head_size = config.head_size
+        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)  # rows: [q; k; v]
+        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, hidden = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_size)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, L, head_size]
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+        )
+        return self.out(y.transpose(1, 2).reshape(batch, length, hidden))
+
+
+class EncoderLayer(nn.Module):
+    """One post-LN Transformer layer: x = LN(x + attention(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.attention = SelfAttention(config)
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.ffn_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class Pooler(nn.Module):
+    """tanh(dense(hidden state of [CLS])): the sentence-pair representation NSP reads."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(sequence[:, 0]))
+
+
+class MaskedLMHead(nn.Module):
+    """dense, activation, LayerNorm, then the decoder: word embeddings (tied) plus a bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(self.act(self.dense(hidden))), word_embeddings, self.bias)
+
+
+# -------------------------------------------------------------------------------- the model
+@dataclass
+class PretrainingOutput:
+    """Logits, and with labels the losses as SUMS with their counts, so that the caller can
+    normalise over a global count (gradient accumulation, several processes)."""
+
+    mlm_logits: torch.Tensor  # [B, L, V] without mlm_labels; [N, V] over labelled positions with
+    nsp_logits: torch.Tensor  # [B, 2]; class 0 = "B follows A", 1 = "B is random" (as HF)
+    mlm_loss_sum: torch.Tensor | None = None
+    mlm_count: torch.Tensor | None = None
+    mlm_correct: torch.Tensor | None = None
+    nsp_loss_sum: torch.Tensor | None = None
+    nsp_count: torch.Tensor | None = None
+    nsp_correct: torch.Tensor | None = None
+    loss: torch.Tensor | None = None  # this batch's mean MLM + mean NSP (HF's loss)
+
+
+class BertForPretraining(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        self.pooler = Pooler(config)
+        self.mlm_head = MaskedLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # BERT's init: normal(0, initializer_range) weights, zero biases, LayerNorm (1, 0).
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()  # as HF does
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The encoder's last hidden states [B, L, H]; attention_mask is 1 on real tokens, 0 on
+        padding (padding is never attended to)."""
+        if input_ids.shape[1] > self.config.max_position_embeddings:
+            raise BertError(
+                f"a sequence of {input_ids.shape[1]} tokens is longer than the model's "
+                f"max_position_embeddings={self.config.max_position_embeddings}: truncate it"
+            )
+        # [B, 1, 1, L] boolean (True = attend), broadcast by SDPA over heads and queries.
+        mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
+        x = self.embeddings(input_ids, token_type_ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
+        nsp_labels: torch.Tensor | None = None,
+    ) -> PretrainingOutput:
+        sequence = self.encode(input_ids, token_type_ids, attention_mask)
+        nsp_logits = self.nsp_head(self.pooler(sequence))
+        word_embeddings = self.embeddings.tokens.weight
+        if mlm_labels is None:
+            out = PretrainingOutput(self.mlm_head(sequence, word_embeddings), nsp_logits)
+        else:
+            # Gather the labelled positions first: the vocabulary projection, the costliest
+            # matmul of the model, then runs on ~15% of the tokens instead of all of them.
+            selected = mlm_labels != IGNORE_INDEX
+            targets = mlm_labels[selected]
+            mlm_logits = self.mlm_head(sequence[selected], word_embeddings)
+            out = PretrainingOutput(mlm_logits, nsp_logits)
+            out.mlm_loss_sum, out.mlm_count, out.mlm_correct = _summed_cross_entropy(
+                mlm_logits, targets
+            )
+        if nsp_labels is not None:
+            keep = nsp_labels != IGNORE_INDEX
+            out.nsp_loss_sum, out.nsp_count, out.nsp_correct = _summed_cross_entropy(
+                nsp_logits[keep], nsp_labels[keep]
+            )
+        if out.mlm_loss_sum is not None or out.nsp_loss_sum is not None:
+            out.loss = pretraining_loss(
+                out,
+                mlm_denominator=out.mlm_count.clamp_min(1) if out.mlm_count is not None else 1,
+                nsp_denominator=out.nsp_count.clamp_min(1) if out.nsp_count is not None else 1,
+            )
+        return out
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW groups: decay on matrices (linear weights, embeddings), none on biases and
+        LayerNorm (Google's BERT excludes exactly "bias" and "LayerNorm")."""
+        decay, no_decay = [], []
+        for param in self.parameters():
+            if param.requires_grad:
+                (decay if param.ndim >= 2 else no_decay).append(param)
+        return [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (the tied decoder counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def _summed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor):
+    """(loss summed over rows, number of rows, number of rows whose argmax is the target)."""
+    loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
+    count = torch.tensor(targets.numel(), device=logits.device)
+    correct = (logits.detach().argmax(dim=-1) == targets).sum()
+    return loss_sum, count, correct
+
+
+def pretraining_loss(
+    out: PretrainingOutput,
+    mlm_denominator,
+    nsp_denominator,
+    mlm_weight: float = 1.0,
+    nsp_weight: float = 1.0,
+) -> torch.Tensor:
+    """mlm_weight * mlm_loss_sum / mlm_denominator + nsp_weight * nsp_loss_sum / nsp_denominator.
+
+    Pass GLOBAL counts (all micro-batches and processes) as denominators, so that gradient
+    accumulation and DDP optimise the same objective as one big batch. A term whose labels
+    were not given counts as zero."""
+    loss = torch.zeros((), device=out.nsp_logits.device)
+    if out.mlm_loss_sum is not None:
+        loss = loss + mlm_weight * out.mlm_loss_sum / mlm_denominator
+    if out.nsp_loss_sum is not None:
+        loss = loss + nsp_weight * out.nsp_loss_sum / nsp_denominator
+    return loss
