@@ -23,7 +23,7 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 
-from bertcore.errors import require
+from bertcore.errors import BertError, require
 
 IGNORE_INDEX = -100
 MASK_FRACTION = 0.8  # of the selected tokens: 80% → [MASK]
@@ -255,6 +255,12 @@ class PretrainingCollator:
         ids = np.full((batch, length), self.vocab.pad_id, dtype=np.int64)
         for row, item in enumerate(items):
             ids[row, : lengths[row]] = item[2]
+        largest = int(ids.max())
+        if largest >= self.vocab.vocab_size:
+            raise BertError(
+                f"token id {largest} is outside the vocabulary of {self.vocab.vocab_size}: "
+                "the samples were built with another vocabulary; rebuild them (bert samples)"
+            )
         epochs = np.fromiter((item[0] for item in items), dtype=np.int64, count=batch)
         indices = np.fromiter((item[1] for item in items), dtype=np.int64, count=batch)
         b_start = np.fromiter((item[3] for item in items), dtype=np.int64, count=batch)

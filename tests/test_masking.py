@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 import torch
 
-from bertcore.errors import ConfigError
+from bertcore.errors import BertError, ConfigError
 from bertcore.masking import (
     IGNORE_INDEX,
     MaskingConfig,
@@ -287,6 +287,9 @@ def test_config_validation_and_params_section():
         parse_section({"masking": {"mlm_probability": 2}}, "masking", MaskingConfig)
     with pytest.raises(ValueError, match="is_continuation"):
         PretrainingCollator(MaskingConfig(whole_word=True), VocabSpec(100), 0)
+    foreign = np.array([CLS, 50, 150, SEP], dtype=np.uint16)  # id 150 >= vocab size 100
+    with pytest.raises(BertError, match="another vocabulary"):
+        PretrainingCollator(MaskingConfig(), VocabSpec(100), 0)([(0, 0, foreign, 3, 0)])
 
 
 def test_vocab_spec_from_tokens():
