@@ -199,3 +199,31 @@ def test_eval_batches_are_sequential_fixed_and_shardable(store):
     ]
     assert sorted(shards[0] + shards[1]) == sorted(first)
     assert len(shards[0]) == 3 * 16 + 7 and len(shards[1]) == 3 * 16
+
+
+def test_works_over_the_on_disk_sample_store(tmp_path, store):
+    """The same batches from bertcore.samples.SampleStore (memory-mapped, reopened by path in
+    DataLoader workers) as from the in-memory stand-in holding the same samples."""
+    samples = pytest.importorskip("bertcore.samples")
+    split = tmp_path / "train"
+    split.mkdir()
+    ids = [sample[0] for sample in store.samples]
+    np.save(split / "input_ids.npy", np.concatenate(ids).astype(np.uint16))
+    np.save(split / "offsets.npy", np.concatenate([[0], np.cumsum([len(x) for x in ids])]))
+    np.save(split / "segment_b_start.npy", np.array([s[1] for s in store.samples], np.int32))
+    np.save(split / "is_random_next.npy", np.array([s[2] for s in store.samples], np.uint8))
+    on_disk = samples.SampleStore(split)
+
+    def tensors(source, workers):
+        batches = PretrainingBatches(source, collator(), 16, 2, seed=3, num_workers=workers)
+        return [micro for step in batches.iterate(1, start_step=3) for micro in step]
+
+    def evaluation(source):
+        return list(eval_batches(source, collator(), 32, num_workers=2))
+
+    pairs = list(zip(tensors(store, 0), tensors(on_disk, 2), strict=True))
+    pairs += list(zip(evaluation(store), evaluation(on_disk), strict=True))
+    assert len(pairs) == 6 + 4
+    for a, b in pairs:
+        for name in a:
+            assert torch.equal(a[name], b[name])
