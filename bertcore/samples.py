@@ -1,0 +1,416 @@
+"""NSP training samples on disk: built from a corpus and a tokenizer, read by memory map.
+
+Layout of a samples folder (the contract in notes/INTERFACES.md):
+
+    meta.json                      vocab fingerprint, lengths, counts, NSP balance per split
+    {train,val}/input_ids.npy      all sequences `[CLS] A [SEP] B [SEP]`, concatenated
+    {train,val}/offsets.npy        int64 (n+1,): sequence i = input_ids[offsets[i]:offsets[i+1]]
+    {train,val}/segment_b_start.npy  int32 (n,): index of B's first token (= len(A) + 2)
+    {train,val}/is_random_next.npy   uint8 (n,): 1 when B is a random segment (NSP label 1)
+
+Building streams: each split is tokenised into a document table on disk
+(`bertcore.doctable`), worker processes pair shards of documents into NSP instances
+(`bertcore.nsp`), and the shards are appended in order to the output files. Every document
+gets its own random generator, seeded from (random_seed, split, dupe, document), so the
+output is byte-identical whatever the number of workers.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import multiprocessing
+import random
+import shutil
+import struct
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import numpy as np
+from tqdm import tqdm
+
+from bertcore.atomic import write_json
+from bertcore.doctable import DocTable, tokenize_corpus
+from bertcore.errors import BertError, require
+from bertcore.nsp import pair_document
+from bertcore.vocab import CLS_ID, SEP_ID
+
+META_FILE = "meta.json"
+ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
+FORMAT_VERSION = 1
+# Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
+SHARD_TOKENS = 1 << 19
+
+
+@dataclasses.dataclass(frozen=True)
+class SamplesConfig:
+    max_seq_length: int = 128
+    short_seq_prob: float = 0.1
+    dupe_factor: int = 5  # passes over the train split, each with new pairs (val: one pass)
+    random_seed: int = 12345
+    workers: int = 2
+
+    def __post_init__(self):
+        require(
+            8 <= self.max_seq_length <= 8192, "max_seq_length", self.max_seq_length, "8..8192"
+        )
+        require(
+            0.0 <= self.short_seq_prob <= 1.0,
+            "short_seq_prob",
+            self.short_seq_prob,
+            "a probability in [0, 1]",
+        )
+        require(1 <= self.dupe_factor <= 1000, "dupe_factor", self.dupe_factor, "1..1000")
+        require(self.random_seed >= 0, "random_seed", self.random_seed, "an integer >= 0")
+        require(1 <= self.workers <= 256, "workers", self.workers, "1..256")
+
+
+def token_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
+
+
+# ---------------------------------------------------------------------------------------------
+# Building
+
+
+@dataclasses.dataclass(frozen=True)
+class PairTask:
+    """One worker task: pair documents [doc_lo, doc_hi) of a table in pass `dupe`."""
+
+    table_dir: str
+    dtype: str
+    split: str
+    dupe: int
+    doc_lo: int
+    doc_hi: int
+    max_seq_length: int
+    short_seq_prob: float
+    random_seed: int
+
+
+def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
+    """The generator of one document in one pass: independent of how work is sharded."""
+    key = hashlib.blake2b(f"{random_seed}/{split}/{dupe}/{doc}".encode(), digest_size=8)
+    return random.Random(int.from_bytes(key.digest(), "little"))
+
+
+def pair_shard(task: PairTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """NSP sequences of one shard: (input_ids, lengths, segment_b_start, is_random_next)."""
+    dtype = np.dtype(task.dtype)
+    max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
+    with DocTable(task.table_dir, dtype) as table:
+        docs = table.documents
+        n_docs = table.n_documents
+        sent_lo, sent_hi = int(docs[task.doc_lo, 0]), int(docs[task.doc_hi, 0])
+        offsets = table.sentence_starts(sent_lo, sent_hi)
+        tok_lo = int(offsets[0])
+        block = table.tokens(tok_lo, int(offsets[-1]))
+        offsets = offsets.tolist()
+
+        instances = []
+        for doc in range(task.doc_lo, task.doc_hi):
+            s0, s1 = int(docs[doc, 0]), int(docs[doc + 1, 0])
+
+            def random_segment(rng: random.Random, min_tokens: int, doc=doc):
+                other = rng.randrange(n_docs - 1)
+                other += other >= doc  # any document but this one
+                first, stop = int(docs[other, 0]), int(docs[other + 1, 0])
+                return table.segment(other, first + rng.randrange(stop - first), min_tokens)
+
+            rng = document_rng(task.random_seed, task.split, task.dupe, doc)
+            starts = offsets[s0 - sent_lo : s1 - sent_lo + 1]
+            instances += pair_document(
+                starts, rng, max_num_tokens, task.short_seq_prob, random_segment
+            )
+
+        # Gather every sequence from one source array: the shard's own tokens, then
+        # [CLS] and [SEP], then the random Bs read from elsewhere in the corpus.
+        n = len(instances)
+        pos = np.array(instances, np.int64).reshape(n, 5)
+        a0, a1, b0, b1, is_random = pos.T
+        cls_at, sep_at = len(block), len(block) + 1
+        pieces = [block, np.array([CLS_ID, SEP_ID], dtype)]
+        b_src = b0 - tok_lo
+        extra = cls_at + 2
+        for k in np.flatnonzero(is_random).tolist():
+            pieces.append(table.tokens(int(b0[k]), int(b1[k])))
+            b_src[k] = extra
+            extra += int(b1[k] - b0[k])
+    source = np.concatenate(pieces)
+    len_a, len_b = a1 - a0, b1 - b0
+    starts = np.stack(
+        [np.full(n, cls_at), a0 - tok_lo, np.full(n, sep_at), b_src, np.full(n, sep_at)], axis=1
+    ).ravel()
+    lengths = np.stack([np.ones(n, np.int64), len_a, np.ones(n, np.int64), len_b,
+                        np.ones(n, np.int64)], axis=1).ravel()
+    out_starts = np.cumsum(lengths) - lengths
+    index = np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()))
+    return (
+        source[index],
+        (len_a + len_b + 3).astype(np.int64),
+        (len_a + 2).astype(np.int32),
+        is_random.astype(np.uint8),
+    )
+
+
+class NpyAppender:
+    """A 1-D .npy file written by appending chunks; the header gets the final length on close.
+
+    Writes go straight to the file (not through a memory map), so memory stays flat."""
+
+    HEADER_BYTES = 128  # a multiple of 64, so the data is aligned for memory maps
+
+    def __init__(self, path: Path, dtype: np.dtype):
+        self.path = path
+        self.dtype = np.dtype(dtype)
+        self.count = 0
+        self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
+        self._file.write(b"\0" * self.HEADER_BYTES)
+
+    def append(self, values: np.ndarray) -> None:
+        np.ascontiguousarray(values, self.dtype).tofile(self._file)
+        self.count += len(values)
+
+    def close(self) -> None:
+        shape = f"({self.count},)"
+        header = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
+        header = header.ljust(self.HEADER_BYTES - 10 - 1) + "\n"
+        self._file.seek(0)
+        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        self._file.close()
+
+
+def _shards(documents: np.ndarray) -> Iterator[tuple[int, int]]:
+    """Consecutive document ranges of about SHARD_TOKENS tokens each."""
+    token_starts = documents[:, 1]
+    lo = 0
+    n_docs = len(documents) - 1
+    while lo < n_docs:
+        hi = int(np.searchsorted(token_starts, token_starts[lo] + SHARD_TOKENS, side="left"))
+        hi = min(max(hi, lo + 1), n_docs)
+        yield lo, hi
+        lo = hi
+
+
+def build_split(
+    corpus_file: Path,
+    split: str,
+    encode_batch: Callable[[list[str]], list[list[int]]],
+    out_dir: Path,
+    work_dir: Path,
+    config: SamplesConfig,
+    dtype: np.dtype,
+    dupe_factor: int,
+    *,
+    progress: bool = False,
+) -> dict:
+    """Tokenise, pair and write one split into `out_dir`; return its statistics."""
+    table_dir = work_dir / split
+    stats = tokenize_corpus(corpus_file, encode_batch, table_dir, dtype, progress=progress)
+    if stats["documents"] < 2:
+        raise BertError(
+            f"{corpus_file} holds {stats['documents']} document(s); NSP needs at least two "
+            "(documents are separated by blank lines): add text or lower corpus.val_fraction"
+        )
+    documents = np.fromfile(table_dir / "documents.bin", np.int64).reshape(-1, 2)
+    tasks = [
+        PairTask(
+            str(table_dir), dtype.str, split, dupe, lo, hi,
+            config.max_seq_length, config.short_seq_prob, config.random_seed,
+        )
+        for dupe in range(dupe_factor)
+        for lo, hi in _shards(documents)
+    ]
+    out_dir.mkdir(parents=True)
+    writers = {
+        "input_ids": NpyAppender(out_dir / "input_ids.npy", dtype),
+        "offsets": NpyAppender(out_dir / "offsets.npy", np.int64),
+        "segment_b_start": NpyAppender(out_dir / "segment_b_start.npy", np.int32),
+        "is_random_next": NpyAppender(out_dir / "is_random_next.npy", np.uint8),
+    }
+    writers["offsets"].append(np.zeros(1, np.int64))
+    total = random_count = 0
+    min_len, max_len = np.iinfo(np.int64).max, 0
+    bar = tqdm(total=len(tasks), desc=f"pair {split}", unit="shard", disable=not progress,
+               leave=False)
+    with _task_runner(config.workers) as run, bar:
+        for ids, lengths, b_start, is_random in run(pair_shard, tasks):
+            writers["input_ids"].append(ids)
+            writers["offsets"].append(total + np.cumsum(lengths))
+            writers["segment_b_start"].append(b_start)
+            writers["is_random_next"].append(is_random)
+            total += len(ids)
+            random_count += int(is_random.sum())
+            if len(lengths):
+                max_len = max(max_len, int(lengths.max()))
+                min_len = min(min_len, int(lengths.min()))
+            bar.update()
+    for writer in writers.values():
+        writer.close()
+    shutil.rmtree(table_dir)
+    count = writers["is_random_next"].count
+    if count == 0:
+        raise BertError(
+            f"no NSP pairs could be made from {corpus_file}: every document has a single "
+            "sentence; NSP needs documents of two sentences or more"
+        )
+    return {
+        "documents": stats["documents"],
+        "sentences": stats["sentences"],
+        "corpus_tokens": stats["tokens"],
+        "single_sentence_documents": stats["single_sentence_documents"],
+        "empty_sentences_dropped": stats["empty_sentences_dropped"],
+        "dupe_factor": dupe_factor,
+        "count": count,
+        "tokens": total,
+        "mean_length": round(total / count, 3),
+        "min_length": min_len,
+        "max_length": max_len,
+        "nsp_random_fraction": round(random_count / count, 4),
+    }
+
+
+class _task_runner:
+    """`run(func, tasks)` yields results in task order, in this process or in a pool."""
+
+    def __init__(self, workers: int):
+        self.workers = workers
+        self.pool = None
+
+    def __enter__(self):
+        if self.workers > 1:
+            # spawn: the parent may hold tokenizers' threads, which do not survive a fork
+            self.pool = multiprocessing.get_context("spawn").Pool(self.workers)
+            return lambda func, tasks: self.pool.imap(func, tasks)
+        return map
+
+    def __exit__(self, *exc):
+        if self.pool is not None:
+            self.pool.terminate() if exc[0] else self.pool.close()
+            self.pool.join()
+
+
+def build_samples(
+    corpus_files: dict[str, Path],
+    tokenizer,
+    out_dir: str | Path,
+    config: SamplesConfig,
+    vocab_fingerprint: str,
+    *,
+    progress: bool = False,
+) -> dict:
+    """Build every split of `corpus_files` ({"train": path, "val": path}) into `out_dir`
+    (a fresh folder) with a `tokenizers.Tokenizer`; write meta.json and return it."""
+    out_dir = Path(out_dir)
+    vocab_size = tokenizer.get_vocab_size()
+    dtype = token_dtype(vocab_size)
+
+    def encode_batch(texts: list[str]) -> list[list[int]]:
+        return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
+
+    work_dir = out_dir / ".work"
+    meta = {
+        "format": FORMAT_VERSION,
+        "vocab_fingerprint": vocab_fingerprint,
+        "vocab_size": vocab_size,
+        "dtype": dtype.name,
+        "max_seq_length": config.max_seq_length,
+        "short_seq_prob": config.short_seq_prob,
+        "dupe_factor": config.dupe_factor,
+        "random_seed": config.random_seed,
+    }
+    for split, path in corpus_files.items():
+        dupe = config.dupe_factor if split == "train" else 1  # val: one pass is enough
+        meta[split] = build_split(
+            Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype, dupe,
+            progress=progress,
+        )
+    shutil.rmtree(work_dir, ignore_errors=True)
+    write_json(out_dir / META_FILE, meta)
+    return meta
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def read_meta(samples_dir: str | Path) -> dict:
+    path = Path(samples_dir) / META_FILE
+    if not path.is_file():
+        raise BertError(f"no samples at {samples_dir} ({META_FILE} missing): run `bert samples`")
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError:
+        raise BertError(f"{path} is not valid JSON: rerun `bert samples`") from None
+
+
+def check_vocab(samples_dir: str | Path, vocab_dir: str | Path) -> None:
+    """Raise BertError unless the samples were built with the vocabulary in `vocab_dir`."""
+    from bertcore.vocab import vocab_fingerprint
+
+    built_with = read_meta(samples_dir).get("vocab_fingerprint")
+    current = vocab_fingerprint(vocab_dir)
+    if built_with != current:
+        raise BertError(
+            f"the samples in {samples_dir} were built with another vocabulary than {vocab_dir} "
+            f"(fingerprint {str(built_with)[:12]} != {current[:12]}): rerun `bert samples`"
+        )
+
+
+class SampleStore:
+    """One split of a samples folder, memory-mapped: `store[i] -> (ids, segment_b_start,
+    is_random_next)`. Pickles by path, so DataLoader workers reopen the maps."""
+
+    def __init__(self, split_dir: str | Path):
+        self.split_dir = Path(split_dir)
+        missing = [a for a in ARRAYS if not (self.split_dir / f"{a}.npy").is_file()]
+        if missing:
+            raise BertError(f"no samples at {self.split_dir} ({missing[0]}.npy missing): "
+                            "run `bert samples`")
+        arrays = {a: _load(self.split_dir / f"{a}.npy") for a in ARRAYS}
+        self.input_ids = arrays["input_ids"]
+        self.offsets = arrays["offsets"]
+        self.segment_b_start = arrays["segment_b_start"]
+        self.is_random_next = arrays["is_random_next"]
+        n = len(self.is_random_next)
+        if len(self.offsets) != n + 1 or len(self.segment_b_start) != n or (
+            int(self.offsets[-1]) != len(self.input_ids)
+        ):
+            raise BertError(f"samples at {self.split_dir} are inconsistent: rerun `bert samples`")
+        self._lengths = None
+
+    def __len__(self) -> int:
+        return len(self.is_random_next)
+
+    def __getitem__(self, i: int) -> tuple[np.ndarray, int, int]:
+        n = len(self)
+        if i < 0:
+            i += n
+        if not 0 <= i < n:
+            raise IndexError(f"sample {i} out of range (store has {n})")
+        lo, hi = int(self.offsets[i]), int(self.offsets[i + 1])
+        return self.input_ids[lo:hi], int(self.segment_b_start[i]), int(self.is_random_next[i])
+
+    @property
+    def lengths(self) -> np.ndarray:
+        if self._lengths is None:
+            self._lengths = np.diff(self.offsets)
+        return self._lengths
+
+    @property
+    def dtype(self) -> np.dtype:
+        return self.input_ids.dtype
+
+    def __getstate__(self) -> dict:
+        return {"split_dir": self.split_dir}
+
+    def __setstate__(self, state: dict) -> None:
+        self.__init__(state["split_dir"])
+
+
+def _load(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, mmap_mode="r")
+    except ValueError:  # an empty array cannot be memory-mapped
+        return np.load(path)

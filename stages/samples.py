@@ -1,0 +1,51 @@
+"""`bert samples`: NSP training samples (memory-mappable arrays) from the corpus and vocab."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import click
+
+from bertcore.atomic import atomic_dir, write_json
+from bertcore.errors import BertError
+from bertcore.samples import SamplesConfig, build_samples
+from bertcore.vocab import load_tokenizer, vocab_fingerprint
+from stages.options import stage_options
+from stages.params import load_params, parse_section
+
+SPLITS = ("train", "val")
+METRIC_KEYS = ("documents", "count", "tokens", "mean_length", "max_length", "nsp_random_fraction")
+
+
+@click.command()
+@click.option("--corpus", "corpus_dir", default="data/corpus", show_default=True,
+              type=click.Path(file_okay=False), help="Folder with train.txt and val.txt.")
+@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
+              type=click.Path(file_okay=False), help="Folder with vocab.txt and tokenizer.json.")
+@click.option("--out", "out_dir", default="data/samples", show_default=True,
+              type=click.Path(file_okay=False), help="Where the samples go.")
+@click.option("--metrics", "metrics_file", default="metrics/samples.json", show_default=True,
+              type=click.Path(dir_okay=False), help="Counts and NSP balance, for `dvc metrics`.")
+@stage_options
+def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
+            params_file: str, overrides: tuple[str, ...]) -> None:
+    """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
+    config = parse_section(load_params(params_file, overrides), "samples", SamplesConfig)
+    corpus_files = {split: Path(corpus_dir) / f"{split}.txt" for split in SPLITS}
+    for path in corpus_files.values():
+        if not path.is_file():
+            raise BertError(f"no corpus at {path}: run `bert corpus` first or pass --corpus")
+    tokenizer = load_tokenizer(vocab_dir)
+    fingerprint = vocab_fingerprint(vocab_dir)
+    started = time.perf_counter()
+    with atomic_dir(out_dir) as staging:
+        meta = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
+                             progress=sys.stderr.isatty())
+    write_json(metrics_file, {s: {k: meta[s][k] for k in METRIC_KEYS} for s in SPLITS})
+    for split in SPLITS:
+        m = meta[split]
+        click.echo(f"samples {split}: {m['count']} pairs, {m['tokens']} tokens, mean length "
+                   f"{m['mean_length']}, random B {m['nsp_random_fraction']:.1%}", err=True)
+    click.echo(f"samples: done in {time.perf_counter() - started:.1f}s -> {out_dir}", err=True)
