@@ -166,9 +166,10 @@ def _word_starts(ids: np.ndarray, candidates: np.ndarray, is_continuation: np.nd
 
 def _select_words(keys, candidates, starts, counts):
     """Google's whole-word selection, vectorised: walk the words of each row in random order
-    and take a word if it still fits in the remaining count, else skip it. Each pass takes the
-    longest run of fitting words that fits; words that no longer fit are skipped for good
-    (the remaining count only shrinks), so a few passes reproduce the sequential walk."""
+    and take a word if it still fits in the remaining count, else skip it. Each pass takes,
+    in that order, the words short enough to fit while their running total stays within the
+    remaining count; a word skipped once never fits later (the remaining count only shrinks),
+    so a few passes reproduce the sequential walk exactly (a test compares the two)."""
     batch, length = candidates.shape
     rows = np.broadcast_to(np.arange(batch)[:, None], candidates.shape)
     word = np.cumsum(starts, axis=1) - 1  # word number of each candidate within its row
