@@ -1,0 +1,23 @@
+"""The corpus stage's library: raw text in, one-sentence-per-line train/val documents out.
+
+config (CorpusConfig) -> sources (documents as pieces of raw text) -> cleaning (HTML, control
+characters, Unicode) -> sentences (splitting) -> writer (dedup, train/val split) -> build.
+"""
+
+from bertcore.corpus.build import CorpusStats, build_corpus, document_sentences
+from bertcore.corpus.cleaning import TextCleaner
+from bertcore.corpus.config import CorpusConfig
+from bertcore.corpus.sentences import SentenceSplitter, split_sentences
+from bertcore.corpus.sources import Document, open_source
+
+__all__ = [
+    "CorpusConfig",
+    "CorpusStats",
+    "Document",
+    "SentenceSplitter",
+    "TextCleaner",
+    "build_corpus",
+    "document_sentences",
+    "open_source",
+    "split_sentences",
+]

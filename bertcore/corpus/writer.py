@@ -1,0 +1,122 @@
+"""Writing documents into train.txt / val.txt as they come: split by hash, deduplicated.
+
+Format (Google's `create_pretraining_data.py`): UTF-8, one sentence per line, a blank line
+between documents. A document goes to val when a hash of (seed, its content) falls below
+`val_fraction`, so its split depends on nothing else: adding or reordering documents moves
+no other document. Exact duplicates are recognised by a 16-byte digest of the content; the
+set of digests is the only thing that grows with the corpus.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+SPLITS = ("train", "val")
+_SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
+
+
+@dataclass
+class SplitStats:
+    documents: int = 0
+    sentences: int = 0
+    characters: int = 0
+
+
+@dataclass
+class _Written:
+    """Where the last document of a split lies in its file, to move it if need be."""
+
+    separator_at: int
+    content_at: int
+    sentences: int
+    characters: int
+
+
+class SplitWriter:
+    """`add(sentences)` writes one document and says where it went (or why not)."""
+
+    def __init__(self, out_dir: str | Path, val_fraction: float, seed: int):
+        self.out_dir = Path(out_dir)
+        self.val_fraction = val_fraction
+        self.seed = seed.to_bytes(8, "little", signed=False)
+        self.stats = {split: SplitStats() for split in SPLITS}
+        self._files = {split: open(self.out_dir / f"{split}.txt", "w+b") for split in SPLITS}  # noqa: SIM115
+        self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
+        self._seen: set[bytes] = set()
+
+    def add(self, sentences) -> str:
+        """Write one document; returns "train", "val", "empty" or "duplicate"."""
+        digest = hashlib.blake2b(digest_size=16)
+        count = characters = 0
+        with tempfile.SpooledTemporaryFile(_SPOOL_BYTES) as spool:
+            for sentence in sentences:
+                line = sentence.encode("utf-8") + b"\n"
+                digest.update(line)
+                spool.write(line)
+                count += 1
+                characters += len(sentence)
+            if count == 0:
+                return "empty"
+            key = digest.digest()
+            if key in self._seen:
+                return "duplicate"
+            self._seen.add(key)
+            split = self.split_of(key)
+            handle = self._files[split]
+            separator_at = handle.tell()
+            if separator_at:
+                handle.write(b"\n")
+            content_at = handle.tell()
+            spool.seek(0)
+            shutil.copyfileobj(spool, handle)
+        self._last[split] = _Written(separator_at, content_at, count, characters)
+        self._count(split, 1, count, characters)
+        return split
+
+    def split_of(self, digest: bytes) -> str:
+        """val for a share `val_fraction` of digests, chosen by the seed."""
+        mixed = hashlib.blake2b(self.seed + digest, digest_size=8).digest()
+        return "val" if int.from_bytes(mixed, "little") / 2**64 < self.val_fraction else "train"
+
+    def close(self) -> None:
+        """Finish both files. With two documents or more, neither split is left empty:
+        the last document written to the other split moves over."""
+        train, val = self.stats["train"].documents, self.stats["val"].documents
+        if train + val >= 2 and val == 0:
+            self._move_last("train", "val")
+        elif train + val >= 2 and train == 0:
+            self._move_last("val", "train")
+        for handle in self._files.values():
+            handle.close()
+
+    def _move_last(self, source: str, target: str) -> None:
+        last = self._last[source]
+        assert last is not None
+        handle = self._files[source]
+        handle.seek(last.content_at)
+        content = handle.read()
+        handle.seek(last.separator_at)
+        handle.truncate()
+        self._files[target].write(content)  # the target is empty: no separator
+        self._count(source, -1, -last.sentences, -last.characters)
+        self._count(target, 1, last.sentences, last.characters)
+
+    def _count(self, split: str, documents: int, sentences: int, characters: int) -> None:
+        stats = self.stats[split]
+        stats.documents += documents
+        stats.sentences += sentences
+        stats.characters += characters
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            for handle in self._files.values():
+                handle.close()

@@ -1,0 +1,26 @@
+"""`bert corpus`: raw text -> data/corpus/{train,val}.txt + metrics/corpus.json."""
+
+from __future__ import annotations
+
+import click
+
+from bertcore.atomic import atomic_dir, write_json
+from bertcore.corpus import CorpusConfig, build_corpus
+from stages.options import stage_options
+from stages.params import load_params, parse_section
+
+
+@click.command("corpus")
+@click.option("--out", default="data/corpus", show_default=True,
+              type=click.Path(file_okay=False), help="Folder for train.txt and val.txt.")
+@click.option("--metrics", "metrics_path", default="metrics/corpus.json", show_default=True,
+              type=click.Path(dir_okay=False), help="Where to write the corpus statistics.")
+@stage_options
+def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
+    """Clean the text of `corpus.source` into one-sentence-per-line documents, split by
+    document into train and val."""
+    config = parse_section(load_params(params_file, overrides), "corpus", CorpusConfig)
+    with atomic_dir(out) as staging:
+        stats = build_corpus(config, staging)
+    write_json(metrics_path, stats.to_dict())
+    click.echo(f"corpus: {stats.summary()} -> {out}", err=True)
