@@ -1,0 +1,271 @@
+"""The samples stage: NSP pairs by Google's algorithm (flaws fixed), on disk as arrays."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import pickle
+import random
+
+import numpy as np
+import pytest
+from conftest import assert_one_line_error, run_bert
+
+import bertcore.samples as samples_module
+from bertcore.errors import BertError
+from bertcore.nsp import pair_document, truncation
+from bertcore.samples import SamplesConfig, SampleStore, build_samples, check_vocab, read_meta
+from bertcore.vocab import (
+    CLS_ID,
+    SEP_ID,
+    VocabConfig,
+    load_tokenizer,
+    save_vocab,
+    train_tokenizer,
+    vocab_fingerprint,
+)
+
+PROSE = (
+    "the quick brown fox jumps over a lazy dog while children play in the old park near "
+    "river bank and birds sing songs about summer rain before evening light fades away"
+)
+WORDS = PROSE.split()
+
+
+def documents(n: int, seed: int) -> list[list[str]]:
+    rng = random.Random(seed)
+    return [
+        [
+            " ".join(rng.choice(WORDS) for _ in range(rng.randint(3, 30))) + "."
+            for _ in range(rng.randint(1, 14))
+        ]
+        for _ in range(n)
+    ]
+
+
+def write_split(path, docs) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n\n".join("\n".join(doc) for doc in docs) + "\n", encoding="utf-8")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory):
+    """A tiny corpus (train 160 documents, val 12) and a vocab trained on it."""
+    root = tmp_path_factory.mktemp("data")
+    write_split(root / "corpus" / "train.txt", documents(160, seed=1))
+    write_split(root / "corpus" / "val.txt", documents(12, seed=2))
+    config = VocabConfig(vocab_size=200, min_frequency=1)
+    tokenizer = train_tokenizer([documents(40, seed=3)[i] for i in range(40)], config)
+    (root / "vocab").mkdir()
+    save_vocab(tokenizer, root / "vocab", config)
+    (root / "params.yaml").write_text("samples:\n  workers: 1\n  dupe_factor: 3\n")
+    return root
+
+
+def build(data, out, **config):
+    config = SamplesConfig(**{"dupe_factor": 3, "workers": 1, **config})
+    files = {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")}
+    vocab = data / "vocab"
+    out.mkdir()
+    return build_samples(files, load_tokenizer(vocab), out, config, vocab_fingerprint(vocab))
+
+
+def test_layout_and_invariants(data, tmp_path):
+    meta = build(data, tmp_path / "s", max_seq_length=48)
+    tokenizer = load_tokenizer(data / "vocab")
+    corpus_ids = set()
+    for line in (data / "corpus" / "train.txt").read_text().splitlines():
+        corpus_ids.update(tokenizer.encode(line, add_special_tokens=False).ids)
+    store = SampleStore(tmp_path / "s" / "train")
+    assert len(store) == meta["train"]["count"] > 300
+    assert store.dtype == np.uint16
+    assert int(store.lengths.sum()) == meta["train"]["tokens"] == len(store.input_ids)
+    for i in range(len(store)):
+        ids, b_start, is_random = store[i]
+        n = len(ids)
+        assert n <= 48 and n == store.lengths[i]
+        assert ids[0] == CLS_ID and ids[b_start - 1] == SEP_ID and ids[-1] == SEP_ID
+        assert b_start >= 3 and n - b_start >= 2  # both segments non-empty
+        body = np.concatenate([ids[1 : b_start - 1], ids[b_start:-1]])
+        assert not np.isin(body, [CLS_ID, SEP_ID]).any()
+        assert set(body.tolist()) <= corpus_ids
+        token_type_ids = (np.arange(n) >= b_start).astype(int)
+        assert token_type_ids[b_start - 1] == 0 and token_type_ids[b_start] == 1
+        assert is_random in (0, 1)
+    assert store.lengths.max() == 48 == meta["train"]["max_length"]
+    fraction = float(store.is_random_next.mean())
+    assert meta["train"]["nsp_random_fraction"] == pytest.approx(fraction, abs=1e-4)
+    assert 0.45 < fraction < 0.55
+    assert meta["val"]["count"] == len(SampleStore(tmp_path / "s" / "val")) > 0
+    assert meta["train"]["documents"] == 160 and meta["val"]["dupe_factor"] == 1
+    assert read_meta(tmp_path / "s")["vocab_fingerprint"] == vocab_fingerprint(data / "vocab")
+    assert not (tmp_path / "s" / ".work").exists()
+
+
+def test_store_indexing_and_pickling(data, tmp_path):
+    build(data, tmp_path / "s", dupe_factor=1)
+    store = SampleStore(tmp_path / "s" / "val")
+    ids, b_start, is_random = store[-1]
+    assert np.array_equal(ids, store.input_ids[store.offsets[-2] :])
+    assert isinstance(b_start, int) and isinstance(is_random, int)
+    with pytest.raises(IndexError):
+        store[len(store)]
+    again = pickle.loads(pickle.dumps(store))
+    assert len(pickle.dumps(store)) < 1000  # by path, not by value
+    assert np.array_equal(again[3][0], store[3][0])
+    with pytest.raises(BertError, match="bert samples"):
+        SampleStore(tmp_path / "nowhere")
+
+
+def test_identical_output_whatever_the_workers_and_shards(data, tmp_path, monkeypatch):
+    build(data, tmp_path / "one", workers=1)
+    monkeypatch.setattr(samples_module, "SHARD_TOKENS", 500)  # many shards
+    build(data, tmp_path / "two", workers=2)
+    build(data, tmp_path / "seed", workers=1, random_seed=7)
+    names = [f"{s}/{a}.npy" for s in ("train", "val") for a in samples_module.ARRAYS]
+    for name in [*names, "meta.json"]:
+        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
+    one = (tmp_path / "one" / "train" / "input_ids.npy").read_bytes()
+    assert one != (tmp_path / "seed" / "train" / "input_ids.npy").read_bytes()
+
+
+def test_check_vocab(data, tmp_path):
+    build(data, tmp_path / "s", dupe_factor=1)
+    check_vocab(tmp_path / "s", data / "vocab")
+    other = tmp_path / "other"
+    other.mkdir()
+    config = VocabConfig(vocab_size=100, min_frequency=1)
+    save_vocab(train_tokenizer([WORDS], config), other, config)
+    with pytest.raises(BertError, match="another vocabulary"):
+        check_vocab(tmp_path / "s", other)
+
+
+# --- the pairing algorithm on its own ---------------------------------------------------------
+
+
+def synthetic_corpus(n_docs: int, seed: int) -> list[list[int]]:
+    """Sentence start offsets per document, over one flat token range; many long sentences,
+    so that single-sentence chunks (Google's imbalance) are frequent."""
+    rng = random.Random(seed)
+    docs, pos = [], 0
+    for _ in range(n_docs):
+        starts = [pos]
+        for _ in range(rng.choice([1, 2, 2, 3, 5, 8, 20])):
+            pos += rng.choice([1, 5, 20, 60, 130, 300])
+            starts.append(pos)
+        docs.append(starts)
+    return docs
+
+
+def pair_all(docs, max_num_tokens=125, short_seq_prob=0.1, seed=0):
+    doc_of_token = {}
+    for d, starts in enumerate(docs):
+        for s in range(len(starts) - 1):
+            doc_of_token[starts[s]] = d
+    results = []
+    for d, starts in enumerate(docs):
+        rng = random.Random(seed * 100003 + d)
+
+        def random_segment(rng, min_tokens, d=d):
+            other = rng.randrange(len(docs) - 1)
+            other += other >= d
+            o = docs[other]
+            first = rng.randrange(len(o) - 1)
+            last = first + 1
+            while last < len(o) - 1 and o[last] - o[first] < min_tokens:
+                last += 1
+            return o[first], o[last]
+
+        for inst in pair_document(starts, rng, max_num_tokens, short_seq_prob, random_segment):
+            results.append((d, *inst))
+    return results, doc_of_token
+
+
+def doc_containing(docs, position):
+    for d, starts in enumerate(docs):
+        if starts[0] <= position < starts[-1]:
+            return d
+    raise AssertionError(position)
+
+
+def test_pairs_follow_the_algorithm():
+    docs = synthetic_corpus(300, seed=4)
+    results, _ = pair_all(docs)
+    for d, a0, a1, b0, b1, is_random in results:
+        starts = docs[d]
+        assert a1 > a0 and b1 > b0 and (a1 - a0) + (b1 - b0) <= 125
+        assert starts[0] <= a0 < a1 <= starts[-1]
+        if is_random:
+            assert doc_containing(docs, b0) != d  # never the same document
+        else:
+            assert a1 <= b0 < b1 <= starts[-1]  # B follows A in the same document
+            # untruncated pairs split exactly at a sentence boundary
+            if (a1 - a0) + (b1 - b0) < 125:
+                assert a1 == b0 and b0 in starts
+    assert all(len(docs[d]) > 2 for d, *_ in results)  # single-sentence docs give no A
+
+
+def test_nsp_balance_is_half_even_with_long_sentences():
+    docs = synthetic_corpus(7000, seed=5)
+    results, _ = pair_all(docs, seed=1)
+    labels = np.array([r[-1] for r in results])
+    assert len(labels) > 20000
+    assert abs(labels.mean() - 0.5) < 0.02
+    short, _ = pair_all(docs[:2000], max_num_tokens=13, short_seq_prob=0.5, seed=2)
+    assert abs(np.mean([r[-1] for r in short]) - 0.5) < 0.02
+
+
+def test_truncation_matches_googles_loop():
+    for len_a, len_b in itertools.product(range(1, 30), range(1, 30)):
+        for limit in range(2, len_a + len_b):
+            a, b = len_a, len_b
+            while a + b > limit:  # truncate_seq_pair, counting
+                if a > b:
+                    a -= 1
+                else:
+                    b -= 1
+            cut = truncation(len_a, len_b, len_a + len_b - limit)
+            assert cut == (len_a - a, len_b - b), (len_a, len_b, limit)
+
+
+# --- the command ------------------------------------------------------------------------------
+
+
+def test_cli_bad_input_and_nothing_destroyed(data, tmp_path):
+    options = {
+        "corpus": str(data / "corpus"),
+        "vocab": str(data / "vocab"),
+        "out": "samples",
+        "metrics": "metrics/samples.json",
+        "params": str(data / "params.yaml"),
+    }
+
+    def samples(*extra, **replace):
+        args = [f"--{k}={v}" for k, v in {**options, **replace}.items()]
+        return run_bert("samples", *args, *extra, cwd=tmp_path)
+
+    assert samples().returncode == 0
+    before = {p.name: p.read_bytes() for p in (tmp_path / "samples" / "train").iterdir()}
+    metrics = json.loads((tmp_path / "metrics" / "samples.json").read_text())
+    assert 0.45 < metrics["train"]["nsp_random_fraction"] < 0.55
+
+    assert_one_line_error(samples(corpus=str(tmp_path / "missing")), "no corpus", code=1)
+    one_doc = tmp_path / "one_doc"
+    write_split(one_doc / "train.txt", documents(1, seed=9))
+    write_split(one_doc / "val.txt", documents(5, seed=9))
+    assert_one_line_error(samples(corpus=str(one_doc)), "1 document(s)", code=1)
+    bad_vocab = tmp_path / "bad_vocab"
+    bad_vocab.mkdir()
+    for f in (data / "vocab").iterdir():
+        (bad_vocab / f.name).write_bytes(f.read_bytes())
+    tokens = (bad_vocab / "vocab.txt").read_text().splitlines()
+    (bad_vocab / "vocab.txt").write_text("\n".join(tokens[:-1]) + "\n")
+    assert_one_line_error(samples(vocab=str(bad_vocab)), "disagree", code=1)
+    assert_one_line_error(samples(vocab=str(tmp_path / "missing")), "bert vocab", code=1)
+    proc = samples("--set", "samples.max_seq_length=4")
+    assert_one_line_error(proc, "samples.max_seq_length", code=2)
+
+    after = {p.name: p.read_bytes() for p in (tmp_path / "samples" / "train").iterdir()}
+    assert after == before
+    leftovers = sorted(p.name for p in tmp_path.iterdir())
+    assert leftovers == ["bad_vocab", "metrics", "one_doc", "samples"]
