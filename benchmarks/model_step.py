@@ -1,0 +1,179 @@
+"""One training step (forward, backward, AdamW) of our BERT vs transformers' BertForPreTraining.
+
+Same config, same weights, same batch and masks; the two models alternate A B A B after a
+warm-up so that load from other processes hits both alike. Prints the median step time of
+each, the ratio, and our achieved FLOP/s against this machine's float32 matmul FLOP/s measured
+in the same run. The last line is machine-readable:
+
+    speedup_vs_transformers=X.XX matmul_fraction=Y.YY
+
+    python benchmarks/model_step.py            # preset mini, seq 128, batch 32
+    python benchmarks/model_step.py --quick    # a short run (smaller batch, fewer steps)
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from bertcore.hf import to_hf_state_dict
+from bertcore.model import BertConfig, BertForPretraining
+
+
+def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> dict:
+    """A pretraining-like batch: most pairs fill the target length, 10% are short (Google's
+    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (max 20)."""
+    short = torch.rand(batch, generator=generator) < 0.1
+    lengths = torch.where(
+        short,
+        torch.randint(8, seq + 1, (batch,), generator=generator),
+        torch.randint(int(0.85 * seq), seq + 1, (batch,), generator=generator),
+    )
+    width = int(lengths.max())
+    positions = torch.arange(width)
+    attention_mask = (positions[None, :] < lengths[:, None]).long()
+    input_ids = torch.randint(5, vocab, (batch, width), generator=generator) * attention_mask
+    input_ids[:, 0] = 2  # [CLS]
+    input_ids[torch.arange(batch), lengths - 1] = 3  # final [SEP]
+    middle = lengths // 2
+    input_ids[torch.arange(batch), middle] = 3  # [SEP] between A and B
+    token_type_ids = ((positions[None, :] > middle[:, None]) & attention_mask.bool()).long()
+    mlm_labels = torch.full((batch, width), -100)
+    for row in range(batch):
+        candidates = [i for i in range(1, int(lengths[row]) - 1) if i != int(middle[row])]
+        count = min(20, max(1, round(0.15 * len(candidates))))
+        order = torch.randperm(len(candidates), generator=generator)[:count]
+        chosen = torch.tensor(candidates)[order]
+        mlm_labels[row, chosen] = input_ids[row, chosen]
+        input_ids[row, chosen] = 4  # [MASK]
+    nsp_labels = torch.randint(0, 2, (batch,), generator=generator)
+    return dict(
+        input_ids=input_ids,
+        token_type_ids=token_type_ids,
+        attention_mask=attention_mask,
+        mlm_labels=mlm_labels,
+        nsp_labels=nsp_labels,
+    )
+
+
+def step_flops(config: BertConfig, batch: dict) -> float:
+    """Matmul FLOPs of one training step of OUR model (3 × forward; padding included since
+    it is computed; the MLM head only on labelled positions)."""
+    b, length = batch["input_ids"].shape
+    h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
+    tokens = b * length
+    labelled = int((batch["mlm_labels"] != -100).sum())
+    per_token_linear = 2 * layers * (4 * h * h + 2 * h * i)
+    attention = layers * 4 * b * length * length * h  # QK^T and AV
+    heads = labelled * 2 * (h * h + h * config.vocab_size) + b * 2 * (h * h + 2 * h)
+    return 3.0 * (tokens * per_token_linear + attention + heads)
+
+
+def matmul_flops_per_s(n: int = 2048, repeats: int = 5) -> float:
+    a, b = torch.randn(n, n), torch.randn(n, n)
+    torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        start = time.perf_counter()
+        torch.mm(a, b)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--preset", default="mini")
+    parser.add_argument("--seq", type=int, default=128)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--vocab-size", type=int, default=30522, help="BERT's uncased vocab")
+    parser.add_argument("--steps", type=int, default=8, help="measured steps per model")
+    parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--quick", action="store_true", help="batch 8, 3 steps: a smoke run")
+    args = parser.parse_args()
+    if args.quick:
+        args.batch, args.steps, args.warmup = 8, 3, 1
+
+    from transformers import BertConfig as HFBertConfig
+    from transformers import BertForPreTraining
+
+    torch.manual_seed(0)
+    config = BertConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    ours = BertForPretraining(config)
+    hf_config = HFBertConfig(**config.to_dict())
+    theirs = BertForPreTraining._from_config(hf_config, attn_implementation="sdpa")
+    result = theirs.load_state_dict(
+        to_hf_state_dict(ours.state_dict(), config.num_hidden_layers), strict=False
+    )
+    assert not result.unexpected_keys and set(result.missing_keys) <= {
+        "cls.predictions.decoder.weight",
+        "cls.predictions.decoder.bias",
+    }, result
+    batch = make_batch(args.batch, args.seq, args.vocab_size, torch.Generator().manual_seed(0))
+
+    def ours_step(optimizer):
+        out = ours(**batch)
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    def theirs_step(optimizer):
+        out = theirs(
+            input_ids=batch["input_ids"],
+            token_type_ids=batch["token_type_ids"],
+            attention_mask=batch["attention_mask"],
+            labels=batch["mlm_labels"],
+            next_sentence_label=batch["nsp_labels"],
+        )
+        out.loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    decay = [p for p in theirs.parameters() if p.ndim >= 2]
+    no_decay = [p for p in theirs.parameters() if p.ndim < 2]
+    runs = {
+        "ours": (ours_step, torch.optim.AdamW(ours.param_groups(0.01), lr=1e-4)),
+        "transformers": (
+            theirs_step,
+            torch.optim.AdamW(
+                [
+                    {"params": decay, "weight_decay": 0.01},
+                    {"params": no_decay, "weight_decay": 0.0},
+                ],
+                lr=1e-4,
+            ),
+        ),
+    }
+    ours.train()
+    theirs.train()
+    times: dict[str, list[float]] = {name: [] for name in runs}
+    for i in range(args.warmup + args.steps):
+        for name, (step, optimizer) in runs.items():
+            start = time.perf_counter()
+            step(optimizer)
+            if i >= args.warmup:
+                times[name].append(time.perf_counter() - start)
+
+    matmul = matmul_flops_per_s()
+    ours_s = statistics.median(times["ours"])
+    theirs_s = statistics.median(times["transformers"])
+    achieved = step_flops(config, batch) / ours_s
+    b, length = batch["input_ids"].shape
+    real = int(batch["attention_mask"].sum())
+    print(
+        f"preset={args.preset} batch={b} padded_length={length} real_tokens={real}/{b * length} "
+        f"vocab={args.vocab_size} threads={torch.get_num_threads()} steps={args.steps}"
+    )
+    print(f"{'model':<14}{'median step s':>14}{'seq/s':>10}")
+    for name, seconds in (("ours", ours_s), ("transformers", theirs_s)):
+        print(f"{name:<14}{seconds:>14.4f}{b / seconds:>10.1f}")
+    print(f"ours achieved {achieved / 1e9:.1f} GFLOP/s; float32 matmul {matmul / 1e9:.1f} GFLOP/s")
+    print(
+        f"speedup_vs_transformers={theirs_s / ours_s:.2f} matmul_fraction={achieved / matmul:.2f}"
+    )
+
+
+if __name__ == "__main__":
+    main()
