@@ -36,7 +36,7 @@ _TAG = re.compile(
     rf"|</?(?:{'|'.join(HTML_ELEMENTS)})(?:\s[^<>]{{0,1000}})?/?>",
     re.IGNORECASE | re.DOTALL,
 )
-_WHITESPACE = re.compile(r"\s+")
+_WHITESPACE = re.compile(r"[^\S ]\s*| \s+")  # any whitespace but a lone space
 
 # Control characters go; the ones that separate words become spaces. Invisible format
 # characters that break words apart (soft hyphen, zero-width space, BOM) go as well.

@@ -4,8 +4,9 @@ Rules, kept simple on purpose:
 - after 。！？ (and a closing quote or bracket) a sentence always ends, space or not;
 - after ! or ? written right after a CJK character (NFKC turns ！？ into !?) likewise;
 - after . ! ? (and closing quotes/brackets) a sentence ends when a space follows and then an
-  upper-case letter, an opening quote/bracket or a CJK character, unless the word before the
-  period is a known abbreviation ("e.g.", "Dr.") or a single letter (an initial: "J. Smith");
+  upper-case letter, a digit, an opening quote/bracket or a CJK character, unless the word
+  before the period is a known abbreviation ("e.g.", "Dr.", "No. 5"), a single letter (an
+  initial: "J. Smith") or the number of a list item that starts the sentence ("2. Maps");
 - "3.14" never splits (no space after the period);
 - a sentence longer than `max_chars` is cut at the last space before the limit, or hard.
 
@@ -25,19 +26,25 @@ _OPENERS = "\"'“‘«([{「『（【《〈"
 
 _BOUNDARY = re.compile(
     rf"[。！？｡]+[{_CLOSERS}]*"  # CJK sentence ends: always a boundary
-    rf"|(?<=[{CJK_CHARS}])[!?]+[{_CLOSERS}]*"  # ！？ folded to ASCII by NFKC, after CJK
-    rf"|[.!?]+[{_CLOSERS}]*(?= )"  # Latin: decided by what follows (see _latin_boundary)
+    rf"|[.!?]+[{_CLOSERS}]*(?=[ {CJK_CHARS}])"  # decided by what is around (_boundaries)
 )
 _CJK = re.compile(f"[{CJK_CHARS}]")
 
+# Words whose period does not end a sentence ("Dr. Smith", "e.g. Python").
 ABBREVIATIONS = frozenset(
     (
-        "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "cf", "al", "fig",
-        "figs", "eq", "eqs", "no", "nos", "vol", "vols", "ed", "eds", "p", "pp", "ch", "sec",
-        "secs", "approx", "inc", "ltd", "co", "corp", "dept", "est", "gen", "gov", "lt", "col",
-        "sgt", "capt", "rev", "hon", "jan", "feb", "mar", "apr", "jun", "jul", "aug", "sep",
-        "sept", "oct", "nov", "dec", "mon", "tue", "wed", "thu", "fri", "sat", "sun", "e.g",
-        "i.e", "a.m", "p.m", "u.s", "u.k", "ph.d", "b.sc", "m.sc", "op", "ca", "viz", "resp",
+        "mr", "mrs", "ms", "dr", "prof", "sr", "jr", "st", "mt", "vs", "cf", "al",
+        "inc", "ltd", "co", "corp", "dept", "est", "gen", "gov", "lt", "col", "sgt",
+        "capt", "rev", "hon", "jan", "feb", "apr", "aug", "sep", "sept", "oct", "nov",
+        "dec", "e.g", "i.e", "a.m", "p.m", "u.s", "u.k", "ph.d", "b.sc", "m.sc", "viz",
+        "resp", "ed", "eds",
+    )
+)
+# ... nor when a number follows ("No. 5", "p. 12", "Fig. 3").
+NUMBER_ABBREVIATIONS = frozenset(
+    (
+        "no", "nos", "nr", "p", "pp", "vol", "vols", "fig", "figs", "eq", "eqs", "ch",
+        "sec", "secs", "approx", "ca", "op", "art", "para",
     )
 )
 
@@ -69,11 +76,12 @@ class SentenceSplitter:
                 self._emit(buffer, start, end, sentences)
                 start = end
         # Without a boundary in sight, cut what can no longer fit in one sentence.
+        start = _skip_space(buffer, start)
         while len(buffer) - start > self.max_chars + 1:
             cut = _cut_point(buffer, start, self.max_chars)
             self.overlong_cuts += 1
             _append(sentences, buffer[start:cut])
-            start = cut
+            start = _skip_space(buffer, cut)
         self._tail = buffer[start:]
         return sentences
 
@@ -90,11 +98,12 @@ class SentenceSplitter:
 
     def _emit(self, buffer: str, start: int, end: int, out: list[str]) -> None:
         """Append buffer[start:end] to `out`, cut into pieces of at most max_chars."""
+        start = _skip_space(buffer, start)
         while end - start > self.max_chars:
             cut = _cut_point(buffer, start, self.max_chars)
             self.overlong_cuts += 1
             _append(out, buffer[start:cut])
-            start = cut
+            start = _skip_space(buffer, cut)
         _append(out, buffer[start:end])
 
 
@@ -116,10 +125,13 @@ def _boundaries(text: str, final: bool) -> Iterator[int]:
         end = match.end()
         if end > limit:
             break
-        if match.group()[0] in "。！？｡" or (end < len(text) and text[end] != " "):
-            yield end  # CJK, or ASCII !? right after CJK
+        start = match.start()
+        if text[start] in "。！？｡" or (
+            text[end] != " " and text[start] in "!?" and _CJK.match(text, start - 1)
+        ):
+            yield end  # CJK, or ！？ (folded to ASCII by NFKC) right after CJK
             sentence_start = end
-        elif _latin_boundary(text, sentence_start, match.start(), end):
+        elif text[end] == " " and _latin_boundary(text, sentence_start, start, end):
             yield end
             sentence_start = end
 
@@ -129,7 +141,8 @@ def _latin_boundary(text: str, sentence_start: int, start: int, end: int) -> boo
     if end + 1 >= len(text):
         return True  # only a trailing space follows: the unit ends here
     following = text[end + 1]
-    if not (following.isupper() or following in _OPENERS or _CJK.match(following)):
+    number = following.isdigit()
+    if not (number or following.isupper() or following in _OPENERS or _CJK.match(following)):
         return False
     if text[start] == "." and end - start == 1:
         word = _word_before(text, start)
@@ -141,7 +154,7 @@ def _latin_boundary(text: str, sentence_start: int, start: int, end: int) -> boo
         word = word.lstrip(_OPENERS).lower()
         if len(word) == 1 and word.isalpha():
             return False  # an initial, as in "J. Smith"
-        if word in ABBREVIATIONS:
+        if word in ABBREVIATIONS or (number and word in NUMBER_ABBREVIATIONS):
             return False
     return True
 
@@ -159,6 +172,12 @@ def _cut_point(text: str, start: int, max_chars: int) -> int:
     """Where to cut text[start:] so the piece has at most max_chars: the last space, or hard."""
     space = text.rfind(" ", start + max_chars // 2, start + max_chars + 1)
     return space if space > start else start + max_chars
+
+
+def _skip_space(text: str, start: int) -> int:
+    while start < len(text) and text[start] == " ":
+        start += 1
+    return start
 
 
 def _append(out: list[str], piece: str) -> None:

@@ -157,7 +157,7 @@ def detect_format(sample: str) -> str:
         return "prose"
     ending = sum(line.endswith(_TERMINAL) for line in lines) / len(lines)
     inner = sum(len(split_sentences(line, 10**9)) > 1 for line in lines) / len(lines)
-    return "lines" if ending >= 0.6 and inner <= 0.2 else "prose"
+    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
 
 
 def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Iterator[Piece]:
