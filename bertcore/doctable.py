@@ -26,7 +26,7 @@ SENTENCES = "sentences.bin"
 DOCUMENTS = "documents.bin"
 
 # How many sentence offsets a random segment reads at a time.
-_SENTENCE_WINDOW = 64
+_SENTENCE_WINDOW = 16
 
 
 def read_line_batches(path: Path, batch_bytes: int, progress: tqdm | None) -> Iterator[list[str]]:
@@ -160,18 +160,18 @@ class DocTable:
         """Token range of whole sentences of `doc` from `first_sentence` (absolute index) on,
         just long enough to reach `min_tokens` or the end of the document."""
         last = int(self.documents[doc + 1, 0])
-        start = None
         sentence = first_sentence
+        start = None
         while True:
             stop = min(last, sentence + _SENTENCE_WINDOW)
-            offsets = self.sentence_starts(sentence, stop)
+            offsets = self.sentence_starts(sentence, stop).tolist()
             if start is None:
-                start = int(offsets[0])
-            reached = np.flatnonzero(offsets[1:] - start >= min_tokens)
-            if len(reached):
-                return start, int(offsets[1 + reached[0]])
+                start = offsets[0]
+            for end in offsets[1:]:
+                if end - start >= min_tokens:
+                    return start, end
             if stop == last:
-                return start, int(offsets[-1])
+                return start, offsets[-1]
             sentence = stop
 
 

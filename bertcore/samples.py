@@ -202,10 +202,12 @@ def build_split(
     config: SamplesConfig,
     dtype: np.dtype,
     dupe_factor: int,
+    run: Callable,
     *,
     progress: bool = False,
 ) -> dict:
-    """Tokenise, pair and write one split into `out_dir`; return its statistics."""
+    """Tokenise, pair (through `run(pair_shard, tasks)`) and write one split into `out_dir`;
+    return its statistics."""
     table_dir = work_dir / split
     stats = tokenize_corpus(corpus_file, encode_batch, table_dir, dtype, progress=progress)
     if stats["documents"] < 2:
@@ -234,7 +236,7 @@ def build_split(
     min_len, max_len = np.iinfo(np.int64).max, 0
     bar = tqdm(total=len(tasks), desc=f"pair {split}", unit="shard", disable=not progress,
                leave=False)
-    with _task_runner(config.workers) as run, bar:
+    with bar:
         for ids, lengths, b_start, is_random in run(pair_shard, tasks):
             writers["input_ids"].append(ids)
             writers["offsets"].append(total + np.cumsum(lengths))
@@ -320,12 +322,14 @@ def build_samples(
         "dupe_factor": config.dupe_factor,
         "random_seed": config.random_seed,
     }
-    for split, path in corpus_files.items():
-        dupe = config.dupe_factor if split == "train" else 1  # val: one pass is enough
-        meta[split] = build_split(
-            Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype, dupe,
-            progress=progress,
-        )
+    # The pool starts (spawn takes a moment) while the first split is being tokenised.
+    with _task_runner(config.workers) as run:
+        for split, path in corpus_files.items():
+            dupe = config.dupe_factor if split == "train" else 1  # val: one pass is enough
+            meta[split] = build_split(
+                Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype,
+                dupe, run, progress=progress,
+            )
     shutil.rmtree(work_dir, ignore_errors=True)
     write_json(out_dir / META_FILE, meta)
     return meta
