@@ -121,6 +121,9 @@ def test_cjk_text_survives_intact(tmp_path):
     ]
     assert "".join(train[0]) == text.replace("\n", "")
     assert stats.characters == len(text) - 1
+    # NFKC (the default) keeps every Han and kana character; only ！ becomes its ASCII form.
+    _, train, _ = build(tmp_path, tmp_path / "cjk.txt", normalization="NFKC")
+    assert "".join(train[0]) == text.replace("\n", "").replace("！", "!")
 
 
 def test_prose_and_lines_files_and_format_detection(tmp_path):
@@ -131,6 +134,8 @@ def test_prose_and_lines_files_and_format_detection(tmp_path):
     )
     assert detect_format(prose) == "prose"
     assert detect_format(lines * 5) == "lines"
+    assert detect_format("One paragraph per line here.\n\nAnd another one.\n\n" * 5) == "prose"
+    assert detect_format("Paragraph per line. Two sentences.\nAgain. And again.\n" * 5) == "prose"
     folder = tmp_path / "src"
     (folder / "sub").mkdir(parents=True)
     (folder / "a.txt").write_text(prose)

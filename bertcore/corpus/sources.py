@@ -19,6 +19,7 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertcore.corpus.sentences import split_sentences
 from bertcore.errors import BertError
 
 logger = logging.getLogger(__name__)
@@ -145,18 +146,19 @@ def text_file_documents(
 def detect_format(sample: str) -> str:
     """"lines" when the sample reads as one sentence per line, else "prose".
 
-    One sentence per line: most lines end like a sentence and few hold a sentence end
-    inside. Wrapped prose has lines ending mid-sentence; paragraph-per-line prose has many
-    sentence ends inside its lines.
+    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
+    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
+    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
+    its lines; one-sentence paragraphs make blocks of one line.
     """
-    from bertcore.corpus.sentences import split_sentences
-
     lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
-    lines = [line.strip() for line in lines if line.strip()][:200]
-    if len(lines) < 2:
+    lines = [line.strip() for line in lines][:400]
+    text_lines = [line for line in lines if line]
+    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
+    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
         return "prose"
-    ending = sum(line.endswith(_TERMINAL) for line in lines) / len(lines)
-    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in lines) / len(lines)
+    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
+    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
     return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
 
 
