@@ -266,6 +266,9 @@ def test_builtin_reads_docstrings_without_importing(tmp_path):
     ]
     assert texts[-2:] == ["The package. ", "Module doc. A thing. Run it. "]
     assert readable_prose("Title\n*****\n\nText:\n\n   code()\n\n+--+\n| x |") == "Title\n\nText:"
+    assert readable_prose("Use :meth:`str.format` on ``x``.\n.. versionadded:: 3.2") == (
+        "Use str.format on x.\nNew in version 3.2."
+    )
 
 
 def test_builtin_python_docs_default(tmp_path):

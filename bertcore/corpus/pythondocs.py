@@ -31,6 +31,14 @@ SKIPPED_PACKAGES = frozenset(
 _RULE = re.compile(r"^\s*([*=\-~^#+`'\".])\1{2,}\s*$")  # a heading underline
 _TABLE_ROW = re.compile(r"^\s*(\+[-=+]{3,}|\|)")  # a row or border of a grid table
 _PARAGRAPH_BREAK = re.compile(r"\n[ \t]*\n")
+_ROLE = re.compile(r":[a-z]+(?::[a-z]+)?:`~?([^`]+)`")  # :class:`~foo.Bar` -> foo.Bar
+_LITERAL = re.compile(r"``([^`]+)``")  # ``x`` -> x
+_DIRECTIVE = re.compile(r"^(\s*)\.\. ([a-z-]+)::\s*(\S*)")
+_VERSION_DIRECTIVES = {
+    "versionadded": "New in version {}.",
+    "versionchanged": "Changed in version {}:",
+    "deprecated": "Deprecated since version {}.",
+}
 
 
 class PythonDocsSource(Source):
@@ -114,16 +122,35 @@ def _docstrings(node: ast.AST) -> Iterator[str]:
 
 
 def readable_prose(text: str) -> str:
-    """Keep the prose of reST-like documentation: drop doctest examples, heading underlines
-    tables, and paragraphs that are entirely indented (code blocks, grammar rules)."""
+    """Keep the prose of reST-like documentation: drop doctest examples, heading underlines,
+    tables, and paragraphs that are entirely indented (code blocks, grammar rules); turn
+    inline markup into plain text."""
     kept = []
     for paragraph in _PARAGRAPH_BREAK.split(text):
         lines = []
         for line in paragraph.splitlines():
             if line.lstrip().startswith(">>>"):
                 break  # the rest of the paragraph is the example and its output
-            if line.strip() and not _RULE.match(line) and not _TABLE_ROW.match(line):
-                lines.append(line)
+            if not _RULE.match(line) and not _TABLE_ROW.match(line):
+                line = _without_markup(line)
+                if line.strip():
+                    lines.append(line)
         if lines and not all(line[:1].isspace() for line in lines):
             kept.append("\n".join(lines))
     return "\n\n".join(kept)
+
+
+def _without_markup(line: str) -> str:
+    """Inline reST markup as plain text; `.. versionchanged:: 3.2` as the rendered docs say."""
+    if "`" in line:
+        line = _LITERAL.sub(r"\1", _ROLE.sub(r"\1", line))
+    directive = _DIRECTIVE.match(line)
+    if directive:
+        indent, name, argument = directive.groups()
+        template = _VERSION_DIRECTIVES.get(name)
+        rest = line[directive.end() :]
+        if template:
+            line = f"{indent}{template.format(argument)}{rest}"
+        else:
+            line = f"{indent}{argument}{rest}"
+    return line
