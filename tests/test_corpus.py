@@ -179,9 +179,10 @@ def test_glob_jsonl_and_parquet_with_text_field(tmp_path):
 def test_binary_files_skipped_and_invalid_utf8_replaced(tmp_path):
     (tmp_path / "image.png").write_bytes(b"\x89PNG\r\n\x1a\n\0\0\0\rIHDR" + bytes(range(256)))
     (tmp_path / "latin1.txt").write_bytes("Café crème. Déjà vu.\n".encode("latin-1"))
+    (tmp_path / "dangling.txt").symlink_to(tmp_path / "nowhere.txt")  # skipped: not a file
     stats, train, val = build(tmp_path, tmp_path)
     assert train + val == [["Caf\ufffd cr\ufffdme.", "D\ufffdj\ufffd vu."]]
-    assert stats.dropped["binary_files"] == 1
+    assert stats.dropped["binary_files"] == 1 and stats.input["files"] == 2
     assert stats.cleaning["invalid_utf8_sequences"] == 4
 
 

@@ -31,6 +31,7 @@ SNIFF_BYTES = 64 << 10  # looked at to detect binary files and the text format
 LINE_CHUNK_BYTES = 1 << 20  # longer lines are read in pieces of this size
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
+_FFFD = "\ufffd".encode()  # a replacement character that was in the file already
 _TERMINAL = tuple(".!?。！？…\"'”’)」』")
 
 
@@ -92,7 +93,8 @@ def _walk(folder: Path) -> list[Path]:
     found = []
     for root, dirs, files in os.walk(folder):
         dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        found.extend(Path(root, f) for f in sorted(files) if not f.startswith("."))
+        paths = (Path(root, f) for f in sorted(files) if not f.startswith("."))
+        found.extend(path for path in paths if path.is_file())  # not broken links, not FIFOs
     return found
 
 
@@ -109,13 +111,16 @@ class FileSource(Source):
         for path in self.files:
             counts["files"] += 1
             name = path.name.lower()
-            if name.endswith(PARQUET_SUFFIXES):
-                yield from parquet_documents(path, self.text_field, self.format, counts)
-                advance(path.stat().st_size)
-            elif name.endswith(JSONL_SUFFIXES):
-                yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
-            else:
-                yield from text_file_documents(path, self.format, counts, advance)
+            try:
+                if name.endswith(PARQUET_SUFFIXES):
+                    yield from parquet_documents(path, self.text_field, self.format, counts)
+                    advance(path.stat().st_size)
+                elif name.endswith(JSONL_SUFFIXES):
+                    yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
+                else:
+                    yield from text_file_documents(path, self.format, counts, advance)
+            except OSError as exc:
+                raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def text_file_documents(
@@ -173,7 +178,7 @@ def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Ite
         complete = raw.endswith(b"\n")
         text = decoder.decode(raw, final=False)
         if "\ufffd" in text:
-            invalid += max(0, text.count("\ufffd") - raw.count("\ufffd".encode()))
+            invalid += max(0, text.count("\ufffd") - raw.count(_FFFD))
         yield (text.rstrip("\r\n") if complete else text), complete
     rest = decoder.decode(b"", final=True)
     if rest:
@@ -241,7 +246,7 @@ def jsonl_documents(
                 continue
             line = raw.decode("utf-8", "replace")
             if "\ufffd" in line:
-                counts["invalid_utf8_sequences"] += line.count("\ufffd")
+                counts["invalid_utf8_sequences"] += line.count("\ufffd") - raw.count(_FFFD)
             try:
                 record = json.loads(line)
             except ValueError:
@@ -266,10 +271,13 @@ def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iter
             "set corpus.text_field"
         )
     row = 0
-    for batch in table.iter_batches(batch_size=1024, columns=[field]):
-        for value in batch.column(0).to_pylist():
-            row += 1
-            yield from _text_of({field: value}, field, f"{path}[{row}]", fmt, counts)
+    try:
+        for batch in table.iter_batches(batch_size=1024, columns=[field]):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                yield from _text_of({field: value}, field, f"{path}[{row}]", fmt, counts)
+    except pa.ArrowException as exc:
+        raise BertError(f"{path}: cannot read row {row + 1} and on ({exc})") from None
 
 
 def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Document]:
