@@ -12,7 +12,7 @@ Targets: samples >= 0.5x plain encode_batch; peak RSS at the largest size within
 second largest. Last line: `samples_vs_tokenizer=X.XX rss_ratio=Y.YY` (the ratio at the
 largest size; rss_ratio is the worst stage).
 
-    python benchmarks/data_pipeline.py --quick          # 4 and 16 MB, well under a minute
+    python benchmarks/data_pipeline.py --quick          # 2 and 8 MB, under a minute
     python benchmarks/data_pipeline.py --sizes 100 400  # the real thing (minutes)
 """
 
@@ -163,10 +163,10 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--sizes", type=float, nargs="+", default=[25, 100, 400],
                         help="corpus sizes in MB")
-    parser.add_argument("--quick", action="store_true", help="two small sizes (4 and 16 MB)")
+    parser.add_argument("--quick", action="store_true", help="two small sizes (2 and 8 MB)")
     parser.add_argument("--workdir", type=Path, default=None, help="scratch folder")
     args = parser.parse_args()
-    sizes = [4.0, 16.0] if args.quick else sorted(args.sizes)
+    sizes = [2.0, 8.0] if args.quick else sorted(args.sizes)
     root = Path(tempfile.mkdtemp(prefix="bench-data-", dir=args.workdir))
     try:
         results = {}
