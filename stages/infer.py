@@ -1,0 +1,154 @@
+"""Commands people reach for once a model exists, on our export or any BERT dir in HF format:
+
+bert fill-mask --model models/hf "Paris is the [MASK] of France."
+bert nsp --model models/hf "It rained all day." "The streets were wet."
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from bertcore.errors import BertError
+
+MASK, CLS, SEP = "[MASK]", "[CLS]", "[SEP]"
+
+model_option = click.option(
+    "--model",
+    "model_dir",
+    required=True,
+    metavar="DIR",
+    help="A model dir: our export (models/hf), a saved model, or any BERT in HF format.",
+)
+vocab_option = click.option(
+    "--vocab",
+    "vocab_dir",
+    default=None,
+    metavar="DIR",
+    help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab).",
+)
+
+
+@click.command("fill-mask")
+@model_option
+@vocab_option
+@click.option("--top-k", default=5, show_default=True, type=click.IntRange(min=1))
+@click.argument("text")
+def fill_mask(model_dir: str, vocab_dir: str | None, top_k: int, text: str) -> None:
+    """Predict the tokens hidden behind each [MASK] in TEXT (top-k with probabilities)."""
+    import torch
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
+    mask_id = special_id(tokenizer, MASK)
+    ids = tokenizer.encode(text, add_special_tokens=False).ids
+    if mask_id not in ids:
+        raise BertError(f"the text has no {MASK}: write {MASK} where a word should be guessed")
+    limit = model.config.max_position_embeddings - 2
+    if len(ids) > limit:
+        if mask_id not in ids[:limit]:
+            raise BertError(f"every {MASK} lies beyond the model's {limit + 2} positions")
+        notice(f"the text has {len(ids) + 2} tokens; the model takes {limit + 2}: truncated")
+        ids = ids[:limit]
+    input_ids = torch.tensor([[special_id(tokenizer, CLS), *ids, special_id(tokenizer, SEP)]])
+    positions = (input_ids[0] == mask_id).nonzero().flatten()
+    with torch.no_grad():
+        sequence = model.encode(input_ids)
+        logits = model.mlm_head(sequence[0, positions], model.embeddings.tokens.weight)
+        probs = logits.softmax(dim=-1)
+        top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
+    for n, (values, indices) in enumerate(zip(top.values, top.indices, strict=True), start=1):
+        click.echo(f"{MASK} {n} of {len(positions)}:")
+        for p, token_id in zip(values.tolist(), indices.tolist(), strict=True):
+            click.echo(f"  {p:.4f}  {tokenizer.id_to_token(token_id)}")
+
+
+@click.command("nsp")
+@model_option
+@vocab_option
+@click.argument("sentence_a")
+@click.argument("sentence_b")
+def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str) -> None:
+    """Probability that SENTENCE_B follows SENTENCE_A (next sentence prediction)."""
+    import torch
+
+    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="nsp")
+    if model.config.type_vocab_size < 2:
+        raise BertError(f"{model_dir} has one segment type: it cannot score sentence pairs")
+    a = tokenizer.encode(sentence_a, add_special_tokens=False).ids
+    b = tokenizer.encode(sentence_b, add_special_tokens=False).ids
+    limit = model.config.max_position_embeddings - 3
+    if len(a) + len(b) > limit:
+        notice(
+            f"the pair has {len(a) + len(b) + 3} tokens; the model takes {limit + 3}: "
+            "truncated (longest sentence first)"
+        )
+        while len(a) + len(b) > limit:
+            (a if len(a) >= len(b) else b).pop()
+    cls, sep = special_id(tokenizer, CLS), special_id(tokenizer, SEP)
+    input_ids = torch.tensor([[cls, *a, sep, *b, sep]])
+    token_type_ids = torch.tensor([[0] * (len(a) + 2) + [1] * (len(b) + 1)])
+    with torch.no_grad():
+        nsp_logits = model(input_ids, token_type_ids).nsp_logits
+    # Class 0 = "B follows A" (Google's and HF's convention).
+    click.echo(f"P(B follows A) = {nsp_logits.softmax(dim=-1)[0, 0].item():.4f}")
+
+
+# ------------------------------------------------------------------------------- helpers
+def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
+    """The model in eval mode and its tokenizer, or a one-line error saying what is missing."""
+    from bertcore import hf
+
+    directory = Path(model_dir)
+    if not directory.is_dir():
+        raise BertError(f"model directory not found: {model_dir}")
+    hf.weights_path(directory)  # fails early, before the tokenizer, with its own message
+    tokenizer = load_tokenizer(Path(vocab_dir) if vocab_dir else directory)
+    model = hf.load_model(directory, strict=False).eval()
+    needed = ("mlm_head.",) if head == "mlm" else ("pooler.", "nsp_head.")
+    if any(name.startswith(needed) for name in model.missing_weights):
+        raise BertError(f"{model_dir} has no {head.upper()} head weights: use a pretraining model")
+    return model, tokenizer
+
+
+def load_tokenizer(directory: Path):
+    """tokenizer.json when there is one; else vocab.txt with BERT's WordPiece settings (and the
+    lowercase / accent flags of tokenizer_config.json, as transformers reads them)."""
+    from tokenizers import Tokenizer
+    from tokenizers.implementations import BertWordPieceTokenizer
+
+    if not directory.is_dir():
+        raise BertError(f"vocab directory not found: {directory}")
+    if (directory / "tokenizer.json").is_file():
+        try:
+            return Tokenizer.from_file(str(directory / "tokenizer.json"))
+        except Exception as exc:  # tokenizers raises plain Exceptions
+            raise BertError(
+                f"{directory / 'tokenizer.json'} is not a valid tokenizer: {exc}"
+            ) from None
+    if (directory / "vocab.txt").is_file():
+        settings = {}
+        if (directory / "tokenizer_config.json").is_file():
+            settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
+        return BertWordPieceTokenizer(
+            str(directory / "vocab.txt"),
+            lowercase=settings.get("do_lower_case", True),
+            strip_accents=settings.get("strip_accents"),
+            handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
+        )
+    raise BertError(
+        f"no tokenizer (tokenizer.json or vocab.txt) in {directory}: "
+        "export with the vocab, or pass --vocab DIR"
+    )
+
+
+def special_id(tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:
+        raise BertError(f"the tokenizer has no {token} token: is it a BERT tokenizer?")
+    return token_id
+
+
+def notice(message: str) -> None:
+    click.echo(f"Notice: {message}", err=True)

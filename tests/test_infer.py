@@ -1,0 +1,180 @@
+"""`bert fill-mask` and `bert nsp` on a tiny model trained here for a few steps, exported, and
+on the same weights saved by transformers (vocab.txt only), plus the one-line errors."""
+
+from __future__ import annotations
+
+import random
+import re
+import shutil
+from types import SimpleNamespace
+
+import pytest
+import torch
+from click.testing import CliRunner
+from conftest import assert_one_line_error, run_bert
+
+from bertcore.hf import export_hf
+from bertcore.model import BertConfig, BertForPretraining
+from bertcore.vocab import VocabConfig, save_vocab, train_tokenizer
+from stages.cli import cli
+
+DOCUMENT = [
+    "paris is the capital of france.",
+    "berlin is the capital of germany.",
+    "the cat sat on the mat.",
+    "the dog slept on the rug.",
+    "rome is the capital of italy.",
+    "the bird sang in the tree.",
+]
+
+
+def training_batch(tokenizer, rng: random.Random):
+    """Sentence pairs (next or random) with one masked word each, as MLM + NSP labels."""
+    cls, sep, mask, pad = (tokenizer.token_to_id(t) for t in ("[CLS]", "[SEP]", "[MASK]", "[PAD]"))
+    rows, types, labels, nsp = [], [], [], []
+    for i in range(len(DOCUMENT) - 1):
+        for is_random in (0, 1):
+            b = rng.choice([s for s in DOCUMENT if s != DOCUMENT[i + 1]]) if is_random else None
+            a_ids = tokenizer.encode(DOCUMENT[i], add_special_tokens=False).ids
+            b_ids = tokenizer.encode(b or DOCUMENT[i + 1], add_special_tokens=False).ids
+            ids = [cls, *a_ids, sep, *b_ids, sep]
+            label = [-100] * len(ids)
+            for position in rng.sample(range(1, len(a_ids) + 1), 2):
+                label[position], ids[position] = ids[position], mask
+            rows.append(ids)
+            labels.append(label)
+            types.append([0] * (len(a_ids) + 2) + [1] * (len(b_ids) + 1))
+            nsp.append(is_random)
+    width = max(map(len, rows))
+    pad_to = lambda rs, v: torch.tensor([r + [v] * (width - len(r)) for r in rs])  # noqa: E731
+    return dict(
+        input_ids=pad_to(rows, pad),
+        token_type_ids=pad_to(types, 0),
+        attention_mask=pad_to([[1] * len(r) for r in rows], 0),
+        mlm_labels=pad_to(labels, -100),
+        nsp_labels=torch.tensor(nsp),
+    )
+
+
+@pytest.fixture(scope="module")
+def export_dir(tmp_path_factory):
+    """A tiny BERT trained 300 AdamW steps on DOCUMENT, exported with its vocab."""
+    root = tmp_path_factory.mktemp("infer")
+    vocab_config = VocabConfig(vocab_size=80, min_frequency=1)
+    tokenizer = train_tokenizer([DOCUMENT], vocab_config)
+    vocab_dir = root / "vocab"
+    vocab_dir.mkdir()
+    save_vocab(tokenizer, vocab_dir, vocab_config)
+
+    torch.manual_seed(0)
+    rng = random.Random(0)
+    config = BertConfig(
+        vocab_size=tokenizer.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    model = BertForPretraining(config)
+    optimizer = torch.optim.AdamW(model.param_groups(0.01), lr=3e-3)
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny matmuls: 2 threads on a busy 2-core box are 20x slower
+    try:
+        for _ in range(300):
+            model(**training_batch(tokenizer, rng)).loss.backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    finally:
+        torch.set_num_threads(threads)
+    export_hf(model.eval(), root / "hf", vocab_dir=vocab_dir)
+    return root / "hf"
+
+
+def bert_here(*args: str, check: bool = False) -> SimpleNamespace:
+    """`bert ARGS` through the same click group, in this process (no torch import per call)."""
+    result = CliRunner().invoke(cli, list(args))
+    if check and result.exit_code != 0:
+        raise AssertionError(f"bert {args} failed: {result.stderr}") from result.exception
+    return SimpleNamespace(returncode=result.exit_code, stdout=result.stdout, stderr=result.stderr)
+
+
+def predictions(stdout: str) -> list[tuple[float, str]]:
+    return [(float(p), tok) for p, tok in re.findall(r"^  (\d\.\d{4})  (\S+)$", stdout, re.M)]
+
+
+def nsp_probability(stdout: str) -> float:
+    return float(re.search(r"P\(B follows A\) = (\d\.\d{4})", stdout).group(1))
+
+
+def test_fill_mask_and_nsp_on_our_export(export_dir, tmp_path):
+    proc = run_bert(
+        "fill-mask", "--model", str(export_dir), "berlin is the [MASK] of germany.",
+        "--top-k", "3", cwd=tmp_path, check=True,
+    )  # fmt: skip
+    found = predictions(proc.stdout)
+    assert "[MASK] 1 of 1:" in proc.stdout and len(found) == 3
+    assert found[0][1] == "capital" and found[0][0] > 0.5, proc.stdout  # learnt in training
+    assert found[0][0] >= found[1][0] >= found[2][0] >= 0
+
+    two = bert_here("fill-mask", "--model", str(export_dir), "[MASK] is the capital of [MASK].")
+    assert "[MASK] 1 of 2:" in two.stdout and "[MASK] 2 of 2:" in two.stdout
+    assert len(predictions(two.stdout)) == 10  # --top-k defaults to 5
+
+    follows = run_bert(
+        "nsp", "--model", str(export_dir), "paris is the capital of france.",
+        "berlin is the capital of germany.", cwd=tmp_path, check=True,
+    )  # fmt: skip
+    random_b = bert_here(
+        "nsp", "--model", str(export_dir), "paris is the capital of france.",
+        "the bird sang in the tree.", check=True,
+    )  # fmt: skip
+    assert nsp_probability(follows.stdout) > 0.5 > nsp_probability(random_b.stdout)
+
+
+def test_same_answers_from_a_transformers_dir_with_only_vocab_txt(export_dir, tmp_path):
+    transformers = pytest.importorskip("transformers")
+    hf_dir = tmp_path / "bert-from-transformers"
+    transformers.BertForPreTraining.from_pretrained(export_dir).save_pretrained(hf_dir)
+    for name in ("vocab.txt", "tokenizer_config.json"):  # no tokenizer.json: the fallback
+        shutil.copy(export_dir / name, hf_dir / name)
+    text = "berlin is the [MASK] of germany."
+    ours = bert_here("fill-mask", "--model", str(export_dir), text, check=True)
+    theirs = bert_here("fill-mask", "--model", str(hf_dir), text, check=True)
+    assert predictions(theirs.stdout) == predictions(ours.stdout)
+
+
+def test_long_text_is_truncated_with_a_notice(export_dir, tmp_path):
+    text = "the [MASK] sat on the mat. " + "the dog slept on the rug. " * 10
+    proc = bert_here("fill-mask", "--model", str(export_dir), text, check=True)
+    assert "Notice:" in proc.stderr and "truncated" in proc.stderr
+    assert len(predictions(proc.stdout)) == 5
+    proc = bert_here("nsp", "--model", str(export_dir), text, text, check=True)
+    assert "truncated" in proc.stderr and 0 <= nsp_probability(proc.stdout) <= 1
+
+
+def test_one_line_errors(export_dir, tmp_path):
+    proc = bert_here("fill-mask", "--model", str(tmp_path / "missing"), "a [MASK].")
+    assert_one_line_error(proc, "model directory not found")
+
+    no_weights = tmp_path / "no_weights"
+    shutil.copytree(export_dir, no_weights)
+    (no_weights / "model.safetensors").unlink()
+    proc = bert_here("nsp", "--model", str(no_weights), "a.", "b.")
+    assert_one_line_error(proc, "no model weights", str(no_weights))
+
+    no_tokenizer = tmp_path / "no_tokenizer"
+    no_tokenizer.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(export_dir / name, no_tokenizer / name)
+    proc = bert_here("fill-mask", "--model", str(no_tokenizer), "a [MASK].")
+    assert_one_line_error(proc, "no tokenizer", "--vocab")
+
+    proc = bert_here("fill-mask", "--model", str(export_dir), "no mask here.")
+    assert_one_line_error(proc, "no [MASK]")
+
+    text = "the dog slept on the rug. " * 10 + "the [MASK] sat."
+    proc = bert_here("fill-mask", "--model", str(export_dir), text)
+    assert_one_line_error(proc, "[MASK]", "beyond")
