@@ -101,54 +101,61 @@ def pair_shard(task: PairTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
     max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
     with DocTable(task.table_dir, dtype) as table:
         docs = table.documents
-        n_docs = table.n_documents
         sent_lo, sent_hi = int(docs[task.doc_lo, 0]), int(docs[task.doc_hi, 0])
         offsets = table.sentence_starts(sent_lo, sent_hi)
         tok_lo = int(offsets[0])
         block = table.tokens(tok_lo, int(offsets[-1]))
         offsets = offsets.tolist()
-
         instances = []
         for doc in range(task.doc_lo, task.doc_hi):
             s0, s1 = int(docs[doc, 0]), int(docs[doc + 1, 0])
-
-            def random_segment(rng: random.Random, min_tokens: int, doc=doc):
-                other = rng.randrange(n_docs - 1)
-                other += other >= doc  # any document but this one
-                first, stop = int(docs[other, 0]), int(docs[other + 1, 0])
-                return table.segment(other, first + rng.randrange(stop - first), min_tokens)
-
-            rng = document_rng(task.random_seed, task.split, task.dupe, doc)
-            starts = offsets[s0 - sent_lo : s1 - sent_lo + 1]
             instances += pair_document(
-                starts, rng, max_num_tokens, task.short_seq_prob, random_segment
+                offsets[s0 - sent_lo : s1 - sent_lo + 1],
+                document_rng(task.random_seed, task.split, task.dupe, doc),
+                max_num_tokens,
+                task.short_seq_prob,
+                _random_segments(table, doc),
             )
+        pos = np.array(instances, np.int64).reshape(len(instances), 5)
+        random_bs = [table.tokens(b0, b1) for _, _, b0, b1, r in instances if r]
+    return _gather(pos, block, tok_lo, random_bs)
 
-        # Gather every sequence from one source array: the shard's own tokens, then
-        # [CLS] and [SEP], then the random Bs read from elsewhere in the corpus.
-        n = len(instances)
-        pos = np.array(instances, np.int64).reshape(n, 5)
-        a0, a1, b0, b1, is_random = pos.T
-        cls_at, sep_at = len(block), len(block) + 1
-        pieces = [block, np.array([CLS_ID, SEP_ID], dtype)]
-        b_src = b0 - tok_lo
-        extra = cls_at + 2
-        for k in np.flatnonzero(is_random).tolist():
-            pieces.append(table.tokens(int(b0[k]), int(b1[k])))
-            b_src[k] = extra
-            extra += int(b1[k] - b0[k])
-    source = np.concatenate(pieces)
+
+def _random_segments(table: DocTable, doc: int):
+    """Google's random B for document `doc`: from a random start sentence of another
+    document, whole sentences until `min_tokens` are reached (or that document ends)."""
+    n_docs = table.n_documents
+    docs = table.documents
+
+    def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
+        other = rng.randrange(n_docs - 1)
+        other += other >= doc  # any document but this one
+        first, stop = int(docs[other, 0]), int(docs[other + 1, 0])
+        return table.segment(other, first + rng.randrange(stop - first), min_tokens)
+
+    return random_segment
+
+
+def _gather(pos: np.ndarray, block: np.ndarray, tok_lo: int, random_bs: list[np.ndarray]):
+    """Lay out `[CLS] A [SEP] B [SEP]` for every instance row of `pos` with one gather from
+    one source: the shard's tokens (starting at corpus offset `tok_lo`), then [CLS] and
+    [SEP], then the random Bs in order."""
+    n = len(pos)
+    a0, a1, b0, b1, is_random = pos.T
     len_a, len_b = a1 - a0, b1 - b0
-    starts = np.stack(
-        [np.full(n, cls_at), a0 - tok_lo, np.full(n, sep_at), b_src, np.full(n, sep_at)], axis=1
-    ).ravel()
-    lengths = np.stack([np.ones(n, np.int64), len_a, np.ones(n, np.int64), len_b,
-                        np.ones(n, np.int64)], axis=1).ravel()
+    cls_at, sep_at = len(block), len(block) + 1
+    source = np.concatenate([block, np.array([CLS_ID, SEP_ID], block.dtype), *random_bs])
+    b_src = b0 - tok_lo
+    random_rows = np.flatnonzero(is_random)
+    b_src[random_rows] = cls_at + 2 + np.cumsum(len_b[random_rows]) - len_b[random_rows]
+    one = np.ones(n, np.int64)
+    starts = np.stack([cls_at * one, a0 - tok_lo, sep_at * one, b_src, sep_at * one], axis=1)
+    lengths = np.stack([one, len_a, one, len_b, one], axis=1).ravel()
     out_starts = np.cumsum(lengths) - lengths
-    index = np.repeat(starts - out_starts, lengths) + np.arange(int(lengths.sum()))
+    index = np.repeat(starts.ravel() - out_starts, lengths) + np.arange(int(lengths.sum()))
     return (
         source[index],
-        (len_a + len_b + 3).astype(np.int64),
+        len_a + len_b + 3,
         (len_a + 2).astype(np.int32),
         is_random.astype(np.uint8),
     )
