@@ -62,12 +62,17 @@ class TextCleaner:
             self.counts["html_tags_removed"] += scripts + tags
         if "&" in text:
             text = html.unescape(text)
-        length = len(text)
-        text = text.translate(_CONTROL_TABLE)
-        self.counts["control_characters_removed"] += length - len(text)
+        # Everything removed or folded below is "not printable" (or a double space): most
+        # lines need none of it.
+        if not text.isprintable():
+            length = len(text)
+            text = text.translate(_CONTROL_TABLE)
+            self.counts["control_characters_removed"] += length - len(text)
         if not text.isascii():
             text = unicodedata.normalize(self.normalization, text)
-        return _WHITESPACE.sub(" ", text)
+        if "  " in text or not text.isprintable():
+            text = _WHITESPACE.sub(" ", text)
+        return text
 
 
 def safe_cut(text: str, near: int) -> int:
