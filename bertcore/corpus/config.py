@@ -12,7 +12,10 @@ from bertcore.errors import require
 class CorpusConfig:
     source: str = "builtin:python-docs"  # builtin:python-docs | file/folder/glob | hf:NAME[:CONFIG]
     text_field: str = "text"  # the text of a record in .jsonl / .parquet / hf: sources
-    format: Literal["auto", "prose", "lines"] = "auto"  # how text files are laid out
+    # How text files are laid out: prose (a file is a document; blank lines end paragraphs)
+    # or lines (one sentence per line, blank lines between documents); auto: per file.
+    # Records (.jsonl, .parquet, hf:) are prose unless this says lines.
+    format: Literal["auto", "prose", "lines"] = "auto"
     normalization: Literal["NFC", "NFKC"] = "NFKC"
     val_fraction: float = 0.05  # share of documents held out, chosen by hash
     seed: int = 12345  # chooses which documents are held out

@@ -173,7 +173,7 @@ def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Ite
     Invalid UTF-8 becomes U+FFFD and is counted (`invalid_utf8_sequences`)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     invalid = 0
-    while raw := handle.readline(LINE_CHUNK_BYTES):
+    while raw := _read_line(handle, path):
         advance(len(raw))
         complete = raw.endswith(b"\n")
         text = decoder.decode(raw, final=False)
@@ -187,6 +187,13 @@ def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Ite
     if invalid:
         logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", path, invalid)
         counts["invalid_utf8_sequences"] += invalid
+
+
+def _read_line(handle, path: Path) -> bytes:
+    try:
+        return handle.readline(LINE_CHUNK_BYTES)
+    except OSError as exc:  # a disk or network error halfway through the file
+        raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
