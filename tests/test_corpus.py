@@ -226,9 +226,11 @@ def test_split_is_deterministic_by_content_and_keeps_one_val_document(tmp_path):
     assert len(train) == 1 and len(val) == 1 and stats.train.documents == 1
 
 
-def test_ten_megabyte_line_streams(tmp_path):
+def test_long_line_is_read_cleaned_and_split_in_chunks(tmp_path):
+    """3 MB in one line: read in 1 MiB pieces, cleaned in 64k pieces, split as if whole
+    (test_corpus_cli checks memory on 10 MB)."""
     sentence = "The quick brown fox jumps over the lazy dog near 3.14 meters, e.g. twice. "
-    count = 10_000_000 // len(sentence)
+    count = 3_000_000 // len(sentence)
     (tmp_path / "line.txt").write_text(sentence * count + "字" * 3000)
     stats, train, _ = build(tmp_path, tmp_path / "line.txt")
     assert stats.sentences == count + 3 and stats.documents == 1
