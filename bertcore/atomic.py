@@ -15,6 +15,13 @@ from collections.abc import Iterator
 from pathlib import Path
 
 
+def _default_mode(is_dir: bool) -> int:
+    """The mode a plain mkdir/open would give (mkdtemp/mkstemp use 0700/0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if is_dir else 0o666) & ~umask
+
+
 def _replace(tmp: Path, final: Path) -> None:
     """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
     if final.is_dir() and not final.is_symlink():
@@ -32,6 +39,7 @@ def atomic_dir(final: str | os.PathLike) -> Iterator[Path]:
     final = Path(final)
     final.parent.mkdir(parents=True, exist_ok=True)
     tmp = Path(tempfile.mkdtemp(prefix=f".{final.name}.tmp-", dir=final.parent))
+    os.chmod(tmp, _default_mode(is_dir=True))
     try:
         yield tmp
         _fsync_dir(tmp)
@@ -49,6 +57,7 @@ def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
     final.parent.mkdir(parents=True, exist_ok=True)
     fd, name = tempfile.mkstemp(prefix=f".{final.name}.tmp-", dir=final.parent)
     tmp = Path(name)
+    os.chmod(tmp, _default_mode(is_dir=False))
     try:
         with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle
