@@ -332,11 +332,7 @@ class BertForPretraining(nn.Module):
                 nsp_logits[keep], nsp_labels[keep]
             )
         if out.mlm_loss_sum is not None or out.nsp_loss_sum is not None:
-            out.loss = pretraining_loss(
-                out,
-                mlm_denominator=out.mlm_count.clamp_min(1) if out.mlm_count is not None else 1,
-                nsp_denominator=out.nsp_count.clamp_min(1) if out.nsp_count is not None else 1,
-            )
+            out.loss = pretraining_loss(out, out.mlm_count, out.nsp_count)
         return out
 
     def param_groups(self, weight_decay: float) -> list[dict]:
@@ -375,10 +371,14 @@ def pretraining_loss(
 
     Pass GLOBAL counts (all micro-batches and processes) as denominators, so that gradient
     accumulation and DDP optimise the same objective as one big batch. A term whose labels
-    were not given counts as zero."""
+    were not given counts as zero; so does a term with no labels at all (0 / 0 would be NaN)."""
     loss = torch.zeros((), device=out.nsp_logits.device)
     if out.mlm_loss_sum is not None:
-        loss = loss + mlm_weight * out.mlm_loss_sum / mlm_denominator
+        loss = loss + mlm_weight * out.mlm_loss_sum / _at_least_one(mlm_denominator)
     if out.nsp_loss_sum is not None:
-        loss = loss + nsp_weight * out.nsp_loss_sum / nsp_denominator
+        loss = loss + nsp_weight * out.nsp_loss_sum / _at_least_one(nsp_denominator)
     return loss
+
+
+def _at_least_one(count):
+    return count.clamp_min(1) if isinstance(count, torch.Tensor) else max(count, 1)

@@ -236,3 +236,16 @@ def test_padding_does_not_change_real_tokens():
         long = model(padded, attention_mask=mask)
     torch.testing.assert_close(long.mlm_logits[:, :9], short.mlm_logits, atol=1e-5, rtol=1e-5)
     torch.testing.assert_close(long.nsp_logits, short.nsp_logits, atol=1e-5, rtol=1e-5)
+
+
+def test_a_batch_without_mlm_labels_gives_a_finite_loss():
+    torch.manual_seed(8)
+    config = random_config(8)
+    model = BertForPretraining(config)
+    input_ids, token_type_ids, attention_mask, _, nsp_labels = random_batch(config, 8)
+    no_labels = torch.full_like(input_ids, -100)
+    out = model(input_ids, token_type_ids, attention_mask, no_labels, nsp_labels)
+    assert out.mlm_count.item() == 0 and out.mlm_logits.shape == (0, config.vocab_size)
+    torch.testing.assert_close(out.loss, out.nsp_loss_sum / 4)
+    out.loss.backward()
+    assert all(torch.isfinite(p.grad).all() for p in model.parameters() if p.grad is not None)
