@@ -1,0 +1,213 @@
+"""Training checkpoints: written whole or not at all, loaded only as plain data.
+
+A checkpoint is a folder `step-00001234/` holding
+  model.safetensors  the weights (with config.json: `bertcore.hf.load_model` reads it)
+  trainer.pt         optimizer, scheduler, scaler and counters, plus the RNG states of every
+                     process: plain tensors, dicts, lists and numbers, so it loads with
+                     `torch.load(weights_only=True)` and never executes pickled code
+  meta.json          step, data position, fingerprints of params/vocab/samples, MLflow run id
+  *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
+It is written to a staging folder and renamed into place, so a crash mid-write leaves the
+previous checkpoint as the latest. A checkpoint is resumed only when its fingerprints match
+the current run's; the last `keep_last` of the current run are kept.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import re
+import shutil
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from safetensors.torch import load_model
+
+from bertcore.atomic import atomic_dir
+from bertcore.errors import BertError
+from bertcore.hf import save_model
+
+log = logging.getLogger(__name__)
+
+MODEL_FILE = "model.safetensors"
+STATE_FILE = "trainer.pt"
+META_FILE = "meta.json"
+_NAME = re.compile(r"^step-(\d+)$")
+
+
+# ------------------------------------------------------------------------------ fingerprints
+def fingerprint_params(params: Mapping[str, Any]) -> str:
+    """sha256 of the parameters that define an optimisation (canonical JSON)."""
+    text = json.dumps(params, sort_keys=True, default=str, separators=(",", ":"))
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def fingerprint_files(paths: Iterable[str | os.PathLike]) -> str:
+    """sha256 over the names and bytes of `paths` (in the order given)."""
+    digest = hashlib.sha256()
+    for path in paths:
+        path = Path(path)
+        digest.update(path.name.encode("utf-8") + b"\0")
+        with open(path, "rb") as handle:
+            for chunk in iter(lambda: handle.read(1 << 20), b""):
+                digest.update(chunk)
+    return digest.hexdigest()
+
+
+def changed_fingerprints(saved: Mapping[str, str], current: Mapping[str, str]) -> list[str]:
+    """Names whose fingerprints differ (a name missing on one side counts as changed)."""
+    return sorted(k for k in set(saved) | set(current) if saved.get(k) != current.get(k))
+
+
+# --------------------------------------------------------------------------------- RNG state
+def capture_rng_state() -> dict[str, Any]:
+    """Every RNG this process uses, as tensors and numbers (weights_only-loadable)."""
+    version, internal, gauss_next = random.getstate()
+    name, keys, pos, has_gauss, cached = np.random.get_state()
+    state: dict[str, Any] = {
+        "python": {
+            "version": int(version),
+            "state": torch.tensor(internal, dtype=torch.int64),
+            "gauss_next": gauss_next,
+        },
+        "numpy": {
+            "name": str(name),
+            "keys": torch.from_numpy(np.asarray(keys, dtype=np.int64)),
+            "pos": int(pos),
+            "has_gauss": int(has_gauss),
+            "cached_gaussian": float(cached),
+        },
+        "torch": torch.get_rng_state(),
+        "cuda": [],
+    }
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        state["cuda"] = torch.cuda.get_rng_state_all()
+    return state
+
+
+def restore_rng_state(state: Mapping[str, Any]) -> None:
+    """Undo `capture_rng_state`: the next random numbers are those the saved run drew next."""
+    py = state["python"]
+    random.setstate((py["version"], tuple(int(x) for x in py["state"].tolist()), py["gauss_next"]))
+    npy = state["numpy"]
+    keys = npy["keys"].numpy().astype(np.uint32)
+    np.random.set_state((npy["name"], keys, npy["pos"], npy["has_gauss"], npy["cached_gaussian"]))
+    torch.set_rng_state(state["torch"])
+    cuda = state.get("cuda") or []
+    if cuda and torch.cuda.is_available():
+        if len(cuda) == torch.cuda.device_count():
+            torch.cuda.set_rng_state_all(cuda)
+        else:
+            log.warning("checkpoint has CUDA RNG states of %d devices; not restored", len(cuda))
+
+
+# ------------------------------------------------------------------------------ checkpoints
+@dataclass(frozen=True)
+class Checkpoint:
+    """A committed checkpoint folder and its meta.json."""
+
+    path: Path
+    step: int
+    meta: dict
+
+    @property
+    def fingerprints(self) -> dict[str, str]:
+        return dict(self.meta.get("fingerprints", {}))
+
+    def load_state(self) -> dict[str, Any]:
+        """trainer.pt, as plain data (weights_only)."""
+        return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
+
+    def load_model(self, model: torch.nn.Module) -> None:
+        """Copy the saved weights into `model` (same architecture; any device)."""
+        missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
+        if missing or unexpected:
+            raise BertError(
+                f"checkpoint {self.path} does not fit the model (missing {missing[:3]}, "
+                f"unexpected {unexpected[:3]}): delete it or restore the params it was made with"
+            )
+
+    def read_text(self, name: str) -> str | None:
+        path = self.path / name
+        return path.read_text(encoding="utf-8") if path.is_file() else None
+
+
+def checkpoint_name(step: int) -> str:
+    return f"step-{step:08d}"
+
+
+class CheckpointDir:
+    """The folder of checkpoints of one training run."""
+
+    def __init__(self, root: str | os.PathLike, keep_last: int = 2):
+        if keep_last < 1:
+            raise ValueError("keep_last must be >= 1")
+        self.root = Path(root)
+        self.keep_last = keep_last
+
+    def all(self) -> list[Checkpoint]:
+        """Committed checkpoints, oldest first (a folder without meta.json is not one)."""
+        found = []
+        if not self.root.is_dir():
+            return found
+        for path in self.root.iterdir():
+            match = _NAME.match(path.name)
+            if not match or not (path / META_FILE).is_file():
+                continue
+            try:
+                meta = json.loads((path / META_FILE).read_text(encoding="utf-8"))
+            except (OSError, ValueError):
+                log.warning("ignoring checkpoint %s: unreadable %s", path, META_FILE)
+                continue
+            found.append(Checkpoint(path, int(match.group(1)), meta))
+        return sorted(found, key=lambda c: c.step)
+
+    def latest(self) -> Checkpoint | None:
+        found = self.all()
+        return found[-1] if found else None
+
+    def save(
+        self,
+        step: int,
+        model: torch.nn.Module,
+        state: Mapping[str, Any],
+        meta: Mapping[str, Any],
+        texts: Mapping[str, str] | None = None,
+    ) -> Path:
+        """Commit checkpoint `step` atomically, then prune; returns its folder.
+
+        Refuses (BertError) to save weights that are not finite: a bad state must never
+        replace a good checkpoint."""
+        for name, tensor in model.state_dict().items():
+            if tensor.is_floating_point() and not torch.isfinite(tensor).all():
+                raise BertError(f"refusing to checkpoint non-finite weights {name} at step {step}")
+        final = self.root / checkpoint_name(step)
+        with atomic_dir(final) as staging:
+            save_model(model, staging)  # model.safetensors + config.json: a model dir
+            torch.save(dict(state), staging / STATE_FILE)
+            for name, text in (texts or {}).items():
+                (staging / name).write_text(text, encoding="utf-8")
+            # meta.json last: its presence marks a complete checkpoint even without the rename
+            full_meta = {**meta, "step": step}
+            (staging / META_FILE).write_text(json.dumps(full_meta, indent=2, sort_keys=True))
+        self.prune(current=meta.get("fingerprints", {}))
+        return final
+
+    def prune(self, current: Mapping[str, str]) -> None:
+        """Keep the newest `keep_last` checkpoints whose fingerprints are `current`; delete
+        the rest (older ones, and those of other params or data, which this run replaces),
+        plus staging folders left by a crash."""
+        mine = [c for c in self.all() if c.fingerprints == dict(current)]
+        keep = {c.path for c in mine[-self.keep_last :]}
+        for ckpt in self.all():
+            if ckpt.path not in keep:
+                shutil.rmtree(ckpt.path, ignore_errors=True)
+        for path in self.root.glob(".step-*.tmp-*"):
+            shutil.rmtree(path, ignore_errors=True)

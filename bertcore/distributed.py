@@ -1,0 +1,85 @@
+"""One process or many (torchrun): the few collective operations the training loop needs.
+
+`Distributed` is a plain object passed to the loop; with one process every method is a no-op,
+so the loop reads the same either way. Under torchrun (WORLD_SIZE > 1 in the environment)
+`Distributed.from_env` joins the process group: NCCL on GPUs, gloo on CPU.
+"""
+
+from __future__ import annotations
+
+import datetime
+import logging
+import os
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+log = logging.getLogger(__name__)
+
+
+@dataclass
+class Distributed:
+    rank: int = 0
+    world_size: int = 1
+    local_rank: int = 0
+    initialized: bool = False  # True when this object joined a process group (and must leave)
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    @property
+    def enabled(self) -> bool:
+        return self.world_size > 1
+
+    @classmethod
+    def from_env(cls, device_type: str, timeout_s: float = 1800.0) -> Distributed:
+        """Join the process group torchrun describes in the environment (or stay alone)."""
+        world_size = int(os.environ.get("WORLD_SIZE", "1"))
+        if world_size <= 1:
+            return cls()
+        rank = int(os.environ["RANK"])
+        local_rank = int(os.environ.get("LOCAL_RANK", "0"))
+        backend = "nccl" if device_type == "cuda" else "gloo"
+        if device_type == "cuda":
+            torch.cuda.set_device(local_rank)
+        if not dist.is_initialized():
+            dist.init_process_group(
+                backend=backend,
+                timeout=datetime.timedelta(seconds=timeout_s),
+                **({"device_id": torch.device("cuda", local_rank)} if backend == "nccl" else {}),
+            )
+            log.info("rank %d of %d joined the %s process group", rank, world_size, backend)
+        return cls(rank, world_size, local_rank, initialized=True)
+
+    def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Sum `tensor` over all processes, in place (returned for convenience)."""
+        if self.enabled:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def all_gather_objects(self, obj: Any) -> list[Any]:
+        """Every process's `obj`, indexed by rank."""
+        if not self.enabled:
+            return [obj]
+        gathered: list[Any] = [None] * self.world_size
+        dist.all_gather_object(gathered, obj)
+        return gathered
+
+    def broadcast_object(self, obj: Any) -> Any:
+        """Rank 0's `obj` on every process."""
+        if not self.enabled:
+            return obj
+        box = [obj]
+        dist.broadcast_object_list(box, src=0)
+        return box[0]
+
+    def barrier(self) -> None:
+        if self.enabled:
+            dist.barrier()
+
+    def close(self) -> None:
+        if self.initialized and dist.is_initialized():
+            dist.destroy_process_group()

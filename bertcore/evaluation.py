@@ -1,0 +1,122 @@
+"""Held-out metrics with fixed masks: MLM loss, accuracy and perplexity, NSP loss and accuracy.
+
+The batches come with masks seeded once (see `bertcore.batches.eval_batches`), so the numbers
+of two evaluations differ only because the model did. Sums and counts are accumulated over
+all batches (and all processes) before dividing, so the result does not depend on the batch
+size. Two baselines tell whether the model learned anything: always predicting the most
+frequent masked token, and always predicting the more frequent NSP class.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from bertcore.distributed import Distributed
+from bertcore.errors import require
+from bertcore.model import IGNORE_INDEX
+
+
+@dataclass
+class EvalConfig:
+    """The `eval:` section of params.yaml."""
+
+    batch_size: int = 64
+    seed: int = 1234  # seeds the fixed masks of the val split
+    max_batches: int | None = None  # cap for the periodic evaluation during pretraining
+
+    def __post_init__(self):
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        require(
+            self.max_batches is None or self.max_batches >= 1,
+            "max_batches",
+            self.max_batches,
+            "null or an integer >= 1",
+        )
+
+
+@dataclass
+class EvalMetrics:
+    mlm_loss: float
+    mlm_accuracy: float
+    perplexity: float
+    nsp_loss: float
+    nsp_accuracy: float
+    mlm_baseline_accuracy: float
+    nsp_baseline_accuracy: float
+    mlm_predictions: int
+    sequences: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    batches: Iterable[dict[str, torch.Tensor]],
+    device: torch.device | str = "cpu",
+    autocast_dtype: torch.dtype | None = None,
+    dist: Distributed | None = None,
+    max_batches: int | None = None,
+) -> EvalMetrics:
+    """Score `model` (our BertForPretraining) on `batches`; the model is left as it was
+    (train or eval mode). With `dist`, each process scores its share and the sums are added."""
+    device = torch.device(device)
+    dist = dist or Distributed()
+    was_training = model.training
+    model.eval()
+    vocab_size = model.config.vocab_size
+    # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
+    sums = torch.zeros(7, dtype=torch.float64, device=device)
+    label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+    autocast = (
+        torch.autocast(device_type=device.type, dtype=autocast_dtype)
+        if autocast_dtype is not None
+        else contextlib.nullcontext()
+    )
+    try:
+        for number, batch in enumerate(batches):
+            if max_batches is not None and number >= max_batches:
+                break
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast:
+                out = model(**batch)
+            labels = batch["mlm_labels"][batch["mlm_labels"] != IGNORE_INDEX]
+            nsp = batch["nsp_labels"][batch["nsp_labels"] != IGNORE_INDEX]
+            sums += torch.stack(
+                [
+                    out.mlm_loss_sum.double(),
+                    out.mlm_count.double(),
+                    out.mlm_correct.double(),
+                    out.nsp_loss_sum.double(),
+                    out.nsp_count.double(),
+                    out.nsp_correct.double(),
+                    nsp.sum().double(),
+                ]
+            )
+            label_counts += torch.bincount(labels, minlength=vocab_size).double()
+    finally:
+        model.train(was_training)
+    dist.all_reduce_sum(sums)
+    dist.all_reduce_sum(label_counts)
+    mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones = (
+        sums.tolist()
+    )
+    mlm_loss = mlm_loss_sum / max(mlm_count, 1.0)
+    nsp_ones_share = nsp_ones / max(nsp_count, 1.0)
+    return EvalMetrics(
+        mlm_loss=mlm_loss,
+        mlm_accuracy=mlm_correct / max(mlm_count, 1.0),
+        perplexity=math.exp(min(mlm_loss, 700.0)),
+        nsp_loss=nsp_loss_sum / max(nsp_count, 1.0),
+        nsp_accuracy=nsp_correct / max(nsp_count, 1.0),
+        mlm_baseline_accuracy=float(label_counts.max()) / max(mlm_count, 1.0),
+        nsp_baseline_accuracy=max(nsp_ones_share, 1.0 - nsp_ones_share) if nsp_count else 0.0,
+        mlm_predictions=int(mlm_count),
+        sequences=int(nsp_count),
+    )

@@ -1,0 +1,333 @@
+"""`bert pretrain`: MLM + NSP pretraining on the samples, resumable, tracked in MLflow.
+
+Reads the sections model, masking, train, eval (batch size and seed of the periodic
+evaluation) and tracking. Resumes from the latest checkpoint in `--checkpoints` when it was
+made with the same params, vocabulary and samples; otherwise starts fresh and says why.
+With `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per
+device); started by torchrun, it joins the process group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import click
+import torch
+
+from bertcore.atomic import atomic_dir, write_json
+from bertcore.batches import PretrainingBatches, eval_batches
+from bertcore.checkpoint import (
+    Checkpoint,
+    CheckpointDir,
+    changed_fingerprints,
+    fingerprint_files,
+    fingerprint_params,
+)
+from bertcore.distributed import Distributed
+from bertcore.errors import BertError
+from bertcore.evaluation import EvalConfig, evaluate
+from bertcore.hf import export_hf, save_model
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.model import BertForPretraining, ModelParams
+from bertcore.samples import SampleStore, check_vocab, read_meta
+from bertcore.tracking import Tracker, TrackingConfig, git_commit, resolve_uri, sqlite_uri
+from bertcore.train import (
+    TrainConfig,
+    Trainer,
+    TrainingInterrupted,
+    TrainingRecord,
+    fit,
+    resolve_device,
+)
+from bertcore.vocab import read_vocab, vocab_fingerprint
+from stages.options import stage_options
+from stages.params import flatten, load_params, parse_section
+
+log = logging.getLogger("bert.pretrain")
+
+RUN_INFO = "training.json"  # in the model folder: which MLflow run and step made it
+SAMPLE_ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
+
+
+# ------------------------------------------------------------------------ where things live
+def repo_root(start: str | os.PathLike | None = None) -> Path:
+    """The repository the pipeline runs in. `dvc exp run --temp/--queue` runs stages in a
+    copy under `<repo>/.dvc/tmp/exps/...`: the real repo is the one above that copy (what is
+    written inside the copy is thrown away)."""
+    here = Path(start or os.environ.get("DVC_ROOT") or Path.cwd()).resolve()
+    parts = here.parts
+    for i in range(len(parts) - 2):
+        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
+            return Path(*parts[:i])
+    for candidate in (here, *here.parents):
+        if (candidate / ".dvc").is_dir() or (candidate / ".git").exists():
+            return candidate
+    return here
+
+
+def tracking_uri(config: TrackingConfig) -> str:
+    """tracking.uri, else $MLFLOW_TRACKING_URI, else mlflow.db at the repo root."""
+    return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
+
+
+def samples_fingerprint(samples_dir: Path) -> str:
+    files = [samples_dir / "meta.json"]
+    files += [samples_dir / "train" / f"{name}.npy" for name in SAMPLE_ARRAYS]
+    return fingerprint_files(files)
+
+
+# ---------------------------------------------------------------------------------- command
+@click.command()
+@click.option("--samples", "samples_dir", default="data/samples", show_default=True,
+              type=click.Path(file_okay=False), help="Samples folder (from `bert samples`).")
+@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
+              type=click.Path(file_okay=False), help="Vocabulary folder (from `bert vocab`).")
+@click.option("--checkpoints", "checkpoint_dir", default="models/checkpoints",
+              show_default=True, type=click.Path(file_okay=False),
+              help="Checkpoints: resumed from when the params match.")
+@click.option("--out", "out_dir", default="models/pretrained", show_default=True,
+              type=click.Path(file_okay=False), help="Where the final model goes.")
+@click.option("--metrics", "metrics_file", default="metrics/pretrain.json", show_default=True,
+              type=click.Path(dir_okay=False), help="Final train/val metrics (dvc metrics).")
+@click.option("--log", "log_file", default="metrics/pretrain_log.tsv", show_default=True,
+              type=click.Path(dir_okay=False), help="One row per logging step (dvc plots).")
+@click.option("--eval-log", "eval_log_file", default="metrics/pretrain_eval.tsv",
+              show_default=True, type=click.Path(dir_okay=False),
+              help="One row per periodic evaluation (dvc plots).")
+@stage_options
+def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_file,
+            eval_log_file, params_file, overrides) -> None:
+    """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
+    params = load_params(params_file, overrides)
+    train_config = parse_section(params, "train", TrainConfig)
+    if train_config.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
+        _relaunch_under_torchrun(train_config.nproc_per_node)
+        return
+    run_pretraining(
+        params,
+        samples_dir=Path(samples_dir),
+        vocab_dir=Path(vocab_dir),
+        checkpoint_dir=Path(checkpoint_dir),
+        out_dir=Path(out_dir),
+        metrics_file=Path(metrics_file),
+        log_file=Path(log_file),
+        eval_log_file=Path(eval_log_file),
+    )
+
+
+def _relaunch_under_torchrun(nproc: int) -> None:
+    """Run this very command under torchrun with `nproc` processes on this machine."""
+    args = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
+            "--standalone", "-m", "stages", *sys.argv[1:]]
+    log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
+    code = subprocess.call(args)
+    if code != 0:
+        raise BertError(f"torchrun with {nproc} processes failed (exit code {code}); "
+                        "see the messages above")
+
+
+def run_pretraining(
+    params: dict[str, Any],
+    *,
+    samples_dir: Path,
+    vocab_dir: Path,
+    checkpoint_dir: Path,
+    out_dir: Path,
+    metrics_file: Path,
+    log_file: Path,
+    eval_log_file: Path,
+) -> dict[str, Any]:
+    """The whole stage; returns what it wrote to the metrics file (rank 0)."""
+    model_params = parse_section(params, "model", ModelParams)
+    masking = parse_section(params, "masking", MaskingConfig)
+    config = parse_section(params, "train", TrainConfig)
+    eval_config = parse_section(params, "eval", EvalConfig)
+    tracking = parse_section(params, "tracking", TrackingConfig)
+
+    # Inputs, checked before anything slow.
+    meta = read_meta(samples_dir)
+    check_vocab(samples_dir, vocab_dir)
+    tokens = read_vocab(vocab_dir)
+    train_store = SampleStore(samples_dir / "train")
+    val_store = SampleStore(samples_dir / "val")
+    model_config = model_params.to_config(vocab_size=len(tokens))
+    if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
+        raise BertError(
+            f"samples are up to {meta['max_seq_length']} tokens but the model has "
+            f"max_position_embeddings={model_config.max_position_embeddings}: raise "
+            "model.max_position_embeddings or lower samples.max_seq_length"
+        )
+
+    device_name = config.device
+    if device_name == "auto":
+        device_name = "cuda" if torch.cuda.is_available() else "cpu"
+    dist = Distributed.from_env(torch.device(device_name).type)
+    try:
+        return _train(params, model_params, masking, config, eval_config, tracking, dist,
+                      train_store, val_store, tokens, model_config, samples_dir, vocab_dir,
+                      checkpoint_dir, out_dir, metrics_file, log_file, eval_log_file)
+    finally:
+        dist.close()
+
+
+def _train(params, model_params, masking, config, eval_config, tracking, dist, train_store,
+           val_store, tokens, model_config, samples_dir, vocab_dir, checkpoint_dir, out_dir,
+           metrics_file, log_file, eval_log_file) -> dict[str, Any]:
+    device = resolve_device(config.device, dist)
+    optimisation = {
+        "model": dataclasses.asdict(model_params),
+        "masking": dataclasses.asdict(masking),
+        "train": config.optimisation_params(),
+    }
+    fingerprints = {
+        "params": fingerprint_params(optimisation),
+        "vocab": vocab_fingerprint(vocab_dir),
+        "samples": samples_fingerprint(samples_dir),
+    }
+
+    # Resume or start fresh.
+    checkpoints = CheckpointDir(checkpoint_dir, keep_last=config.keep_last)
+    latest = checkpoints.latest()
+    resume: Checkpoint | None = None
+    if latest is not None:
+        changed = changed_fingerprints(latest.fingerprints, fingerprints)
+        if changed:
+            if dist.is_main:
+                log.warning("checkpoint %s was made with other %s%s: starting fresh (it will "
+                            "be replaced)", latest.path, " and ".join(changed),
+                            _param_changes(latest.meta.get("params"), optimisation))
+        else:
+            resume = latest
+
+    # MLflow before any training: an unreachable store fails now, in one line.
+    tracker = None
+    if dist.is_main and tracking.enabled:
+        root = repo_root()
+        tracker = Tracker.start(
+            tracking_uri(tracking),
+            tracking.experiment,
+            run_id=resume.meta.get("mlflow_run_id") if resume else None,
+            run_name=os.environ.get("DVC_EXP_NAME") or None,
+            params=flatten(params),
+            tags={
+                "mlflow.source.git.commit": git_commit(root),
+                "DVC_EXP_NAME": os.environ.get("DVC_EXP_NAME"),
+                "DVC_STAGE": os.environ.get("DVC_STAGE"),
+                **{f"fingerprint.{k}": v for k, v in fingerprints.items()},
+            },
+        )
+    run_id = dist.broadcast_object(tracker.run_id if tracker else None)
+
+    # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
+    # then a different dropout stream per process.
+    torch.manual_seed(config.seed)
+    model = BertForPretraining(model_config)
+    torch.manual_seed(config.seed + 1 + dist.rank)
+    vocab = VocabSpec.from_tokens(tokens)
+    batches = PretrainingBatches(
+        train_store,
+        PretrainingCollator(masking, vocab, seed=config.seed),
+        config.batch_size,
+        config.gradient_accumulation_steps,
+        seed=config.seed,
+        rank=dist.rank,
+        world_size=dist.world_size,
+        num_workers=config.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    trainer = Trainer(model, config, batches, device=device, dist=dist)
+    if resume is not None:
+        trainer.resume_from(resume)
+        if dist.is_main:
+            log.info("resuming from %s (step %d of %d)", resume.path, trainer.step,
+                     trainer.total_steps)
+
+    evaluate_fn = None
+    if len(val_store):
+        val = eval_batches(val_store, PretrainingCollator(masking, vocab, seed=eval_config.seed),
+                           eval_config.batch_size, rank=dist.rank, world_size=dist.world_size)
+
+        def evaluate_fn(m):
+            return evaluate(m, val, device, trainer.autocast_dtype, dist, eval_config.max_batches)
+
+    record = TrainingRecord(
+        log_file if dist.is_main else None,
+        eval_log_file if dist.is_main else None,
+        tracker,
+        previous={name: resume.read_text(name) for name in ("train_log.tsv", "eval_log.tsv")}
+        if resume
+        else None,
+    )
+    checkpoint_meta = {
+        "fingerprints": fingerprints,
+        "params": optimisation,
+        "mlflow_run_id": run_id,
+        "world_size": dist.world_size,
+    }
+    on_checkpoint = None
+    if tracker and tracking.log_checkpoints == "all":
+
+        def on_checkpoint(path: Path) -> None:
+            tracker.log_artifacts(path, f"checkpoints/{path.name}")
+
+    try:
+        result = fit(trainer, record=record, checkpoints=checkpoints, meta=checkpoint_meta,
+                     evaluate=evaluate_fn, on_checkpoint=on_checkpoint)
+    except BaseException as exc:
+        if tracker:
+            interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
+            tracker.finish("KILLED" if interrupted else "FAILED")
+        raise
+    if not dist.is_main:
+        return {}
+
+    with atomic_dir(out_dir) as staging:
+        save_model(trainer.raw_model, staging)
+        write_json(staging / RUN_INFO, {"mlflow_run_id": run_id, "step": trainer.step,
+                                        "fingerprints": fingerprints})
+    summary = {
+        "steps": result.steps,
+        "tokens_seen": result.tokens_seen,
+        "skipped_steps": result.skipped_steps,
+        "parameters": trainer.raw_model.num_parameters(),
+        "train": {k: v for k, v in result.last_train.items() if k not in ("step", "epoch")},
+        "val": result.last_eval.to_dict() if result.last_eval else {},
+    }
+    write_json(metrics_file, summary)
+    if tracker:
+        final = checkpoints.latest()
+        if tracking.log_checkpoints == "last" and final is not None:
+            tracker.log_artifacts(final.path, f"checkpoints/{final.path.name}")
+        with tempfile.TemporaryDirectory() as tmp:
+            export_hf(trainer.raw_model.cpu(), tmp, vocab_dir)
+            tracker.log_artifacts(tmp, "hf_model")
+        tracker.finish()
+    val, loss = summary["val"], summary["train"].get("loss", float("nan"))
+    click.echo(
+        f"pretrain: {result.steps} steps, train loss {loss:.4f}"
+        + (f", val MLM accuracy {val['mlm_accuracy']:.3f} (baseline "
+           f"{val['mlm_baseline_accuracy']:.3f}), NSP accuracy {val['nsp_accuracy']:.3f}"
+           if val else "")
+        + f" -> {out_dir}",
+        err=True,
+    )
+    return summary
+
+
+def _param_changes(saved: dict | None, current: dict) -> str:
+    """` (train.learning_rate 0.001 -> 0.002, ...)` for the log message."""
+    if not saved:
+        return ""
+    before, after = flatten(saved), flatten(current)
+    keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+    if not keys:
+        return ""
+    shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:5])
+    return f" ({shown}{', ...' if len(keys) > 5 else ''})"

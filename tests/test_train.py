@@ -1,0 +1,269 @@
+"""The training loop: schedule, accumulation, exact resume, non-finite steps, overfitting,
+interruption by SIGTERM, and the pretrain stage's answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+from conftest import REPO, assert_one_line_error, run_bert
+from tiny_pretrain import build_data, tiny_config, write_params
+
+from bertcore.batches import PretrainingBatches
+from bertcore.checkpoint import CheckpointDir
+from bertcore.errors import ConfigError
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.model import BertForPretraining
+from bertcore.samples import SampleStore
+from bertcore.train import (
+    NonFiniteLossError,
+    TrainConfig,
+    Trainer,
+    fit,
+    linear_warmup_decay,
+    micro_batches_of,
+)
+from bertcore.vocab import read_vocab
+
+# One thread: these models are tiny, and two cores are shared with other test processes.
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def bert(*args: str, cwd: Path, check: bool = False):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+class FirstSamples:
+    """The first `n` samples of a store."""
+
+    def __init__(self, store, n: int):
+        self.store, self.n = store, n
+
+    def __len__(self) -> int:
+        return self.n
+
+    def __getitem__(self, index: int):
+        return self.store[index]
+
+
+def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
+                 samples: int | None = None, **train) -> Trainer:
+    """What the pretrain stage builds, on the tiny data, float32 on the CPU."""
+    config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
+                            "warmup_steps": 2, "log_every": 1, "eval_every": 0,
+                            "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
+    tokens = read_vocab(data / "vocab")
+    torch.manual_seed(config.seed)
+    net = BertForPretraining(tiny_config(len(tokens), dropout, **(model or {})))
+    torch.manual_seed(config.seed + 1)
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
+                                   VocabSpec.from_tokens(tokens), seed=config.seed)
+    store = SampleStore(data / "samples" / "train")
+    if samples is not None:
+        store = FirstSamples(store, samples)
+    batches = PretrainingBatches(store, collator,
+                                 config.batch_size, config.gradient_accumulation_steps,
+                                 seed=config.seed)
+    return Trainer(net, config, batches, device="cpu")
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    lrs = [linear_warmup_decay(s, 4, 12) for s in range(13)]
+    assert lrs[:5] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert lrs[4:] == pytest.approx([(12 - s) / 8 for s in range(4, 13)])
+    assert lrs[-1] == 0.0
+    assert linear_warmup_decay(0, 0, 10) == 1.0
+
+
+def test_config_is_checked():
+    with pytest.raises(ConfigError, match="batch_size"):
+        TrainConfig(batch_size=30, gradient_accumulation_steps=4)
+    with pytest.raises(ConfigError, match="max_steps"):
+        TrainConfig(max_steps=None, epochs=None)
+    assert TrainConfig(max_steps=None, epochs=2).total_steps(steps_per_epoch=7) == 14
+
+
+def test_accumulation_gives_the_gradient_of_one_big_batch(data):
+    grads = []
+    for accumulation in (1, 4):
+        trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=accumulation)
+        batch = next(trainer.batches.iterate(epoch=0))
+        joined = {k: torch.cat([mb[k] for mb in batch]) for k in batch[0]}
+        # the same 16 sequences, cut differently (padding differs, the loss must not)
+        parts = micro_batches_of(joined, accumulation)
+        trainer.accumulate_gradients(parts)
+        grads.append({n: p.grad.clone() for n, p in trainer.raw_model.named_parameters()})
+    one, four = grads
+    for name in one:
+        torch.testing.assert_close(four[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert one["nsp_head.weight"].abs().sum() > 0
+
+
+def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
+    # 16 sequences per step, 581 train samples: 36 steps per epoch; with batch 64: 9.
+    kw = dict(max_steps=24, batch_size=64, gradient_accumulation_steps=2, checkpoint_every=5)
+    straight = make_trainer(data, **kw)
+    assert straight.batches.steps_per_epoch == 9
+    losses_straight: list[float] = []
+    fit(straight, on_step=lambda r: losses_straight.append(r.loss), progress=False)
+
+    first = make_trainer(data, **kw)
+    losses_resumed: list[float] = []
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
+    fit(first, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
+        stop_after=13, progress=False)  # epoch 1, step 4 of 9
+    assert [c.step for c in checkpoints.all()] == [10, 13]
+    assert checkpoints.latest().meta["step_in_epoch"] == 4
+    torch.manual_seed(999)  # whatever happens in between must not matter
+
+    second = make_trainer(data, **kw)
+    second.resume_from(checkpoints.latest())
+    assert second.step == 13
+    fit(second, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
+        progress=False)
+    assert len(losses_straight) == 24
+    assert losses_resumed == losses_straight  # exactly, step by step
+    for (name, a), b in zip(straight.raw_model.state_dict().items(),
+                            second.raw_model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert losses_straight[-1] < losses_straight[0]
+
+
+def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
+    trainer = make_trainer(data, max_steps=30, checkpoint_every=2, max_nonfinite_steps=3)
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
+    poisoned = {"on": False}
+    # From step 5 on, the NSP logits turn NaN, as after a divergence.
+    trainer.raw_model.nsp_head.register_forward_hook(
+        lambda module, args, out: out * float("nan") if poisoned["on"] else out
+    )
+    results = []
+
+    def on_step(result):
+        results.append(result)
+        poisoned["on"] = result.step >= 4
+
+    with pytest.raises(NonFiniteLossError, match="3 steps in a row") as error:
+        fit(trainer, checkpoints=checkpoints, on_step=on_step, progress=False)
+    assert "step-00000004" in str(error.value)
+    assert [r.skipped for r in results] == [False] * 4 + [True] * 3
+    assert trainer.skipped_steps == 3
+    # the good checkpoint of step 4 is still the latest, and its weights are finite
+    latest = checkpoints.latest()
+    assert latest.step == 4
+    model = BertForPretraining(trainer.raw_model.config)
+    latest.load_model(model)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # skipped steps left the weights as they were after step 4
+    for a, b in zip(model.parameters(), trainer.raw_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_a_tiny_model_overfits_a_tiny_corpus(data):
+    # 32 sequences seen 200 times (with new masks each time): memorised.
+    trainer = make_trainer(data, dropout=0.0, model={"hidden_size": 64, "num_hidden_layers": 2,
+                                                     "intermediate_size": 256},
+                           samples=32, max_steps=200, batch_size=32, learning_rate=7e-3,
+                           warmup_steps=10)
+    results = []
+    fit(trainer, on_step=results.append, progress=False)
+    start = sum(r.mlm_loss for r in results[:5]) / 5
+    end = sum(r.mlm_loss for r in results[-10:]) / 10
+    assert start > 4.0  # about ln(96): nothing known yet
+    assert end < 0.6 * start, (start, end)  # measured: 4.52 -> 2.27
+    assert sum(r.nsp_accuracy for r in results[-10:]) / 10 > 0.9
+
+
+# ------------------------------------------------------------------------------- the stage
+@pytest.fixture()
+def workdir(data, tmp_path) -> Path:
+    (tmp_path / "data").symlink_to(data)
+    return tmp_path
+
+
+def test_sigterm_checkpoints_then_resume_completes(workdir):
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 150, "checkpoint_every": 1000, "eval_every": 0,
+                        "log_every": 1},
+                 tracking={"enabled": False})
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    proc = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = workdir / "metrics" / "pretrain_log.tsv"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.is_file() and len(log.read_text().splitlines()) > 4:  # header + 4 steps
+            break
+        time.sleep(0.02)
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert_one_line_error(subprocess.CompletedProcess([], proc.returncode, "", stderr),
+                          "interrupted by SIGTERM", "run again to resume")
+    latest = CheckpointDir(workdir / "models" / "checkpoints").latest()
+    stopped_at = latest.step
+    assert 4 <= stopped_at < 150
+    assert not (workdir / "models" / "pretrained").exists()
+    rows_before = log.read_text().splitlines()
+
+    resumed = bert("pretrain", cwd=workdir, check=True)
+    assert "resuming from" in resumed.stderr and f"step {stopped_at} of 150" in resumed.stderr
+    rows = log.read_text().splitlines()
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 151))
+    assert rows[: len(rows_before)] == rows_before
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    assert summary["steps"] == 150
+    assert (workdir / "models" / "pretrained" / "model.safetensors").is_file()
+
+
+def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
+    write_params(workdir / "params.yaml", train={"max_steps": 2, "eval_every": 0},
+                 tracking={"enabled": False})
+    # missing samples
+    proc = bert("pretrain", "--samples", "nowhere", cwd=workdir)
+    assert_one_line_error(proc, "no samples at nowhere", "bert samples")
+    # samples built with another vocabulary
+    other = tmp_path / "other_vocab"
+    other.mkdir()
+    vocab = (workdir / "data" / "vocab" / "vocab.txt").read_text().splitlines()
+    (other / "vocab.txt").write_text("\n".join(vocab[:-1]) + "\n")
+    proc = bert("pretrain", "--vocab", str(other), cwd=workdir)
+    assert_one_line_error(proc, "another vocabulary", "bert samples")
+    # unreachable tracking server: fails before any training, nothing written
+    proc = bert("pretrain", "--set", "tracking.enabled=true",
+                    "--set", "tracking.uri=http://127.0.0.1:9", cwd=workdir)
+    assert_one_line_error(proc, "http://127.0.0.1:9", "unreachable")
+    assert not (workdir / "models").exists()
+    # a checkpoint made with other params: start fresh, saying what changed
+    bert("pretrain", cwd=workdir, check=True)
+    proc = bert("pretrain", "--set", "train.learning_rate=0.001", cwd=workdir, check=True)
+    assert "starting fresh" in proc.stderr
+    assert "train.learning_rate 0.003 -> 0.001" in proc.stderr
+    steps = [c.step for c in CheckpointDir(workdir / "models" / "checkpoints").all()]
+    assert steps == [2]
+    meta = CheckpointDir(workdir / "models" / "checkpoints").latest().meta
+    assert meta["params"]["train"]["learning_rate"] == 0.001
+    # bookkeeping values (logging, checkpoint cadence) do not restart training
+    proc = bert("pretrain", "--set", "train.learning_rate=0.001",
+                    "--set", "train.log_every=1", cwd=workdir, check=True)
+    assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
