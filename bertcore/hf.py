@@ -165,6 +165,12 @@ def export_hf(
     _write_safetensors(tensors, out_dir / WEIGHTS_NAME)
     write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
     for source in tokenizer_files:
+        if source.name == "tokenizer_config.json":
+            # The tokenizer must not hand transformers more tokens than the model has positions.
+            settings = json.loads(source.read_text(encoding="utf-8"))
+            settings["model_max_length"] = config.max_position_embeddings
+            write_json(out_dir / source.name, settings)
+            continue
         with atomic_file(out_dir / source.name, "wb") as handle, source.open("rb") as src:
             shutil.copyfileobj(src, handle)
 
@@ -185,7 +191,11 @@ def load_model(
     else:
         state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
     model = BertForPretraining(config)
-    result = model.load_state_dict(state, strict=False)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shapes that disagree with config.json
+        detail = str(exc).strip().splitlines()[-1].strip()
+        raise BertError(f"{model_dir}: weights do not fit its config.json ({detail})") from None
     missing = list(result.missing_keys)
     unexpected = sorted(set(unexpected) | set(result.unexpected_keys))
     if unexpected:

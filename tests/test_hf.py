@@ -89,6 +89,8 @@ def test_export_loads_in_transformers_with_no_warning_and_same_outputs(tmp_path,
     }
     config = json.loads((out / "config.json").read_text())
     assert config["model_type"] == "bert" and config["architectures"] == ["BertForPreTraining"]
+    tokenizer_config = json.loads((out / "tokenizer_config.json").read_text())
+    assert tokenizer_config["model_max_length"] == 32  # the model's positions, not 512
     keys = set(load_file(out / "model.safetensors"))
     assert "bert.encoder.layer.1.attention.self.query.weight" in keys
     assert not keys & {"cls.predictions.decoder.weight", "cls.predictions.decoder.bias"}
@@ -210,6 +212,11 @@ def test_one_line_errors_for_unusable_dirs(tmp_path, vocab_dir):
     save_model(model, tmp_path / "m")
     (tmp_path / "m" / "model.safetensors").unlink()
     with pytest.raises(BertError, match="no model weights"):
+        load_model(tmp_path / "m")
+    save_model(model, tmp_path / "m")
+    config = json.loads((tmp_path / "m" / "config.json").read_text())
+    (tmp_path / "m" / "config.json").write_text(json.dumps({**config, "vocab_size": 50}))
+    with pytest.raises(BertError, match=r"do not fit its config\.json"):
         load_model(tmp_path / "m")
     with pytest.raises(BertError, match=r"has \d+ tokens but the model only 40"):
         export_hf(model, tmp_path / "hf", vocab_dir=vocab_dir)
