@@ -127,11 +127,15 @@ class Checkpoint:
 
     def load_model(self, model: torch.nn.Module) -> None:
         """Copy the saved weights into `model` (same architecture; any device)."""
-        missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
+        try:
+            missing, unexpected = load_model(model, self.path / MODEL_FILE, strict=False)
+        except RuntimeError as exc:  # shapes differ
+            missing, unexpected = [str(exc).strip().splitlines()[-1].strip()], []
         if missing or unexpected:
             raise BertError(
-                f"checkpoint {self.path} does not fit the model (missing {missing[:3]}, "
-                f"unexpected {unexpected[:3]}): delete it or restore the params it was made with"
+                f"checkpoint {self.path} does not fit the model (missing "
+                f"{sorted(missing)[:2]}, unexpected {sorted(unexpected)[:2]}): delete it or "
+                "restore the params it was made with"
             )
 
     def read_text(self, name: str) -> str | None:

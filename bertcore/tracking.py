@@ -156,6 +156,28 @@ class Tracker:
             ) from None
         return cls(client, run.info.run_id, uri)
 
+    @classmethod
+    def attach(cls, uri: str, run_id: str) -> Tracker | None:
+        """The existing run `run_id`, to add to it (evaluation after training); None, with a
+        warning, when the store no longer has it. An unreachable store is a BertError."""
+        for key, value in _HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        _check_reachable(uri)
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as exc:
+            log.warning("MLflow run %s not found in %s (%s): not logged", run_id, uri,
+                        _first_line(exc))
+            return None
+        if run.info.lifecycle_stage != "active":
+            log.warning("MLflow run %s was deleted: not logged", run_id)
+            return None
+        return cls(client, run_id, uri)
+
     def _call(self, what: str, func, *args, **kwargs) -> bool:
         """Run one MLflow call; on the first failure warn and stop logging for this run."""
         if self.lost:

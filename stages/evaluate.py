@@ -1,0 +1,83 @@
+"""`bert evaluate`: held-out MLM and NSP metrics of the pretrained model, with fixed masks.
+
+Writes `metrics/eval.json` (for `dvc metrics`) and logs the numbers into the MLflow run that
+trained the model (its id is in the model folder), at the model's last step.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from pathlib import Path
+
+import click
+
+from bertcore.atomic import write_json
+from bertcore.batches import eval_batches
+from bertcore.errors import BertError
+from bertcore.evaluation import EvalConfig, evaluate
+from bertcore.hf import load_model
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.samples import SampleStore, check_vocab
+from bertcore.tracking import Tracker, TrackingConfig
+from bertcore.train import resolve_device, resolve_precision
+from bertcore.vocab import read_vocab
+from stages.options import stage_options
+from stages.params import load_params, parse_section
+from stages.pretrain import RUN_INFO, tracking_uri
+
+log = logging.getLogger("bert.evaluate")
+
+
+@click.command()
+@click.option("--model", "model_dir", default="models/pretrained", show_default=True,
+              type=click.Path(file_okay=False), help="Model folder (from `bert pretrain`).")
+@click.option("--samples", "samples_dir", default="data/samples", show_default=True,
+              type=click.Path(file_okay=False), help="Samples folder; its val split is scored.")
+@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
+              type=click.Path(file_okay=False), help="Vocabulary folder.")
+@click.option("--out", "out_file", default="metrics/eval.json", show_default=True,
+              type=click.Path(dir_okay=False), help="Where the metrics go (dvc metrics).")
+@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@stage_options
+def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
+    """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
+    params = load_params(params_file, overrides)
+    masking = parse_section(params, "masking", MaskingConfig)
+    config = parse_section(params, "eval", EvalConfig)
+    tracking = parse_section(params, "tracking", TrackingConfig)
+    samples_dir, model_dir = Path(samples_dir), Path(model_dir)
+    check_vocab(samples_dir, vocab_dir)
+    store = SampleStore(samples_dir / "val")
+    if not len(store):
+        raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
+    tokens = read_vocab(vocab_dir)
+    model = load_model(model_dir)
+    if model.config.vocab_size != len(tokens):
+        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
+                        f"vocabulary {len(tokens)}: rerun `bert pretrain`")
+    info_path = model_dir / RUN_INFO
+    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
+    tracker = None
+    if tracking.enabled and info.get("mlflow_run_id"):
+        tracker = Tracker.attach(tracking_uri(tracking), info["mlflow_run_id"])
+
+    target = resolve_device(device)
+    collator = PretrainingCollator(masking, VocabSpec.from_tokens(tokens), seed=config.seed)
+    metrics = evaluate(
+        model.to(target),
+        eval_batches(store, collator, config.batch_size),
+        target,
+        autocast_dtype=resolve_precision("auto", target),
+    )
+    write_json(out_file, metrics.to_dict())
+    if tracker:
+        values = metrics.to_dict()
+        tracker.log_metrics({f"eval/{k}": v for k, v in values.items()}, step=info.get("step", 0))
+    click.echo(
+        f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
+        f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "
+        f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}) "
+        f"-> {out_file}",
+        err=True,
+    )
