@@ -46,11 +46,24 @@ class Distributed:
         if device_type == "cuda":
             torch.cuda.set_device(local_rank)
         if not dist.is_initialized():
-            dist.init_process_group(
-                backend=backend,
-                timeout=datetime.timedelta(seconds=timeout_s),
-                **({"device_id": torch.device("cuda", local_rank)} if backend == "nccl" else {}),
-            )
+            timeout = datetime.timedelta(seconds=timeout_s)
+            extra: dict[str, Any] = {}
+            if backend == "nccl":
+                extra["device_id"] = torch.device("cuda", local_rank)
+            if os.environ.get("TORCHELASTIC_USE_AGENT_STORE") == "True":
+                # torchrun keeps its store across restarts (--max-restarts): without a prefix
+                # per attempt, restarted workers read the dead workers' addresses and hang.
+                attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+                agent_store = dist.TCPStore(
+                    os.environ["MASTER_ADDR"],
+                    int(os.environ["MASTER_PORT"]),
+                    world_size,
+                    is_master=False,
+                    timeout=timeout,
+                )
+                extra["store"] = dist.PrefixStore(f"bert/attempt-{attempt}", agent_store)
+                extra.update(rank=rank, world_size=world_size)
+            dist.init_process_group(backend=backend, timeout=timeout, **extra)
             log.info("rank %d of %d joined the %s process group", rank, world_size, backend)
         return cls(rank, world_size, local_rank, initialized=True)
 

@@ -55,6 +55,7 @@ BOOKKEEPING_KEYS = frozenset(
         "max_nonfinite_steps",
         "num_workers",
         "nproc_per_node",
+        "max_restarts",
     }
 )
 
@@ -85,6 +86,7 @@ class TrainConfig:
     num_workers: int = 0  # DataLoader workers per process
     compile: bool = False  # torch.compile the model
     nproc_per_node: int = 1  # >1: the pretrain stage relaunches itself under torchrun
+    max_restarts: int = 0  # torchrun restarts after a worker failure (each resumes)
     seed: int = 42
 
     def __post_init__(self):
@@ -137,6 +139,7 @@ class TrainConfig:
         require(k >= 1, "max_nonfinite_steps", k, "an integer >= 1")
         require(self.num_workers >= 0, "num_workers", self.num_workers, "an integer >= 0")
         require(self.nproc_per_node >= 1, "nproc_per_node", self.nproc_per_node, "an int >= 1")
+        require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an integer >= 0")
 
     def total_steps(self, steps_per_epoch: int) -> int:
         if self.max_steps is not None:
@@ -570,7 +573,7 @@ def _format(value: Any) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
-        return f"{value:.6g}"
+        return f"{value:.8g}"
     return str(value)
 
 
@@ -671,6 +674,12 @@ def fit(
             last_eval = evaluate(trainer.raw_model)
         if dist.is_main:
             record.log_eval(trainer.step, last_eval)
+            e = last_eval
+            log.info(
+                "step %d/%d: train loss %.4f; val MLM loss %.4f accuracy %.4f, NSP accuracy %.4f",
+                trainer.step, total, last_train.get("loss", math.nan), e.mlm_loss,
+                e.mlm_accuracy, e.nsp_accuracy,
+            )
 
     # tqdm's disable=None shows the bar only on a terminal
     disable = (None if dist.is_main else True) if progress is None else not progress

@@ -108,7 +108,7 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     params = load_params(params_file, overrides)
     train_config = parse_section(params, "train", TrainConfig)
     if train_config.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
-        _relaunch_under_torchrun(train_config.nproc_per_node)
+        _relaunch_under_torchrun(train_config.nproc_per_node, train_config.max_restarts)
         return
     run_pretraining(
         params,
@@ -122,10 +122,12 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     )
 
 
-def _relaunch_under_torchrun(nproc: int) -> None:
-    """Run this very command under torchrun with `nproc` processes on this machine."""
+def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
+    """Run this very command under torchrun with `nproc` processes on this machine; after a
+    worker failure torchrun restarts them all (`max_restarts` times), and they resume from
+    the latest checkpoint."""
     args = [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            "--standalone", "-m", "stages", *sys.argv[1:]]
+            f"--max-restarts={max_restarts}", "--standalone", "-m", "stages", *sys.argv[1:]]
     log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
     code = subprocess.call(args)
     if code != 0:

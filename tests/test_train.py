@@ -18,6 +18,7 @@ from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.batches import PretrainingBatches
 from bertcore.checkpoint import CheckpointDir
+from bertcore.distributed import Distributed
 from bertcore.errors import ConfigError
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertForPretraining
@@ -67,8 +68,10 @@ class FirstSamples:
 
 
 def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
-                 samples: int | None = None, **train) -> Trainer:
-    """What the pretrain stage builds, on the tiny data, float32 on the CPU."""
+                 samples: int | None = None, world: tuple[int, int] = (0, 1),
+                 **train) -> Trainer:
+    """What the pretrain stage builds, on the tiny data, float32 on the CPU. `world`:
+    (rank, world_size) of this process in an initialised process group."""
     config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
                             "warmup_steps": 2, "log_every": 1, "eval_every": 0,
                             "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
@@ -81,10 +84,11 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
     store = SampleStore(data / "samples" / "train")
     if samples is not None:
         store = FirstSamples(store, samples)
+    rank, world_size = world
     batches = PretrainingBatches(store, collator,
                                  config.batch_size, config.gradient_accumulation_steps,
-                                 seed=config.seed)
-    return Trainer(net, config, batches, device="cpu")
+                                 seed=config.seed, rank=rank, world_size=world_size)
+    return Trainer(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
 
 
 def test_schedule_warms_up_then_decays_to_zero():

@@ -1,0 +1,128 @@
+"""DDP on CPU with gloo and two processes: the same optimisation as one process with the same
+global batch, identical parameters on every rank, and recovery from a killed worker under
+torchrun with resume from the latest checkpoint."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
+from conftest import REPO, run_bert
+from safetensors.torch import load_file
+from tiny_pretrain import build_data, write_params
+
+from bertcore.distributed import Distributed
+from bertcore.train import fit
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
+             warmup_steps=2)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+def _train(data: Path, out: Path, rank: int, world_size: int) -> None:
+    """One process of a run (world_size 1 is the plain single-process run)."""
+    from test_train import make_trainer
+
+    torch.set_num_threads(1)
+    trainer = make_trainer(data, dropout=0.0, world=(rank, world_size), **TRAIN)
+    losses: list[float] = []
+    fit(trainer, on_step=lambda r: losses.append(r.loss), progress=False)
+    torch.save({"losses": losses, "state": trainer.raw_model.state_dict()},
+               out / f"rank{rank}-of-{world_size}.pt")
+
+
+def _worker(rank: int, world_size: int, data: Path, out: Path) -> None:
+    dist.init_process_group("gloo", init_method=f"file://{out / 'rendezvous'}", rank=rank,
+                            world_size=world_size)
+    try:
+        _train(data, out, rank, world_size)
+    finally:
+        dist.destroy_process_group()
+
+
+def test_two_processes_optimise_like_one(data, tmp_path):
+    _train(data, tmp_path, 0, 1)
+    mp.spawn(_worker, args=(2, data, tmp_path), nprocs=2, join=True)
+    one = torch.load(tmp_path / "rank0-of-1.pt", weights_only=True)
+    rank0 = torch.load(tmp_path / "rank0-of-2.pt", weights_only=True)
+    rank1 = torch.load(tmp_path / "rank1-of-2.pt", weights_only=True)
+    assert len(one["losses"]) == 6
+    torch.testing.assert_close(rank0["losses"], one["losses"], rtol=1e-5, atol=0)
+    assert rank0["losses"] == rank1["losses"]  # the logged losses are the global ones
+    for name, tensor in one["state"].items():
+        torch.testing.assert_close(rank0["state"][name], tensor, rtol=1e-5, atol=1e-6,
+                                   msg=name)
+        assert torch.equal(rank0["state"][name], rank1["state"][name]), name
+    assert one["losses"][-1] < one["losses"][0]
+
+
+def test_distributed_alone_is_a_no_op():
+    alone = Distributed()
+    tensor = torch.ones(3)
+    assert alone.all_reduce_sum(tensor) is tensor and tensor.tolist() == [1.0, 1.0, 1.0]
+    assert alone.all_gather_objects("x") == ["x"]
+    assert alone.broadcast_object(5) == 5
+    assert alone.is_main and not alone.enabled
+
+
+# ------------------------------------------------------------------- torchrun, the stage
+def _pretrain_params(workdir: Path, **train) -> None:
+    write_params(workdir / "params.yaml",
+                 model={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+                 train={"max_steps": 30, "batch_size": 16, "gradient_accumulation_steps": 2,
+                        "log_every": 1, "eval_every": 10, "checkpoint_every": 5,
+                        "keep_last": 10, "nproc_per_node": 2, **train},
+                 tracking={"enabled": False})
+
+
+def _weights(folder: Path) -> dict[str, torch.Tensor]:
+    return load_file(folder / "model.safetensors")
+
+
+def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
+    straight, crashed = tmp_path / "straight", tmp_path / "crashed"
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    for workdir in (straight, crashed):
+        workdir.mkdir()
+        (workdir / "data").symlink_to(data)
+    _pretrain_params(straight, nproc_per_node=1)  # one process is the same optimisation
+    run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
+
+    _pretrain_params(crashed, max_restarts=1)
+    launcher = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=crashed,
+                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                text=True)
+    first = crashed / "models" / "checkpoints" / "step-00000010"
+    deadline = time.monotonic() + 240
+    while not first.exists() and time.monotonic() < deadline and launcher.poll() is None:
+        time.sleep(0.05)
+    workers = [p for p in psutil.Process(launcher.pid).children(recursive=True)
+               if p.environ().get("LOCAL_RANK") == "1"]
+    assert len(workers) == 1, "worker of rank 1 not found"
+    workers[0].send_signal(signal.SIGKILL)
+    _, stderr = launcher.communicate(timeout=300)
+    assert launcher.returncode == 0, stderr
+    assert "resuming from" in stderr
+    final_straight = _weights(straight / "models" / "pretrained")
+    final_crashed = _weights(crashed / "models" / "pretrained")
+    for name, tensor in final_straight.items():
+        torch.testing.assert_close(final_crashed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
+    # written by rank 0 only, one row per step, complete across the restart
+    rows = (crashed / "metrics" / "pretrain_log.tsv").read_text().splitlines()
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 31))
+    assert sorted(p.name for p in (crashed / "models" / "checkpoints").iterdir()) == [
+        f"step-{s:08d}" for s in (5, 10, 15, 20, 25, 30)]
