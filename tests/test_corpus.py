@@ -279,3 +279,16 @@ def test_builtin_python_docs_default(tmp_path):
     assert stats.documents > 300 and len(val) >= 5
     assert stats.characters > 500_000
     assert any(doc[0] == 'The "assert" statement' for doc in train + val)
+
+
+def test_digest_set_membership_across_merges():
+    from bertcore.corpus.writer import DigestSet
+
+    seen = DigestSet(pending_limit=8)
+    keys = [(i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(100)]
+    for key in keys[:50]:
+        assert key not in seen
+        seen.add(key)
+    assert len(seen) == 50
+    assert all(key in seen for key in keys[:50])
+    assert not any(key in seen for key in keys[50:])

@@ -3,8 +3,8 @@
 Format (Google's `create_pretraining_data.py`): UTF-8, one sentence per line, a blank line
 between documents. A document goes to val when a hash of (seed, its content) falls below
 `val_fraction`, so its split depends on nothing else: adding or reordering documents moves
-no other document. Exact duplicates are recognised by a 16-byte digest of the content; the
-set of digests is the only thing that grows with the corpus.
+no other document. Exact duplicates are recognised by a 64-bit digest of the content, kept in
+a sorted array (8 bytes a document): the only thing that grows with the corpus.
 """
 
 from __future__ import annotations
@@ -14,6 +14,8 @@ import shutil
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 SPLITS = ("train", "val")
 _SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
@@ -36,6 +38,35 @@ class _Written:
     characters: int
 
 
+class DigestSet:
+    """A set of 64-bit digests at 8 bytes each: a sorted array plus a small set of recent ones.
+
+    A Python set costs ~80 bytes a member, which at millions of documents is most of the
+    stage's memory; here recent members go to a bounded set, merged into the array in bulk.
+    """
+
+    def __init__(self, pending_limit: int = 1 << 16):
+        self._sorted = np.empty(0, dtype=np.uint64)
+        self._pending: set[int] = set()
+        self._pending_limit = pending_limit
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._pending)
+
+    def __contains__(self, key: int) -> bool:
+        if key in self._pending:
+            return True
+        at = int(np.searchsorted(self._sorted, np.uint64(key)))
+        return at < len(self._sorted) and int(self._sorted[at]) == key
+
+    def add(self, key: int) -> None:
+        self._pending.add(key)
+        if len(self._pending) >= self._pending_limit:
+            recent = np.fromiter(self._pending, dtype=np.uint64, count=len(self._pending))
+            self._sorted = np.union1d(self._sorted, recent)
+            self._pending.clear()
+
+
 class SplitWriter:
     """`add(sentences)` writes one document and says where it went (or why not)."""
 
@@ -46,7 +77,7 @@ class SplitWriter:
         self.stats = {split: SplitStats() for split in SPLITS}
         self._files = {split: open(self.out_dir / f"{split}.txt", "w+b") for split in SPLITS}  # noqa: SIM115
         self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
-        self._seen: set[bytes] = set()
+        self._seen = DigestSet()
 
     def add(self, sentences) -> str:
         """Write one document; returns "train", "val", "empty" or "duplicate"."""
@@ -62,9 +93,10 @@ class SplitWriter:
             if count == 0:
                 return "empty"
             key = digest.digest()
-            if key in self._seen:
+            short = int.from_bytes(key[:8], "little")
+            if short in self._seen:
                 return "duplicate"
-            self._seen.add(key)
+            self._seen.add(short)
             split = self.split_of(key)
             handle = self._files[split]
             separator_at = handle.tell()
