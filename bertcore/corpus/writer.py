@@ -63,7 +63,11 @@ class DigestSet:
         self._pending.add(key)
         if len(self._pending) >= self._pending_limit:
             recent = np.fromiter(self._pending, dtype=np.uint64, count=len(self._pending))
-            self._sorted = np.union1d(self._sorted, recent)
+            merged = np.concatenate([self._sorted, recent])
+            merged.sort(kind="stable")  # (np.union1d's unique() costs ~10x the memory here)
+            keep = np.ones(len(merged), dtype=bool)
+            keep[1:] = merged[1:] != merged[:-1]
+            self._sorted = merged[keep]
             self._pending.clear()
 
 
