@@ -96,7 +96,12 @@ def main() -> None:
     parser.add_argument("--steps", type=int, default=8, help="measured steps per model")
     parser.add_argument("--warmup", type=int, default=2)
     parser.add_argument("--quick", action="store_true", help="batch 8, 3 steps: a smoke run")
+    parser.add_argument(
+        "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
+    )
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     if args.quick:
         args.batch, args.steps, args.warmup = 8, 3, 1
 
