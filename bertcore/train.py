@@ -561,6 +561,14 @@ class TsvLog:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self.path.write_text(self.text, encoding="utf-8")
 
+    def last_row(self) -> dict[str, float]:
+        """The last row written (e.g. restored from a checkpoint), as numbers; {} if none."""
+        lines = self.text.rstrip("\n").split("\n")
+        if len(lines) < 2:
+            return {}
+        values = lines[-1].split("\t")
+        return {c: float(v) for c, v in zip(self.columns, values, strict=False) if v != ""}
+
     def add(self, values: Mapping[str, Any]) -> None:
         row = "\t".join(_format(values.get(c)) for c in self.columns) + "\n"
         self.text += row
@@ -650,7 +658,7 @@ def fit(
     spe = trainer.batches.steps_per_epoch
     started = time.perf_counter()
     window_start, window_tokens_base = started, trainer.window[_WINDOW.index("tokens")].item()
-    last_train: dict[str, float] = {}
+    last_train: dict[str, float] = record.train.last_row()  # resumed at the end: not empty
     last_eval: EvalMetrics | None = None
     saved_at: int | None = None
     saved_path: Path | None = None

@@ -153,6 +153,19 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     assert losses_straight[-1] < losses_straight[0]
 
 
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_follows_float32(data, precision):
+    runs = {}
+    for name in ("fp32", precision):
+        trainer = make_trainer(data, dropout=0.0, precision=name, max_steps=4)
+        runs[name] = []
+        fit(trainer, on_step=runs[name].append, progress=False)
+    assert (trainer.scaler is not None) == (precision == "fp16")
+    assert not any(r.skipped for r in runs[precision])
+    assert [r.loss for r in runs[precision]] == pytest.approx(
+        [r.loss for r in runs["fp32"]], rel=1e-2)
+
+
 def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
     trainer = make_trainer(data, max_steps=30, checkpoint_every=2, max_nonfinite_steps=3)
     checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
@@ -271,3 +284,5 @@ def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
     proc = bert("pretrain", "--set", "train.learning_rate=0.001",
                     "--set", "train.log_every=1", cwd=workdir, check=True)
     assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    assert summary["steps"] == 2 and summary["train"]["loss"] > 0  # restored, not retrained
