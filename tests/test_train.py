@@ -23,6 +23,7 @@ from bertcore.errors import ConfigError
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertForPretraining
 from bertcore.samples import SampleStore
+from bertcore.tracking import sqlite_uri
 from bertcore.train import (
     NonFiniteLossError,
     TrainConfig,
@@ -220,9 +221,9 @@ def workdir(data, tmp_path) -> Path:
 
 def test_sigterm_checkpoints_then_resume_completes(workdir):
     write_params(workdir / "params.yaml",
-                 train={"max_steps": 150, "checkpoint_every": 1000, "eval_every": 0,
+                 train={"max_steps": 60, "checkpoint_every": 1000, "eval_every": 0,
                         "log_every": 1},
-                 tracking={"enabled": False})
+                 tracking={"experiment": "sigterm"})
     env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
     proc = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
@@ -239,18 +240,27 @@ def test_sigterm_checkpoints_then_resume_completes(workdir):
                           "interrupted by SIGTERM", "run again to resume")
     latest = CheckpointDir(workdir / "models" / "checkpoints").latest()
     stopped_at = latest.step
-    assert 4 <= stopped_at < 150
+    assert 4 <= stopped_at < 60
     assert not (workdir / "models" / "pretrained").exists()
     rows_before = log.read_text().splitlines()
 
     resumed = bert("pretrain", cwd=workdir, check=True)
-    assert "resuming from" in resumed.stderr and f"step {stopped_at} of 150" in resumed.stderr
+    assert "resuming from" in resumed.stderr and f"step {stopped_at} of 60" in resumed.stderr
     rows = log.read_text().splitlines()
-    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 151))
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 61))
     assert rows[: len(rows_before)] == rows_before
     summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
-    assert summary["steps"] == 150
+    assert summary["steps"] == 60
     assert (workdir / "models" / "pretrained" / "model.safetensors").is_file()
+    # one MLflow run, continued after the interruption, with every step once
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(workdir / "mlflow.db"))
+    experiment = client.get_experiment_by_name("sigterm")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == list(range(1, 61))
 
 
 def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
