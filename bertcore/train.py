@@ -752,10 +752,12 @@ def fit(
                     checkpoint()
                     if result.stop_requested:
                         signum = stop.signum or signal.SIGTERM
-                        where = f" in {saved_path}" if saved_path else ""
+                        if saved_at == step and saved_path is not None:
+                            saved = f"checkpoint written in {saved_path}; run again to resume"
+                        else:
+                            saved = "no checkpoint written for this step"
                         raise TrainingInterrupted(
-                            f"interrupted by {_signal_name(signum)} after step {step}: "
-                            f"checkpoint written{where}; run again to resume",
+                            f"interrupted by {_signal_name(signum)} after step {step}: {saved}",
                             signum,
                         )
                     return _result(trainer, started, last_train, last_eval, saved_path)
