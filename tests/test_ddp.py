@@ -83,9 +83,9 @@ def test_distributed_alone_is_a_no_op():
 def _pretrain_params(workdir: Path, **train) -> None:
     write_params(workdir / "params.yaml",
                  model={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
-                 train={"max_steps": 30, "batch_size": 16, "gradient_accumulation_steps": 2,
-                        "log_every": 1, "eval_every": 10, "checkpoint_every": 5,
-                        "keep_last": 10, "nproc_per_node": 2, **train},
+                 train={"max_steps": 80, "batch_size": 16, "gradient_accumulation_steps": 2,
+                        "log_every": 1, "eval_every": 20, "checkpoint_every": 5,
+                        "keep_last": 20, "nproc_per_node": 2, **train},
                  tracking={"enabled": False})
 
 
@@ -123,6 +123,6 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
         torch.testing.assert_close(final_crashed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
     # written by rank 0 only, one row per step, complete across the restart
     rows = (crashed / "metrics" / "pretrain_log.tsv").read_text().splitlines()
-    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 31))
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 81))
     assert sorted(p.name for p in (crashed / "models" / "checkpoints").iterdir()) == [
-        f"step-{s:08d}" for s in (5, 10, 15, 20, 25, 30)]
+        f"step-{s:08d}" for s in range(5, 81, 5)]
