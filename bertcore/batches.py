@@ -159,6 +159,9 @@ class PretrainingBatches:
             collate_fn=self.collator,
             num_workers=self.num_workers,
             pin_memory=self.pin_memory,
+            # Its own generator: a DataLoader otherwise draws its workers' base seed from the
+            # global torch RNG, shifting the dropout stream of a resumed run.
+            generator=torch.Generator().manual_seed(self.seed),
         )
         step: list[dict[str, torch.Tensor]] = []
         for micro_batch in loader:
@@ -208,4 +211,5 @@ def eval_batches(
         batch_sampler=sampler,
         collate_fn=collator,
         num_workers=num_workers,
+        generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
     )

@@ -226,25 +226,6 @@ def _signal_name(signum: int) -> str:
     return signal.Signals(signum).name
 
 
-@contextlib.contextmanager
-def _rng_untouched() -> Iterator[None]:
-    """Creating a DataLoader iterator draws one number from the global torch RNG; done inside
-    this block it leaves the dropout stream alone, so where a run starts (fresh, resumed,
-    mid-epoch) never shifts the random numbers of later steps."""
-    with torch.random.fork_rng(devices=[]):
-        yield
-
-
-def _steps_of(batches: PretrainingBatches, epoch: int, start: int) -> Iterator[list[dict]]:
-    iterator = batches.iterate(epoch, start)
-    while True:
-        with _rng_untouched():  # the first next() builds the DataLoader iterator
-            item = next(iterator, None)
-        if item is None:
-            return
-        yield item
-
-
 # ------------------------------------------------------------------------------ the trainer
 @dataclass
 class StepResult:
@@ -678,8 +659,7 @@ def fit(
         nonlocal last_eval
         if evaluate is None:
             return
-        with _rng_untouched():
-            last_eval = evaluate(trainer.raw_model)
+        last_eval = evaluate(trainer.raw_model)
         if dist.is_main:
             record.log_eval(trainer.step, last_eval)
             e = last_eval
@@ -703,7 +683,7 @@ def fit(
     with StopRequest() as stop, bar:
         while trainer.step < total:
             epoch, start = divmod(trainer.step, spe)
-            for micro_batches in _steps_of(trainer.batches, epoch, start):
+            for micro_batches in trainer.batches.iterate(epoch, start):
                 result = trainer.train_step(micro_batches, stop=stop.signum is not None)
                 bar.update(1)
                 if on_step:

@@ -227,3 +227,16 @@ def test_works_over_the_on_disk_sample_store(tmp_path, store):
     for a, b in pairs:
         for name in a:
             assert torch.equal(a[name], b[name])
+
+
+@pytest.mark.parametrize("workers", [0, 2])
+def test_loading_leaves_the_global_torch_rng_alone(store, workers):
+    """Dropout draws from the global RNG: loading batches must not shift it, or a resumed
+    run would see other dropout masks than an uninterrupted one."""
+    torch.manual_seed(11)
+    expected = torch.rand(4)
+    torch.manual_seed(11)
+    batches = PretrainingBatches(store, collator(), 16, 1, seed=3, num_workers=workers)
+    next(iter(batches.iterate(0, 1)))
+    list(eval_batches(store, collator(seed=1), batch_size=16, num_workers=workers))
+    assert torch.equal(torch.rand(4), expected)
