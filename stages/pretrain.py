@@ -15,6 +15,7 @@ import os
 import subprocess
 import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
 from bertcore.hf import export_hf, save_model
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining, ModelParams
+from bertcore.model import BertConfig, BertForPretraining, ModelParams
 from bertcore.samples import SampleStore, check_vocab, read_meta
 from bertcore.tracking import Tracker, TrackingConfig, git_commit, resolve_uri, sqlite_uri
 from bertcore.train import (
@@ -110,16 +111,16 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     if train_config.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         _relaunch_under_torchrun(train_config.nproc_per_node, train_config.max_restarts)
         return
-    run_pretraining(
-        params,
-        samples_dir=Path(samples_dir),
-        vocab_dir=Path(vocab_dir),
-        checkpoint_dir=Path(checkpoint_dir),
-        out_dir=Path(out_dir),
-        metrics_file=Path(metrics_file),
-        log_file=Path(log_file),
-        eval_log_file=Path(eval_log_file),
+    paths = PretrainPaths(
+        samples=Path(samples_dir),
+        vocab=Path(vocab_dir),
+        checkpoints=Path(checkpoint_dir),
+        out=Path(out_dir),
+        metrics=Path(metrics_file),
+        log=Path(log_file),
+        eval_log=Path(eval_log_file),
     )
+    run_pretraining(params, paths)
 
 
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
@@ -135,53 +136,74 @@ def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
                         "see the messages above")
 
 
-def run_pretraining(
-    params: dict[str, Any],
-    *,
-    samples_dir: Path,
-    vocab_dir: Path,
-    checkpoint_dir: Path,
-    out_dir: Path,
-    metrics_file: Path,
-    log_file: Path,
-    eval_log_file: Path,
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class PretrainPaths:
+    """What the stage reads (samples, vocab, checkpoints) and writes."""
+
+    samples: Path
+    vocab: Path
+    checkpoints: Path
+    out: Path
+    metrics: Path
+    log: Path
+    eval_log: Path
+
+
+@dataclass(frozen=True)
+class PretrainInputs:
+    """The parsed params sections and the opened inputs, all checked before training."""
+
+    model_params: ModelParams
+    masking: MaskingConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tracking: TrackingConfig
+    train_store: SampleStore
+    val_store: SampleStore
+    tokens: list[str]
+    model_config: BertConfig
+
+    @classmethod
+    def read(cls, params: dict[str, Any], paths: PretrainPaths) -> PretrainInputs:
+        model_params = parse_section(params, "model", ModelParams)
+        masking = parse_section(params, "masking", MaskingConfig)
+        train = parse_section(params, "train", TrainConfig)
+        eval_config = parse_section(params, "eval", EvalConfig)
+        tracking = parse_section(params, "tracking", TrackingConfig)
+        meta = read_meta(paths.samples)
+        check_vocab(paths.samples, paths.vocab)
+        tokens = read_vocab(paths.vocab)
+        model_config = model_params.to_config(vocab_size=len(tokens))
+        if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
+            raise BertError(
+                f"samples are up to {meta['max_seq_length']} tokens but the model has "
+                f"max_position_embeddings={model_config.max_position_embeddings}: raise "
+                "model.max_position_embeddings or lower samples.max_seq_length"
+            )
+        return cls(model_params, masking, train, eval_config, tracking,
+                   SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
+                   tokens, model_config)
+
+
+def run_pretraining(params: dict[str, Any], paths: PretrainPaths) -> dict[str, Any]:
     """The whole stage; returns what it wrote to the metrics file (rank 0)."""
-    model_params = parse_section(params, "model", ModelParams)
-    masking = parse_section(params, "masking", MaskingConfig)
-    config = parse_section(params, "train", TrainConfig)
-    eval_config = parse_section(params, "eval", EvalConfig)
-    tracking = parse_section(params, "tracking", TrackingConfig)
-
-    # Inputs, checked before anything slow.
-    meta = read_meta(samples_dir)
-    check_vocab(samples_dir, vocab_dir)
-    tokens = read_vocab(vocab_dir)
-    train_store = SampleStore(samples_dir / "train")
-    val_store = SampleStore(samples_dir / "val")
-    model_config = model_params.to_config(vocab_size=len(tokens))
-    if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
-        raise BertError(
-            f"samples are up to {meta['max_seq_length']} tokens but the model has "
-            f"max_position_embeddings={model_config.max_position_embeddings}: raise "
-            "model.max_position_embeddings or lower samples.max_seq_length"
-        )
-
-    device_name = config.device
+    inputs = PretrainInputs.read(params, paths)  # checked before anything slow
+    device_name = inputs.train.device
     if device_name == "auto":
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
     dist = Distributed.from_env(torch.device(device_name).type)
     try:
-        return _train(params, model_params, masking, config, eval_config, tracking, dist,
-                      train_store, val_store, tokens, model_config, samples_dir, vocab_dir,
-                      checkpoint_dir, out_dir, metrics_file, log_file, eval_log_file)
+        return _train(params, paths, inputs, dist)
     finally:
         dist.close()
 
 
-def _train(params, model_params, masking, config, eval_config, tracking, dist, train_store,
-           val_store, tokens, model_config, samples_dir, vocab_dir, checkpoint_dir, out_dir,
-           metrics_file, log_file, eval_log_file) -> dict[str, Any]:
+def _train(params: dict[str, Any], paths: PretrainPaths, inputs: PretrainInputs,
+           dist: Distributed) -> dict[str, Any]:
+    config, masking, model_params = inputs.train, inputs.masking, inputs.model_params
+    eval_config, tracking = inputs.eval, inputs.tracking
+    train_store, val_store, tokens = inputs.train_store, inputs.val_store, inputs.tokens
+    samples_dir, vocab_dir, checkpoint_dir = paths.samples, paths.vocab, paths.checkpoints
     device = resolve_device(config.device, dist)
     optimisation = {
         "model": dataclasses.asdict(model_params),
@@ -230,7 +252,7 @@ def _train(params, model_params, masking, config, eval_config, tracking, dist, t
     # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
     # then a different dropout stream per process.
     torch.manual_seed(config.seed)
-    model = BertForPretraining(model_config)
+    model = BertForPretraining(inputs.model_config)
     torch.manual_seed(config.seed + 1 + dist.rank)
     vocab = VocabSpec.from_tokens(tokens)
     batches = PretrainingBatches(
@@ -260,8 +282,8 @@ def _train(params, model_params, masking, config, eval_config, tracking, dist, t
             return evaluate(m, val, device, trainer.autocast_dtype, dist, eval_config.max_batches)
 
     record = TrainingRecord(
-        log_file if dist.is_main else None,
-        eval_log_file if dist.is_main else None,
+        paths.log if dist.is_main else None,
+        paths.eval_log if dist.is_main else None,
         tracker,
         previous={name: resume.read_text(name) for name in ("train_log.tsv", "eval_log.tsv")}
         if resume
@@ -290,7 +312,7 @@ def _train(params, model_params, masking, config, eval_config, tracking, dist, t
     if not dist.is_main:
         return {}
 
-    with atomic_dir(out_dir) as staging:
+    with atomic_dir(paths.out) as staging:
         save_model(trainer.raw_model, staging)
         write_json(staging / RUN_INFO, {"mlflow_run_id": run_id, "step": trainer.step,
                                         "fingerprints": fingerprints})
@@ -302,7 +324,7 @@ def _train(params, model_params, masking, config, eval_config, tracking, dist, t
         "train": {k: v for k, v in result.last_train.items() if k not in ("step", "epoch")},
         "val": result.last_eval.to_dict() if result.last_eval else {},
     }
-    write_json(metrics_file, summary)
+    write_json(paths.metrics, summary)
     if tracker:
         final = checkpoints.latest()
         if tracking.log_checkpoints == "last" and final is not None:
@@ -317,7 +339,7 @@ def _train(params, model_params, masking, config, eval_config, tracking, dist, t
         + (f", val MLM accuracy {val['mlm_accuracy']:.3f} (baseline "
            f"{val['mlm_baseline_accuracy']:.3f}), NSP accuracy {val['nsp_accuracy']:.3f}"
            if val else "")
-        + f" -> {out_dir}",
+        + f" -> {paths.out}",
         err=True,
     )
     return summary
