@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from model_step import make_batch
+from model_step import hf_inputs, make_batch
 
 from bertcore.hf import to_hf_state_dict
 from bertcore.model import BertConfig, BertForPretraining
@@ -101,13 +101,7 @@ def main() -> None:
     config = BertConfig.from_preset(args.preset, vocab_size=args.vocab_size)
     batch = make_batch(args.batch, args.seq, args.vocab_size, torch.Generator().manual_seed(0))
     batch = {k: v.to(device) for k, v in batch.items()}
-    hf_batch = dict(
-        input_ids=batch["input_ids"],
-        token_type_ids=batch["token_type_ids"],
-        attention_mask=batch["attention_mask"],
-        labels=batch["mlm_labels"],
-        next_sentence_label=batch["nsp_labels"],
-    )
+    hf_batch = hf_inputs(batch)
     fused = device.type == "cuda"
 
     def make_step(model, inputs, param_groups):

@@ -59,6 +59,17 @@ def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> 
     )
 
 
+def hf_inputs(batch: dict) -> dict:
+    """The same batch under transformers' argument names (labels, next_sentence_label)."""
+    return dict(
+        input_ids=batch["input_ids"],
+        token_type_ids=batch["token_type_ids"],
+        attention_mask=batch["attention_mask"],
+        labels=batch["mlm_labels"],
+        next_sentence_label=batch["nsp_labels"],
+    )
+
+
 def step_flops(config: BertConfig, batch: dict) -> float:
     """Matmul FLOPs of one training step of OUR model (3 × forward; padding included since
     it is computed; the MLM head only on labelled positions)."""
@@ -129,13 +140,7 @@ def main() -> None:
         optimizer.zero_grad(set_to_none=True)
 
     def theirs_step(optimizer):
-        out = theirs(
-            input_ids=batch["input_ids"],
-            token_type_ids=batch["token_type_ids"],
-            attention_mask=batch["attention_mask"],
-            labels=batch["mlm_labels"],
-            next_sentence_label=batch["nsp_labels"],
-        )
+        out = theirs(**hf_inputs(batch))
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
