@@ -115,3 +115,11 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
     assert "mlm_accuracy" in workspace and "nsp_accuracy" in workspace
     plots = run([DVC, "plots", "show", "--json"], repo, env).stdout
     assert "train_loss" in plots and "val_accuracy" in plots
+
+    # A stage sees only its own params: a new vocab_size invalidates vocab, not corpus
+    # (samples and what follows rerun through their data deps).
+    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    params["vocab"]["vocab_size"] = 100
+    (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
+    status = json.loads(run([DVC, "status", "--json"], repo, env).stdout)
+    assert set(status) == {"vocab"}, status
