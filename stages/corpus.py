@@ -6,15 +6,14 @@ import click
 
 from bertcore.atomic import atomic_dir, write_json
 from bertcore.corpus import CorpusConfig, build_corpus
-from stages.options import stage_options
+from stages.options import file_option, folder_option, stage_options
 from stages.params import load_params, parse_section
 
 
 @click.command("corpus")
-@click.option("--out", default="data/corpus", show_default=True,
-              type=click.Path(file_okay=False), help="Folder for train.txt and val.txt.")
-@click.option("--metrics", "metrics_path", default="metrics/corpus.json", show_default=True,
-              type=click.Path(dir_okay=False), help="Where to write the corpus statistics.")
+@folder_option("--out", "out", "data/corpus", "Folder for train.txt and val.txt.")
+@file_option("--metrics", "metrics_path", "metrics/corpus.json",
+             "Where to write the corpus statistics.")
 @stage_options
 def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split by

@@ -16,28 +16,28 @@ from bertcore.atomic import write_json
 from bertcore.batches import eval_batches
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
-from bertcore.hf import load_model
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.samples import SampleStore, check_vocab
 from bertcore.tracking import Tracker, TrackingConfig
 from bertcore.train import resolve_device, resolve_precision
-from bertcore.vocab import read_vocab
-from stages.options import stage_options
+from stages.options import (
+    file_option,
+    pretrained_option,
+    samples_option,
+    stage_options,
+    vocab_option,
+)
 from stages.params import load_params, parse_section
-from stages.pretrain import RUN_INFO, tracking_uri
+from stages.pretrain import RUN_INFO, load_pretrained, tracking_uri
 
 log = logging.getLogger("bert.evaluate")
 
 
 @click.command()
-@click.option("--model", "model_dir", default="models/pretrained", show_default=True,
-              type=click.Path(file_okay=False), help="Model folder (from `bert pretrain`).")
-@click.option("--samples", "samples_dir", default="data/samples", show_default=True,
-              type=click.Path(file_okay=False), help="Samples folder; its val split is scored.")
-@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
-              type=click.Path(file_okay=False), help="Vocabulary folder.")
-@click.option("--out", "out_file", default="metrics/eval.json", show_default=True,
-              type=click.Path(dir_okay=False), help="Where the metrics go (dvc metrics).")
+@pretrained_option
+@samples_option
+@vocab_option
+@file_option("--out", "out_file", "metrics/eval.json", "Where the metrics go (dvc metrics).")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
@@ -51,11 +51,7 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     store = SampleStore(samples_dir / "val")
     if not len(store):
         raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
-    tokens = read_vocab(vocab_dir)
-    model = load_model(model_dir)
-    if model.config.vocab_size != len(tokens):
-        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
-                        f"vocabulary {len(tokens)}: rerun `bert pretrain`")
+    model, tokens = load_pretrained(model_dir, vocab_dir)
     info_path = model_dir / RUN_INFO
     info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
     tracker = None

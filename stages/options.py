@@ -1,4 +1,5 @@
-"""Options shared by every stage command: `--params FILE` and repeatable `--set key=value`."""
+"""Options shared by the stage commands: `--params FILE`, repeatable `--set key=value`, and
+the folders one stage writes and others read (defaults as in dvc.yaml)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,25 @@ def stage_options(func: Callable) -> Callable:
         help="The params file to read.",
     )(func)
     return func
+
+
+def folder_option(flag: str, dest: str, default: str, help: str) -> Callable:
+    """A folder path option showing its default."""
+    return click.option(flag, dest, default=default, show_default=True,
+                        type=click.Path(file_okay=False), help=help)
+
+
+def file_option(flag: str, dest: str, default: str, help: str) -> Callable:
+    """A file path option showing its default."""
+    return click.option(flag, dest, default=default, show_default=True,
+                        type=click.Path(dir_okay=False), help=help)
+
+
+corpus_option = folder_option("--corpus", "corpus_dir", "data/corpus",
+                              "Corpus folder with train.txt and val.txt (from `bert corpus`).")
+vocab_option = folder_option("--vocab", "vocab_dir", "data/vocab",
+                             "Vocabulary folder (from `bert vocab`).")
+samples_option = folder_option("--samples", "samples_dir", "data/samples",
+                               "Samples folder (from `bert samples`).")
+pretrained_option = folder_option("--model", "model_dir", "models/pretrained",
+                                  "Model folder (from `bert pretrain`).")

@@ -34,7 +34,7 @@ from bertcore.checkpoint import (
 from bertcore.distributed import Distributed
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
-from bertcore.hf import export_hf, save_model
+from bertcore.hf import export_hf, load_model, save_model
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertConfig, BertForPretraining, ModelParams
 from bertcore.samples import SampleStore, check_vocab, read_meta
@@ -48,7 +48,13 @@ from bertcore.train import (
     resolve_device,
 )
 from bertcore.vocab import read_vocab, vocab_fingerprint
-from stages.options import stage_options
+from stages.options import (
+    file_option,
+    folder_option,
+    samples_option,
+    stage_options,
+    vocab_option,
+)
 from stages.params import flatten, load_params, parse_section
 
 log = logging.getLogger("bert.pretrain")
@@ -78,6 +84,16 @@ def tracking_uri(config: TrackingConfig) -> str:
     return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
 
 
+def load_pretrained(model_dir: str | Path, vocab_dir: str | Path):
+    """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
+    model = load_model(model_dir)
+    tokens = read_vocab(vocab_dir)
+    if model.config.vocab_size != len(tokens):
+        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
+                        f"vocabulary in {vocab_dir} {len(tokens)}: rerun `bert pretrain`")
+    return model, tokens
+
+
 def samples_fingerprint(samples_dir: Path) -> str:
     files = [samples_dir / "meta.json"]
     files += [samples_dir / "train" / f"{name}.npy" for name in SAMPLE_ARRAYS]
@@ -86,22 +102,17 @@ def samples_fingerprint(samples_dir: Path) -> str:
 
 # ---------------------------------------------------------------------------------- command
 @click.command()
-@click.option("--samples", "samples_dir", default="data/samples", show_default=True,
-              type=click.Path(file_okay=False), help="Samples folder (from `bert samples`).")
-@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
-              type=click.Path(file_okay=False), help="Vocabulary folder (from `bert vocab`).")
-@click.option("--checkpoints", "checkpoint_dir", default="models/checkpoints",
-              show_default=True, type=click.Path(file_okay=False),
-              help="Checkpoints: resumed from when the params match.")
-@click.option("--out", "out_dir", default="models/pretrained", show_default=True,
-              type=click.Path(file_okay=False), help="Where the final model goes.")
-@click.option("--metrics", "metrics_file", default="metrics/pretrain.json", show_default=True,
-              type=click.Path(dir_okay=False), help="Final train/val metrics (dvc metrics).")
-@click.option("--log", "log_file", default="metrics/pretrain_log.tsv", show_default=True,
-              type=click.Path(dir_okay=False), help="One row per logging step (dvc plots).")
-@click.option("--eval-log", "eval_log_file", default="metrics/pretrain_eval.tsv",
-              show_default=True, type=click.Path(dir_okay=False),
-              help="One row per periodic evaluation (dvc plots).")
+@samples_option
+@vocab_option
+@folder_option("--checkpoints", "checkpoint_dir", "models/checkpoints",
+               "Checkpoints: resumed from when the params match.")
+@folder_option("--out", "out_dir", "models/pretrained", "Where the final model goes.")
+@file_option("--metrics", "metrics_file", "metrics/pretrain.json",
+             "Final train/val metrics (dvc metrics).")
+@file_option("--log", "log_file", "metrics/pretrain_log.tsv",
+             "One row per logging step (dvc plots).")
+@file_option("--eval-log", "eval_log_file", "metrics/pretrain_eval.tsv",
+             "One row per periodic evaluation (dvc plots).")
 @stage_options
 def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_file,
             eval_log_file, params_file, overrides) -> None:

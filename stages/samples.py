@@ -12,7 +12,13 @@ from bertcore.atomic import atomic_dir, write_json
 from bertcore.errors import BertError
 from bertcore.samples import SamplesConfig, build_samples
 from bertcore.vocab import load_tokenizer, vocab_fingerprint
-from stages.options import stage_options
+from stages.options import (
+    corpus_option,
+    file_option,
+    folder_option,
+    stage_options,
+    vocab_option,
+)
 from stages.params import load_params, parse_section
 
 SPLITS = ("train", "val")
@@ -20,14 +26,11 @@ METRIC_KEYS = ("documents", "count", "tokens", "mean_length", "max_length", "nsp
 
 
 @click.command()
-@click.option("--corpus", "corpus_dir", default="data/corpus", show_default=True,
-              type=click.Path(file_okay=False), help="Folder with train.txt and val.txt.")
-@click.option("--vocab", "vocab_dir", default="data/vocab", show_default=True,
-              type=click.Path(file_okay=False), help="Folder with vocab.txt and tokenizer.json.")
-@click.option("--out", "out_dir", default="data/samples", show_default=True,
-              type=click.Path(file_okay=False), help="Where the samples go.")
-@click.option("--metrics", "metrics_file", default="metrics/samples.json", show_default=True,
-              type=click.Path(dir_okay=False), help="Counts and NSP balance, for `dvc metrics`.")
+@corpus_option
+@vocab_option
+@folder_option("--out", "out_dir", "data/samples", "Where the samples go.")
+@file_option("--metrics", "metrics_file", "metrics/samples.json",
+             "Counts and NSP balance, for `dvc metrics`.")
 @stage_options
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:

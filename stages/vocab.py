@@ -10,15 +10,13 @@ import click
 from bertcore.atomic import atomic_dir
 from bertcore.errors import BertError
 from bertcore.vocab import VocabConfig, line_batches, save_vocab, train_tokenizer
-from stages.options import stage_options
+from stages.options import corpus_option, folder_option, stage_options
 from stages.params import load_params, parse_section
 
 
 @click.command()
-@click.option("--corpus", "corpus_dir", default="data/corpus", show_default=True,
-              type=click.Path(file_okay=False), help="Folder with train.txt (from `bert corpus`).")
-@click.option("--out", "out_dir", default="data/vocab", show_default=True,
-              type=click.Path(file_okay=False), help="Where vocab.txt and tokenizer.json go.")
+@corpus_option
+@folder_option("--out", "out_dir", "data/vocab", "Where vocab.txt and tokenizer.json go.")
 @stage_options
 def command(corpus_dir: str, out_dir: str, params_file: str, overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split."""
