@@ -3,13 +3,16 @@ model exists. Subcommands are imported lazily, so `bert corpus` never pays for t
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 import click
 
+from bertcore.atomic import NoSpaceError
 from bertcore.errors import BertError
 
 # name -> "module:attribute" of a click.Command
@@ -49,6 +52,10 @@ class BertGroup(click.Group):
             return super().invoke(ctx)
         except BertError as error:
             raise UserFacingError(error) from None
+        except OSError as error:  # a full disk outside an atomic output (a log, a cache)
+            if error.errno not in (errno.ENOSPC, errno.EDQUOT):
+                raise
+            raise UserFacingError(NoSpaceError(error.filename or Path.cwd())) from None
 
 
 @click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})
