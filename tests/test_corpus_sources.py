@@ -6,7 +6,6 @@ from __future__ import annotations
 import ast
 import json
 import os
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -14,6 +13,7 @@ from pathlib import Path
 import pytest
 import yaml
 from conftest import REPO, assert_one_line_error
+from unprivileged import without_root_powers
 
 DOCS = {
     "a.txt": "Alpha talks first. Alpha talks again.\n",
@@ -96,15 +96,6 @@ def test_a_parquet_text_column_of_another_type_is_named_with_its_type(tmp_path, 
     proc = corpus(tmp_path, "records.parquet")
     assert_one_line_error(proc, f"column 'text' holds {shown}", "not text",
                           "set corpus.text_field", "(text columns: body)")
-
-
-def without_root_powers() -> tuple[str, ...]:
-    """A command prefix under which file permissions hold (root ignores them)."""
-    if os.geteuid() != 0:
-        return ()
-    if not shutil.which("setpriv"):
-        pytest.skip("running as root without setpriv: permissions cannot be tested")
-    return ("setpriv", "--bounding-set", "-dac_override,-dac_read_search", "--")
 
 
 def test_an_unreadable_folder_is_one_line_like_an_unreadable_file(tmp_path):
