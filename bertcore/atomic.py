@@ -168,9 +168,10 @@ def atomic_dir(
 
     A full disk raises NoSpaceError (`advice` says where else to write)."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(final.parent, final.name)
-    tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=final.parent))
+    with _creating(final, advice):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final.parent, final.name)
+        tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=final.parent))
     os.chmod(tmp, _default_mode(is_dir=True))
     try:
         yield tmp
@@ -190,9 +191,10 @@ def atomic_dir(
 def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
     """Open a staging file that replaces `final` when the block succeeds."""
     final = Path(final)
-    final.parent.mkdir(parents=True, exist_ok=True)
-    remove_stale_temporaries(final.parent, final.name)
-    fd, name = tempfile.mkstemp(prefix=_prefix(final), dir=final.parent)
+    with _creating(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final.parent, final.name)
+        fd, name = tempfile.mkstemp(prefix=_prefix(final), dir=final.parent)
     tmp = Path(name)
     os.chmod(tmp, _default_mode(is_dir=False))
     try:
@@ -208,6 +210,20 @@ def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
     finally:
         if tmp.exists():
             tmp.unlink()
+
+
+@contextlib.contextmanager
+def _creating(final: Path, advice: str = "point --out elsewhere") -> Iterator[None]:
+    """Where an output cannot even begin (no permission, a read-only or full disk): one line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            raise NoSpaceError(final, advice) from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise BertError(f"cannot write {final}: {exc.strerror} in {final.parent}; fix its "
+                            f"permissions or {advice}") from None
+        raise
 
 
 def write_json(path: str | os.PathLike, data: object) -> None:

@@ -1,5 +1,6 @@
 """Writing outputs when things go wrong: a full disk (a real, tiny filesystem) for the corpus,
-samples and pretrain stages, and temporaries left by a process killed mid-write."""
+samples and pretrain stages, a folder without write permission, and temporaries left by a
+process killed mid-write."""
 
 from __future__ import annotations
 
@@ -15,6 +16,7 @@ import pytest
 import yaml
 from conftest import REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, write_params
+from unprivileged import without_root_powers
 
 from bertcore.atomic import NoSpaceError, atomic_dir, atomic_file
 from bertcore.checkpoint import CheckpointDir
@@ -188,3 +190,16 @@ def test_temporaries_of_killed_processes_are_removed_at_the_next_start(tmp_path)
                      "metrics/.eval.json.tmp-host-123-abc", "models/.checkpoints.lock"):
             ignored = subprocess.run(["git", "check-ignore", "-q", "--no-index", path], cwd=REPO)
             assert ignored.returncode == 0, path
+
+
+def test_an_output_folder_without_write_permission_is_one_line(tmp_path):
+    (tmp_path / "small.txt").write_text("One short document.\n\nAnd another one here.\n")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "small.txt"}}))
+    (tmp_path / "locked").mkdir(mode=0o555)
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    for out in ("locked/corpus", "locked/sub/corpus"):
+        proc = subprocess.run([*without_root_powers(), sys.executable, "-m", "stages", "corpus",
+                               "--out", out], cwd=tmp_path, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert_one_line_error(proc, f"cannot write {out}: Permission denied",
+                              "point --out elsewhere")
