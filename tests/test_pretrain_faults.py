@@ -115,8 +115,8 @@ def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
     first = start_bert("pretrain", cwd=workdir)
     try:
         wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 12, first)  # past 2 saves
-        second = bert("pretrain", "--set", "train.learning_rate=0.001", "--log", "other.tsv",
-                      cwd=workdir)
+        second = bert("pretrain", "--set", "train.learning_rate=0.001", "--set",
+                      "train.max_steps=30", "--log", "other.tsv", cwd=workdir)
         assert_one_line_error(second, "models/checkpoints is in use by pid "
                               f"{first.pid} on ", "--checkpoints")
         assert first.poll() is None  # the first run goes on
