@@ -165,3 +165,15 @@ def test_truncated_weights_are_one_line_naming_the_file(workdir, command):
     assert_one_line_error(proc, "models/pretrained/model.safetensors is damaged or truncated",
                           "again")
     assert not (workdir / "models" / "hf").exists()
+
+
+def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
+    write_params(workdir / "params.yaml", tracking={"enabled": False})
+    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    save_model(model, workdir / "models" / "pretrained")
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    damage("readable but corrupt weights", weights.parent)
+    proc = bert("export", cwd=workdir)
+    assert_one_line_error(proc, "models/pretrained/model.safetensors is damaged",
+                          "holds NaN or infinite values")
+    assert not (workdir / "models" / "hf").exists()
