@@ -5,15 +5,22 @@ A checkpoint is a folder `step-00001234/` holding
   trainer.pt         optimizer, scheduler, scaler and counters, plus the RNG states of every
                      process: plain tensors, dicts, lists and numbers, so it loads with
                      `torch.load(weights_only=True)` and never executes pickled code
-  meta.json          step, data position, fingerprints of params/vocab/samples, MLflow run id
+  meta.json          step, data position, fingerprints of params/vocab/samples, MLflow run id,
+                     and the sha256 of every other file (`files`)
   *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
 It is written to a staging folder and renamed into place, so a crash mid-write leaves the
 previous checkpoint as the latest. A checkpoint is resumed only when its fingerprints match
 the current run's; the last `keep_last` of the current run are kept.
+
+`latest()` returns the newest checkpoint whose files match their checksums: a damaged one
+(truncated, missing or altered file) is set aside as `step-N.damaged` with a warning, never
+deleted, and the one before it is tried. `lock()` keeps a second run out of the folder.
 """
 
 from __future__ import annotations
 
+import contextlib
+import errno
 import hashlib
 import json
 import logging
@@ -30,15 +37,17 @@ import numpy as np
 import torch
 from safetensors.torch import load_model
 
-from bertcore.atomic import atomic_dir
+from bertcore.atomic import atomic_dir, remove_stale_temporaries
 from bertcore.errors import BertError
 from bertcore.hf import save_model
+from bertcore.lock import folder_lock
 
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer.pt"
 META_FILE = "meta.json"
+DAMAGED_SUFFIX = ".damaged"  # step-00000008.damaged: set aside, never pruned
 _NAME = re.compile(r"^step-(\d+)$")
 
 
@@ -142,6 +151,31 @@ class Checkpoint:
         path = self.path / name
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
+    def damage(self) -> str | None:
+        """What is wrong with the files of this checkpoint, or None when they are intact.
+        (A checkpoint written before checksums existed only needs its two main files.)"""
+        expected = self.meta.get("files") or {MODEL_FILE: None, STATE_FILE: None}
+        for name, checksum in sorted(expected.items()):
+            path = self.path / name
+            try:
+                if checksum is not None and file_sha256(path) != checksum:
+                    return f"{name} does not match its checksum"
+                if checksum is None and not path.is_file():
+                    return f"{name} is missing"
+            except FileNotFoundError:
+                return f"{name} is missing"
+            except OSError as exc:
+                return f"{name} is unreadable ({exc.strerror or exc})"
+        return None
+
+
+def file_sha256(path: str | os.PathLike) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
 
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
@@ -174,8 +208,50 @@ class CheckpointDir:
         return sorted(found, key=lambda c: c.step)
 
     def latest(self) -> Checkpoint | None:
-        found = self.all()
-        return found[-1] if found else None
+        """The newest intact checkpoint. Damaged ones on the way are set aside (renamed
+        `step-N.damaged`), each with one warning; None when no intact one is left."""
+        damaged: list[tuple[Checkpoint, str, str]] = []
+        found = None
+        for ckpt in reversed(self.all()):
+            problem = ckpt.damage()
+            if problem is None:
+                found = ckpt
+                break
+            aside = self._set_aside(ckpt)
+            if aside is not None:  # None: another process of this run set it aside
+                damaged.append((ckpt, problem, aside))
+        for ckpt, problem, aside in damaged:
+            then = f"falling back to {found.path.name}" if found else "no intact one is left"
+            log.warning("checkpoint %s is damaged (%s): set aside as %s; %s", ckpt.path,
+                        problem, aside, then)
+        return found
+
+    def _set_aside(self, ckpt: Checkpoint) -> str | None:
+        """Rename a damaged checkpoint out of the way (keeping it for inspection)."""
+        for n in range(1, 1000):
+            name = f"{ckpt.path.name}{DAMAGED_SUFFIX}" + (f"-{n}" if n > 1 else "")
+            if os.path.lexists(self.root / name):
+                continue
+            try:
+                os.rename(ckpt.path, self.root / name)
+            except FileNotFoundError:
+                return None
+            except OSError as exc:
+                if exc.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                    continue  # taken meanwhile
+                raise BertError(f"checkpoint {ckpt.path} is damaged and cannot be set aside "
+                                f"({exc.strerror}): move it away by hand") from None
+            return name
+        raise BertError(f"checkpoint {ckpt.path} is damaged: move it away by hand")
+
+    def lock(self, enabled: bool = True):
+        """A context that keeps other runs out of this folder while it lasts (a second run
+        fails at once, naming the holder). `enabled=False`: a no-op, for the processes of a
+        distributed run other than rank 0, which holds it for all of them."""
+        if not enabled:
+            return contextlib.nullcontext()
+        return folder_lock(self.root, "wait for that run to finish, or give this one "
+                                      "another checkpoint folder (--checkpoints)")
 
     def save(
         self,
@@ -193,13 +269,14 @@ class CheckpointDir:
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise BertError(f"refusing to checkpoint non-finite weights {name} at step {step}")
         final = self.root / checkpoint_name(step)
-        with atomic_dir(final) as staging:
+        with atomic_dir(final, advice="point --checkpoints elsewhere") as staging:
             save_model(model, staging)  # model.safetensors + config.json: a model dir
             torch.save(dict(state), staging / STATE_FILE)
             for name, text in (texts or {}).items():
                 (staging / name).write_text(text, encoding="utf-8")
+            files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}
             # meta.json last: its presence marks a complete checkpoint even without the rename
-            full_meta = {**meta, "step": step}
+            full_meta = {**meta, "step": step, "files": files}
             (staging / META_FILE).write_text(json.dumps(full_meta, indent=2, sort_keys=True))
         self.prune(current=meta.get("fingerprints", {}))
         return final
@@ -207,11 +284,11 @@ class CheckpointDir:
     def prune(self, current: Mapping[str, str]) -> None:
         """Keep the newest `keep_last` checkpoints whose fingerprints are `current`; delete
         the rest (older ones, and those of other params or data, which this run replaces),
-        plus staging folders left by a crash."""
+        plus staging folders left by processes that died (never a live one's). Checkpoints
+        set aside as damaged are kept."""
         mine = [c for c in self.all() if c.fingerprints == dict(current)]
         keep = {c.path for c in mine[-self.keep_last :]}
         for ckpt in self.all():
             if ckpt.path not in keep:
                 shutil.rmtree(ckpt.path, ignore_errors=True)
-        for path in self.root.glob(".step-*.tmp-*"):
-            shutil.rmtree(path, ignore_errors=True)
+        remove_stale_temporaries(self.root)

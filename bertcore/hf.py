@@ -196,6 +196,11 @@ def load_model(
     except RuntimeError as exc:  # shapes that disagree with config.json
         detail = str(exc).strip().splitlines()[-1].strip()
         raise BertError(f"{model_dir}: weights do not fit its config.json ({detail})") from None
+    bad = next((name for name, t in state.items() if t.is_floating_point()
+                and not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise BertError(f"weights file {weights_path(model_dir)} is damaged: {bad} holds NaN or "
+                        "infinite values; export or save the model again")
     missing = list(result.missing_keys)
     unexpected = sorted(set(unexpected) | set(result.unexpected_keys))
     if unexpected:
@@ -248,14 +253,33 @@ def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
     path = weights_path(model_dir)
     if path.name.endswith(".index.json"):
-        shards = sorted(set(json.loads(path.read_text(encoding="utf-8"))["weight_map"].values()))
+        try:
+            index = json.loads(path.read_text(encoding="utf-8"))
+            shards = sorted(set(index["weight_map"].values()))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            message = f"{path} is not a valid weights index: export the model again"
+            raise BertError(message) from None
         tensors = {}
         for shard in shards:
-            tensors.update(load_file(path.parent / shard))
+            tensors.update(_read_weights_file(path.parent / shard))
         return tensors
-    if path.suffix == ".bin":
-        return torch.load(path, map_location="cpu", weights_only=True)
-    return load_file(path)
+    return _read_weights_file(path)
+
+
+def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    """One file of weights; a truncated or corrupt file is a one-line error naming it."""
+    try:
+        if path.suffix == ".bin":
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(path)
+    except FileNotFoundError:
+        raise BertError(f"weights file {path} is missing: export or save the model again") from None
+    except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise BertError(
+            f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
+            "export or save the model again"
+        ) from None
 
 
 # ------------------------------------------------------------------------------- helpers

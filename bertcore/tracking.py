@@ -12,6 +12,7 @@ from __future__ import annotations
 import logging
 import os
 import subprocess
+import tempfile
 import time
 import urllib.error
 import urllib.request
@@ -83,6 +84,31 @@ def _check_reachable(uri: str) -> None:
         ) from None
 
 
+def _check_writable(uri: str) -> None:
+    """Fail at once when a SQLite store cannot be written (MLflow would retry, then fail
+    with a database traceback). SQLite writes the database file and a journal beside it."""
+    if not uri.startswith("sqlite:///"):
+        return
+    database = Path(uri[len("sqlite:///") :])
+    problem = None
+    try:
+        if database.exists():
+            with open(database, "r+b"):
+                pass
+    except OSError as exc:
+        problem = f"{database} is read-only ({exc.strerror or exc})"
+    if problem is None:
+        try:
+            tempfile.TemporaryFile(dir=database.parent).close()
+        except OSError as exc:
+            problem = f"its folder {database.parent} is not writable ({exc.strerror or exc})"
+    if problem:
+        raise BertError(
+            f"MLflow tracking store {uri} cannot be written: {problem}; make it writable, point "
+            "tracking.uri (or MLFLOW_TRACKING_URI) elsewhere, or set tracking.enabled: false"
+        )
+
+
 class Tracker:
     """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make."""
 
@@ -111,6 +137,7 @@ class Tracker:
         for key, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         _check_reachable(uri)
+        _check_writable(uri)
         from mlflow.entities import Param, RunTag
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -149,7 +176,7 @@ class Tracker:
                     params=log_params[start : start + 100],
                     tags=run_tags if start == 0 else [],
                 )
-        except MlflowException as exc:
+        except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
             raise BertError(
                 f"MLflow tracking store {uri} failed: {_first_line(exc)} (fix tracking.uri or "
                 "MLFLOW_TRACKING_URI)"
@@ -163,6 +190,7 @@ class Tracker:
         for key, value in _HTTP_DEFAULTS.items():
             os.environ.setdefault(key, value)
         _check_reachable(uri)
+        _check_writable(uri)
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 

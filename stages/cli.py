@@ -3,13 +3,16 @@ model exists. Subcommands are imported lazily, so `bert corpus` never pays for t
 
 from __future__ import annotations
 
+import errno
 import importlib
 import logging
 import os
 import sys
+from pathlib import Path
 
 import click
 
+from bertcore.atomic import NoSpaceError
 from bertcore.errors import BertError
 
 # name -> "module:attribute" of a click.Command
@@ -49,6 +52,14 @@ class BertGroup(click.Group):
             return super().invoke(ctx)
         except BertError as error:
             raise UserFacingError(error) from None
+        except OSError as error:  # the machine's doing, not ours: a full disk, permissions
+            if error.errno in (errno.ENOSPC, errno.EDQUOT):
+                raise UserFacingError(NoSpaceError(error.filename or Path.cwd())) from None
+            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and error.filename:
+                message = (f"cannot write or read {error.filename}: {error.strerror}; fix its "
+                           "permissions or point the command elsewhere")
+                raise UserFacingError(BertError(message)) from None
+            raise
 
 
 @click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})

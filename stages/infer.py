@@ -78,6 +78,10 @@ def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str)
         raise BertError(f"{model_dir} has one segment type: it cannot score sentence pairs")
     a = tokenizer.encode(sentence_a, add_special_tokens=False).ids
     b = tokenizer.encode(sentence_b, add_special_tokens=False).ids
+    empty = [name for name, ids in (("SENTENCE_A", a), ("SENTENCE_B", b)) if not ids]
+    if empty:
+        raise BertError(f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty: "
+                        "give two sentences to score")
     limit = model.config.max_position_embeddings - 3
     if len(a) + len(b) > limit:
         notice(

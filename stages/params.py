@@ -58,10 +58,17 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
         except yaml.YAMLError:
             value = raw
         target = params.setdefault(section, {}) or {}
+        if not isinstance(target, dict):
+            raise ConfigError(section, f"must be a mapping of keys, got {target!r}: fix "
+                                       f"params.yaml before overriding {key}")
         params[section] = target
         *parents, leaf = field.split(".")
-        for part in parents:
+        for depth, part in enumerate(parents, start=1):
             target = target.setdefault(part, {})
+            if not isinstance(target, dict):
+                where = ".".join([section, *parents[:depth]])
+                raise ConfigError(key, f"{where} is {target!r}, not a mapping: write "
+                                       f"--set {where}=VALUE")
         target[leaf] = value
     return params
 

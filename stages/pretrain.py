@@ -204,7 +204,9 @@ def run_pretraining(params: dict[str, Any], paths: PretrainPaths) -> dict[str, A
         device_name = "cuda" if torch.cuda.is_available() else "cpu"
     dist = Distributed.from_env(torch.device(device_name).type)
     try:
-        return _train(params, paths, inputs, dist)
+        # One run at a time in a checkpoint folder (rank 0 holds the lock for its run).
+        with CheckpointDir(paths.checkpoints).lock(enabled=dist.is_main):
+            return _train(params, paths, inputs, dist)
     finally:
         dist.close()
 

@@ -1,12 +1,20 @@
-"""Checkpoints: atomic commits, keep_last, fingerprints, RNG states, weights_only loading."""
+"""Checkpoints: atomic commits, keep_last, fingerprints, RNG states, weights_only loading,
+checksums (damaged checkpoints set aside), the folder lock, staging folders of dead processes."""
 
 from __future__ import annotations
 
+import json
+import os
 import random
+import signal
+import socket
+import subprocess
+import sys
 
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 from tiny_pretrain import tiny_config
 
 from bertcore.checkpoint import (
@@ -19,6 +27,7 @@ from bertcore.checkpoint import (
 )
 from bertcore.errors import BertError
 from bertcore.hf import load_model
+from bertcore.lock import FolderInUseError, lock_path
 from bertcore.model import BertForPretraining
 
 FPS = {"params": "a" * 64, "vocab": "b" * 64, "samples": "c" * 64}
@@ -133,3 +142,136 @@ def test_a_checkpoint_of_another_architecture_is_a_clear_error(tmp_path):
     wider = BertForPretraining(tiny_config(vocab_size=40, hidden_size=64))
     with pytest.raises(BertError, match="does not fit the model"):
         checkpoints.latest().load_model(wider)
+
+
+# ------------------------------------------------------------------ damage, locks, staging
+def saved(root, steps, keep_last=5) -> CheckpointDir:
+    checkpoints = CheckpointDir(root, keep_last=keep_last)
+    model = tiny_model()
+    for step in steps:
+        checkpoints.save(step, model, state_of(model), {"fingerprints": FPS},
+                         texts={"train_log.tsv": f"step\n{step}\n"})
+    return checkpoints
+
+
+def overwrite(path, offset: int, data: bytes) -> None:
+    with open(path, "r+b") as handle:
+        handle.seek(offset)
+        handle.write(data)
+
+
+def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
+    root = tmp_path / "ckpt"
+    checkpoints = saved(root, [2, 4, 6])
+    assert set(checkpoints.latest().meta["files"]) == {
+        "config.json", "model.safetensors", "trainer.pt", "train_log.tsv"}
+    # truncated weights
+    weights = root / "step-00000006" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:1000])
+    with caplog.at_level("WARNING", logger="bertcore.checkpoint"):
+        assert checkpoints.latest().step == 4
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "step-00000006 is damaged (model.safetensors does not match its checksum)" in line
+    assert "set aside as step-00000006.damaged; falling back to step-00000004" in line
+    assert (root / "step-00000006.damaged" / "model.safetensors").stat().st_size == 1000
+    assert [c.step for c in checkpoints.all()] == [2, 4]
+    # readable but altered optimizer state (4 KB of 0xFF), then a missing file
+    overwrite(root / "step-00000004" / "trainer.pt", 2048, b"\xff" * 4096)
+    (root / "step-00000002" / "train_log.tsv").unlink()
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="bertcore.checkpoint"):
+        assert checkpoints.latest() is None
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 2 and all("no intact one is left" in m for m in messages)
+    assert "trainer.pt does not match its checksum" in messages[0]
+    assert "train_log.tsv is missing" in messages[1]
+    # a new run prunes its own checkpoints, never what was set aside
+    saved(root, [8, 10], keep_last=2)
+    weights = root / "step-00000010" / "model.safetensors"
+    overwrite(weights, weights.stat().st_size - 100, b"\x00" * 8)
+    assert checkpoints.latest().step == 8
+    names = sorted(p.name for p in root.iterdir())
+    assert names == ["step-00000002.damaged", "step-00000004.damaged", "step-00000006.damaged",
+                     "step-00000008", "step-00000010.damaged"]
+    # the same step damaged twice: both kept
+    saved(root, [10], keep_last=2)
+    (root / "step-00000010" / "trainer.pt").unlink()
+    assert checkpoints.latest().step == 8
+    assert (root / "step-00000010.damaged-2").is_dir()
+
+
+def test_a_checkpoint_from_before_checksums_is_still_resumed(tmp_path):
+    checkpoints = saved(tmp_path / "ckpt", [3])
+    meta_path = tmp_path / "ckpt" / "step-00000003" / "meta.json"
+    meta = json.loads(meta_path.read_text())
+    del meta["files"]
+    meta_path.write_text(json.dumps(meta))
+    assert checkpoints.latest().step == 3
+    (tmp_path / "ckpt" / "step-00000003" / "trainer.pt").unlink()
+    assert checkpoints.latest() is None
+
+
+HOLD = """
+import os, sys, time
+from bertcore.atomic import atomic_dir
+from bertcore.checkpoint import CheckpointDir
+what, path, then = sys.argv[1:4]
+context = CheckpointDir(path).lock() if what == "lock" else atomic_dir(path)
+context.__enter__()
+print("ready", flush=True)
+if then == "die":
+    os.kill(os.getpid(), 9)
+time.sleep(120)
+"""
+
+
+def hold(what: str, path, then: str) -> subprocess.Popen:
+    """A process that holds the lock of checkpoint folder `path` (what="lock") or writes
+    output `path` (what="write"), then dies by SIGKILL (then="die") or lives on ("live")."""
+    proc = subprocess.Popen([sys.executable, "-c", HOLD, what, str(path), then],
+                            env={**os.environ, "PYTHONPATH": str(REPO)}, stdout=subprocess.PIPE,
+                            text=True)
+    assert proc.stdout.readline() == "ready\n"
+    if then == "die":
+        assert proc.wait(timeout=60) == -signal.SIGKILL
+    return proc
+
+
+def test_prune_removes_staging_folders_of_dead_processes_only(tmp_path):
+    root = tmp_path / "ckpt"
+    checkpoints = saved(root, [1])
+    hold("write", root / "step-00000002", "die")
+    live = hold("write", root / "step-00000003", "live")
+    try:
+        stale, writing = (sorted(root.glob(f".step-0000000{n}.tmp-*")) for n in (2, 3))
+        assert len(stale) == 1 and len(writing) == 1
+        assert f"-{live.pid}-" in writing[0].name  # the owner is in the name
+        checkpoints.save(4, tiny_model(), state_of(tiny_model()), {"fingerprints": FPS})
+        assert not stale[0].exists()
+        assert writing[0].is_dir()  # another live process is writing it: untouched
+    finally:
+        live.kill()
+        live.wait()
+
+
+def test_the_lock_keeps_a_second_run_out_and_is_taken_over_from_a_dead_one(tmp_path, caplog):
+    root = tmp_path / "models" / "checkpoints"
+    holder = hold("lock", root, "live")
+    try:
+        with pytest.raises(FolderInUseError) as error, CheckpointDir(root).lock():
+            pass
+        message = str(error.value)
+        assert f"in use by pid {holder.pid} on {socket.gethostname()} since 20" in message
+        assert "--checkpoints" in message
+    finally:
+        holder.kill()
+        holder.wait()
+    # SIGKILL leaves the lock file behind; the OS released the lock itself
+    hold("lock", root, "die")
+    assert lock_path(root).is_file()
+    with caplog.at_level("INFO", logger="bertcore.lock"), CheckpointDir(root).lock():
+        assert json.loads(lock_path(root).read_text())["pid"] == os.getpid()
+    assert "taking over" in caplog.text
+    assert not lock_path(root).exists()
+    with CheckpointDir(root).lock(enabled=False):  # other ranks of a distributed run
+        assert not lock_path(root).exists()

@@ -178,3 +178,13 @@ def test_one_line_errors(export_dir, tmp_path):
     text = "the dog slept on the rug. " * 10 + "the [MASK] sat."
     proc = bert_here("fill-mask", "--model", str(export_dir), text)
     assert_one_line_error(proc, "[MASK]", "beyond")
+
+
+def test_empty_sentences_are_one_line(export_dir, tmp_path):
+    proc = run_bert("nsp", "--model", str(export_dir), "", "", cwd=tmp_path)
+    assert_one_line_error(proc, "SENTENCE_A and SENTENCE_B are empty", "give two sentences")
+    assert "P(B follows A)" not in proc.stdout
+    proc = bert_here("nsp", "--model", str(export_dir), "paris is the capital.", "   ")
+    assert_one_line_error(proc, "SENTENCE_B is empty")
+    proc = bert_here("fill-mask", "--model", str(export_dir), "")
+    assert_one_line_error(proc, "no [MASK]")

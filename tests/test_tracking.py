@@ -3,10 +3,16 @@
 from __future__ import annotations
 
 import logging
+import os
+import subprocess
+import sys
 import time
 
 import pytest
+from conftest import REPO, assert_one_line_error
 from mlflow.tracking import MlflowClient
+from tiny_pretrain import build_data, write_params
+from unprivileged import without_root_powers
 
 from bertcore.errors import BertError
 from bertcore.tracking import Tracker, resolve_uri, sqlite_uri
@@ -105,3 +111,28 @@ def test_a_store_lost_mid_run_warns_once_and_training_goes_on(store, tmp_path, m
     assert tracker.lost
     warnings = [r for r in caplog.records if "stopped answering" in r.getMessage()]
     assert len(warnings) == 1
+
+
+def test_a_read_only_store_is_one_line_at_start_up(tmp_path):
+    build_data(tmp_path)
+    write_params(tmp_path / "params.yaml", tracking={"experiment": "read-only"})
+    Tracker.start(sqlite_uri(tmp_path / "mlflow.db"), "read-only").finish()  # a real store
+    prefix = without_root_powers()
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    (tmp_path / "mlflow.db").chmod(0o444)
+    proc = subprocess.run([*prefix, sys.executable, "-m", "stages", "pretrain"], cwd=tmp_path,
+                          env=env, capture_output=True, text=True, timeout=300)
+    assert_one_line_error(proc, "mlflow.db cannot be written", "mlflow.db is read-only",
+                          "tracking.enabled: false")
+    assert not (tmp_path / "models").exists()  # before any training
+    # a writable file in a read-only folder: SQLite cannot write its journal there
+    (tmp_path / "mlflow.db").chmod(0o644)
+    (tmp_path / "models").mkdir()
+    tmp_path.chmod(0o555)
+    try:
+        proc = subprocess.run([*prefix, sys.executable, "-m", "stages", "pretrain"],
+                              cwd=tmp_path, env=env, capture_output=True, text=True,
+                              timeout=300)
+    finally:
+        tmp_path.chmod(0o755)
+    assert_one_line_error(proc, f"its folder {tmp_path} is not writable")

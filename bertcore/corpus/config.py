@@ -17,7 +17,7 @@ class CorpusConfig:
     # Records (.jsonl, .parquet, hf:) are prose unless this says lines.
     format: Literal["auto", "prose", "lines"] = "auto"
     normalization: Literal["NFC", "NFKC"] = "NFKC"
-    val_fraction: float = 0.05  # share of documents held out, chosen by hash
+    val_fraction: float = 0.1  # share of documents held out, chosen by hash
     seed: int = 12345  # chooses which documents are held out
     max_sentence_chars: int = 1000  # longer sentences are cut (at a space when there is one)
 

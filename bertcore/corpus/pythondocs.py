@@ -19,7 +19,7 @@ from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
-from bertcore.corpus.sources import Advance, Document, Source, record_document
+from bertcore.corpus.documents import Advance, Document, Source, record_document
 
 # Packages that are tests, GUIs, demos or bundled wheels rather than documented library.
 SKIPPED_PACKAGES = frozenset(

@@ -1,31 +1,40 @@
 """Where raw text comes from: files, folders and globs of text, JSON Lines, Parquet, a
-Hugging Face dataset, or the built-in Python documentation.
+Hugging Face dataset, or the built-in Python documentation (`pythondocs`).
 
-A source yields `Document`s. A document's text arrives as `pieces`: (text, boundary) pairs,
-where `boundary` marks a hard break after the text (the end of a paragraph in prose, the
-end of a line in one-sentence-per-line input). Pieces are short (a line, or part of a very
-long line), so nothing here holds more than one line or record in memory.
+A source yields `Document`s (see `documents`): pieces of text, streamed. Folders and `**`
+globs follow links to folders, but never one back into the tree: each file is read once.
+Text files are UTF-8, or UTF-16/UTF-32 when a byte order mark says so.
 """
 
 from __future__ import annotations
 
 import codecs
+import fnmatch
 import glob
+import io
 import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
+from bertcore.corpus.documents import (
+    Advance,
+    Document,
+    Piece,
+    Source,
+    prose_pieces,
+    record_document,
+)
+from bertcore.corpus.pythondocs import BUILTINS
 from bertcore.corpus.sentences import split_sentences
 from bertcore.errors import BertError
 
 logger = logging.getLogger(__name__)
 
-Piece = tuple[str, bool]
-Advance = Callable[[int], object]
+__all__ = ["Document", "Source", "detect_format", "open_source", "record_document",
+           "resolve_files"]
 
 SNIFF_BYTES = 64 << 10  # looked at to detect binary files and the text format
 LINE_CHUNK_BYTES = 1 << 20  # longer lines are read in pieces of this size
@@ -33,30 +42,19 @@ JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 _FFFD = "\ufffd".encode()  # a replacement character that was in the file already
 _TERMINAL = tuple(".!?。！？…\"'”’)」』")
-
-
-@dataclass
-class Document:
-    origin: str  # for messages: a path, "module:os", ...
-    pieces: Iterable[Piece]
-    split_sentences: bool = True  # False: every piece boundary already ends a sentence
-
-
-class Source:
-    """A resolved `corpus.source`: `documents()` streams it; `total`/`unit` size the progress."""
-
-    total: int | None = None
-    unit: str = "doc"
-
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
-        raise NotImplementedError
+# Byte order marks of the Unicode encodings besides UTF-8 (UTF-32 first: its LE mark starts
+# with UTF-16's), as Windows tools write them.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
 
 
 def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
     """Resolve `spec`; a missing path, an empty folder or a missing package is a BertError."""
     if spec.startswith("builtin:"):
-        from bertcore.corpus.pythondocs import BUILTINS
-
         if spec not in BUILTINS:
             raise BertError(f"unknown built-in corpus {spec!r}; available: {', '.join(BUILTINS)}")
         return BUILTINS[spec]()
@@ -69,7 +67,7 @@ def resolve_files(spec: str) -> list[Path]:
     """The files named by a path, a folder (walked recursively) or a glob, sorted."""
     pattern = os.path.expanduser(spec)
     if glob.has_magic(pattern):
-        matches = sorted(glob.glob(pattern, recursive=True))
+        matches = _glob(pattern)
         if not matches:
             raise BertError(f"corpus source {spec!r} matches no files")
     elif os.path.exists(pattern):
@@ -80,9 +78,15 @@ def resolve_files(spec: str) -> list[Path]:
             "builtin:python-docs, or hf:NAME[:CONFIG])"
         )
     files: list[Path] = []
+    seen: set[str] = set()  # real paths: a file reached twice (links, overlapping matches)
     for match in matches:
         path = Path(match)
-        files.extend(_walk(path) if path.is_dir() else [path] if path.is_file() else [])
+        found = _walk(path) if path.is_dir() else [path] if path.is_file() else []
+        for file in found:
+            real = os.path.realpath(file)
+            if real not in seen:
+                seen.add(real)
+                files.append(file)
     if not files:
         raise BertError(f"corpus source {spec} is empty: it holds no files")
     return files
@@ -90,12 +94,62 @@ def resolve_files(spec: str) -> list[Path]:
 
 def _walk(folder: Path) -> list[Path]:
     """Files under `folder` in a stable order, skipping hidden ones (.git, .DS_Store)."""
-    found = []
-    for root, dirs, files in os.walk(folder):
-        dirs[:] = sorted(d for d in dirs if not d.startswith("."))
-        paths = (Path(root, f) for f in sorted(files) if not f.startswith("."))
-        found.extend(path for path in paths if path.is_file())  # not broken links, not FIFOs
-    return found
+    return [path for parts, path in _tree(folder) if parts and path.is_file()]
+
+
+def _tree(base: Path) -> Iterator[tuple[tuple[str, ...], Path]]:
+    """(path relative to `base` as parts, path) of `base`, and of every folder and file under
+    it that is not hidden, in a stable order. Links to folders are followed unless they lead
+    to a folder already visited (a loop back into the tree, or a second link to the same
+    folder). An unreadable folder is a BertError, like an unreadable file."""
+    seen = {os.path.realpath(base)}
+    yield (), base
+
+    def unreadable(error: OSError) -> None:
+        raise BertError(f"cannot read folder {error.filename}: {error.strerror or error}; fix "
+                        "its permissions or leave it out of corpus.source")
+
+    for root, dirs, files in os.walk(base, followlinks=True, onerror=unreadable):
+        relative = Path(root).relative_to(base).parts
+        kept = []
+        for name in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if name.startswith(".") or real in seen:
+                continue
+            seen.add(real)
+            kept.append(name)
+        dirs[:] = kept
+        entries = sorted([*kept, *(f for f in files if not f.startswith("."))])
+        for name in entries:
+            yield (*relative, name), Path(root, name)
+
+
+def _glob(pattern: str) -> list[str]:
+    """The paths matching a glob, sorted. `**` (any number of folders) is matched on a walk
+    that never loops (see `_tree`), unlike `glob.glob`, which follows every link."""
+    if "**" not in pattern:
+        return sorted(glob.glob(pattern))
+    parts = Path(pattern).parts
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    base = Path(*parts[:fixed]) if fixed else Path(".")
+    if not base.is_dir():
+        return []
+    wanted = parts[fixed:]
+    found = [path for relative, path in _tree(base) if _matches(wanted, relative)]
+    return sorted(str(path) for path in found)
+
+
+def _matches(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    """Whether path `parts` match glob `pattern` parts, as `glob.glob(recursive=True)` reads
+    them: `**` is zero or more names, and wildcards do not match hidden names."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_matches(rest, parts[i:]) for i in range(len(parts) + 1))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _matches(rest, parts[1:])
 
 
 class FileSource(Source):
@@ -132,18 +186,23 @@ def text_file_documents(
         if not head:
             counts["empty_files"] += 1
             return
-        if b"\0" in head:
-            logger.warning("skipping binary file %s", path)
+        encoding = next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
+        if encoding == "utf-8" and b"\0" in head:
+            logger.warning("skipping binary file %s (UTF-16 or UTF-32 text needs a byte order "
+                           "mark, or conversion to UTF-8)", path)
             counts["binary_files"] += 1
             advance(path.stat().st_size)
             return
         if fmt == "auto":
-            fmt = detect_format(head.decode("utf-8", "replace"))
+            fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
         handle.seek(0)
-        lines = _decoded_lines(handle, counts, advance, path)
+        if encoding == "utf-8":
+            lines = _decoded_lines(handle, counts, advance, path)
+        else:
+            lines = _wide_lines(handle, encoding, counts, advance, path)
         if fmt == "prose":
-            yield Document(str(path), _prose_pieces(lines))
+            yield Document(str(path), prose_pieces(lines))
         else:
             yield from _line_documents(lines, str(path))
 
@@ -189,22 +248,28 @@ def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Ite
         counts["invalid_utf8_sequences"] += invalid
 
 
+def _wide_lines(handle, encoding: str, counts: Counter, advance: Advance,
+                path: Path) -> Iterator[Piece]:
+    """(text, complete) per line of a UTF-16/UTF-32 file with a byte order mark."""
+    width = 2 if encoding == "utf-16" else 4
+    text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
+    invalid = 0
+    while line := _read_line(text, path):
+        advance(len(line) * width)
+        invalid += line.count("\ufffd")
+        complete = line.endswith(("\n", "\r"))
+        yield (line.rstrip("\r\n") if complete else line), complete
+    if invalid:
+        logger.warning("%s: %d invalid %s sequences replaced by U+FFFD", path, invalid,
+                       encoding.upper())
+        counts["invalid_utf8_sequences"] += invalid
+
+
 def _read_line(handle, path: Path) -> bytes:
     try:
         return handle.readline(LINE_CHUNK_BYTES)
-    except OSError as exc:  # a disk or network error halfway through the file
+    except (OSError, UnicodeError) as exc:  # a disk or network error halfway through the file
         raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
-
-
-def _prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
-    """Prose: lines of a paragraph join with a space; a blank line ends the paragraph."""
-    at_line_start = True
-    for text, complete in lines:
-        if at_line_start and complete and (not text or text.isspace()):
-            yield "", True
-        else:
-            yield (text + " " if complete else text), False
-        at_line_start = complete
 
 
 def _line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
@@ -232,15 +297,6 @@ def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iter
         if blank:
             return
         yield text, complete
-
-
-def record_document(text: str, origin: str, fmt: str) -> Document:
-    """A record's text is one document: prose (blank lines end paragraphs) unless `fmt` is
-    "lines", where each line is a sentence."""
-    if fmt == "lines":
-        pieces = ((line, True) for line in text.splitlines() if line.strip())
-        return Document(origin, pieces, split_sentences=False)
-    return Document(origin, _prose_pieces((line, True) for line in text.splitlines()))
 
 
 def jsonl_documents(
@@ -271,11 +327,20 @@ def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iter
         table = pq.ParquetFile(path)
     except (pa.ArrowException, OSError) as exc:
         raise BertError(f"{path} is not a readable Parquet file ({exc})") from None
-    columns = table.schema_arrow.names
+    schema = table.schema_arrow
+    columns = schema.names
     if field not in columns:
         raise BertError(
             f"{path} has no column {field!r} (columns: {', '.join(columns)}); "
             "set corpus.text_field"
+        )
+    column_type = schema.field(field).type
+    if not _is_text(column_type):
+        text_columns = [f.name for f in schema if _is_text(f.type)]
+        others = f" (text columns: {', '.join(text_columns)})" if text_columns else ""
+        raise BertError(
+            f"{path}: column {field!r} holds {column_type}, not text; set corpus.text_field "
+            f"to a column of strings{others}"
         )
     row = 0
     try:
@@ -285,6 +350,18 @@ def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iter
                 yield from _text_of({field: value}, field, f"{path}[{row}]", fmt, counts)
     except pa.ArrowException as exc:
         raise BertError(f"{path}: cannot read row {row + 1} and on ({exc})") from None
+
+
+def _is_text(arrow_type) -> bool:
+    """Strings, in any of Arrow's layouts (plain, large, view, dictionary-encoded)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    is_view = getattr(pa.types, "is_string_view", lambda t: False)
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or is_view(
+        arrow_type
+    )
 
 
 def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Document]:

@@ -1,0 +1,179 @@
+"""`bert pretrain` (and the commands that read its weights) against damage and contention:
+damaged checkpoints, two runs in one checkpoint folder, a run killed while holding the
+folder, truncated weights."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+from conftest import REPO, assert_one_line_error, run_bert
+from tiny_pretrain import build_data, tiny_config, write_params
+
+from bertcore.checkpoint import CheckpointDir
+from bertcore.hf import save_model
+from bertcore.lock import lock_path
+from bertcore.model import BertForPretraining
+from bertcore.vocab import read_vocab
+
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+def bert(*args: str, cwd: Path, check: bool = False):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+
+
+def start_bert(*args: str, cwd: Path) -> subprocess.Popen:
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    return subprocess.Popen([sys.executable, "-m", "stages", *args], cwd=cwd, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def wait_for_rows(log: Path, rows: int, proc: subprocess.Popen) -> None:
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and proc.poll() is None:
+        if log.is_file() and len(log.read_text().splitlines()) > rows:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"no training progress: {proc.poll()} {log}")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture()
+def workdir(data, tmp_path) -> Path:
+    (tmp_path / "data").symlink_to(data)
+    return tmp_path
+
+
+def damage(kind: str, checkpoint: Path) -> None:
+    weights = checkpoint / "model.safetensors"
+    if kind == "truncated weights":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    elif kind == "readable but corrupt weights":  # 4 KB of 0xFF: NaN floats, a valid file
+        with open(weights, "r+b") as handle:
+            handle.seek(weights.stat().st_size - 8192)
+            handle.write(b"\xff" * 4096)
+    elif kind == "missing optimizer state":
+        (checkpoint / "trainer.pt").unlink()
+
+
+def test_a_damaged_checkpoint_is_set_aside_and_the_result_is_bitwise_uninterrupted(workdir):
+    write_params(workdir / "params.yaml", train={"max_steps": 8, "checkpoint_every": 4,
+                                                  "eval_every": 0},
+                 tracking={"enabled": False})
+    bert("pretrain", cwd=workdir, check=True)  # uninterrupted: the reference
+    final = workdir / "models" / "pretrained" / "model.safetensors"
+    reference = final.read_bytes()
+    root = workdir / "models" / "checkpoints"
+
+    for n, kind in enumerate(["truncated weights", "readable but corrupt weights"], start=1):
+        damage(kind, root / "step-00000008")
+        shutil.rmtree(workdir / "models" / "pretrained")
+        proc = bert("pretrain", cwd=workdir)
+        assert proc.returncode == 0, (kind, proc.stderr)
+        warnings = [line for line in proc.stderr.splitlines() if "damaged" in line]
+        assert len(warnings) == 1, (kind, proc.stderr)
+        aside = "step-00000008.damaged" + (f"-{n}" if n > 1 else "")
+        assert f"set aside as {aside}; falling back to step-00000004" in warnings[0]
+        assert "resuming from" in proc.stderr and "step 4 of 8" in proc.stderr, kind
+        assert "learning_rate" not in proc.stderr  # no NaN steps, no advice about them
+        assert json.loads((workdir / "metrics" / "pretrain.json").read_text())[
+            "skipped_steps"] == 0
+        assert final.read_bytes() == reference, kind  # bitwise the uninterrupted result
+        assert (root / aside / "model.safetensors").exists()  # kept for inspection
+
+    # nothing intact left: a fresh start, which ends at the same weights
+    damage("truncated weights", root / "step-00000004")
+    damage("missing optimizer state", root / "step-00000008")
+    shutil.rmtree(workdir / "models" / "pretrained")
+    proc = bert("pretrain", cwd=workdir, check=True)
+    assert proc.stderr.count("no intact one is left") == 2
+    assert "resuming from" not in proc.stderr
+    assert final.read_bytes() == reference
+    assert [c.step for c in CheckpointDir(root).all()] == [4, 8]
+    assert sorted(p.name for p in root.iterdir() if "damaged" in p.name) == [
+        "step-00000004.damaged", "step-00000008.damaged", "step-00000008.damaged-2",
+        "step-00000008.damaged-3"]  # never pruned
+
+
+def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 100000, "checkpoint_every": 5, "eval_every": 0,
+                        "log_every": 1},
+                 tracking={"enabled": False})
+    first = start_bert("pretrain", cwd=workdir)
+    try:
+        wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 12, first)  # past 2 saves
+        second = bert("pretrain", "--set", "train.learning_rate=0.001", "--set",
+                      "train.max_steps=30", "--log", "other.tsv", cwd=workdir)
+        assert_one_line_error(second, "models/checkpoints is in use by pid "
+                              f"{first.pid} on ", "--checkpoints")
+        assert first.poll() is None  # the first run goes on
+    finally:
+        first.send_signal(signal.SIGTERM)
+        _, stderr = first.communicate(timeout=120)
+    assert first.returncode == 128 + signal.SIGTERM, stderr  # stopped by us, not crashed
+    assert "Traceback" not in stderr
+    assert CheckpointDir(workdir / "models" / "checkpoints").latest().step >= 10
+    assert not lock_path(workdir / "models" / "checkpoints").exists()
+
+
+def test_a_lock_left_by_a_killed_run_is_taken_over(workdir):
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 100000, "checkpoint_every": 3, "eval_every": 0,
+                        "log_every": 1},
+                 tracking={"enabled": False})
+    killed = start_bert("pretrain", cwd=workdir)
+    wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 4, killed)
+    killed.kill()  # SIGKILL, as the OOM killer does
+    killed.communicate(timeout=60)
+    lock = lock_path(workdir / "models" / "checkpoints")
+    assert json.loads(lock.read_text())["pid"] == killed.pid  # stale: its owner is gone
+    resumed = bert("pretrain", "--set", "train.max_steps=12", "--set", "train.log_every=1",
+                   cwd=workdir)
+    # max_steps changed: a fresh start in the folder the killed run held
+    assert resumed.returncode == 0, resumed.stderr
+    assert "taking over the lock" in resumed.stderr and str(killed.pid) in resumed.stderr
+    assert not lock.exists()
+
+
+@pytest.mark.parametrize("command", ["fill-mask", "evaluate", "export"])
+def test_truncated_weights_are_one_line_naming_the_file(workdir, command):
+    write_params(workdir / "params.yaml", tracking={"enabled": False})
+    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    save_model(model, workdir / "models" / "pretrained")  # what `bert pretrain` leaves
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:5000])
+    args = {
+        "fill-mask": ["fill-mask", "--model", "models/pretrained", "--vocab", "data/vocab",
+                      "the [MASK] sees the cow ."],
+        "evaluate": ["evaluate"],
+        "export": ["export"],
+    }[command]
+    proc = bert(*args, cwd=workdir)
+    assert_one_line_error(proc, "models/pretrained/model.safetensors is damaged or truncated",
+                          "again")
+    assert not (workdir / "models" / "hf").exists()
+
+
+def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
+    write_params(workdir / "params.yaml", tracking={"enabled": False})
+    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    save_model(model, workdir / "models" / "pretrained")
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    damage("readable but corrupt weights", weights.parent)
+    proc = bert("export", cwd=workdir)
+    assert_one_line_error(proc, "models/pretrained/model.safetensors is damaged",
+                          "holds NaN or infinite values")
+    assert not (workdir / "models" / "hf").exists()
