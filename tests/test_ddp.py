@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
 from bertcore.distributed import Distributed
-from bertcore.train import fit
+from bertcore.fit import fit
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
