@@ -104,6 +104,18 @@ def test_config_is_checked():
     assert TrainConfig(max_steps=None, epochs=2).total_steps(steps_per_epoch=7) == 14
 
 
+def test_defaults_are_the_shipped_params_yaml():
+    import dataclasses
+
+    import yaml
+
+    from stages.params import parse_section
+
+    shipped = yaml.safe_load((REPO / "params.yaml").read_text(encoding="utf-8"))["train"]
+    assert set(shipped) == {f.name for f in dataclasses.fields(TrainConfig)}
+    assert parse_section({"train": shipped}, "train", TrainConfig) == TrainConfig()
+
+
 def test_accumulation_gives_the_gradient_of_one_big_batch(data):
     grads = []
     for accumulation in (1, 4):
