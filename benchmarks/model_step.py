@@ -26,9 +26,11 @@ from bertcore.model import BertConfig, BertForPretraining
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 
 
-def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> dict:
+def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator,
+               max_predictions: int = MAX_PREDICTIONS) -> dict:
     """A pretraining-like batch: most pairs fill the target length, 10% are short (Google's
-    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (max 20)."""
+    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (at most
+    `max_predictions`)."""
     short = torch.rand(batch, generator=generator) < 0.1
     lengths = torch.where(
         short,
@@ -47,7 +49,7 @@ def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> 
     mlm_labels = torch.full((batch, width), -100)
     for row in range(batch):
         candidates = [i for i in range(1, int(lengths[row]) - 1) if i != int(middle[row])]
-        count = min(MAX_PREDICTIONS, max(1, round(0.15 * len(candidates))))
+        count = min(max_predictions, max(1, round(0.15 * len(candidates))))
         order = torch.randperm(len(candidates), generator=generator)[:count]
         chosen = torch.tensor(candidates)[order]
         mlm_labels[row, chosen] = input_ids[row, chosen]
