@@ -33,7 +33,7 @@ from bertcore.checkpoint import CheckpointDir, capture_rng_state, restore_rng_st
 from bertcore.devices import autocast, resolve_device, resolve_precision
 from bertcore.distributed import Distributed
 from bertcore.model import IGNORE_INDEX, BertForPretraining, pretraining_loss
-from bertcore.schedule import learning_rate
+from bertcore.schedule import learning_rate as scheduled_rate
 from bertcore.train import TrainConfig
 
 log = logging.getLogger(__name__)
@@ -128,7 +128,7 @@ class Trainer:
     def learning_rate(self, step: int) -> float:
         """The rate of optimizer step `step` (0-based), on the current plan's schedule."""
         cfg = self.config
-        return learning_rate(cfg.learning_rate, step, cfg.warmup_steps, self.total_steps)
+        return scheduled_rate(cfg.learning_rate, step, cfg.warmup_steps, self.total_steps)
 
     # ----------------------------------------------------------------------- one step
     def accumulate_gradients(
