@@ -20,12 +20,17 @@ import time
 import torch
 
 from bertcore.hf import to_hf_state_dict
+from bertcore.masking import labels_to_slots
 from bertcore.model import BertConfig, BertForPretraining
 
+MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 
-def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> dict:
+
+def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator,
+               max_predictions: int = MAX_PREDICTIONS) -> dict:
     """A pretraining-like batch: most pairs fill the target length, 10% are short (Google's
-    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (max 20)."""
+    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (at most
+    `max_predictions`)."""
     short = torch.rand(batch, generator=generator) < 0.1
     lengths = torch.where(
         short,
@@ -44,7 +49,7 @@ def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> 
     mlm_labels = torch.full((batch, width), -100)
     for row in range(batch):
         candidates = [i for i in range(1, int(lengths[row]) - 1) if i != int(middle[row])]
-        count = min(20, max(1, round(0.15 * len(candidates))))
+        count = min(max_predictions, max(1, round(0.15 * len(candidates))))
         order = torch.randperm(len(candidates), generator=generator)[:count]
         chosen = torch.tensor(candidates)[order]
         mlm_labels[row, chosen] = input_ids[row, chosen]
@@ -56,6 +61,20 @@ def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator) -> 
         attention_mask=attention_mask,
         mlm_labels=mlm_labels,
         nsp_labels=nsp_labels,
+    )
+
+
+def ours_inputs(batch: dict, slots: int = MAX_PREDICTIONS) -> dict:
+    """The same batch as our trainer feeds it: the MLM labels in `slots` static slots."""
+    positions, targets = labels_to_slots(batch["mlm_labels"].cpu().numpy(), slots)
+    device = batch["input_ids"].device
+    return dict(
+        input_ids=batch["input_ids"],
+        token_type_ids=batch["token_type_ids"],
+        attention_mask=batch["attention_mask"],
+        mlm_positions=torch.from_numpy(positions).to(device),
+        mlm_targets=torch.from_numpy(targets).to(device),
+        nsp_labels=batch["nsp_labels"],
     )
 
 
@@ -72,11 +91,11 @@ def hf_inputs(batch: dict) -> dict:
 
 def step_flops(config: BertConfig, batch: dict) -> float:
     """Matmul FLOPs of one training step of OUR model (3 × forward; padding included since
-    it is computed; the MLM head only on labelled positions)."""
+    it is computed; the MLM head only on its static slots, used or not)."""
     b, length = batch["input_ids"].shape
     h, i, layers = config.hidden_size, config.intermediate_size, config.num_hidden_layers
     tokens = b * length
-    labelled = int((batch["mlm_labels"] != -100).sum())
+    labelled = batch["mlm_positions"].numel()
     per_token_linear = 2 * layers * (4 * h * h + 2 * h * i)
     attention = layers * 4 * b * length * length * h  # QK^T and AV
     heads = labelled * 2 * (h * h + h * config.vocab_size) + b * 2 * (h * h + 2 * h)
@@ -132,9 +151,10 @@ def main() -> None:
         "cls.predictions.decoder.bias",
     }, result
     batch = make_batch(args.batch, args.seq, args.vocab_size, torch.Generator().manual_seed(0))
+    ours_batch = ours_inputs(batch)
 
     def ours_step(optimizer):
-        out = ours(**batch)
+        out = ours(**ours_batch)
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -148,7 +168,8 @@ def main() -> None:
     decay = [p for p in theirs.parameters() if p.ndim >= 2]
     no_decay = [p for p in theirs.parameters() if p.ndim < 2]
     runs = {
-        "ours": (ours_step, torch.optim.AdamW(ours.param_groups(0.01), lr=1e-4)),
+        # fused AdamW for both, as our trainer uses it: the difference is the models'
+        "ours": (ours_step, torch.optim.AdamW(ours.param_groups(0.01), lr=1e-4, fused=True)),
         "transformers": (
             theirs_step,
             torch.optim.AdamW(
@@ -157,6 +178,7 @@ def main() -> None:
                     {"params": no_decay, "weight_decay": 0.0},
                 ],
                 lr=1e-4,
+                fused=True,
             ),
         ),
     }
@@ -179,7 +201,7 @@ def main() -> None:
     matmul = max(matmul, matmul_flops_per_s(shapes))
     ours_s = statistics.median(times["ours"])
     theirs_s = statistics.median(times["transformers"])
-    achieved = step_flops(config, batch) / ours_s
+    achieved = step_flops(config, ours_batch) / ours_s
     b, length = batch["input_ids"].shape
     real = int(batch["attention_mask"].sum())
     print(

@@ -213,3 +213,11 @@ def eval_batches(
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
     )
+
+
+def micro_batches_of(batch: dict[str, torch.Tensor], parts: int) -> list[dict]:
+    """Cut one collated batch into `parts` equal micro-batches (tests, benchmarks)."""
+    size = next(iter(batch.values())).shape[0]
+    require(size % parts == 0, "parts", parts, f"a divisor of the batch size {size}")
+    step = size // parts
+    return [{k: v[i * step : (i + 1) * step] for k, v in batch.items()} for i in range(parts)]

@@ -32,14 +32,16 @@ class Distributed:
 
     @property
     def enabled(self) -> bool:
-        return self.world_size > 1
+        """Several processes, or one that joined a process group (torchrun with one process:
+        DDP and the collectives run as with many, e.g. to check NCCL on one GPU)."""
+        return self.world_size > 1 or self.initialized
 
     @classmethod
     def from_env(cls, device_type: str, timeout_s: float = 1800.0) -> Distributed:
         """Join the process group torchrun describes in the environment (or stay alone)."""
         world_size = int(os.environ.get("WORLD_SIZE", "1"))
-        if world_size <= 1:
-            return cls()
+        if world_size <= 1 and "TORCHELASTIC_RUN_ID" not in os.environ:
+            return cls()  # not started by torchrun
         rank = int(os.environ["RANK"])
         local_rank = int(os.environ.get("LOCAL_RANK", "0"))
         backend = "nccl" if device_type == "cuda" else "gloo"

@@ -237,10 +237,40 @@ def padded_length(longest: int, multiple: int = PAD_MULTIPLE) -> int:
     return max(multiple, -(-longest // multiple) * multiple)
 
 
+def labels_to_slots(labels: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndarray]:
+    """[B, L] labels (IGNORE_INDEX where nothing is predicted) → fixed-size slots: positions
+    [B, slots] (in order, padded with 0) and their targets [B, slots] (IGNORE_INDEX in unused
+    slots), the static-shape form the model trains on (Google's `masked_lm_positions`)."""
+    labels = np.asarray(labels, dtype=np.int64)
+    batch = labels.shape[0]
+    selected = labels != IGNORE_INDEX
+    most = int(selected.sum(axis=1).max(initial=0))
+    if most > slots:
+        raise ValueError(f"{most} labelled positions in a sequence do not fit {slots} slots")
+    order = np.argsort(~selected, axis=1, kind="stable")[:, :slots]  # labelled first
+    positions = np.zeros((batch, slots), dtype=np.int64)
+    targets = np.full((batch, slots), IGNORE_INDEX, dtype=np.int64)
+    width = order.shape[1]
+    targets[:, :width] = np.take_along_axis(labels, order, axis=1)
+    positions[:, :width] = np.where(targets[:, :width] != IGNORE_INDEX, order, 0)
+    return positions, targets
+
+
+def slots_to_labels(positions, targets, length: int) -> torch.Tensor:
+    """The inverse of `labels_to_slots`: [B, length] labels (IGNORE_INDEX elsewhere)."""
+    positions, targets = torch.as_tensor(positions), torch.as_tensor(targets)
+    labels = torch.full((positions.shape[0], length), IGNORE_INDEX, dtype=torch.long)
+    used = targets != IGNORE_INDEX
+    rows = torch.arange(positions.shape[0])[:, None].expand_as(positions)
+    labels[rows[used], positions[used]] = targets[used]
+    return labels
+
+
 class PretrainingCollator:
     """DataLoader collate_fn: items `(epoch, index, ids, segment_b_start, is_random_next)` →
-    dict of LongTensors `input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels`,
-    padded to the longest sequence rounded up to a multiple of 8, freshly masked."""
+    dict of LongTensors `input_ids, token_type_ids, attention_mask` [B, L] padded to the
+    longest sequence rounded up to a multiple of 8, freshly masked; `mlm_positions,
+    mlm_targets` [B, max_predictions_per_seq] (see `labels_to_slots`); `nsp_labels` [B]."""
 
     def __init__(self, masking: MaskingConfig, vocab: VocabSpec, seed: int):
         if masking.whole_word and vocab.is_continuation is None:
@@ -268,13 +298,15 @@ class PretrainingCollator:
         nsp = np.fromiter((item[4] for item in items), dtype=np.int64, count=batch)
         keys = sample_keys(self.seed, epochs, indices)
         masked, labels = mask_tokens(ids, lengths, keys, self.masking, self.vocab)
-        positions = np.arange(length)[None]
-        attention = positions < lengths[:, None]
-        token_types = attention & (positions >= b_start[:, None])
+        positions, targets = labels_to_slots(labels, self.masking.max_predictions_per_seq)
+        columns = np.arange(length)[None]
+        attention = columns < lengths[:, None]
+        token_types = attention & (columns >= b_start[:, None])
         return {
             "input_ids": torch.from_numpy(masked),
             "token_type_ids": torch.from_numpy(token_types.astype(np.int64)),
             "attention_mask": torch.from_numpy(attention.astype(np.int64)),
-            "mlm_labels": torch.from_numpy(labels),
+            "mlm_positions": torch.from_numpy(positions),
+            "mlm_targets": torch.from_numpy(targets),
             "nsp_labels": torch.from_numpy(nsp),
         }

@@ -246,7 +246,9 @@ class PretrainingOutput:
     """Logits, and with labels the losses as SUMS with their counts, so that the caller can
     normalise over a global count (gradient accumulation, several processes)."""
 
-    mlm_logits: torch.Tensor  # [B, L, V] without mlm_labels; [N, V] over labelled positions with
+    # [B, L, V] without MLM labels; [B, P, V] on the slots of `mlm_positions`; [N, V] on the
+    # N labelled positions of `mlm_labels`
+    mlm_logits: torch.Tensor
     nsp_logits: torch.Tensor  # [B, 2]; class 0 = "B follows A", 1 = "B is random" (as HF)
     mlm_loss_sum: torch.Tensor | None = None
     mlm_count: torch.Tensor | None = None
@@ -310,26 +312,39 @@ class BertForPretraining(nn.Module):
         attention_mask: torch.Tensor | None = None,
         mlm_labels: torch.Tensor | None = None,
         nsp_labels: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+        mlm_targets: torch.Tensor | None = None,
     ) -> PretrainingOutput:
+        """MLM labels come in one of two forms. Training passes fixed-size slots, as Google's
+        and NVIDIA's BERT do: `mlm_positions` [B, P] (the masked positions of each sequence,
+        padded with 0) and `mlm_targets` [B, P] (their original ids, IGNORE_INDEX in unused
+        slots); every shape is then known from the input shapes, so a step never waits on the
+        device and compiles as one graph. `mlm_labels` [B, L] (IGNORE_INDEX where nothing is
+        predicted) is Hugging Face's form, for callers that have it; its gather has a
+        data-dependent shape."""
         sequence = self.encode(input_ids, token_type_ids, attention_mask)
         nsp_logits = self.nsp_head(self.pooler(sequence))
         word_embeddings = self.embeddings.tokens.weight
-        if mlm_labels is None:
-            out = PretrainingOutput(self.mlm_head(sequence, word_embeddings), nsp_logits)
-        else:
-            # Gather the labelled positions first: the vocabulary projection, the costliest
-            # matmul of the model, then runs on ~15% of the tokens instead of all of them.
+        # The vocabulary projection, the costliest matmul of the model, runs only on the
+        # positions that are predicted (~15% of the tokens) instead of all of them.
+        if mlm_positions is not None:
+            index = mlm_positions.unsqueeze(-1).expand(-1, -1, sequence.shape[-1])
+            mlm_logits = self.mlm_head(sequence.gather(1, index), word_embeddings)
+            targets = mlm_targets
+        elif mlm_labels is not None:
             selected = mlm_labels != IGNORE_INDEX
-            targets = mlm_labels[selected]
             mlm_logits = self.mlm_head(sequence[selected], word_embeddings)
-            out = PretrainingOutput(mlm_logits, nsp_logits)
+            targets = mlm_labels[selected]
+        else:
+            mlm_logits, targets = self.mlm_head(sequence, word_embeddings), None
+        out = PretrainingOutput(mlm_logits, nsp_logits)
+        if targets is not None:
             out.mlm_loss_sum, out.mlm_count, out.mlm_correct = _summed_cross_entropy(
-                mlm_logits, targets
+                mlm_logits.flatten(0, -2), targets.flatten()
             )
         if nsp_labels is not None:
-            keep = nsp_labels != IGNORE_INDEX
             out.nsp_loss_sum, out.nsp_count, out.nsp_correct = _summed_cross_entropy(
-                nsp_logits[keep], nsp_labels[keep]
+                nsp_logits, nsp_labels
             )
         if out.mlm_loss_sum is not None or out.nsp_loss_sum is not None:
             out.loss = pretraining_loss(out, out.mlm_count, out.nsp_count)
@@ -353,10 +368,14 @@ class BertForPretraining(nn.Module):
 
 
 def _summed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor):
-    """(loss summed over rows, number of rows, number of rows whose argmax is the target)."""
-    loss_sum = F.cross_entropy(logits.float(), targets, reduction="sum")
-    count = torch.tensor(targets.numel(), device=logits.device)
-    correct = (logits.detach().argmax(dim=-1) == targets).sum()
+    """(loss summed over rows, number of rows, number of rows whose argmax is the target),
+    rows whose target is IGNORE_INDEX left out, without a data-dependent shape."""
+    loss_sum = F.cross_entropy(
+        logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    labelled = targets != IGNORE_INDEX
+    count = labelled.sum()
+    correct = ((logits.detach().argmax(dim=-1) == targets) & labelled).sum()
     return loss_sum, count, correct
 
 

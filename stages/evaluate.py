@@ -14,12 +14,13 @@ import click
 
 from bertcore.atomic import write_json
 from bertcore.batches import eval_batches
+from bertcore.devices import resolve_device, resolve_precision
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.pretraining import RUN_INFO
 from bertcore.samples import SampleStore, check_vocab
 from bertcore.tracking import Tracker, TrackingConfig
-from bertcore.train import resolve_device, resolve_precision
 from stages.options import (
     file_option,
     pretrained_option,
@@ -28,7 +29,7 @@ from stages.options import (
     vocab_option,
 )
 from stages.params import load_params, parse_section
-from stages.pretrain import RUN_INFO, load_pretrained, tracking_uri
+from stages.pretrain import load_pretrained, tracking_uri
 
 log = logging.getLogger("bert.evaluate")
 

@@ -9,7 +9,13 @@ import torch
 
 from bertcore.batches import PretrainingBatches, epoch_order, eval_batches
 from bertcore.errors import BertError, ConfigError
-from bertcore.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.masking import (
+    IGNORE_INDEX,
+    MaskingConfig,
+    PretrainingCollator,
+    VocabSpec,
+    slots_to_labels,
+)
 
 VOCAB_SIZE = 5000
 
@@ -43,11 +49,13 @@ def collator(seed: int = 5) -> PretrainingCollator:
 def rows(batch: dict[str, torch.Tensor]) -> list[tuple]:
     """Each sample of a batch, padding stripped: (masked ids, labels, types, nsp)."""
     out = []
+    labels = slots_to_labels(batch["mlm_positions"], batch["mlm_targets"],
+                             batch["input_ids"].shape[1])
     for r, n in enumerate(batch["attention_mask"].sum(1).tolist()):
         out.append(
             (
                 tuple(batch["input_ids"][r, :n].tolist()),
-                tuple(batch["mlm_labels"][r, :n].tolist()),
+                tuple(labels[r, :n].tolist()),
                 tuple(batch["token_type_ids"][r, :n].tolist()),
                 int(batch["nsp_labels"][r]),
             )

@@ -21,7 +21,7 @@ from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
 from bertcore.distributed import Distributed
-from bertcore.train import fit
+from bertcore.fit import fit
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
@@ -103,7 +103,9 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
 
     _pretrain_params(crashed, max_restarts=1)
-    launcher = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=crashed,
+    # --log also names a torchrun option (--log-dir): the relaunch must pass it through
+    launcher = subprocess.Popen([sys.executable, "-m", "stages", "pretrain",
+                                 "--log", "metrics/rows.tsv"], cwd=crashed,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     first = crashed / "models" / "checkpoints" / "step-00000010"
@@ -122,7 +124,7 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     for name, tensor in final_straight.items():
         torch.testing.assert_close(final_crashed[name], tensor, rtol=1e-5, atol=1e-6, msg=name)
     # written by rank 0 only, one row per step, complete across the restart
-    rows = (crashed / "metrics" / "pretrain_log.tsv").read_text().splitlines()
+    rows = (crashed / "metrics" / "rows.tsv").read_text().splitlines()
     assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 81))
     assert sorted(p.name for p in (crashed / "models" / "checkpoints").iterdir()) == [
         f"step-{s:08d}" for s in range(5, 81, 5)]

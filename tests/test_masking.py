@@ -17,14 +17,22 @@ from bertcore.masking import (
     MaskingConfig,
     PretrainingCollator,
     VocabSpec,
+    labels_to_slots,
     num_to_predict,
     sample_keys,
+    slots_to_labels,
 )
 from stages.params import load_params, parse_section
 
 VOCAB_SIZE = 1000
 FIRST_CONTINUATION = 700  # ids >= 700 play `##` pieces
 MASK, CLS, SEP, UNK = 4, 2, 3, 1
+
+
+def dense_labels(batch: dict) -> torch.Tensor:
+    """The batch's MLM slots as [B, L] labels (IGNORE_INDEX where nothing is predicted)."""
+    return slots_to_labels(batch["mlm_positions"], batch["mlm_targets"],
+                           batch["input_ids"].shape[1])
 
 
 def make_vocab() -> VocabSpec:
@@ -56,9 +64,10 @@ def collate_all(items, config, seed=7, batch_size=64, vocab=None):
     for start in range(0, len(items), batch_size):
         chunk = items[start : start + batch_size]
         batch = collator(chunk)
+        labels = dense_labels(batch)
         for row, item in enumerate(chunk):
             n = len(item[2])
-            rows.append((batch["input_ids"][row, :n].numpy(), batch["mlm_labels"][row, :n].numpy()))
+            rows.append((batch["input_ids"][row, :n].numpy(), labels[row, :n].numpy()))
     return rows
 
 
@@ -120,13 +129,14 @@ def test_specials_padding_and_untouched_positions(items, whole_word):
     for row, item in enumerate(items[:500]):
         ids[row, : len(item[2])] = item[2]
     ids = torch.from_numpy(ids)
-    selected = batch["mlm_labels"] != IGNORE_INDEX
+    labels = dense_labels(batch)
+    selected = labels != IGNORE_INDEX
     assert not (selected & (ids < 5)).any()  # [PAD] [UNK] [CLS] [SEP] [MASK] never selected
     padding = torch.arange(ids.shape[1])[None] >= lengths[:, None]
     assert not (selected & padding).any()
     assert (batch["input_ids"][padding] == 0).all()
     assert torch.equal(batch["input_ids"][~selected], ids[~selected])
-    assert torch.equal(batch["mlm_labels"][selected], ids[selected])
+    assert torch.equal(labels[selected], ids[selected])
     replaced = selected & (batch["input_ids"] != MASK) & (batch["input_ids"] != ids)
     assert replaced.sum() > 100
     assert (batch["input_ids"][replaced] >= 5).all()
@@ -248,8 +258,15 @@ def test_whole_word_keeps_80_10_10(items):
 def test_collated_batch_format():
     items = make_items(5, max_len=40)
     batch = PretrainingCollator(MaskingConfig(), make_vocab(), seed=0)(items)
-    names = {"input_ids", "token_type_ids", "attention_mask", "mlm_labels", "nsp_labels"}
+    names = {"input_ids", "token_type_ids", "attention_mask", "mlm_positions", "mlm_targets",
+             "nsp_labels"}
     assert set(batch) == names
+    # the MLM slots: a static [B, max_predictions_per_seq] shape, positions in order
+    slots = MaskingConfig().max_predictions_per_seq
+    assert batch["mlm_positions"].shape == batch["mlm_targets"].shape == (len(items), slots)
+    used = batch["mlm_targets"] != IGNORE_INDEX
+    assert (batch["mlm_positions"][~used] == 0).all()
+    labels = dense_labels(batch)
     longest = max(len(item[2]) for item in items)
     width = batch["input_ids"].shape[1]
     assert width % 8 == 0 and longest <= width < longest + 8
@@ -261,7 +278,13 @@ def test_collated_batch_format():
         expected_types = [0] * b_start + [1] * (n - b_start) + [0] * (width - n)
         assert batch["token_type_ids"][row].tolist() == expected_types
         assert batch["attention_mask"][row].tolist() == [1] * n + [0] * (width - n)
-        assert (batch["mlm_labels"][row, n:] == IGNORE_INDEX).all()
+        assert (labels[row, n:] == IGNORE_INDEX).all()
+        count = int(used[row].sum())
+        assert used[row, :count].all() and not used[row, count:].any()  # used slots first
+        positions = batch["mlm_positions"][row, :count]
+        assert (positions.diff() > 0).all() and (positions < n).all()
+        assert torch.equal(batch["mlm_targets"][row, :count], torch.from_numpy(
+            ids.astype(np.int64))[positions])
 
 
 def test_sequence_without_candidates_and_exact_multiple_of_8():
@@ -270,8 +293,9 @@ def test_sequence_without_candidates_and_exact_multiple_of_8():
     collator = PretrainingCollator(MaskingConfig(), make_vocab(), 0)
     batch = collator([(0, 0, empty, 2, 1), (0, 1, full, 5, 0)])
     assert batch["input_ids"].shape == (2, 16)
-    assert (batch["mlm_labels"][0] == IGNORE_INDEX).all()
-    assert (batch["mlm_labels"][1] != IGNORE_INDEX).sum() == 2  # round(14 * 0.15)
+    labels = dense_labels(batch)
+    assert (labels[0] == IGNORE_INDEX).all()
+    assert (labels[1] != IGNORE_INDEX).sum() == 2  # round(14 * 0.15)
 
 
 def test_config_validation_and_params_section():
@@ -303,3 +327,18 @@ def test_vocab_spec_from_tokens():
     assert (spec.num_special, spec.cls_id, spec.mask_id, spec.vocab_size) == (104, 101, 103, 106)
     with pytest.raises(ConfigError):
         VocabSpec.from_tokens(["[PAD]", "a"])
+
+
+def test_labels_and_slots_convert_both_ways():
+    labels = np.full((3, 10), IGNORE_INDEX)
+    labels[0, [2, 5, 7]] = [11, 12, 13]
+    labels[2, [9]] = [14]
+    positions, targets = labels_to_slots(labels, slots=4)
+    assert positions.tolist() == [[2, 5, 7, 0], [0, 0, 0, 0], [9, 0, 0, 0]]
+    assert targets.tolist() == [[11, 12, 13, -100], [-100] * 4, [14, -100, -100, -100]]
+    assert torch.equal(slots_to_labels(positions, targets, 10), torch.from_numpy(labels))
+    # more slots than positions, and a sequence with more labels than slots
+    positions, targets = labels_to_slots(labels[:, :4], slots=6)
+    assert positions.shape == (3, 6) and targets[0].tolist() == [11] + [-100] * 5
+    with pytest.raises(ValueError, match="3 labelled positions"):
+        labels_to_slots(labels, slots=2)

@@ -8,6 +8,7 @@ import torch
 
 from bertcore.errors import ConfigError
 from bertcore.hf import to_hf_state_dict
+from bertcore.masking import labels_to_slots
 from bertcore.model import (
     BertConfig,
     BertForPretraining,
@@ -182,6 +183,36 @@ def test_same_function_as_transformers(seed, attn_implementation):
     )
     theirs_params = dict(theirs.named_parameters())
     assert set(ours_grads) == set(theirs_params) - TIED
+    for name, grad in ours_grads.items():
+        torch.testing.assert_close(grad, theirs_params[name].grad, rtol=1e-4, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("seed", [0, 1])
+def test_static_slots_give_the_losses_and_gradients_of_transformers(seed):
+    """The training form of the labels (fixed [B, P] slots, unused ones ignored) computes
+    exactly what HF's [B, L] labels compute: same loss, same gradients."""
+    torch.manual_seed(seed)
+    config = random_config(seed)
+    ours = BertForPretraining(config).eval()
+    theirs = hf_twin(ours, "sdpa")
+    input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels = random_batch(config, seed)
+    slots = int((mlm_labels != -100).sum(1).max()) + 3  # some slots stay unused
+    positions, targets = (torch.from_numpy(a) for a in labels_to_slots(mlm_labels.numpy(), slots))
+    out = ours(input_ids, token_type_ids, attention_mask, nsp_labels=nsp_labels,
+               mlm_positions=positions, mlm_targets=targets)
+    ref = theirs(input_ids=input_ids, token_type_ids=token_type_ids,
+                 attention_mask=attention_mask, labels=mlm_labels, next_sentence_label=nsp_labels)
+    assert out.mlm_logits.shape == (4, slots, config.vocab_size)
+    used = targets != -100
+    assert (out.mlm_logits[used] - ref.prediction_logits[mlm_labels != -100]).abs().max() <= 1e-5
+    assert out.mlm_count.item() == int(used.sum())
+    assert abs(out.loss.item() - ref.loss.item()) <= 1e-6 * abs(ref.loss.item())
+    out.loss.backward()
+    ref.loss.backward()
+    ours_grads = to_hf_state_dict(
+        {n: p.grad for n, p in ours.named_parameters()}, config.num_hidden_layers
+    )
+    theirs_params = dict(theirs.named_parameters())
     for name, grad in ours_grads.items():
         torch.testing.assert_close(grad, theirs_params[name].grad, rtol=1e-4, atol=1e-6, msg=name)
 

@@ -98,9 +98,6 @@ SECTION_CONFIGS = {
     "tracking": TrackingConfig,
 }
 SECTIONS_WITHOUT_KEYS = {"export"}
-# INTEGRATOR: remove at the merge of issue 8, whose branch sets TrainConfig's defaults to
-# the shipped values (this test then fails until this exception is gone).
-DIFFER_UNTIL_ISSUE_8_IS_MERGED = {"train.max_steps", "train.learning_rate", "train.warmup_steps"}
 
 
 def test_the_shipped_params_are_the_code_defaults():
@@ -114,4 +111,4 @@ def test_the_shipped_params_are_the_code_defaults():
         default = dataclasses.asdict(cls())
         differ.update({f"{section}.{key}": (value, default[key])
                        for key, value in from_file.items() if default[key] != value})
-    assert set(differ) == DIFFER_UNTIL_ISSUE_8_IS_MERGED, differ
+    assert not differ, differ

@@ -16,22 +16,18 @@ import torch
 from conftest import REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.batches import PretrainingBatches
+from bertcore.batches import PretrainingBatches, micro_batches_of
 from bertcore.checkpoint import CheckpointDir
 from bertcore.distributed import Distributed
 from bertcore.errors import ConfigError
+from bertcore.fit import NonFiniteLossError, fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertForPretraining
 from bertcore.samples import SampleStore
+from bertcore.schedule import linear_warmup_decay
 from bertcore.tracking import sqlite_uri
-from bertcore.train import (
-    NonFiniteLossError,
-    TrainConfig,
-    Trainer,
-    fit,
-    linear_warmup_decay,
-    micro_batches_of,
-)
+from bertcore.train import TrainConfig
+from bertcore.trainer import Trainer
 from bertcore.vocab import read_vocab
 
 # One thread: these models are tiny, and two cores are shared with other test processes.

@@ -1,0 +1,246 @@
+"""Pretraining end to end, for one process or each process of a torchrun group: open and check
+the inputs, resume or start fresh (`bertcore.resume`), open the MLflow run, build the model,
+batches and trainer, train (`bertcore.fit`), then write the final model and metrics.
+
+The caller (the pretrain stage) parses the params sections and says where things live and how
+the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline's layout.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from bertcore.atomic import atomic_dir, write_json
+from bertcore.batches import PretrainingBatches, eval_batches
+from bertcore.checkpoint import CheckpointDir
+from bertcore.devices import resolve_device
+from bertcore.distributed import Distributed
+from bertcore.errors import BertError
+from bertcore.evaluation import EvalConfig, evaluate
+from bertcore.fit import fit
+from bertcore.hf import export_hf, save_model
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.model import BertConfig, BertForPretraining, ModelParams
+from bertcore.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
+from bertcore.resume import ResumePlan, plan_resume, run_fingerprints
+from bertcore.samples import SampleStore, check_vocab, read_meta
+from bertcore.schedule import learning_rate
+from bertcore.stopping import TrainingInterrupted
+from bertcore.tracking import Tracker, TrackingConfig
+from bertcore.train import TrainConfig
+from bertcore.trainer import Trainer
+from bertcore.vocab import read_vocab
+
+log = logging.getLogger(__name__)
+
+RUN_INFO = "training.json"  # in the model folder: which MLflow run and step made it
+
+
+@dataclass(frozen=True)
+class PretrainPaths:
+    """What pretraining reads (samples, vocab, checkpoints) and writes."""
+
+    samples: Path
+    vocab: Path
+    checkpoints: Path
+    out: Path
+    metrics: Path
+    log: Path
+    eval_log: Path
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """The params sections pretraining reads, parsed and validated."""
+
+    model: ModelParams
+    masking: MaskingConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tracking: TrackingConfig
+
+    def optimisation(self) -> dict[str, Any]:
+        """Everything that defines the optimisation (recorded in checkpoints)."""
+        return {"model": dataclasses.asdict(self.model),
+                "masking": dataclasses.asdict(self.masking),
+                "train": self.train.optimisation_params()}
+
+    def resumable(self) -> dict[str, Any]:
+        """The optimisation without the run's length (fingerprinted)."""
+        return {**self.optimisation(), "train": self.train.resumable_params()}
+
+
+@dataclass(frozen=True)
+class RunLabels:
+    """How the MLflow run is found and labelled (the caller knows the surroundings)."""
+
+    tracking_uri: str
+    run_name: str | None = None
+    params: dict[str, Any] = field(default_factory=dict)  # flattened params.yaml
+    tags: dict[str, Any] = field(default_factory=dict)  # git commit, DVC experiment, ...
+
+
+@dataclass(frozen=True)
+class PretrainInputs:
+    """The opened inputs, all checked before anything slow."""
+
+    train_store: SampleStore
+    val_store: SampleStore
+    tokens: list[str]
+    model_config: BertConfig
+
+    @classmethod
+    def open(cls, config: PretrainConfig, paths: PretrainPaths) -> PretrainInputs:
+        meta = read_meta(paths.samples)
+        check_vocab(paths.samples, paths.vocab)
+        tokens = read_vocab(paths.vocab)
+        model_config = config.model.to_config(vocab_size=len(tokens))
+        if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
+            raise BertError(
+                f"samples are up to {meta['max_seq_length']} tokens but the model has "
+                f"max_position_embeddings={model_config.max_position_embeddings}: raise "
+                "model.max_position_embeddings or lower samples.max_seq_length"
+            )
+        return cls(SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
+                   tokens, model_config)
+
+
+def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
+                    labels: RunLabels | None = None) -> dict[str, Any]:
+    """Pretrain; returns what was written to the metrics file (on rank 0; {} elsewhere).
+    `labels`: where and how to record the MLflow run (with tracking.enabled)."""
+    inputs = PretrainInputs.open(config, paths)  # checked before anything slow
+    device = resolve_device(config.train.device)
+    dist = Distributed.from_env(device.type)
+    try:
+        # One run at a time in a checkpoint folder (rank 0 holds the lock for its run).
+        with CheckpointDir(paths.checkpoints).lock(enabled=dist.is_main):
+            return _pretrain(config, paths, inputs, labels, dist)
+    finally:
+        dist.close()
+
+
+def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
+              labels: RunLabels | None, dist: Distributed) -> dict[str, Any]:
+    train = config.train
+    device = resolve_device(train.device, dist)
+    vocab = VocabSpec.from_tokens(inputs.tokens)
+    # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
+    # then a different dropout stream per process.
+    torch.manual_seed(train.seed)
+    model = BertForPretraining(inputs.model_config)
+    torch.manual_seed(train.seed + 1 + dist.rank)
+    batches = PretrainingBatches(
+        inputs.train_store, PretrainingCollator(config.masking, vocab, seed=train.seed),
+        train.batch_size, train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
+        world_size=dist.world_size, num_workers=train.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+    total_steps = train.total_steps(batches.steps_per_epoch)
+    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples, total_steps)
+    checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
+    plan = plan_resume(checkpoints, fingerprints, config.optimisation(), total_steps)
+    if plan.notice and dist.is_main and not plan.extends:
+        log.warning("%s", plan.notice)
+
+    # MLflow before any training: an unreachable store fails now, in one line.
+    tracker = _open_tracker(config.tracking, labels, plan, fingerprints) if (
+        dist.is_main and config.tracking.enabled and labels is not None) else None
+    run_id = dist.broadcast_object(tracker.run_id if tracker else None)
+
+    trainer = Trainer(model, train, batches, device=device, dist=dist)
+    resume = plan.checkpoint
+    if resume is not None:
+        trainer.resume_from(resume)
+        if dist.is_main:
+            log.info("resuming from %s (step %d of %d)", resume.path, trainer.step, total_steps)
+            if plan.extends:
+                before = learning_rate(train.learning_rate, trainer.step, train.warmup_steps,
+                                       plan.previous_total)
+                log.warning("%s; the learning rate goes from %.3g to %.3g", plan.notice,
+                            before, trainer.learning_rate(trainer.step))
+
+    evaluate_fn = None
+    if len(inputs.val_store):
+        collator = PretrainingCollator(config.masking, vocab, seed=config.eval.seed)
+        val = eval_batches(inputs.val_store, collator, config.eval.batch_size, rank=dist.rank,
+                           world_size=dist.world_size)
+
+        def evaluate_fn(m):
+            return evaluate(m, val, device, trainer.autocast_dtype, dist,
+                            config.eval.max_batches)
+
+    previous = {name: resume.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)} if resume else None
+    record = TrainingRecord(paths.log if dist.is_main else None,
+                            paths.eval_log if dist.is_main else None, tracker, previous)
+    if tracker and plan.extends:
+        record.replay()  # the new run shows the whole curve
+    meta = {"fingerprints": fingerprints, "params": config.optimisation(),
+            "mlflow_run_id": run_id, "world_size": dist.world_size}
+    on_checkpoint = None
+    if tracker and config.tracking.log_checkpoints == "all":
+
+        def on_checkpoint(path: Path) -> None:
+            tracker.log_artifacts(path, f"checkpoints/{path.name}")
+
+    try:
+        result = fit(trainer, record=record, checkpoints=checkpoints, meta=meta,
+                     evaluate=evaluate_fn, on_checkpoint=on_checkpoint)
+    except BaseException as exc:
+        if tracker:
+            interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
+            tracker.finish("KILLED" if interrupted else "FAILED")
+        raise
+    if not dist.is_main:
+        return {}
+
+    with atomic_dir(paths.out) as staging:
+        save_model(trainer.raw_model, staging)
+        write_json(staging / RUN_INFO, {"mlflow_run_id": run_id, "step": trainer.step,
+                                        "fingerprints": fingerprints})
+    summary = {
+        "steps": result.steps,
+        "tokens_seen": result.tokens_seen,
+        "skipped_steps": result.skipped_steps,
+        "parameters": trainer.raw_model.num_parameters(),
+        "train": {k: v for k, v in result.last_train.items() if k not in ("step", "epoch")},
+        "val": result.last_eval.to_dict() if result.last_eval else {},
+    }
+    write_json(paths.metrics, summary)
+    if tracker:
+        final = checkpoints.latest()
+        if config.tracking.log_checkpoints == "last" and final is not None:
+            tracker.log_artifacts(final.path, f"checkpoints/{final.path.name}")
+        with tempfile.TemporaryDirectory() as tmp:
+            export_hf(trainer.raw_model.cpu(), tmp, paths.vocab)
+            tracker.log_artifacts(tmp, "hf_model")
+        tracker.finish()
+    return summary
+
+
+def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: ResumePlan,
+                  fingerprints: dict[str, str]) -> Tracker:
+    """The MLflow run: the checkpoint's own when resuming; a new one otherwise. An extended
+    run is a new run too (MLflow params cannot change inside a run, and the old run keeps the
+    model it ended with), tagged with the run it continues."""
+    resume = plan.checkpoint
+    previous_run = resume.meta.get("mlflow_run_id") if resume else None
+    tags = {**labels.tags, **{f"fingerprint.{k}": v for k, v in fingerprints.items()}}
+    if plan.extends:
+        tags.update({"extends_run": previous_run, "extended_at_step": resume.step,
+                     "extended_from_steps": plan.previous_total})
+    return Tracker.start(
+        labels.tracking_uri,
+        tracking.experiment,
+        run_id=None if plan.extends else previous_run,
+        run_name=labels.run_name,
+        params=labels.params,
+        tags=tags,
+    )

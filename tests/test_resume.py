@@ -1,0 +1,133 @@
+"""Long runs: extending a finished run (only train.max_steps / train.epochs changed) resumes
+it with the schedule re-planned, recorded as a new MLflow run that names the one it extends;
+the samples fingerprint reads meta.json alone when the samples stage recorded the arrays'
+hashes; the torchrun relaunch passes the stage's own options through."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from conftest import run_bert
+from test_train import ONE_THREAD
+from tiny_pretrain import build_data, write_params
+
+from bertcore.checkpoint import CheckpointDir, fingerprint_files
+from bertcore.resume import samples_fingerprint
+from bertcore.schedule import learning_rate
+from bertcore.tracking import sqlite_uri
+from stages.pretrain import torchrun_command
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+def bert(*args: str, cwd: Path):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=True)
+
+
+def tsv(path: Path) -> list[dict[str, str]]:
+    header, *rows = path.read_text().splitlines()
+    return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
+
+
+def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path):
+    (tmp_path / "data").symlink_to(data)
+    write_params(tmp_path / "params.yaml",
+                 train={"max_steps": 4, "warmup_steps": 1, "learning_rate": 0.003,
+                        "log_every": 2, "eval_every": 0, "checkpoint_every": 2, "keep_last": 2},
+                 tracking={"experiment": "extend"})
+    log = tmp_path / "metrics" / "pretrain_log.tsv"
+    bert("pretrain", cwd=tmp_path)
+    first_rows = tsv(log)
+
+    extended = bert("pretrain", "--set", "train.max_steps=8", cwd=tmp_path)
+    assert "starting fresh" not in extended.stderr
+    assert "resuming from" in extended.stderr and "step 4 of 8" in extended.stderr
+    assert "train.max_steps 4 -> 8" in extended.stderr
+    assert "re-planned to end at step 8 instead of 4" in extended.stderr
+    rows = tsv(log)
+    assert [int(r["step"]) for r in rows] == [2, 4, 6, 8]
+    assert rows[:2] == first_rows
+    # the rate of each step follows the plan of its time: 4 steps first, then 8
+    planned = [learning_rate(0.003, 1, 1, 4), learning_rate(0.003, 3, 1, 4),
+               learning_rate(0.003, 5, 1, 8), learning_rate(0.003, 7, 1, 8)]
+    assert [float(r["learning_rate"]) for r in rows] == pytest.approx(planned, rel=1e-6)
+    assert planned[1] < planned[2]  # re-planned: the rate went back up at step 6
+    assert json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["steps"] == 8
+    checkpoints = CheckpointDir(tmp_path / "models" / "checkpoints")
+    assert [c.step for c in checkpoints.all()] == [6, 8]
+
+    # MLflow: the extension is a new run (params cannot change inside one) that names the
+    # run it extends and carries the whole curve; the first run keeps its own 4 steps.
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(tmp_path / "mlflow.db"))
+    experiment = client.get_experiment_by_name("extend")
+    first, second = client.search_runs([experiment.experiment_id],
+                                       order_by=["attributes.start_time"])
+    assert first.info.status == second.info.status == "FINISHED"
+    assert first.data.params["train.max_steps"] == "4"
+    assert second.data.params["train.max_steps"] == "8"
+    assert second.data.tags["extends_run"] == first.info.run_id
+    assert second.data.tags["extended_at_step"] == "4"
+    assert "extends_run" not in first.data.tags
+
+    def history(run, key="train/loss"):
+        return [(m.step, m.value) for m in client.get_metric_history(run.info.run_id, key)]
+
+    assert [s for s, _ in history(first)] == [2, 4]
+    assert [s for s, _ in history(second)] == [2, 4, 6, 8]
+    assert [v for _, v in history(second)][:2] == pytest.approx([v for _, v in history(first)],
+                                                                rel=1e-6)
+    assert {a.path for a in client.list_artifacts(second.info.run_id)} >= {"hf_model"}
+
+    # Shortened below the latest checkpoint: a fresh run, whose checkpoints replace the old.
+    shorter = bert("pretrain", "--set", "train.max_steps=3", cwd=tmp_path)
+    assert "past the new end of the run" in shorter.stderr and "starting fresh" in shorter.stderr
+    assert [c.step for c in checkpoints.all()] == [2, 3]
+    assert [int(r["step"]) for r in tsv(log)] == [2, 3]
+    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
+    assert len(runs) == 3 and "extends_run" not in runs[2].data.tags
+
+
+def test_samples_fingerprint_reads_meta_json_alone_when_it_has_the_array_hashes(data, tmp_path):
+    samples = tmp_path / "samples"
+    shutil.copytree(data / "samples", samples)
+    meta_file = samples / "meta.json"
+    meta = json.loads(meta_file.read_text())
+    meta.pop("arrays_sha256", None)
+    meta_file.write_text(json.dumps(meta))
+    # samples made before the hashes were recorded: the train arrays are hashed too
+    old = samples_fingerprint(samples)
+    array = samples / "train" / "input_ids.npy"
+    array.write_bytes(array.read_bytes()[:-2] + b"\x07\x07")
+    assert samples_fingerprint(samples) != old
+
+    # samples that record their arrays' hashes (the samples stage writes them): meta.json only
+    meta["arrays_sha256"] = {"train": "a" * 64, "val": "b" * 64}
+    meta_file.write_text(json.dumps(meta))
+    recorded = samples_fingerprint(samples)
+    assert recorded == fingerprint_files([meta_file])
+    for path in (samples / "train").glob("*.npy"):
+        path.unlink()  # never read
+    assert samples_fingerprint(samples) == recorded
+    meta["arrays_sha256"]["train"] = "c" * 64  # other arrays: another fingerprint
+    meta_file.write_text(json.dumps(meta))
+    assert samples_fingerprint(samples) != recorded
+
+
+def test_torchrun_gets_the_stage_options_untouched():
+    from torch.distributed.run import get_args_parser
+
+    stage = ["pretrain", "--log", "x.tsv", "--set", "train.max_steps=3", "--metrics", "m.json"]
+    command = torchrun_command(2, 1, stage)
+    assert command[1:3] == ["-m", "torch.distributed.run"]
+    parsed = get_args_parser().parse_args(command[3:])
+    assert (parsed.nproc_per_node, parsed.max_restarts, parsed.module) == ("2", 1, True)
+    assert parsed.training_script == "stages"
+    assert parsed.training_script_args == stage
