@@ -70,6 +70,10 @@ def test_one_book_is_cut_into_parts_and_val_parts_are_spread():
     assert len(val) == 10 and min(np.diff(val)) >= 2  # spread: no two val parts adjacent
     other_seed = plan_parts([1400], [0], val_fraction=0.1, seed=1)
     assert [i for i, s in enumerate(other_seed.splits[0]) if s] != val
+    # a small val_fraction does not cut the book into crumbs: parts of 8, val about 1%
+    small = plan_parts([2000], [0], val_fraction=0.01, seed=12345)
+    assert small.part_sentences == 8 and small.parts == 250
+    assert sum(small.splits[0]) in (2, 3)
 
 
 @pytest.mark.parametrize("val_fraction", [0.02, 0.05, 0.1, 0.2, 0.3, 0.5])

@@ -5,10 +5,11 @@ one book is one document. NSP then fails, since each random B must come from ano
 document of the same split. So when the split by document leaves train or val with fewer
 than MIN_SPLIT_DOCUMENTS documents (`corpus.split_by: auto`), the corpus is split by parts:
 
-- every document is cut into parts of N consecutive sentences (the last part takes the
-  remainder, so parts hold N..2N-1 sentences), N = total sentences / (MIN_SPLIT_DOCUMENTS /
-  share of the smaller split), between MIN_PART_SENTENCES and MAX_PART_SENTENCES: about ten
-  parts for the smaller split;
+- every document is cut into parts of N consecutive sentences (the remainder spread over
+  them, so parts hold N..2N-1 sentences; a shorter document stays whole). N aims at about
+  MIN_SPLIT_DOCUMENTS parts for the smaller split (total sentences / (10 / its share)), but
+  is at least 8 (PREFERRED_PART_SENTENCES; a corpus under 128 sentences aims at 16 parts
+  instead), at least MIN_PART_SENTENCES and at most MAX_PART_SENTENCES;
 - val takes `val_fraction` of the parts (at least 2; train keeps at least 2), spread evenly
   through the corpus from a phase chosen by the seed; with val_fraction <= 0.5 no two val
   parts are neighbours. Documents of one sentence (which cannot be cut) keep their split;
@@ -40,6 +41,7 @@ from bertcore.errors import BertError
 PARTS_FILE = "parts.json"
 MIN_SPLIT_DOCUMENTS = 10  # fewer in train or val: split by parts (corpus.split_by: auto)
 MIN_PART_SENTENCES = 2  # a part must give an actual-next pair
+PREFERRED_PART_SENTENCES = 8  # shorter parts only in corpora under 16 times this
 MAX_PART_SENTENCES = 64
 MIN_PARTS = 4  # two for train and two for val, so both can draw random Bs from another part
 
@@ -67,9 +69,10 @@ def plan_parts(
 ) -> PartPlan | None:
     """Cut documents of `sentences[d]` sentences into parts and split the parts; None when
     there would be fewer than MIN_PARTS parts of two sentences or more."""
-    smaller_share = min(val_fraction, 1.0 - val_fraction)
-    target_parts = math.ceil(MIN_SPLIT_DOCUMENTS / smaller_share)
-    size = min(MAX_PART_SENTENCES, max(MIN_PART_SENTENCES, sum(sentences) // target_parts))
+    total = sum(sentences)
+    target_parts = math.ceil(MIN_SPLIT_DOCUMENTS / min(val_fraction, 1.0 - val_fraction))
+    floor = max(MIN_PART_SENTENCES, min(PREFERRED_PART_SENTENCES, total // 16))
+    size = min(MAX_PART_SENTENCES, max(floor, total // target_parts))
     sizes = [_cut(n, size) for n in sentences]
     pairable = sum(1 for parts in sizes for n in parts if n >= MIN_PART_SENTENCES)
     if pairable < MIN_PARTS:
