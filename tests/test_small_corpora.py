@@ -294,3 +294,27 @@ def test_three_sentences_warn_then_fail_in_one_line_with_the_right_advice(tmp_pa
     # documents kept whole by request: the advice is to let them be cut
     proc = run_bert("corpus", "--set", "corpus.split_by=documents", cwd=tmp_path, check=True)
     assert "corpus.split_by: auto" in proc.stderr
+
+
+def test_parts_that_leave_no_random_b_source_are_a_one_line_error(tmp_path):
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    block = "\n".join(["apple brick cloud", "dune eagle fern", "grape harbor island"])
+    for split in ("train", "val"):
+        (corpus / f"{split}.txt").write_text(f"{block}\n\n{block}\n")
+    parts = {"split_by": "parts", "requested": "auto", "part_sentences": 3,
+             "train": [[0, 0], [0, 1]], "val": [[0, 3], [0, 5]]}  # train: two neighbours
+    (corpus / "parts.json").write_text(json.dumps(parts))
+    (tmp_path / "params.yaml").write_text("samples:\n  workers: 1\n")
+    config = VocabConfig(vocab_size=60, min_frequency=1)
+    (tmp_path / "vocab").mkdir()
+    save_vocab(train_tokenizer([block.split("\n")], config), tmp_path / "vocab")
+    proc = run_bert("samples", "--corpus", "corpus", "--vocab", "vocab", cwd=tmp_path)
+    assert_one_line_error(proc, "train.txt", "no other part to draw a random B from", code=1)
+    parts["train"] = [[0, 0]]  # fewer entries than blocks
+    (corpus / "parts.json").write_text(json.dumps(parts))
+    proc = run_bert("samples", "--corpus", "corpus", "--vocab", "vocab", cwd=tmp_path)
+    assert_one_line_error(proc, "does not match the parts.json", code=1)
+    (corpus / "parts.json").write_text("{not json")
+    proc = run_bert("samples", "--corpus", "corpus", "--vocab", "vocab", cwd=tmp_path)
+    assert_one_line_error(proc, "parts.json is damaged", code=1)
