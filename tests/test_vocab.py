@@ -240,6 +240,13 @@ def test_a_bare_vocab_txt_and_a_tokenizer_json(tmp_path):
     out, ours = from_source(tmp_path, tmp_path / "bare" / "vocab.txt")
     assert_same_ids(ours, reference)
     assert read_vocab(out) == source_tokens(cased=False)
+    # the older folder layout: vocab.txt + tokenizer_config.json (here cased)
+    write_vocab_txt(tmp_path / "legacy" / "vocab.txt", source_tokens(cased=True))
+    (tmp_path / "legacy" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": False}))
+    _, ours = from_source(tmp_path, tmp_path / "legacy", out="out_legacy")
+    assert_same_ids(ours, BertTokenizerFast.from_pretrained(tmp_path / "legacy"))
+    assert ours.encode("The", add_special_tokens=False).tokens == ["The"]
 
     save_source(tmp_path / "hf", cased=True)
     reference = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
