@@ -273,6 +273,12 @@ def test_cjk_vocabulary_and_coverage(tmp_path):
     assert fits["unk_rate"] == 0 and fits["words"] == 20 * 10 and fits["tokens"] == 20 * 11
     assert fits["tokens_per_word"] == 1.1  # jumps = jump ##s
     assert does_not["unk_rate"] > 0.8 and does_not["tokens_per_word"] == 1.0
+    # a larger file is measured on windows spread through it: both halves are seen
+    both = tmp_path / "both.txt"
+    both.write_text(english.read_text() * 50 + chinese.read_text() * 50, encoding="utf-8")
+    sampled = vocab_coverage(ours, both, max_bytes=4000)
+    assert 3000 < sampled["sampled_bytes"] < 5000  # about max_bytes, in whole lines
+    assert 0.2 < sampled["unk_rate"] < 0.8
 
 
 def test_samples_use_the_source_ids_of_cls_and_sep(tmp_path):
