@@ -5,7 +5,9 @@ A corpus file (one sentence per line, blank line between documents) becomes thre
 - `tokens.bin`: every sentence's token ids, concatenated (no special tokens);
 - `sentences.bin`: int64, sentence i is tokens[s[i]:s[i+1]] (n_sentences + 1 entries);
 - `documents.bin`: int64 rows (first sentence, first token), document d spans rows d..d+1
-  (n_documents + 1 rows).
+  (n_documents + 1 rows);
+- `origins.bin`: int64, the block of the corpus file each document came from (blocks that
+  tokenise to nothing leave no document, so the two numberings can differ).
 
 Readers fetch what they need with `os.pread`, not a memory map: random segments are read
 from anywhere in the corpus, and a map would keep every touched page in the process's RSS.
@@ -24,6 +26,8 @@ from tqdm import tqdm
 TOKENS = "tokens.bin"
 SENTENCES = "sentences.bin"
 DOCUMENTS = "documents.bin"
+ORIGINS = "origins.bin"
+NEIGHBOURS = "neighbours.bin"
 
 # How many sentence offsets a random segment reads at a time.
 _SENTENCE_WINDOW = 16
@@ -60,8 +64,9 @@ def tokenize_corpus(
     table_dir.mkdir(parents=True, exist_ok=True)
     sentences = tokens = 0
     last_doc = -1  # document number of the last kept sentence
-    doc_number = 0  # counts blank-line gaps seen so far
+    doc_number = 0  # counts blank-line gaps between text seen so far
     gap = False  # a blank line came since the last non-blank line
+    seen_text = False  # blank lines before the first text separate nothing
     dropped = 0
     bar = tqdm(
         total=path.stat().st_size,
@@ -75,6 +80,7 @@ def tokenize_corpus(
         open(table_dir / TOKENS, "wb") as tok_out,
         open(table_dir / SENTENCES, "wb") as sent_out,
         open(table_dir / DOCUMENTS, "wb") as doc_out,
+        open(table_dir / ORIGINS, "wb") as origin_out,
         bar,
     ):
         np.zeros(1, np.int64).tofile(sent_out)
@@ -84,8 +90,9 @@ def tokenize_corpus(
             for line in lines:
                 line = line.strip()
                 if not line:
-                    gap = True
+                    gap = seen_text
                     continue
+                seen_text = True
                 if gap:
                     doc_number += 1
                     gap = False
@@ -106,6 +113,7 @@ def tokenize_corpus(
             new_doc = doc_of != np.concatenate([[last_doc], doc_of[:-1]])
             first_sentence = sentences + np.flatnonzero(new_doc)
             np.stack([first_sentence, starts[new_doc]], axis=1).astype(np.int64).tofile(doc_out)
+            doc_of[new_doc].tofile(origin_out)
             # empty sentences add no tokens, so all ids can be flattened as they are
             np.fromiter(chain.from_iterable(ids), dtype, count=int(lengths.sum())).tofile(tok_out)
             ends.tofile(sent_out)
@@ -129,13 +137,20 @@ def tokenize_corpus(
 
 class DocTable:
     """Random access to a tokenised corpus written by `tokenize_corpus` (held in memory:
-    only the document index, two int64 per document)."""
+    only the document index, two int64 per document, and the neighbour flags if any).
+
+    `neighbours` (from `neighbours.bin`, written by the samples stage when the corpus is split
+    by parts): per document, bit 0 when the document before it is its neighbour, bit 1 when
+    the one after it is; neighbours give no random B.
+    """
 
     def __init__(self, table_dir: str | Path, dtype: np.dtype):
         table_dir = Path(table_dir)
         self.dtype = np.dtype(dtype)
         self.documents = np.fromfile(table_dir / DOCUMENTS, np.int64).reshape(-1, 2)
         self.n_documents = len(self.documents) - 1
+        flags = table_dir / NEIGHBOURS
+        self.neighbours = np.fromfile(flags, np.uint8) if flags.is_file() else None
         self._sentences = os.open(table_dir / SENTENCES, os.O_RDONLY)
         self._tokens = os.open(table_dir / TOKENS, os.O_RDONLY)
 

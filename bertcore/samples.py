@@ -13,6 +13,10 @@ Building streams: each split is tokenised into a document table on disk
 (`bertcore.nsp`), and the shards are appended in order to the output files. Every document
 gets its own random generator, seeded from (random_seed, split, dupe, document), so the
 output is byte-identical whatever the number of workers.
+
+A corpus split by parts of documents (`bertcore.corpus.parts`, its parts.json passed as
+`parts`) is paired part by part, and a random B never comes from A's own part nor from the
+parts right before and after it in the same document.
 """
 
 from __future__ import annotations
@@ -31,10 +35,10 @@ import numpy as np
 from tqdm import tqdm
 
 from bertcore.atomic import write_json
-from bertcore.doctable import DocTable, tokenize_corpus
+from bertcore.corpus.parts import neighbour_flags
+from bertcore.doctable import NEIGHBOURS, ORIGINS, DocTable, tokenize_corpus
 from bertcore.errors import BertError, require
 from bertcore.nsp import pair_document
-from bertcore.vocab import CLS_ID, SEP_ID
 
 META_FILE = "meta.json"
 ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
@@ -87,6 +91,8 @@ class PairTask:
     max_seq_length: int
     short_seq_prob: float
     random_seed: int
+    cls_id: int
+    sep_id: int
 
 
 def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
@@ -118,25 +124,35 @@ def pair_shard(task: PairTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.n
             )
         pos = np.array(instances, np.int64).reshape(len(instances), 5)
         random_bs = [table.tokens(b0, b1) for _, _, b0, b1, r in instances if r]
-    return _gather(pos, block, tok_lo, random_bs)
+    return _gather(pos, block, tok_lo, random_bs, task.cls_id, task.sep_id)
+
+
+def excluded_range(table: DocTable, doc: int) -> tuple[int, int]:
+    """The documents lo..hi that give `doc` no random B: itself, and its neighbouring parts."""
+    flags = 0 if table.neighbours is None else int(table.neighbours[doc])
+    return doc - (flags & 1), doc + (flags >> 1)
 
 
 def _random_segments(table: DocTable, doc: int):
     """Google's random B for document `doc`: from a random start sentence of another
-    document, whole sentences until `min_tokens` are reached (or that document ends)."""
+    document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
+    that document ends)."""
     n_docs = table.n_documents
     docs = table.documents
+    lo, hi = excluded_range(table, doc)
+    excluded = hi - lo + 1
 
     def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
-        other = rng.randrange(n_docs - 1)
-        other += other >= doc  # any document but this one
+        other = rng.randrange(n_docs - excluded)
+        other += excluded if other >= lo else 0  # any document but lo..hi
         first, stop = int(docs[other, 0]), int(docs[other + 1, 0])
         return table.segment(other, first + rng.randrange(stop - first), min_tokens)
 
     return random_segment
 
 
-def _gather(pos: np.ndarray, block: np.ndarray, tok_lo: int, random_bs: list[np.ndarray]):
+def _gather(pos: np.ndarray, block: np.ndarray, tok_lo: int, random_bs: list[np.ndarray],
+            cls_id: int, sep_id: int):
     """Lay out `[CLS] A [SEP] B [SEP]` for every instance row of `pos` with one gather from
     one source: the shard's tokens (starting at corpus offset `tok_lo`), then [CLS] and
     [SEP], then the random Bs in order."""
@@ -144,7 +160,7 @@ def _gather(pos: np.ndarray, block: np.ndarray, tok_lo: int, random_bs: list[np.
     a0, a1, b0, b1, is_random = pos.T
     len_a, len_b = a1 - a0, b1 - b0
     cls_at, sep_at = len(block), len(block) + 1
-    source = np.concatenate([block, np.array([CLS_ID, SEP_ID], block.dtype), *random_bs])
+    source = np.concatenate([block, np.array([cls_id, sep_id], block.dtype), *random_bs])
     b_src = b0 - tok_lo
     random_rows = np.flatnonzero(is_random)
     b_src[random_rows] = cls_at + 2 + np.cumsum(len_b[random_rows]) - len_b[random_rows]
@@ -172,20 +188,48 @@ class NpyAppender:
         self.path = path
         self.dtype = np.dtype(dtype)
         self.count = 0
+        self.header = b""  # the final .npy header, once closed
+        self.data_sha256 = hashlib.sha256()  # of the bytes after the header, as written
         self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
         self._file.write(b"\0" * self.HEADER_BYTES)
 
     def append(self, values: np.ndarray) -> None:
-        np.ascontiguousarray(values, self.dtype).tofile(self._file)
+        data = np.ascontiguousarray(values, self.dtype)
+        self.data_sha256.update(memoryview(data).cast("B"))
+        data.tofile(self._file)
         self.count += len(values)
 
     def close(self) -> None:
         shape = f"({self.count},)"
         header = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
         header = header.ljust(self.HEADER_BYTES - 10 - 1) + "\n"
+        self.header = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
         self._file.seek(0)
-        self._file.write(b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode())
+        self._file.write(self.header)
         self._file.close()
+
+
+def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
+    """The fingerprint of one split's arrays (meta.json `arrays_sha256`): sha256 over, for
+    each array of ARRAYS in that order, its file name (`input_ids.npy`...) and a newline, the
+    file's .npy header (its first HEADER_BYTES bytes) and the 32-byte sha256 digest of the
+    rest of the file (the data). `parts[name]` = (header, data digest). It changes whenever
+    a byte of the files does, and is computed while they are written (no second read)."""
+    digest = hashlib.sha256()
+    for name in ARRAYS:
+        header, data_digest = parts[name]
+        digest.update(f"{name}.npy\n".encode() + header + data_digest)
+    return digest.hexdigest()
+
+
+def arrays_sha256_of_files(split_dir: str | Path) -> str:
+    """`arrays_sha256` recomputed by reading the files of a split folder."""
+    parts = {}
+    for name in ARRAYS:
+        data = (Path(split_dir) / f"{name}.npy").read_bytes()
+        header = data[: NpyAppender.HEADER_BYTES]
+        parts[name] = (header, hashlib.sha256(data[NpyAppender.HEADER_BYTES :]).digest())
+    return arrays_sha256(parts)
 
 
 def _shards(documents: np.ndarray) -> Iterator[tuple[int, int]]:
@@ -210,23 +254,33 @@ def build_split(
     dtype: np.dtype,
     dupe_factor: int,
     run: Callable,
+    special_ids: tuple[int, int],
+    parts: dict,
     *,
+    other_documents: int | None = None,
     progress: bool = False,
-) -> dict:
+) -> tuple[dict, str]:
     """Tokenise, pair (through `run(pair_shard, tasks)`) and write one split into `out_dir`;
-    return its statistics."""
+    return its statistics and `arrays_sha256`. `special_ids` = ([CLS], [SEP]); `parts` is
+    the corpus's parts.json; `other_documents`, the other split's count, for advice."""
     table_dir = work_dir / split
     stats = tokenize_corpus(corpus_file, encode_batch, table_dir, dtype, progress=progress)
     if stats["documents"] < 2:
-        raise BertError(
-            f"{corpus_file} holds {stats['documents']} document(s); NSP needs at least two "
-            "(documents are separated by blank lines): add text or lower corpus.val_fraction"
-        )
+        raise BertError(_too_few_documents(corpus_file, stats, parts, other_documents))
     documents = np.fromfile(table_dir / "documents.bin", np.int64).reshape(-1, 2)
+    origins = np.fromfile(table_dir / ORIGINS, np.int64)
+    if parts.get("split_by") == "parts":
+        entries = parts.get(split) or []
+        if len(origins) and origins[-1] >= len(entries):
+            raise BertError(f"{corpus_file} does not match the parts.json beside it: "
+                            "rerun `bert corpus`")
+        flags = neighbour_flags(entries, origins)
+        flags.tofile(table_dir / NEIGHBOURS)
+        _check_random_b_sources(corpus_file, documents, flags)
     tasks = [
         PairTask(
             str(table_dir), dtype.str, split, dupe, lo, hi,
-            config.max_seq_length, config.short_seq_prob, config.random_seed,
+            config.max_seq_length, config.short_seq_prob, config.random_seed, *special_ids,
         )
         for dupe in range(dupe_factor)
         for lo, hi in _shards(documents)
@@ -261,11 +315,16 @@ def build_split(
     count = writers["is_random_next"].count
     if count == 0:
         raise BertError(
-            f"no NSP pairs could be made from {corpus_file}: every document has a single "
-            "sentence; NSP needs documents of two sentences or more"
+            f"no NSP pairs could be made from {corpus_file}: each of its {stats['documents']} "
+            "documents holds a single sentence, and NSP needs documents of two sentences or "
+            "more (in one-sentence-per-line text a blank line ends a document: check "
+            "corpus.format)"
         )
+    digest = arrays_sha256({name: (w.header, w.data_sha256.digest())
+                            for name, w in writers.items()})
     return {
         "documents": stats["documents"],
+        "split_by": parts.get("split_by", "documents"),
         "sentences": stats["sentences"],
         "corpus_tokens": stats["tokens"],
         "single_sentence_documents": stats["single_sentence_documents"],
@@ -277,7 +336,38 @@ def build_split(
         "min_length": min_len,
         "max_length": max_len,
         "nsp_random_fraction": round(random_count / count, 4),
-    }
+    }, digest
+
+
+def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
+                       other_documents: int | None) -> str:
+    """Why one document (or none) cannot give NSP pairs, and what will help."""
+    what = (f"{corpus_file} holds {stats['documents']} document(s) ({stats['sentences']} "
+            "sentences): too few for NSP pairs, whose random B comes from another document, "
+            "so train and val need two each")
+    if "requested" not in parts:  # not made by `bert corpus`
+        return (f"{what}: add documents (a blank line separates them in this file) or make "
+                "it with `bert corpus`")
+    if parts["requested"] == "documents":
+        return (f"{what}: set corpus.split_by: auto (cuts documents into parts when they are "
+                "few) or add documents to corpus.source")
+    if other_documents is not None and other_documents >= 100:
+        return f"{what}: raise corpus.val_fraction"
+    return (f"{what}, and the corpus is too small to cut into parts: add text to "
+            "corpus.source (about 8 sentences or more, in documents of two sentences or more)")
+
+
+def _check_random_b_sources(corpus_file: Path, documents: np.ndarray, flags: np.ndarray) -> None:
+    """Every document that can give an A must have a document outside its neighbourhood."""
+    n_docs = len(documents) - 1
+    excluded = 1 + (flags & 1) + (flags >> 1)
+    pairable = np.diff(documents[:, 0]) >= 2
+    stuck = np.flatnonzero(pairable & (n_docs - excluded < 1))
+    if len(stuck):
+        raise BertError(
+            f"{corpus_file}: part {int(stuck[0])} has no other part to draw a random B from "
+            "but its neighbours (parts of the same document next to it): rerun `bert corpus`"
+        )
 
 
 class _task_runner:
@@ -307,13 +397,19 @@ def build_samples(
     config: SamplesConfig,
     vocab_fingerprint: str,
     *,
+    parts: dict | None = None,
     progress: bool = False,
 ) -> dict:
     """Build every split of `corpus_files` ({"train": path, "val": path}) into `out_dir`
-    (a fresh folder) with a `tokenizers.Tokenizer`; write meta.json and return it."""
+    (a fresh folder) with a `tokenizers.Tokenizer`; write meta.json and return it.
+
+    `parts`: the corpus's parts.json (`bertcore.corpus.parts.read_parts`), when it is split
+    by parts of documents. meta.json's `arrays_sha256` fingerprints each split's arrays.
+    """
     out_dir = Path(out_dir)
     vocab_size = tokenizer.get_vocab_size()
     dtype = token_dtype(vocab_size)
+    special_ids = (_special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]"))
 
     def encode_batch(texts: list[str]) -> list[list[int]]:
         return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
@@ -330,16 +426,26 @@ def build_samples(
         "random_seed": config.random_seed,
     }
     # The pool starts (spawn takes a moment) while the first split is being tokenised.
+    digests = {}
     with _task_runner(config.workers) as run:
         for split, path in corpus_files.items():
             dupe = config.dupe_factor if split == "train" else 1  # val: one pass is enough
-            meta[split] = build_split(
+            other = meta["train"]["documents"] if "train" in meta else None
+            meta[split], digests[split] = build_split(
                 Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype,
-                dupe, run, progress=progress,
+                dupe, run, special_ids, parts or {}, other_documents=other, progress=progress,
             )
+    meta["arrays_sha256"] = digests
     shutil.rmtree(work_dir, ignore_errors=True)
     write_json(out_dir / META_FILE, meta)
     return meta
+
+
+def _special_id(tokenizer, token: str) -> int:
+    token_id = tokenizer.token_to_id(token)
+    if token_id is None:
+        raise BertError(f"the vocabulary has no {token} token: rerun `bert vocab`")
+    return token_id
 
 
 # ---------------------------------------------------------------------------------------------

@@ -6,6 +6,7 @@ import click
 
 from bertcore.atomic import atomic_dir, write_json
 from bertcore.corpus import CorpusConfig, build_corpus
+from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, stage_options
 from stages.params import load_params, parse_section
 
@@ -16,9 +17,10 @@ from stages.params import load_params, parse_section
              "Where to write the corpus statistics.")
 @stage_options
 def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
-    """Clean the text of `corpus.source` into one-sentence-per-line documents, split by
-    document into train and val."""
+    """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
+    train and val by document (by parts of documents when they are few)."""
     config = parse_section(load_params(params_file, overrides), "corpus", CorpusConfig)
+    warn_unless_a_dep("corpus.source", config.source)
     with atomic_dir(out) as staging:
         stats = build_corpus(config, staging)
     write_json(metrics_path, stats.to_dict())

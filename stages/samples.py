@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bertcore.atomic import atomic_dir, write_json
+from bertcore.corpus.parts import read_parts
 from bertcore.errors import BertError
 from bertcore.samples import SamplesConfig, build_samples
 from bertcore.vocab import load_tokenizer, vocab_fingerprint
@@ -22,7 +23,8 @@ from stages.options import (
 from stages.params import load_params, parse_section
 
 SPLITS = ("train", "val")
-METRIC_KEYS = ("documents", "count", "tokens", "mean_length", "max_length", "nsp_random_fraction")
+METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",
+               "nsp_random_fraction")
 
 
 @click.command()
@@ -43,9 +45,10 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
     tokenizer = load_tokenizer(vocab_dir)
     fingerprint = vocab_fingerprint(vocab_dir)
     started = time.perf_counter()
+    parts = read_parts(corpus_dir)  # split by parts: no random B from a neighbouring part
     with atomic_dir(out_dir) as staging:
         meta = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
-                             progress=sys.stderr.isatty())
+                             parts=parts, progress=sys.stderr.isatty())
     write_json(metrics_file, {s: {k: meta[s][k] for k in METRIC_KEYS} for s in SPLITS})
     for split in SPLITS:
         m = meta[split]

@@ -1,4 +1,5 @@
-"""`bert vocab`: train the WordPiece vocabulary on the corpus's train split."""
+"""`bert vocab`: train the WordPiece vocabulary on the train split, or take an existing one
+(`vocab.source`); write data/vocab/ and its coverage of the train split (metrics/vocab.json)."""
 
 from __future__ import annotations
 
@@ -7,26 +8,57 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir
+from bertcore.atomic import atomic_dir, write_json
 from bertcore.errors import BertError
-from bertcore.vocab import VocabConfig, line_batches, save_vocab, train_tokenizer
-from stages.options import corpus_option, folder_option, stage_options
+from bertcore.vocab import (
+    TRAIN,
+    VocabConfig,
+    casing_rules,
+    files_sha256,
+    line_batches,
+    load_source_vocabulary,
+    save_vocab,
+    train_tokenizer,
+    vocab_coverage,
+)
+from stages.dvcdeps import warn_unless_a_dep
+from stages.options import corpus_option, file_option, folder_option, stage_options
 from stages.params import load_params, parse_section
 
 
 @click.command()
 @corpus_option
 @folder_option("--out", "out_dir", "data/vocab", "Where vocab.txt and tokenizer.json go.")
+@file_option("--metrics", "metrics_path", "metrics/vocab.json",
+             "Where to write the vocabulary's source and its coverage of the train split.")
 @stage_options
-def command(corpus_dir: str, out_dir: str, params_file: str, overrides: tuple[str, ...]) -> None:
-    """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split."""
+def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
+            overrides: tuple[str, ...]) -> None:
+    """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
+    the one `vocab.source` points at in the same form."""
     config = parse_section(load_params(params_file, overrides), "vocab", VocabConfig)
     train = Path(corpus_dir) / "train.txt"
     if not train.is_file():
         raise BertError(f"no corpus at {train}: run `bert corpus` first or pass --corpus")
     if next(line_batches(train, batch_size=1), None) is None:
         raise BertError(f"{train} holds no text: check corpus.source and rerun `bert corpus`")
-    tokenizer = train_tokenizer(line_batches(train), config, show_progress=sys.stderr.isatty())
+    if config.source == TRAIN:
+        tokenizer = train_tokenizer(line_batches(train), config, show_progress=sys.stderr.isatty())
+        origin = {"source": TRAIN, "casing_from": "vocab.lowercase / vocab.strip_accents"}
+    else:
+        source = load_source_vocabulary(config.source, config)
+        warn_unless_a_dep("vocab.source", config.source, source.files)
+        tokenizer = source.tokenizer
+        origin = {"source": config.source, "source_sha256": files_sha256(source.files),
+                  "casing_from": source.rules_from}
+    coverage = vocab_coverage(tokenizer, train)
     with atomic_dir(out_dir) as staging:
-        save_vocab(tokenizer, staging, config)
-    click.echo(f"vocab: {tokenizer.get_vocab_size()} tokens -> {out_dir}", err=True)
+        save_vocab(tokenizer, staging)
+    rules = casing_rules(tokenizer)
+    write_json(metrics_path, {**origin, "vocab_size": tokenizer.get_vocab_size(),
+                              "lowercase": rules.lowercase, "strip_accents": rules.strips_accents,
+                              **coverage})
+    how = "trained" if config.source == TRAIN else f"from {config.source}"
+    click.echo(f"vocab: {tokenizer.get_vocab_size()} tokens ({how}, {rules.describe()}) -> "
+               f"{out_dir}; on {train}: [UNK] {coverage['unk_rate']:.2%} of tokens, "
+               f"{coverage['tokens_per_word']} tokens per word", err=True)

@@ -141,7 +141,8 @@ def test_prose_and_lines_files_and_format_detection(tmp_path):
     (folder / "a.txt").write_text(prose)
     (folder / "sub" / "b.txt").write_text(lines * 5)  # repeated: documents 3-10 are duplicates
     (folder / ".hidden.txt").write_text("Never read.")
-    stats, train, val = build(tmp_path, folder, val_fraction=0.3)
+    # whole documents (auto would split these 4 by parts): this test is about reading them
+    stats, train, val = build(tmp_path, folder, val_fraction=0.3, split_by="documents")
     docs = sorted(train + val)
     first = ["One sentence per line.", "Another one, e.g. this. Kept whole."]
     assert docs == sorted(
@@ -232,7 +233,7 @@ def test_long_line_is_read_cleaned_and_split_in_chunks(tmp_path):
     sentence = "The quick brown fox jumps over the lazy dog near 3.14 meters, e.g. twice. "
     count = 3_000_000 // len(sentence)
     (tmp_path / "line.txt").write_text(sentence * count + "字" * 3000)
-    stats, train, _ = build(tmp_path, tmp_path / "line.txt")
+    stats, train, _ = build(tmp_path, tmp_path / "line.txt", split_by="documents")
     assert stats.sentences == count + 3 and stats.documents == 1
     assert train[0][0] == sentence.strip() and train[0][-3:] == ["字" * 1000] * 3
     assert stats.cleaning["overlong_sentence_cuts"] == 2

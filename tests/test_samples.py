@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import json
 import pickle
@@ -14,7 +15,14 @@ from conftest import assert_one_line_error, run_bert
 import bertcore.samples as samples_module
 from bertcore.errors import BertError
 from bertcore.nsp import pair_document, truncation
-from bertcore.samples import SamplesConfig, SampleStore, build_samples, check_vocab, read_meta
+from bertcore.samples import (
+    SamplesConfig,
+    SampleStore,
+    arrays_sha256_of_files,
+    build_samples,
+    check_vocab,
+    read_meta,
+)
 from bertcore.vocab import (
     CLS_ID,
     SEP_ID,
@@ -100,6 +108,25 @@ def test_layout_and_invariants(data, tmp_path):
     assert meta["train"]["documents"] == 160 and meta["val"]["dupe_factor"] == 1
     assert read_meta(tmp_path / "s")["vocab_fingerprint"] == vocab_fingerprint(data / "vocab")
     assert not (tmp_path / "s" / ".work").exists()
+
+
+def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
+    """meta["arrays_sha256"][split]: sha256 over each array's name, .npy header and the
+    sha256 of its data, in ARRAYS order (computed while writing; recomputed here from files)."""
+    meta = build(data, tmp_path / "s", dupe_factor=2)
+    assert read_meta(tmp_path / "s")["arrays_sha256"] == meta["arrays_sha256"]
+    for split in ("train", "val"):
+        digest = hashlib.sha256()
+        for name in samples_module.ARRAYS:
+            raw = (tmp_path / "s" / split / f"{name}.npy").read_bytes()
+            digest.update(f"{name}.npy\n".encode() + raw[:128] + hashlib.sha256(raw[128:]).digest())
+        assert meta["arrays_sha256"][split] == digest.hexdigest()
+    assert meta["arrays_sha256"]["train"] != meta["arrays_sha256"]["val"]
+    ids = tmp_path / "s" / "train" / "input_ids.npy"
+    raw = bytearray(ids.read_bytes())
+    raw[-1] ^= 1
+    ids.write_bytes(bytes(raw))
+    assert arrays_sha256_of_files(tmp_path / "s" / "train") != meta["arrays_sha256"]["train"]
 
 
 def test_store_indexing_and_pickling(data, tmp_path):

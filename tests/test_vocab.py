@@ -6,17 +6,21 @@ import itertools
 import json
 import random
 
+import numpy as np
 import pytest
+import yaml
 from conftest import assert_one_line_error, run_bert
 
 from bertcore.errors import BertError
 from bertcore.vocab import (
     SPECIAL_TOKENS,
     VocabConfig,
+    load_source_vocabulary,
     load_tokenizer,
     read_vocab,
     save_vocab,
     train_tokenizer,
+    vocab_coverage,
     vocab_fingerprint,
 )
 
@@ -134,4 +138,219 @@ def test_cli_trains_and_keeps_the_previous_vocab_on_failure(tmp_path):
                     "--set", "vocab.vocab_size=3", cwd=tmp_path)
     assert_one_line_error(proc, "vocab.vocab_size", code=2)
     assert (tmp_path / "vocab" / "vocab.txt").read_bytes() == before
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["corpus", "empty", "params.yaml", "vocab"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == [
+        "corpus", "empty", "metrics", "params.yaml", "vocab"]
+    coverage = json.loads((tmp_path / "metrics" / "vocab.json").read_text())
+    assert coverage["source"] == "train" and coverage["vocab_size"] == len(before.splitlines())
+    assert coverage["unk_rate"] < 0.01 and 1.0 <= coverage["tokens_per_word"] < 2.0
+
+
+# --- an existing vocabulary (vocab.source) ------------------------------------------------------
+
+# BERT's layout: [PAD] first, unused slots, then [UNK] [CLS] [SEP] [MASK] (ids 0, 3, 4, 5, 6)
+LAYOUT = ["[PAD]", "[unused0]", "[unused1]", "[UNK]", "[CLS]", "[SEP]", "[MASK]"]
+LETTERS = list("abcdefghijklmnopqrstuvwxyz") + [f"##{c}" for c in "abcdefghijklmnopqrstuvwxyz"]
+COMMON = ["the", "quick", "brown", "fox", "jump", "##ed", "over", "lazy", "dog", "cafe",
+          "café", "naive", ".", ",", "!", "?", "我", "们", "喜", "欢"]
+SOURCE_TEXTS = [
+    "The quick brown fox jumps over the lazy dog.",
+    "Café naïve, THE DOG! zzqx?",
+    "我们喜欢 the fox 東京",
+    "a [MASK] here",
+]
+
+
+def source_tokens(cased: bool) -> list[str]:
+    extra = ["The", "Dog", "Café", "##S", "T", "D", "C"] if cased else []
+    return LAYOUT + COMMON + extra + LETTERS
+
+
+def save_source(folder, cased: bool = False):
+    """A tokenizer folder as transformers' save_pretrained writes it (tokenizer.json and
+    tokenizer_config.json, no vocab.txt in transformers 5)."""
+    from transformers import BertTokenizerFast
+
+    tokens = source_tokens(cased)
+    hf = BertTokenizerFast(vocab={t: i for i, t in enumerate(tokens)}, do_lower_case=not cased)
+    hf.save_pretrained(folder)
+    return folder
+
+
+def write_vocab_txt(path, tokens) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
+
+
+def from_source(tmp_path, source, out="out", **config):
+    """data/vocab written from `source` as the vocab stage does; our tokenizer of it."""
+    vocab = load_source_vocabulary(str(source), VocabConfig(source=str(source), **config))
+    out = tmp_path / out
+    out.mkdir()
+    save_vocab(vocab.tokenizer, out)
+    return out, load_tokenizer(out)
+
+
+def read_vocab_of(hf_tokenizer) -> list[str]:
+    vocab = hf_tokenizer.get_vocab()
+    return sorted(vocab, key=vocab.__getitem__)
+
+
+def assert_same_ids(ours, reference) -> None:
+    """`ours` (tokenizers) and `reference` (a callable like transformers' tokenizer)."""
+    for text in SOURCE_TEXTS:
+        assert ours.encode(text).ids == reference(text)["input_ids"], text
+    for a, b in itertools.pairwise(SOURCE_TEXTS):
+        encoding, expected = ours.encode(a, b), reference(a, b)
+        assert encoding.ids == expected["input_ids"], (a, b)
+        assert encoding.type_ids == expected["token_type_ids"], (a, b)
+
+
+@pytest.mark.parametrize("cased", [False, True, "config"], ids=["uncased", "cased", "config"])
+def test_a_folder_saved_by_transformers_gives_its_ids(tmp_path, cased):
+    """"config": tokenizer_config.json says cased, tokenizer.json's normaliser lowercases:
+    transformers follows the config, and so do we."""
+    from transformers import BertTokenizerFast
+
+    source = save_source(tmp_path / "source", cased=cased is True)
+    expected = {False: ["the", "cafe"], True: ["The", "Café"], "config": ["[UNK]", "[UNK]"]}
+    expected = expected[cased]  # the last: cased rules on an uncased vocabulary
+    if cased == "config":
+        config_file = source / "tokenizer_config.json"
+        config_file.write_text(json.dumps({**json.loads(config_file.read_text()),
+                                           "do_lower_case": False}))
+        cased = True
+    out, ours = from_source(tmp_path, source)
+    reference = BertTokenizerFast.from_pretrained(source)
+    assert_same_ids(ours, reference)
+    assert_same_ids(ours, BertTokenizerFast.from_pretrained(out))  # and data/vocab in transformers
+    assert read_vocab(out) == read_vocab_of(reference)  # the source's ids, [CLS] = 4
+    assert ours.encode("x").ids[0] == 4 and ours.encode("x").ids[-1] == 5
+    words = ours.encode("The Café", add_special_tokens=False).tokens
+    assert words == expected  # casing from the source
+    config = json.loads((out / "tokenizer_config.json").read_text())
+    assert config["do_lower_case"] is (not cased)
+
+
+def test_a_bare_vocab_txt_and_a_tokenizer_json(tmp_path):
+    from tokenizers import Tokenizer
+    from transformers import BertTokenizerFast
+
+    write_vocab_txt(tmp_path / "bare" / "vocab.txt", source_tokens(cased=False))
+    reference = BertTokenizerFast.from_pretrained(tmp_path / "bare")  # a folder with vocab.txt
+    out, ours = from_source(tmp_path, tmp_path / "bare" / "vocab.txt")
+    assert_same_ids(ours, reference)
+    assert read_vocab(out) == source_tokens(cased=False)
+    # the older folder layout: vocab.txt + tokenizer_config.json (here cased)
+    write_vocab_txt(tmp_path / "legacy" / "vocab.txt", source_tokens(cased=True))
+    (tmp_path / "legacy" / "tokenizer_config.json").write_text(json.dumps(
+        {"tokenizer_class": "BertTokenizer", "do_lower_case": False}))
+    _, ours = from_source(tmp_path, tmp_path / "legacy", out="out_legacy")
+    assert_same_ids(ours, BertTokenizerFast.from_pretrained(tmp_path / "legacy"))
+    assert ours.encode("The", add_special_tokens=False).tokens == ["The"]
+
+    save_source(tmp_path / "hf", cased=True)
+    reference = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    truncating = Tokenizer.from_file(str(tmp_path / "hf" / "tokenizer.json"))
+    truncating.enable_truncation(max_length=6)  # as some saved tokenizers are: not for samples
+    truncating.save(str(tmp_path / "truncating.json"))
+    out, ours = from_source(tmp_path, tmp_path / "truncating.json", out="out_json")
+    assert_same_ids(ours, lambda *texts: {"input_ids": reference.encode(*texts).ids,
+                                          "token_type_ids": reference.encode(*texts).type_ids})
+    assert ours.encode("The", add_special_tokens=False).tokens == ["The"]
+    assert json.loads((out / "tokenizer.json").read_text())["truncation"] is None
+
+
+def test_cjk_vocabulary_and_coverage(tmp_path):
+    write_vocab_txt(tmp_path / "vocab.txt", source_tokens(cased=False))
+    _, ours = from_source(tmp_path, tmp_path / "vocab.txt")
+    assert ours.encode("我们喜欢東京", add_special_tokens=False).tokens == [
+        "我", "们", "喜", "欢", "[UNK]", "[UNK]"]
+    english = tmp_path / "english.txt"
+    english.write_text("the quick brown fox jumps over the lazy dog.\n" * 20, encoding="utf-8")
+    chinese = tmp_path / "chinese.txt"
+    chinese.write_text("東京是日本的首都。北京是中国的首都。\n" * 20, encoding="utf-8")
+    fits, does_not = vocab_coverage(ours, english), vocab_coverage(ours, chinese)
+    assert fits["unk_rate"] == 0 and fits["words"] == 20 * 10 and fits["tokens"] == 20 * 11
+    assert fits["tokens_per_word"] == 1.1  # jumps = jump ##s
+    assert does_not["unk_rate"] > 0.8 and does_not["tokens_per_word"] == 1.0
+    # a larger file is measured on windows spread through it: both halves are seen
+    both = tmp_path / "both.txt"
+    both.write_text(english.read_text() * 50 + chinese.read_text() * 50, encoding="utf-8")
+    sampled = vocab_coverage(ours, both, max_bytes=4000)
+    assert 3000 < sampled["sampled_bytes"] < 5000  # about max_bytes, in whole lines
+    assert 0.2 < sampled["unk_rate"] < 0.8
+
+
+def test_samples_use_the_source_ids_of_cls_and_sep(tmp_path):
+    from bertcore.masking import VocabSpec
+    from bertcore.samples import SamplesConfig, SampleStore, build_samples
+
+    out, ours = from_source(tmp_path, save_source(tmp_path / "source"))
+    corpus = tmp_path / "corpus"
+    docs = [[f"the quick fox jumps over dog {w} ." for w in "abcdefgh"] for _ in range(4)]
+    write_corpus(corpus, [line for doc in docs for line in doc])
+    (corpus / "val.txt").write_text((corpus / "train.txt").read_text())
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    build_samples({s: corpus / f"{s}.txt" for s in ("train", "val")}, ours, samples,
+                  SamplesConfig(max_seq_length=24, dupe_factor=1, workers=1),
+                  vocab_fingerprint(out))
+    store = SampleStore(samples / "train")
+    for i in range(len(store)):
+        ids, b_start, _ = store[i]
+        assert ids[0] == 4 and ids[b_start - 1] == 5 and ids[-1] == 5  # [CLS], [SEP], [SEP]
+        body = np.concatenate([ids[1 : b_start - 1], ids[b_start:-1]])
+        assert not np.isin(body, [0, 1, 2, 3, 4, 5, 6]).any()  # specials only where they go
+    spec = VocabSpec.from_tokens(read_vocab(out))
+    assert (spec.cls_id, spec.sep_id, spec.mask_id, spec.num_special) == (4, 5, 6, 7)
+
+
+def test_cli_source_errors_and_warnings(tmp_path):
+    write_corpus(tmp_path / "corpus", corpus_lines())
+    (tmp_path / "params.yaml").write_text("vocab:\n  lowercase: true\n")
+
+    def vocab(source):
+        return run_bert("vocab", "--corpus", "corpus", "--out", "vocab",
+                        "--set", f"vocab.source={source}", cwd=tmp_path)
+
+    write_vocab_txt(tmp_path / "partial.txt", ["[PAD]", "[UNK]", "[CLS]", "the", "dog"])
+    assert_one_line_error(vocab("partial.txt"), "[SEP] [MASK]", code=1)
+    assert_one_line_error(vocab("nowhere"), "vocab.source not found: nowhere", code=1)
+    (tmp_path / "empty_folder").mkdir()
+    assert_one_line_error(vocab("empty_folder"), "neither tokenizer.json nor vocab.txt", code=1)
+    (tmp_path / "bpe.json").write_text(json.dumps({"version": "1.0", "model": {
+        "type": "BPE", "vocab": {"a": 0}, "merges": []}}))
+    assert_one_line_error(vocab("bpe.json"), "BPE tokenizer", "WordPiece", code=1)
+    assert not (tmp_path / "vocab").exists()
+
+    save_source(tmp_path / "cased", cased=True)
+    proc = vocab("cased")
+    assert proc.returncode == 0, proc.stderr
+    (warning,) = [line for line in proc.stderr.splitlines() if "WARNING" in line]
+    assert "cased/tokenizer_config.json (lowercase false" in warning
+    assert "vocab.lowercase / vocab.strip_accents (lowercase true" in warning
+    metrics = json.loads((tmp_path / "metrics" / "vocab.json").read_text())
+    assert metrics["source"] == "cased" and metrics["lowercase"] is False
+    assert len(metrics["source_sha256"]) == 64 and metrics["unk_rate"] > 0
+    write_vocab_txt(tmp_path / "cased.txt", source_tokens(cased=True))
+    proc = vocab("cased.txt")  # a bare vocab.txt: params decide, capitals are suspicious
+    assert proc.returncode == 0 and "set vocab.lowercase: false" in proc.stderr
+
+
+def test_under_dvc_a_source_path_missing_from_the_deps_is_a_warning(tmp_path):
+    """DVC reruns a stage when vocab.source changes, not when the files behind it do, unless
+    dvc.yaml lists them (DVC_STAGE / DVC_ROOT are what `dvc repro` sets for a stage)."""
+    write_corpus(tmp_path / "corpus", corpus_lines())
+    write_vocab_txt(tmp_path / "mine" / "vocab.txt", source_tokens(cased=False))
+    (tmp_path / "params.yaml").write_text("vocab:\n  source: mine\n")
+    env = {"DVC_STAGE": "vocab", "DVC_ROOT": str(tmp_path)}
+    for deps, warned in ((["data/corpus/train.txt"], True), (["mine"], False),
+                         (["mine/vocab.txt"], False), (["min"], True)):
+        stage = {"cmd": "bert vocab", "deps": deps, "outs": ["vocab"]}
+        (tmp_path / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"vocab": stage}}))
+        proc = run_bert("vocab", "--corpus", "corpus", "--out", "vocab", cwd=tmp_path, env=env,
+                        check=True)
+        assert ("vocab.source mine is not among the deps of the vocab stage" in proc.stderr) is (
+            warned), (deps, proc.stderr)
+    proc = run_bert("vocab", "--corpus", "corpus", "--out", "vocab", cwd=tmp_path, check=True)
+    assert "not among the deps" not in proc.stderr  # not under dvc repro: nothing to say

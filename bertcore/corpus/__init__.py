@@ -1,7 +1,8 @@
 """The corpus stage's library: raw text in, one-sentence-per-line train/val documents out.
 
 config (CorpusConfig) -> sources (documents as pieces of raw text) -> cleaning (HTML, control
-characters, Unicode) -> sentences (splitting) -> writer (dedup, train/val split) -> build.
+characters, Unicode) -> sentences (splitting) -> writer (dedup, train/val split) -> parts (a
+small corpus split by parts of documents instead) -> build.
 """
 
 from bertcore.corpus.build import CorpusStats, build_corpus, document_sentences

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
@@ -11,17 +12,30 @@ from tqdm import tqdm
 
 from bertcore.corpus.cleaning import TextCleaner, safe_cut
 from bertcore.corpus.config import CorpusConfig
+from bertcore.corpus.parts import (
+    MIN_SPLIT_DOCUMENTS,
+    PartPlan,
+    cut_into_parts,
+    plan_parts,
+    write_parts_file,
+)
 from bertcore.corpus.sentences import SentenceSplitter
 from bertcore.corpus.sources import Document, open_source
 from bertcore.corpus.writer import SplitStats, SplitWriter
 from bertcore.errors import BertError
+
+log = logging.getLogger(__name__)
 
 CHUNK_CHARS = 1 << 16  # raw text is cleaned in pieces of about this size
 
 
 @dataclass
 class CorpusStats:
-    """What `build_corpus` read, kept and dropped; `to_dict()` is metrics/corpus.json."""
+    """What `build_corpus` read, kept and dropped; `to_dict()` is metrics/corpus.json.
+
+    `documents` counts the documents kept; `train.documents` / `val.documents` count the
+    blank-line separated blocks of train.txt / val.txt: parts, when `split["by"]` is parts.
+    """
 
     source: str
     train: SplitStats = field(default_factory=SplitStats)
@@ -29,10 +43,8 @@ class CorpusStats:
     input: Counter = field(default_factory=Counter)  # files, records, documents, bytes
     dropped: Counter = field(default_factory=Counter)  # reason -> count
     cleaning: Counter = field(default_factory=Counter)  # what cleaning removed or cut
-
-    @property
-    def documents(self) -> int:
-        return self.train.documents + self.val.documents
+    split: dict = field(default_factory=lambda: {"by": "documents"})  # how train/val were made
+    documents: int = 0
 
     @property
     def sentences(self) -> int:
@@ -49,6 +61,7 @@ class CorpusStats:
             "characters": self.characters,
             "train": asdict(self.train),
             "val": asdict(self.val),
+            "split": self.split,
             "input": dict(sorted(self.input.items())),
             "dropped": dict(sorted(self.dropped.items())),
             "cleaning": dict(sorted(self.cleaning.items())),
@@ -56,9 +69,15 @@ class CorpusStats:
 
     def summary(self) -> str:
         dropped = ", ".join(f"{n} {reason}" for reason, n in sorted(self.dropped.items()) if n)
+        if self.split["by"] == "parts":
+            split = (f"{self.documents} documents, split by parts: {self.split['parts']} parts "
+                     f"of about {self.split['part_sentences']} sentences "
+                     f"({self.train.documents} train, {self.val.documents} val)")
+        else:
+            split = (f"{self.documents} documents ({self.train.documents} train, "
+                     f"{self.val.documents} val)")
         return (
-            f"{self.documents} documents ({self.train.documents} train, {self.val.documents} "
-            f"val), {self.sentences} sentences, {self.characters / 1e6:.2f}M characters"
+            f"{split}, {self.sentences} sentences, {self.characters / 1e6:.2f}M characters"
             + (f"; dropped {dropped}" if dropped else "")
         )
 
@@ -74,7 +93,9 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     """Write `out_dir/train.txt` and `out_dir/val.txt` from `config.source`.
 
     Streams: one document at a time (larger ones spill to disk), so memory does not grow with
-    the corpus. Raises BertError when the source is missing or yields no text.
+    the corpus. Small corpora are split by parts of documents (`bertcore.corpus.parts`);
+    `out_dir/parts.json` says how the split was made. Raises BertError when the source is
+    missing or yields no text; warns when the result is too small for NSP pairs.
     """
     source = open_source(config.source, config.text_field, config.format)
     stats = CorpusStats(config.source)
@@ -88,7 +109,9 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
         counts["bytes" if source.unit == "B" else "units_read"] += amount
         bar.update(amount)
 
-    with bar, SplitWriter(out_dir, config.val_fraction, config.seed) as writer:
+    out_dir = Path(out_dir)
+    writer = SplitWriter(out_dir, config.val_fraction, config.seed, _record_limit(config))
+    with bar, writer:
         for document in source.documents(counts, advance):
             stats.input["documents"] += 1
             splitter = SentenceSplitter(config.max_sentence_chars, document.split_sentences)
@@ -96,7 +119,26 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
             overlong_cuts += splitter.overlong_cuts
             if outcome in ("empty", "duplicate"):
                 stats.dropped[f"{outcome}_documents"] += 1
+        plan = _part_plan(config, writer)
+        if plan is None:
+            writer.balance()
         stats.train, stats.val = writer.stats["train"], writer.stats["val"]
+    stats.documents = stats.train.documents + stats.val.documents
+    if plan is None:
+        write_parts_file(out_dir, {"split_by": "documents", "requested": config.split_by})
+    else:
+        split_stats, entries = cut_into_parts(out_dir, writer.records.splits, plan)
+        stats.train, stats.val = split_stats["train"], split_stats["val"]
+        stats.split = {
+            "by": "parts",
+            "part_sentences": plan.part_sentences,
+            "documents_cut": plan.documents_cut,
+            "parts": plan.parts,
+            "train_parts": stats.train.documents,
+            "val_parts": stats.val.documents,
+        }
+        write_parts_file(out_dir, {"split_by": "parts", "requested": config.split_by,
+                                   "part_sentences": plan.part_sentences, **entries})
     for key, value in counts.items():
         target = stats.dropped if key in _DROP_REASONS else stats.input
         target[key] += value
@@ -105,6 +147,10 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     stats.cleaning["overlong_sentence_cuts"] = overlong_cuts
     if stats.documents == 0:
         raise BertError(_nothing_left(config, stats))
+    if plan is None:
+        warning = _too_small_for_nsp(config, stats, writer)
+        if warning:
+            log.warning(warning)
     return stats
 
 
@@ -147,3 +193,48 @@ def _nothing_left(config: CorpusConfig, stats: CorpusStats) -> str:
         )
     reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
     return f"no text left after cleaning {source} ({reasons or 'nothing read'})"
+
+
+def _record_limit(config: CorpusConfig) -> int | None:
+    """How many documents to keep records of for a split by parts (None: all): in auto mode,
+    until the smaller split can no longer end up with fewer than MIN_SPLIT_DOCUMENTS."""
+    if config.split_by == "documents":
+        return 0
+    if config.split_by == "parts":
+        return None
+    share = min(config.val_fraction, 1.0 - config.val_fraction)
+    return min(1 << 22, int(10 * MIN_SPLIT_DOCUMENTS / share) + 1)
+
+
+def _part_plan(config: CorpusConfig, writer: SplitWriter) -> PartPlan | None:
+    """The parts to split by, or None to keep whole documents."""
+    records = writer.records
+    fewest = min(stats.documents for stats in writer.stats.values())
+    if not records.complete or (config.split_by == "auto" and fewest >= MIN_SPLIT_DOCUMENTS):
+        return None
+    plan = plan_parts(records.sentences, records.splits, config.val_fraction, config.seed)
+    if plan is None and config.split_by == "parts":
+        log.warning("corpus: too little text to cut into parts (fewer than 4 parts of two "
+                    "sentences or more): split by whole documents")
+    return plan
+
+
+def _too_small_for_nsp(config: CorpusConfig, stats: CorpusStats, writer: SplitWriter) -> str:
+    """A warning when a split (by documents) cannot give NSP pairs, with what to do."""
+    for split, split_stats in (("train", stats.train), ("val", stats.val)):
+        pairable = writer.pairable[split]
+        if split_stats.documents >= 2 and pairable >= 1:
+            continue
+        if config.split_by == "documents":
+            advice = "set corpus.split_by: auto (cuts documents into parts) or add documents"
+        elif not writer.records.complete:
+            advice = "raise corpus.val_fraction"
+        else:
+            advice = ("add text (about 8 sentences or more, in documents of two sentences or "
+                      "more)")
+        return (
+            f"corpus too small for NSP pairs: {split} got {split_stats.documents} document(s), "
+            f"{pairable} of two sentences or more; `bert samples` needs two in both train and "
+            f"val, one of two sentences or more: {advice}"
+        )
+    return ""

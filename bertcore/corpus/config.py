@@ -20,6 +20,10 @@ class CorpusConfig:
     val_fraction: float = 0.1  # share of documents held out, chosen by hash
     seed: int = 12345  # chooses which documents are held out
     max_sentence_chars: int = 1000  # longer sentences are cut (at a space when there is one)
+    # What the train/val split deals out: whole documents, or parts of documents (runs of
+    # sentences; see bertcore.corpus.parts); auto: parts when train or val would get fewer
+    # than 10 documents (a small folder, one book).
+    split_by: Literal["auto", "documents", "parts"] = "auto"
 
     def __post_init__(self):
         require(bool(self.source.strip()), "source", self.source, "a path, glob or builtin:NAME")
@@ -33,3 +37,5 @@ class CorpusConfig:
         require(0 <= self.seed < 2**63, "seed", self.seed, "an integer >= 0")
         require(self.max_sentence_chars >= 16, "max_sentence_chars", self.max_sentence_chars,
                 "an integer >= 16")
+        require(self.split_by in ("auto", "documents", "parts"), "split_by", self.split_by,
+                "one of auto, documents, parts")

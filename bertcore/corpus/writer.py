@@ -4,7 +4,8 @@ Format (Google's `create_pretraining_data.py`): UTF-8, one sentence per line, a 
 between documents. A document goes to val when a hash of (seed, its content) falls below
 `val_fraction`, so its split depends on nothing else: adding or reordering documents moves
 no other document. Exact duplicates are recognised by a 64-bit digest of the content, kept in
-a sorted array (8 bytes a document): the only thing that grows with the corpus.
+a sorted array (8 bytes a document): the only thing that grows with the corpus (with, for a
+small corpus that may be split by parts instead, 5 bytes a document of DocumentRecords).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from __future__ import annotations
 import hashlib
 import shutil
 import tempfile
+from array import array
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,14 +73,42 @@ class DigestSet:
             self._pending.clear()
 
 
-class SplitWriter:
-    """`add(sentences)` writes one document and says where it went (or why not)."""
+class DocumentRecords:
+    """The split and sentence count of every document written, in order (5 bytes each), kept
+    while a split by parts may still be wanted (`bertcore.corpus.parts`): up to `limit`."""
 
-    def __init__(self, out_dir: str | Path, val_fraction: float, seed: int):
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.splits = array("B")
+        self.sentences = array("I")
+        self.complete = limit != 0  # False once `limit` was passed and the records dropped
+
+    def add(self, split: str, sentences: int) -> None:
+        if not self.complete:
+            return
+        if self.limit is not None and len(self.splits) >= self.limit:
+            self.complete = False
+            self.splits, self.sentences = array("B"), array("I")
+            return
+        self.splits.append(SPLITS.index(split))
+        self.sentences.append(min(sentences, 2**32 - 1))
+
+
+class SplitWriter:
+    """`add(sentences)` writes one document and says where it went (or why not).
+
+    `record_limit`: keep the split and sentence count of up to this many documents
+    (None: of all), for a split by parts after the fact; 0: keep none.
+    """
+
+    def __init__(self, out_dir: str | Path, val_fraction: float, seed: int,
+                 record_limit: int | None = 0):
         self.out_dir = Path(out_dir)
         self.val_fraction = val_fraction
         self.seed = seed.to_bytes(8, "little", signed=False)
         self.stats = {split: SplitStats() for split in SPLITS}
+        self.records = DocumentRecords(record_limit)
+        self.pairable = dict.fromkeys(SPLITS, 0)  # documents of two sentences or more
         self._files = {split: open(self.out_dir / f"{split}.txt", "w+b") for split in SPLITS}  # noqa: SIM115
         self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
         self._seen = DigestSet()
@@ -111,6 +141,8 @@ class SplitWriter:
             shutil.copyfileobj(spool, handle)
         self._last[split] = _Written(separator_at, content_at, count, characters)
         self._count(split, 1, count, characters)
+        self.records.add(split, count)
+        self.pairable[split] += count >= 2
         return split
 
     def split_of(self, digest: bytes) -> str:
@@ -118,14 +150,16 @@ class SplitWriter:
         mixed = hashlib.blake2b(self.seed + digest, digest_size=8).digest()
         return "val" if int.from_bytes(mixed, "little") / 2**64 < self.val_fraction else "train"
 
-    def close(self) -> None:
-        """Finish both files. With two documents or more, neither split is left empty:
-        the last document written to the other split moves over."""
+    def balance(self) -> None:
+        """With two documents or more, leave neither split empty: the last document written
+        to the other split moves over. (Not for a split by parts, which rewrites both.)"""
         train, val = self.stats["train"].documents, self.stats["val"].documents
         if train + val >= 2 and val == 0:
             self._move_last("train", "val")
         elif train + val >= 2 and train == 0:
             self._move_last("val", "train")
+
+    def close(self) -> None:
         for handle in self._files.values():
             handle.close()
 
@@ -140,6 +174,8 @@ class SplitWriter:
         self._files[target].write(content)  # the target is empty: no separator
         self._count(source, -1, -last.sentences, -last.characters)
         self._count(target, 1, last.sentences, last.characters)
+        self.pairable[source] -= last.sentences >= 2
+        self.pairable[target] += last.sentences >= 2
 
     def _count(self, split: str, documents: int, sentences: int, characters: int) -> None:
         stats = self.stats[split]
@@ -151,8 +187,4 @@ class SplitWriter:
         return self
 
     def __exit__(self, *exc) -> None:
-        if exc[0] is None:
-            self.close()
-        else:
-            for handle in self._files.values():
-                handle.close()
+        self.close()
