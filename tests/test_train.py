@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import torch.nn.functional as F
 from conftest import REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
@@ -22,7 +23,7 @@ from bertcore.distributed import Distributed
 from bertcore.errors import ConfigError
 from bertcore.fit import NonFiniteLossError, fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining
+from bertcore.model import IGNORE_INDEX, BertForPretraining
 from bertcore.samples import SampleStore
 from bertcore.schedule import linear_warmup_decay
 from bertcore.tracking import sqlite_uri
@@ -105,19 +106,34 @@ def test_config_is_checked():
 
 
 def test_accumulation_gives_the_gradient_of_one_big_batch(data):
-    grads = []
-    for accumulation in (1, 4):
-        trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=accumulation)
-        batch = next(trainer.batches.iterate(epoch=0))
-        joined = {k: torch.cat([mb[k] for mb in batch]) for k in batch[0]}
-        # the same 16 sequences, cut differently (padding differs, the loss must not)
-        parts = micro_batches_of(joined, accumulation)
-        trainer.accumulate_gradients(parts)
-        grads.append({n: p.grad.clone() for n, p in trainer.raw_model.named_parameters()})
-    one, four = grads
-    for name in one:
-        torch.testing.assert_close(four[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
-    assert one["nsp_head.weight"].abs().sum() > 0
+    """4 micro-batches with different numbers of MLM and NSP labels: the accumulated gradient
+    is that of the mean loss over all 16 sequences (not a mean of per-micro-batch means)."""
+    trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=4, nsp_weight=0.5)
+    joined = next(make_trainer(data, dropout=0.0).batches.iterate(epoch=0))[0]
+    rows = torch.arange(16)
+    # micro-batch k (rows 4k..4k+3) keeps k+1 MLM labels per sequence and NSP labels of 4-k
+    targets = joined["mlm_targets"].clone()
+    targets[torch.arange(5)[None] > (rows // 4)[:, None]] = IGNORE_INDEX
+    nsp = torch.where(rows % 4 < 4 - rows // 4, joined["nsp_labels"], IGNORE_INDEX)
+    joined = {**joined, "mlm_targets": targets, "nsp_labels": nsp}
+    parts = micro_batches_of(joined, 4)
+    assert [int((p["mlm_targets"] != IGNORE_INDEX).sum()) for p in parts] == [4, 8, 12, 16]
+    assert [int((p["nsp_labels"] != IGNORE_INDEX).sum()) for p in parts] == [4, 3, 2, 1]
+
+    model = trainer.raw_model
+    out = model(joined["input_ids"], joined["token_type_ids"], joined["attention_mask"],
+                mlm_positions=joined["mlm_positions"])  # logits only: the loss is ours
+    expected = F.cross_entropy(out.mlm_logits.flatten(0, 1), targets.flatten(),
+                               ignore_index=IGNORE_INDEX) + 0.5 * F.cross_entropy(
+        out.nsp_logits, nsp, ignore_index=IGNORE_INDEX)  # the mean over all labels
+    expected.backward()
+    one_batch = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    trainer.accumulate_gradients(parts)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, one_batch[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert one_batch["nsp_head.weight"].abs().sum() > 0
 
 
 def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
