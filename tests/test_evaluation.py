@@ -122,3 +122,11 @@ def test_max_batches_scores_the_first_batches_only(model):
     got = evaluate(model, batches(8), max_batches=2).to_dict()
     assert got["sequences"] == 16
     assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_bf16_evaluation_is_close_to_float32_but_not_float32(model):
+    full = evaluate(model, batches(8)).to_dict()
+    half = evaluate(model, batches(8), autocast_dtype=torch.bfloat16).to_dict()
+    for name in ("mlm_loss", "nsp_loss"):
+        assert half[name] != full[name], name  # autocast was on
+        assert half[name] == pytest.approx(full[name], rel=1e-2), name
