@@ -81,8 +81,9 @@ def test_distributed_alone_is_a_no_op():
 
 # ------------------------------------------------------------------- torchrun, the stage
 def _pretrain_params(workdir: Path, **train) -> None:
+    # dropout on: each process draws its own dropout masks, which resuming must restore
     write_params(workdir / "params.yaml",
-                 model={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+                 model={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
                  train={"max_steps": 80, "batch_size": 16, "gradient_accumulation_steps": 2,
                         "log_every": 1, "eval_every": 20, "checkpoint_every": 5,
                         "keep_last": 20, "nproc_per_node": 2, **train},
@@ -94,13 +95,22 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
+    """Two processes with dropout, one killed after step 10 and both restarted by torchrun:
+    they resume from the latest checkpoint, each with its own RNG state, and end with the
+    weights of an uninterrupted two-process run."""
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
     for workdir in (straight, crashed):
         workdir.mkdir()
         (workdir / "data").symlink_to(data)
-    _pretrain_params(straight, nproc_per_node=1)  # one process is the same optimisation
+    _pretrain_params(straight)
     run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
+    # the processes really draw different dropout masks (else restoring rank 0's RNG state
+    # on every process would go unnoticed)
+    state = torch.load(straight / "models" / "checkpoints" / "step-00000080" / "trainer.pt",
+                       weights_only=True)
+    assert len(state["rng"]) == 2
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
 
     _pretrain_params(crashed, max_restarts=1)
     # --log also names a torchrun option (--log-dir): the relaunch must pass it through
