@@ -136,6 +136,25 @@ def test_accumulation_gives_the_gradient_of_one_big_batch(data):
     assert one_batch["nsp_head.weight"].abs().sum() > 0
 
 
+def test_gradients_are_clipped_to_max_grad_norm(data):
+    """The optimizer sees the gradient clipped to max_grad_norm; the step reports the norm
+    before clipping (as transformers' Trainer logs it)."""
+    for max_norm in (0.05, 1e6):
+        trainer = make_trainer(data, dropout=0.0, max_grad_norm=max_norm)
+        seen = []
+
+        def before_step(optimizer, args, kwargs, seen=seen):
+            grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
+            seen.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+        trainer.optimizer.register_step_pre_hook(before_step)
+        reported = [trainer.train_step(step).grad_norm
+                    for step, _ in zip(trainer.batches.iterate(epoch=0), range(3), strict=False)]
+        assert all(norm > 0.05 for norm in reported)
+        expected = [0.05] * 3 if max_norm == 0.05 else reported  # clipped, or left alone
+        assert seen == pytest.approx(expected, rel=1e-4)
+
+
 def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     # 16 sequences per step, 581 train samples: 36 steps per epoch; with batch 64: 9.
     kw = dict(max_steps=24, batch_size=64, gradient_accumulation_steps=2, checkpoint_every=5)
