@@ -332,9 +332,18 @@ def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
     assert steps == [2]
     meta = CheckpointDir(workdir / "models" / "checkpoints").latest().meta
     assert meta["params"]["train"]["learning_rate"] == 0.001
-    # bookkeeping values (logging, checkpoint cadence) do not restart training
+    # bookkeeping values (logging, checkpoint cadence) do not restart training: the finished
+    # run is restored, not retrained (same weights, same curve, same final numbers)
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    finished = weights.read_bytes()
+    before = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    curve = (workdir / "metrics" / "pretrain_log.tsv").read_text()
     proc = bert("pretrain", "--set", "train.learning_rate=0.001",
                     "--set", "train.log_every=1", cwd=workdir, check=True)
     assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
     summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
-    assert summary["steps"] == 2 and summary["train"]["loss"] > 0  # restored, not retrained
+    assert summary["steps"] == 2 and summary["train"]["loss"] > 0
+    assert weights.read_bytes() == finished
+    assert (workdir / "metrics" / "pretrain_log.tsv").read_text() == curve
+    for key in ("loss", "mlm_loss", "nsp_loss", "learning_rate"):
+        assert summary["train"][key] == pytest.approx(before["train"][key], rel=1e-6), key
