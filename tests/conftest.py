@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,3 +47,15 @@ def assert_one_line_error(proc, *fragments: str, code: int | None = None) -> Non
     assert len(errors) == 1, proc.stderr
     for fragment in fragments:
         assert fragment in errors[0], (fragment, errors[0])
+
+
+def wait_for_lines(path: Path, lines: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until the text file `path` (a training log) has more than `lines` lines, while
+    `proc` runs: a signal sent then finds steps really done, however slow the machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) > lines:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not reach {lines} lines (process exit code: "
+                         f"{proc.poll()})")

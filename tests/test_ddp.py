@@ -119,9 +119,10 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     first = crashed / "models" / "checkpoints" / "step-00000010"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 300  # the kill comes once step 10 is really done
     while not first.exists() and time.monotonic() < deadline and launcher.poll() is None:
         time.sleep(0.05)
+    assert first.exists(), f"no checkpoint of step 10 (launcher exit code {launcher.poll()})"
     workers = [p for p in psutil.Process(launcher.pid).children(recursive=True)
                if p.environ().get("LOCAL_RANK") == "1"]
     assert len(workers) == 1, "worker of rank 1 not found"

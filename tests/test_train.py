@@ -8,13 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, assert_one_line_error, run_bert
+from conftest import REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.batches import PretrainingBatches, micro_batches_of
@@ -270,11 +269,7 @@ def test_sigterm_checkpoints_then_resume_completes(workdir):
     proc = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = workdir / "metrics" / "pretrain_log.tsv"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and len(log.read_text().splitlines()) > 4:  # header + 4 steps
-            break
-        time.sleep(0.02)
+    wait_for_lines(log, 4, proc)  # header + 4 steps done: then the signal
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
