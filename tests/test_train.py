@@ -135,23 +135,32 @@ def test_accumulation_gives_the_gradient_of_one_big_batch(data):
     assert one_batch["nsp_head.weight"].abs().sum() > 0
 
 
-def test_gradients_are_clipped_to_max_grad_norm(data):
-    """The optimizer sees the gradient clipped to max_grad_norm; the step reports the norm
-    before clipping (as transformers' Trainer logs it)."""
-    for max_norm in (0.05, 1e6):
-        trainer = make_trainer(data, dropout=0.0, max_grad_norm=max_norm)
-        seen = []
+def three_steps(data, max_grad_norm: float, precision: str = "fp32"):
+    """(grad norms the steps report, norms of the gradients the optimizer was given)."""
+    trainer = make_trainer(data, dropout=0.0, max_grad_norm=max_grad_norm, precision=precision)
+    given = []
 
-        def before_step(optimizer, args, kwargs, seen=seen):
-            grads = [p.grad for group in optimizer.param_groups for p in group["params"]]
-            seen.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+    def before_step(optimizer, args, kwargs):
+        grads = [p.grad.float() for group in optimizer.param_groups for p in group["params"]]
+        given.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
 
-        trainer.optimizer.register_step_pre_hook(before_step)
-        reported = [trainer.train_step(step).grad_norm
-                    for step, _ in zip(trainer.batches.iterate(epoch=0), range(3), strict=False)]
-        assert all(norm > 0.05 for norm in reported)
-        expected = [0.05] * 3 if max_norm == 0.05 else reported  # clipped, or left alone
-        assert seen == pytest.approx(expected, rel=1e-4)
+    trainer.optimizer.register_step_pre_hook(before_step)
+    reported = [trainer.train_step(step).grad_norm
+                for step, _ in zip(trainer.batches.iterate(epoch=0), range(3), strict=False)]
+    return reported, given
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gradients_are_clipped_to_max_grad_norm(data, precision):
+    """The optimizer gets the gradient clipped to max_grad_norm (with fp16: unscaled first);
+    the step reports the norm before clipping (as transformers' Trainer logs it)."""
+    reference, unclipped = three_steps(data, 1e6)  # float32, never clipped
+    assert unclipped == pytest.approx(reference, rel=1e-5)
+    reported, given = three_steps(data, 0.05, precision)
+    assert all(norm > 0.05 for norm in reference + reported)
+    assert given == pytest.approx([0.05] * 3, rel=1e-3)
+    # the same first step: the same norm (up to fp16 rounding), whatever the loss scale
+    assert reported[0] == pytest.approx(reference[0], rel=1e-5 if precision == "fp32" else 1e-2)
 
 
 def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
