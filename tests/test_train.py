@@ -187,6 +187,7 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
         progress=False)
     assert len(losses_straight) == 24
     assert losses_resumed == losses_straight  # exactly, step by step
+    assert second.tokens_seen == straight.tokens_seen > 0  # the run's counters resume too
     for (name, a), b in zip(straight.raw_model.state_dict().items(),
                             second.raw_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
