@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -59,3 +60,24 @@ def wait_for_lines(path: Path, lines: int, proc: subprocess.Popen, timeout: floa
         time.sleep(0.02)
     raise AssertionError(f"{path} did not reach {lines} lines (process exit code: "
                          f"{proc.poll()})")
+
+
+@pytest.fixture(scope="session")
+def _empty_mlflow_store(tmp_path_factory) -> Path:
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # creates the tables
+    return path
+
+
+@pytest.fixture()
+def mlflow_db(_empty_mlflow_store):
+    """`mlflow_db(folder)` puts an empty MLflow SQLite store at folder/mlflow.db, a copy of
+    one made once per session: creating a store runs its schema migrations (seconds each
+    time). For tests about something else; the pipeline test still creates its own."""
+
+    def copy_into(folder: Path) -> Path:
+        return Path(shutil.copy(_empty_mlflow_store, Path(folder) / "mlflow.db"))
+
+    return copy_into

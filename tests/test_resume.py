@@ -35,8 +35,9 @@ def tsv(path: Path) -> list[dict[str, str]]:
     return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
 
 
-def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path):
+def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlflow_db):
     (tmp_path / "data").symlink_to(data)
+    mlflow_db(tmp_path)
     write_params(tmp_path / "params.yaml",
                  train={"max_steps": 4, "warmup_steps": 1, "learning_rate": 0.003,
                         "log_every": 2, "eval_every": 0, "checkpoint_every": 2, "keep_last": 2},

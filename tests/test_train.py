@@ -270,7 +270,8 @@ def workdir(data, tmp_path) -> Path:
     return tmp_path
 
 
-def test_sigterm_checkpoints_then_resume_completes(workdir):
+def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
+    mlflow_db(workdir)
     write_params(workdir / "params.yaml",
                  train={"max_steps": 60, "checkpoint_every": 1000, "eval_every": 0,
                         "log_every": 1},
