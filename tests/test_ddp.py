@@ -1,6 +1,6 @@
-"""DDP on CPU with gloo and two processes: the same optimisation as one process with the same
-global batch, identical parameters on every rank, and recovery from a killed worker under
-torchrun with resume from the latest checkpoint."""
+"""DDP on CPU with gloo and two processes: the same optimisation and evaluation as one process
+with the same global batch, identical parameters on every rank, and recovery from a killed
+worker under torchrun with resume from the latest checkpoint."""
 
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ from conftest import REPO, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
+from bertcore.batches import eval_batches
 from bertcore.distributed import Distributed
+from bertcore.evaluation import evaluate
 from bertcore.fit import fit
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.samples import SampleStore
+from bertcore.vocab import read_vocab
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
@@ -41,7 +46,13 @@ def _train(data: Path, out: Path, rank: int, world_size: int) -> None:
     trainer = make_trainer(data, dropout=0.0, world=(rank, world_size), **TRAIN)
     losses: list[float] = []
     fit(trainer, on_step=lambda r: losses.append(r.loss), progress=False)
-    torch.save({"losses": losses, "state": trainer.raw_model.state_dict()},
+    # the val split scored as pretraining does: each process its share, the sums added
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
+                                   VocabSpec.from_tokens(read_vocab(data / "vocab")), seed=3)
+    val = eval_batches(SampleStore(data / "samples" / "val"), collator, 16, rank=rank,
+                       world_size=world_size)
+    metrics = evaluate(trainer.raw_model, val, dist=trainer.dist).to_dict()
+    torch.save({"losses": losses, "state": trainer.raw_model.state_dict(), "eval": metrics},
                out / f"rank{rank}-of-{world_size}.pt")
 
 
@@ -68,6 +79,10 @@ def test_two_processes_optimise_like_one(data, tmp_path):
                                    msg=name)
         assert torch.equal(rank0["state"][name], rank1["state"][name]), name
     assert one["losses"][-1] < one["losses"][0]
+    # evaluation over two processes scores the whole val split, as one process does
+    assert rank0["eval"] == rank1["eval"]
+    assert rank0["eval"] == pytest.approx(one["eval"], rel=1e-5)
+    assert one["eval"]["sequences"] == len(SampleStore(data / "samples" / "val"))
 
 
 def test_distributed_alone_is_a_no_op():
