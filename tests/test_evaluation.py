@@ -22,7 +22,7 @@ FREQUENT, SECOND = 7, 8  # the most frequent token, and the one the model is pus
 
 
 class Samples:
-    """37 samples `[CLS] A [SEP] B [SEP]` of 6..40 tokens: 40% FREQUENT, 25% SECOND, the rest
+    """37 samples `[CLS] A [SEP] B [SEP]` of 7..39 tokens: 40% FREQUENT, 25% SECOND, the rest
     spread over the vocabulary; one in three has a random B."""
 
     def __init__(self, count: int = 37):

@@ -240,6 +240,8 @@ def synthetic_corpus(n_docs: int, seed: int) -> list[list[int]]:
 
 
 def pair_all(docs, max_num_tokens=125, short_seq_prob=0.1, seed=0):
+    """pair_document over synthetic offsets, with a random B of our own (the stage's own is
+    checked in test_pairs_as_built_come_from_the_right_documents)."""
     doc_of_token = {}
     for d, starts in enumerate(docs):
         for s in range(len(starts) - 1):
