@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -46,3 +48,36 @@ def assert_one_line_error(proc, *fragments: str, code: int | None = None) -> Non
     assert len(errors) == 1, proc.stderr
     for fragment in fragments:
         assert fragment in errors[0], (fragment, errors[0])
+
+
+def wait_for_lines(path: Path, lines: int, proc: subprocess.Popen, timeout: float = 300) -> None:
+    """Wait until the text file `path` (a training log) has more than `lines` lines, while
+    `proc` runs: a signal sent then finds steps really done, however slow the machine."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline and proc.poll() is None:
+        if path.is_file() and len(path.read_text().splitlines()) > lines:
+            return
+        time.sleep(0.02)
+    raise AssertionError(f"{path} did not reach {lines} lines (process exit code: "
+                         f"{proc.poll()})")
+
+
+@pytest.fixture(scope="session")
+def _empty_mlflow_store(tmp_path_factory) -> Path:
+    from mlflow.tracking import MlflowClient
+
+    path = tmp_path_factory.mktemp("mlflow-template") / "mlflow.db"
+    MlflowClient(tracking_uri=f"sqlite:///{path}").search_experiments()  # creates the tables
+    return path
+
+
+@pytest.fixture()
+def mlflow_db(_empty_mlflow_store):
+    """`mlflow_db(folder)` puts an empty MLflow SQLite store at folder/mlflow.db, a copy of
+    one made once per session: creating a store runs its schema migrations (seconds each
+    time). For tests about something else; the pipeline test still creates its own."""
+
+    def copy_into(folder: Path) -> Path:
+        return Path(shutil.copy(_empty_mlflow_store, Path(folder) / "mlflow.db"))
+
+    return copy_into

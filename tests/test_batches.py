@@ -16,6 +16,7 @@ from bertcore.masking import (
     VocabSpec,
     slots_to_labels,
 )
+from bertcore.samples import SampleStore
 
 VOCAB_SIZE = 5000
 
@@ -212,7 +213,6 @@ def test_eval_batches_are_sequential_fixed_and_shardable(store):
 def test_works_over_the_on_disk_sample_store(tmp_path, store):
     """The same batches from bertcore.samples.SampleStore (memory-mapped, reopened by path in
     DataLoader workers) as from the in-memory stand-in holding the same samples."""
-    samples = pytest.importorskip("bertcore.samples")
     split = tmp_path / "train"
     split.mkdir()
     ids = [sample[0] for sample in store.samples]
@@ -220,7 +220,7 @@ def test_works_over_the_on_disk_sample_store(tmp_path, store):
     np.save(split / "offsets.npy", np.concatenate([[0], np.cumsum([len(x) for x in ids])]))
     np.save(split / "segment_b_start.npy", np.array([s[1] for s in store.samples], np.int32))
     np.save(split / "is_random_next.npy", np.array([s[2] for s in store.samples], np.uint8))
-    on_disk = samples.SampleStore(split)
+    on_disk = SampleStore(split)
 
     def tensors(source, workers):
         batches = PretrainingBatches(source, collator(), 16, 2, seed=3, num_workers=workers)

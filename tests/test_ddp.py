@@ -1,6 +1,6 @@
-"""DDP on CPU with gloo and two processes: the same optimisation as one process with the same
-global batch, identical parameters on every rank, and recovery from a killed worker under
-torchrun with resume from the latest checkpoint."""
+"""DDP on CPU with gloo and two processes: the same optimisation and evaluation as one process
+with the same global batch, identical parameters on every rank, and recovery from a killed
+worker under torchrun with resume from the latest checkpoint."""
 
 from __future__ import annotations
 
@@ -20,8 +20,13 @@ from conftest import REPO, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
+from bertcore.batches import eval_batches
 from bertcore.distributed import Distributed
+from bertcore.evaluation import evaluate
 from bertcore.fit import fit
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.samples import SampleStore
+from bertcore.vocab import read_vocab
 
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
@@ -41,7 +46,13 @@ def _train(data: Path, out: Path, rank: int, world_size: int) -> None:
     trainer = make_trainer(data, dropout=0.0, world=(rank, world_size), **TRAIN)
     losses: list[float] = []
     fit(trainer, on_step=lambda r: losses.append(r.loss), progress=False)
-    torch.save({"losses": losses, "state": trainer.raw_model.state_dict()},
+    # the val split scored as pretraining does: each process its share, the sums added
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
+                                   VocabSpec.from_tokens(read_vocab(data / "vocab")), seed=3)
+    val = eval_batches(SampleStore(data / "samples" / "val"), collator, 16, rank=rank,
+                       world_size=world_size)
+    metrics = evaluate(trainer.raw_model, val, dist=trainer.dist).to_dict()
+    torch.save({"losses": losses, "state": trainer.raw_model.state_dict(), "eval": metrics},
                out / f"rank{rank}-of-{world_size}.pt")
 
 
@@ -68,6 +79,10 @@ def test_two_processes_optimise_like_one(data, tmp_path):
                                    msg=name)
         assert torch.equal(rank0["state"][name], rank1["state"][name]), name
     assert one["losses"][-1] < one["losses"][0]
+    # evaluation over two processes scores the whole val split, as one process does
+    assert rank0["eval"] == rank1["eval"]
+    assert rank0["eval"] == pytest.approx(one["eval"], rel=1e-5)
+    assert one["eval"]["sequences"] == len(SampleStore(data / "samples" / "val"))
 
 
 def test_distributed_alone_is_a_no_op():
@@ -81,8 +96,9 @@ def test_distributed_alone_is_a_no_op():
 
 # ------------------------------------------------------------------- torchrun, the stage
 def _pretrain_params(workdir: Path, **train) -> None:
+    # dropout on: each process draws its own dropout masks, which resuming must restore
     write_params(workdir / "params.yaml",
-                 model={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
+                 model={"hidden_dropout_prob": 0.1, "attention_probs_dropout_prob": 0.1},
                  train={"max_steps": 80, "batch_size": 16, "gradient_accumulation_steps": 2,
                         "log_every": 1, "eval_every": 20, "checkpoint_every": 5,
                         "keep_last": 20, "nproc_per_node": 2, **train},
@@ -94,13 +110,22 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
 
 
 def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
+    """Two processes with dropout, one killed after step 10 and both restarted by torchrun:
+    they resume from the latest checkpoint, each with its own RNG state, and end with the
+    weights of an uninterrupted two-process run."""
     straight, crashed = tmp_path / "straight", tmp_path / "crashed"
     env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
     for workdir in (straight, crashed):
         workdir.mkdir()
         (workdir / "data").symlink_to(data)
-    _pretrain_params(straight, nproc_per_node=1)  # one process is the same optimisation
+    _pretrain_params(straight)
     run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
+    # the processes really draw different dropout masks (else restoring rank 0's RNG state
+    # on every process would go unnoticed)
+    state = torch.load(straight / "models" / "checkpoints" / "step-00000080" / "trainer.pt",
+                       weights_only=True)
+    assert len(state["rng"]) == 2
+    assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
 
     _pretrain_params(crashed, max_restarts=1)
     # --log also names a torchrun option (--log-dir): the relaunch must pass it through
@@ -109,9 +134,10 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)
     first = crashed / "models" / "checkpoints" / "step-00000010"
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 300  # the kill comes once step 10 is really done
     while not first.exists() and time.monotonic() < deadline and launcher.poll() is None:
         time.sleep(0.05)
+    assert first.exists(), f"no checkpoint of step 10 (launcher exit code {launcher.poll()})"
     workers = [p for p in psutil.Process(launcher.pid).children(recursive=True)
                if p.environ().get("LOCAL_RANK") == "1"]
     assert len(workers) == 1, "worker of rank 1 not found"

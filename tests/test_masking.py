@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import REPO
 
 from bertcore.errors import BertError, ConfigError
 from bertcore.masking import (
@@ -106,17 +107,20 @@ def test_selection_rate_and_80_10_10_on_many_tokens(items):
     assert abs(kept - 0.1) < 0.01
 
 
-def test_count_per_sequence_is_googles_with_cap(items):
-    for cap in (20, 5):
-        config = MaskingConfig(max_predictions_per_seq=cap)
-        rows = collate_all(items[:600], config)
-        for item, (_, labels) in zip(items, rows, strict=False):
-            n = int(candidates_of(item[2]).sum())
-            expected = min(cap, max(1, round(n * 0.15)))
-            assert (labels != IGNORE_INDEX).sum() == expected
-    assert list(num_to_predict(np.array([0, 1, 3, 10, 30, 200]), MaskingConfig())) == [
-        0, 1, 1, 2, 4, 20
-    ]
+@pytest.mark.parametrize(("probability", "cap"), [(0.15, 20), (0.15, 5), (0.4, 40)])
+def test_count_per_sequence_is_googles_with_cap(items, probability, cap):
+    config = MaskingConfig(mlm_probability=probability, max_predictions_per_seq=cap)
+    rows = collate_all(items[:600], config)
+    for item, (_, labels) in zip(items, rows, strict=False):
+        n = int(candidates_of(item[2]).sum())
+        expected = min(cap, max(1, round(n * probability)))
+        assert (labels != IGNORE_INDEX).sum() == expected
+
+
+def test_num_to_predict():
+    counts = np.array([0, 1, 3, 10, 30, 200])
+    assert num_to_predict(counts, MaskingConfig()).tolist() == [0, 1, 1, 2, 4, 20]
+    assert num_to_predict(counts, MaskingConfig(0.4, 40)).tolist() == [0, 1, 1, 4, 12, 40]
 
 
 @pytest.mark.parametrize("whole_word", [False, True])
@@ -212,7 +216,8 @@ def test_whole_word_matches_googles_sequential_walk(items):
     subset = items[:800]
     rows = collate_all(subset, config, seed=11)
     exact = 0
-    fates = {"mask": 0, "random": 0, "keep": 0}
+    fates = {"mask": 0, "random": 0, "keep": 0}  # of the selected words
+    random_pieces = drew_their_own_id = 0
     for item, (inputs, labels) in zip(subset, rows, strict=True):
         ids = item[2]
         words = words_of(ids)
@@ -232,17 +237,30 @@ def test_whole_word_matches_googles_sequential_walk(items):
         for word in words:
             picked = selected[word]
             assert picked.all() or not picked.any()
-            if picked.any():
-                got = inputs[word]
-                if (got == MASK).all():
-                    fates["mask"] += len(word)
-                elif (got == ids[word]).all():
-                    fates["keep"] += len(word)
-                else:
-                    assert not (got == MASK).any()
-                    fates["random"] += len(word)
+            if not picked.any():
+                continue
+            got, kept = inputs[word], inputs[word] == ids[word]
+            if (got == MASK).all():
+                fates["mask"] += 1
+                continue
+            assert not (got == MASK).any()  # never partly [MASK]
+            if kept.all():
+                fates["keep"] += 1
+            else:
+                fates["random"] += 1
+                if len(word) > 1:
+                    random_pieces += len(word)
+                    drew_their_own_id += int(kept.sum())
     assert exact >= 0.95 * len(subset)
     assert sum(len(w) > 1 for item in subset for w in words_of(item[2])) > 1000
+    words = sum(fates.values())
+    assert abs(fates["mask"] / words - 0.8) < 0.03, fates
+    assert abs(fates["random"] / words - 0.1) < 0.03, fates
+    assert abs(fates["keep"] / words - 0.1) < 0.03, fates
+    # A replaced word has every piece replaced: a piece of it keeps its id only when the
+    # random draw hit that very id (1 in 995), never as a "kept" piece of a half-kept word.
+    assert random_pieces > 200
+    assert drew_their_own_id <= 2 + 3 * random_pieces / 995, (drew_their_own_id, random_pieces)
 
 
 def test_whole_word_keeps_80_10_10(items):
@@ -305,7 +323,7 @@ def test_config_validation_and_params_section():
         MaskingConfig(mlm_probability=1.0)
     with pytest.raises(ConfigError, match="max_predictions_per_seq"):
         MaskingConfig(max_predictions_per_seq=0)
-    parsed = parse_section(load_params("params.yaml"), "masking", MaskingConfig)
+    parsed = parse_section(load_params(REPO / "params.yaml"), "masking", MaskingConfig)
     assert parsed == MaskingConfig(0.15, 20, False)
     with pytest.raises(ConfigError, match=r"masking\.mlm_probability"):
         parse_section({"masking": {"mlm_probability": 2}}, "masking", MaskingConfig)

@@ -10,11 +10,10 @@ import shutil
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_one_line_error, run_bert
+from conftest import REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.checkpoint import CheckpointDir
@@ -37,12 +36,7 @@ def start_bert(*args: str, cwd: Path) -> subprocess.Popen:
 
 
 def wait_for_rows(log: Path, rows: int, proc: subprocess.Popen) -> None:
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and len(log.read_text().splitlines()) > rows:
-            return
-        time.sleep(0.02)
-    raise AssertionError(f"no training progress: {proc.poll()} {log}")
+    wait_for_lines(log, rows, proc)
 
 
 @pytest.fixture(scope="module")

@@ -12,12 +12,23 @@ from pathlib import Path
 import pytest
 from conftest import run_bert
 from test_train import ONE_THREAD
-from tiny_pretrain import build_data, write_params
+from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.checkpoint import CheckpointDir, fingerprint_files
-from bertcore.resume import samples_fingerprint
+from bertcore.model import BertForPretraining
+from bertcore.resume import plan_resume, run_fingerprints, samples_fingerprint
+from bertcore.samples import SamplesConfig, build_samples
 from bertcore.schedule import learning_rate
 from bertcore.tracking import sqlite_uri
+from bertcore.vocab import (
+    VocabConfig,
+    line_batches,
+    load_tokenizer,
+    read_vocab,
+    save_vocab,
+    train_tokenizer,
+    vocab_fingerprint,
+)
 from stages.pretrain import torchrun_command
 
 
@@ -35,8 +46,9 @@ def tsv(path: Path) -> list[dict[str, str]]:
     return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
 
 
-def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path):
+def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlflow_db):
     (tmp_path / "data").symlink_to(data)
+    mlflow_db(tmp_path)
     write_params(tmp_path / "params.yaml",
                  train={"max_steps": 4, "warmup_steps": 1, "learning_rate": 0.003,
                         "log_every": 2, "eval_every": 0, "checkpoint_every": 2, "keep_last": 2},
@@ -93,6 +105,39 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path):
     assert [int(r["step"]) for r in tsv(log)] == [2, 3]
     runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
     assert len(runs) == 3 and "extends_run" not in runs[2].data.tags
+
+
+def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
+    """Samples rebuilt (another seed) or another vocabulary: start fresh, saying which; the
+    same inputs: resume; only the length changed: extend."""
+    params = {"train": {"learning_rate": 0.003}}
+    same = run_fingerprints(params, data / "vocab", data / "samples", 8)
+    checkpoints = CheckpointDir(tmp_path / "ckpt")
+    model = BertForPretraining(tiny_config(len(read_vocab(data / "vocab"))))
+    checkpoints.save(4, model, {"step": 4}, {"fingerprints": same, "params": params})
+    assert plan_resume(checkpoints, same, params, 8).checkpoint.step == 4
+    longer = plan_resume(checkpoints, run_fingerprints(params, data / "vocab",
+                                                       data / "samples", 12), params, 12)
+    assert longer.extends and longer.previous_total == 8
+
+    samples = tmp_path / "samples"
+    samples.mkdir()
+    build_samples({s: data / "corpus" / f"{s}.txt" for s in ("train", "val")},
+                  load_tokenizer(data / "vocab"), samples,
+                  SamplesConfig(max_seq_length=32, dupe_factor=2, workers=1, random_seed=1),
+                  vocab_fingerprint(data / "vocab"))
+    vocab = tmp_path / "vocab"
+    vocab.mkdir()
+    config = VocabConfig(vocab_size=90, min_frequency=1)
+    save_vocab(train_tokenizer(line_batches(data / "corpus" / "train.txt"), config), vocab,
+               config)
+    for what, fingerprints in (
+        ("samples", run_fingerprints(params, data / "vocab", samples, 8)),
+        ("vocab", run_fingerprints(params, vocab, data / "samples", 8)),
+    ):
+        plan = plan_resume(checkpoints, fingerprints, params, 8)
+        assert plan.checkpoint is None, what
+        assert f"made with other {what}: starting fresh" in plan.notice, plan.notice
 
 
 def test_samples_fingerprint_reads_meta_json_alone_when_it_has_the_array_hashes(data, tmp_path):

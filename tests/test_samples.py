@@ -167,6 +167,61 @@ def test_check_vocab(data, tmp_path):
         check_vocab(tmp_path / "s", other)
 
 
+# --- the pairs as the stage builds them, checked against the corpus they came from ---------
+
+SYLLABLES = [c + v for c in "bdfgklmnprstvz" for v in "aeiou"]
+
+
+def word_of(doc: int, sentence: int) -> str:
+    """A word of its own for each sentence of the corpus below (two syllables, no ##)."""
+    number = doc * 8 + sentence
+    return SYLLABLES[number // len(SYLLABLES)] + SYLLABLES[number % len(SYLLABLES)]
+
+
+def test_pairs_as_built_come_from_the_right_documents(tmp_path):
+    """Every sentence is one word of its own repeated (documents of 1..7 sentences), so the
+    tokens of a sample say which document and sentence each part came from. Built with the
+    stage's own code: a random B is from another document (never a one-sentence document's
+    A), an actual next B is the sentences right after A in A's document."""
+    lengths = [1 + d % 7 for d in range(16)]  # two documents of one sentence
+    docs = [[" ".join([word_of(d, s)] * (2 + (d + s) % 4)) for s in range(n)]
+            for d, n in enumerate(lengths)]
+    corpus = tmp_path / "corpus"
+    write_split(corpus / "train.txt", docs)
+    write_split(corpus / "val.txt", docs[:3])
+    config = VocabConfig(vocab_size=300, min_frequency=1)
+    tokenizer = train_tokenizer([[" ".join(doc) for doc in docs]], config)
+    origin = {tokenizer.token_to_id(word_of(d, s)): (d, s)
+              for d, n in enumerate(lengths) for s in range(n)}
+    assert None not in origin and len(origin) == sum(lengths)  # each word is one token
+    out = tmp_path / "samples"
+    out.mkdir()
+    max_len = 24
+    build_samples({s: corpus / f"{s}.txt" for s in ("train", "val")}, tokenizer, out,
+                  SamplesConfig(max_seq_length=max_len, dupe_factor=8, workers=1), "fp")
+    store = SampleStore(out / "train")
+    random_from = set()
+    for i in range(len(store)):
+        ids, b_start, is_random = store[i]
+        a = [origin[t] for t in ids[1 : b_start - 1].tolist()]
+        b = [origin[t] for t in ids[b_start:-1].tolist()]
+        (doc_a,), (doc_b,) = {d for d, _ in a}, {d for d, _ in b}
+        a_sentences, b_sentences = sorted({s for _, s in a}), sorted({s for _, s in b})
+        for sentences in (a_sentences, b_sentences):  # runs of whole, consecutive sentences
+            assert sentences == list(range(sentences[0], sentences[-1] + 1))
+        assert lengths[doc_a] >= 2  # a one-sentence document gives no A
+        if is_random:
+            assert doc_b != doc_a, (i, a, b)
+            random_from.add(doc_b)
+        else:
+            assert doc_b == doc_a and a_sentences[-1] < b_sentences[0], (i, a, b)
+            if len(ids) < max_len:  # not truncated: B starts right after A
+                assert b_sentences[0] == a_sentences[-1] + 1, (i, a, b)
+    assert len(store) > 150
+    assert 0.35 < store.is_random_next.mean() < 0.65
+    assert len(random_from) == 16  # one-sentence documents serve as random Bs
+
+
 # --- the pairing algorithm on its own ---------------------------------------------------------
 
 
@@ -185,6 +240,8 @@ def synthetic_corpus(n_docs: int, seed: int) -> list[list[int]]:
 
 
 def pair_all(docs, max_num_tokens=125, short_seq_prob=0.1, seed=0):
+    """pair_document over synthetic offsets, with a random B of our own (the stage's own is
+    checked in test_pairs_as_built_come_from_the_right_documents)."""
     doc_of_token = {}
     for d, starts in enumerate(docs):
         for s in range(len(starts) - 1):

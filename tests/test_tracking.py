@@ -113,9 +113,10 @@ def test_a_store_lost_mid_run_warns_once_and_training_goes_on(store, tmp_path, m
     assert len(warnings) == 1
 
 
-def test_a_read_only_store_is_one_line_at_start_up(tmp_path):
+def test_a_read_only_store_is_one_line_at_start_up(tmp_path, mlflow_db):
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml", tracking={"experiment": "read-only"})
+    mlflow_db(tmp_path)
     Tracker.start(sqlite_uri(tmp_path / "mlflow.db"), "read-only").finish()  # a real store
     prefix = without_root_powers()
     env = {**os.environ, "PYTHONPATH": str(REPO)}

@@ -8,12 +8,12 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 import torch
-from conftest import REPO, assert_one_line_error, run_bert
+import torch.nn.functional as F
+from conftest import REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.batches import PretrainingBatches, micro_batches_of
@@ -22,7 +22,7 @@ from bertcore.distributed import Distributed
 from bertcore.errors import ConfigError
 from bertcore.fit import NonFiniteLossError, fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining
+from bertcore.model import IGNORE_INDEX, BertForPretraining
 from bertcore.samples import SampleStore
 from bertcore.schedule import linear_warmup_decay
 from bertcore.tracking import sqlite_uri
@@ -105,19 +105,62 @@ def test_config_is_checked():
 
 
 def test_accumulation_gives_the_gradient_of_one_big_batch(data):
-    grads = []
-    for accumulation in (1, 4):
-        trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=accumulation)
-        batch = next(trainer.batches.iterate(epoch=0))
-        joined = {k: torch.cat([mb[k] for mb in batch]) for k in batch[0]}
-        # the same 16 sequences, cut differently (padding differs, the loss must not)
-        parts = micro_batches_of(joined, accumulation)
-        trainer.accumulate_gradients(parts)
-        grads.append({n: p.grad.clone() for n, p in trainer.raw_model.named_parameters()})
-    one, four = grads
-    for name in one:
-        torch.testing.assert_close(four[name], one[name], rtol=1e-5, atol=1e-7, msg=name)
-    assert one["nsp_head.weight"].abs().sum() > 0
+    """4 micro-batches with different numbers of MLM and NSP labels: the accumulated gradient
+    is that of the mean loss over all 16 sequences (not a mean of per-micro-batch means)."""
+    trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=4, nsp_weight=0.5)
+    joined = next(make_trainer(data, dropout=0.0).batches.iterate(epoch=0))[0]
+    rows = torch.arange(16)
+    # micro-batch k (rows 4k..4k+3) keeps k+1 MLM labels per sequence and NSP labels of 4-k
+    targets = joined["mlm_targets"].clone()
+    targets[torch.arange(5)[None] > (rows // 4)[:, None]] = IGNORE_INDEX
+    nsp = torch.where(rows % 4 < 4 - rows // 4, joined["nsp_labels"], IGNORE_INDEX)
+    joined = {**joined, "mlm_targets": targets, "nsp_labels": nsp}
+    parts = micro_batches_of(joined, 4)
+    assert [int((p["mlm_targets"] != IGNORE_INDEX).sum()) for p in parts] == [4, 8, 12, 16]
+    assert [int((p["nsp_labels"] != IGNORE_INDEX).sum()) for p in parts] == [4, 3, 2, 1]
+
+    model = trainer.raw_model
+    out = model(joined["input_ids"], joined["token_type_ids"], joined["attention_mask"],
+                mlm_positions=joined["mlm_positions"])  # logits only: the loss is ours
+    expected = F.cross_entropy(out.mlm_logits.flatten(0, 1), targets.flatten(),
+                               ignore_index=IGNORE_INDEX) + 0.5 * F.cross_entropy(
+        out.nsp_logits, nsp, ignore_index=IGNORE_INDEX)  # the mean over all labels
+    expected.backward()
+    one_batch = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    trainer.accumulate_gradients(parts)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, one_batch[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert one_batch["nsp_head.weight"].abs().sum() > 0
+
+
+def three_steps(data, max_grad_norm: float, precision: str = "fp32"):
+    """(grad norms the steps report, norms of the gradients the optimizer was given)."""
+    trainer = make_trainer(data, dropout=0.0, max_grad_norm=max_grad_norm, precision=precision)
+    given = []
+
+    def before_step(optimizer, args, kwargs):
+        grads = [p.grad.float() for group in optimizer.param_groups for p in group["params"]]
+        given.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+    trainer.optimizer.register_step_pre_hook(before_step)
+    reported = [trainer.train_step(step).grad_norm
+                for step, _ in zip(trainer.batches.iterate(epoch=0), range(3), strict=False)]
+    return reported, given
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gradients_are_clipped_to_max_grad_norm(data, precision):
+    """The optimizer gets the gradient clipped to max_grad_norm (with fp16: unscaled first);
+    the step reports the norm before clipping (as transformers' Trainer logs it)."""
+    reference, unclipped = three_steps(data, 1e6)  # float32, never clipped
+    assert unclipped == pytest.approx(reference, rel=1e-5)
+    reported, given = three_steps(data, 0.05, precision)
+    assert all(norm > 0.05 for norm in reference + reported)
+    assert given == pytest.approx([0.05] * 3, rel=1e-3)
+    # the same first step: the same norm (up to fp16 rounding), whatever the loss scale
+    assert reported[0] == pytest.approx(reference[0], rel=1e-5 if precision == "fp32" else 1e-2)
 
 
 def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
@@ -144,6 +187,7 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
         progress=False)
     assert len(losses_straight) == 24
     assert losses_resumed == losses_straight  # exactly, step by step
+    assert second.tokens_seen == straight.tokens_seen > 0  # the run's counters resume too
     for (name, a), b in zip(straight.raw_model.state_dict().items(),
                             second.raw_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
@@ -152,15 +196,26 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])
 def test_mixed_precision_follows_float32(data, precision):
-    runs = {}
+    """Autocast really runs the matmuls in half precision (the output dtype of every Linear,
+    inside the training step), and the losses differ from float32's, but by less than 1%."""
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    runs, seen = {}, {}
     for name in ("fp32", precision):
         trainer = make_trainer(data, dropout=0.0, precision=name, max_steps=4)
+        assert trainer.autocast_dtype == (None if name == "fp32" else dtypes[name])
+        seen[name] = set()
+        for module in trainer.raw_model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(
+                    lambda module, args, out, name=name: seen[name].add(out.dtype))
         runs[name] = []
         fit(trainer, on_step=runs[name].append, progress=False)
+    assert seen == {"fp32": {torch.float32}, precision: {dtypes[precision]}}
     assert (trainer.scaler is not None) == (precision == "fp16")
     assert not any(r.skipped for r in runs[precision])
-    assert [r.loss for r in runs[precision]] == pytest.approx(
-        [r.loss for r in runs["fp32"]], rel=1e-2)
+    half, full = [r.loss for r in runs[precision]], [r.loss for r in runs["fp32"]]
+    assert half == pytest.approx(full, rel=1e-2)
+    assert all(h != f for h, f in zip(half, full, strict=True))  # not float32 in disguise
 
 
 def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
@@ -215,7 +270,8 @@ def workdir(data, tmp_path) -> Path:
     return tmp_path
 
 
-def test_sigterm_checkpoints_then_resume_completes(workdir):
+def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
+    mlflow_db(workdir)
     write_params(workdir / "params.yaml",
                  train={"max_steps": 60, "checkpoint_every": 1000, "eval_every": 0,
                         "log_every": 1},
@@ -224,11 +280,7 @@ def test_sigterm_checkpoints_then_resume_completes(workdir):
     proc = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = workdir / "metrics" / "pretrain_log.tsv"
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and proc.poll() is None:
-        if log.is_file() and len(log.read_text().splitlines()) > 4:  # header + 4 steps
-            break
-        time.sleep(0.02)
+    wait_for_lines(log, 4, proc)  # header + 4 steps done: then the signal
     proc.send_signal(signal.SIGTERM)
     _, stderr = proc.communicate(timeout=120)
     assert proc.returncode == 128 + signal.SIGTERM, stderr
@@ -286,9 +338,18 @@ def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
     assert steps == [2]
     meta = CheckpointDir(workdir / "models" / "checkpoints").latest().meta
     assert meta["params"]["train"]["learning_rate"] == 0.001
-    # bookkeeping values (logging, checkpoint cadence) do not restart training
+    # bookkeeping values (logging, checkpoint cadence) do not restart training: the finished
+    # run is restored, not retrained (same weights, same curve, same final numbers)
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    finished = weights.read_bytes()
+    before = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    curve = (workdir / "metrics" / "pretrain_log.tsv").read_text()
     proc = bert("pretrain", "--set", "train.learning_rate=0.001",
                     "--set", "train.log_every=1", cwd=workdir, check=True)
     assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
     summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
-    assert summary["steps"] == 2 and summary["train"]["loss"] > 0  # restored, not retrained
+    assert summary["steps"] == 2 and summary["train"]["loss"] > 0
+    assert weights.read_bytes() == finished
+    assert (workdir / "metrics" / "pretrain_log.tsv").read_text() == curve
+    for key in ("loss", "mlm_loss", "nsp_loss", "learning_rate"):
+        assert summary["train"][key] == pytest.approx(before["train"][key], rel=1e-6), key

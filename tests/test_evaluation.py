@@ -1,0 +1,132 @@
+"""Held-out metrics against sums computed by hand: a tiny model scores uneven batches (short
+last batch, sequences with different numbers of masked tokens) through `eval_batches` and
+`evaluate`, and every number is recomputed here from the model's full-sequence logits."""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import pytest
+import torch
+import torch.nn.functional as F
+from tiny_pretrain import tiny_config
+
+from bertcore.batches import eval_batches
+from bertcore.evaluation import evaluate
+from bertcore.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.model import BertForPretraining
+
+VOCAB = 48
+FREQUENT, SECOND = 7, 8  # the most frequent token, and the one the model is pushed towards
+
+
+class Samples:
+    """37 samples `[CLS] A [SEP] B [SEP]` of 7..39 tokens: 40% FREQUENT, 25% SECOND, the rest
+    spread over the vocabulary; one in three has a random B."""
+
+    def __init__(self, count: int = 37):
+        rng = np.random.default_rng(0)
+        self.samples = []
+        for i in range(count):
+            len_a, len_b = (int(x) for x in rng.integers(2, 19, 2))
+            body = rng.choice([FREQUENT, SECOND, -1], p=[0.4, 0.25, 0.35], size=len_a + len_b)
+            body = np.where(body < 0, rng.integers(5, VOCAB, body.shape), body)
+            ids = np.concatenate([[2], body[:len_a], [3], body[len_a:], [3]]).astype(np.uint16)
+            self.samples.append((ids, len_a + 2, int(i % 3 == 0)))
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, index):
+        return self.samples[index]
+
+
+@pytest.fixture(scope="module")
+def model() -> BertForPretraining:
+    torch.manual_seed(0)
+    net = BertForPretraining(tiny_config(VOCAB, dropout=0.1))
+    with torch.no_grad():  # not a constant guess: most, not all, predictions are SECOND
+        net.mlm_head.bias[SECOND] += 2.0
+    return net
+
+
+def batches(batch_size: int):
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5), VocabSpec(VOCAB),
+                                   seed=3)
+    return eval_batches(Samples(), collator, batch_size)
+
+
+@torch.no_grad()
+def by_hand(model: BertForPretraining, loader, max_batches: int | None = None) -> dict:
+    """The metrics from the logits of every position (the MLM head on the whole sequence, not
+    on the slots), picked at the masked positions, summed in float64 over all batches."""
+    model.eval()
+    mlm_loss = mlm_correct = nsp_loss = nsp_correct = 0.0
+    targets_seen, nsp_labels, per_batch = [], [], []
+    for number, batch in enumerate(loader):
+        if max_batches is not None and number >= max_batches:
+            break
+        out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        rows = torch.arange(len(batch["input_ids"]))[:, None].expand_as(batch["mlm_positions"])
+        used = batch["mlm_targets"] != IGNORE_INDEX
+        logits = out.mlm_logits[rows[used], batch["mlm_positions"][used]].double()  # [N, V]
+        targets = batch["mlm_targets"][used]
+        mlm_loss += float(F.cross_entropy(logits, targets, reduction="sum"))
+        mlm_correct += float((logits.argmax(-1) == targets).sum())
+        nsp = out.nsp_logits.double()
+        nsp_loss += float(F.cross_entropy(nsp, batch["nsp_labels"], reduction="sum"))
+        nsp_correct += float((nsp.argmax(-1) == batch["nsp_labels"]).sum())
+        targets_seen += targets.tolist()
+        nsp_labels += batch["nsp_labels"].tolist()
+        per_batch.append(int(used.sum()))
+    count, sequences = len(targets_seen), len(nsp_labels)
+    ones = sum(nsp_labels) / sequences
+    return {
+        "mlm_loss": mlm_loss / count,
+        "mlm_accuracy": mlm_correct / count,
+        "perplexity": math.exp(mlm_loss / count),
+        "nsp_loss": nsp_loss / sequences,
+        "nsp_accuracy": nsp_correct / sequences,
+        "mlm_baseline_accuracy": max(np.bincount(targets_seen)) / count,
+        "nsp_baseline_accuracy": max(ones, 1 - ones),
+        "mlm_predictions": count,
+        "sequences": sequences,
+        "per_batch": per_batch,
+    }
+
+
+def test_metrics_are_the_sums_over_all_batches_divided_once(model):
+    model.train()  # as during pretraining: evaluate must score in eval mode, then restore it
+    expected = by_hand(model, batches(8))
+    model.train()
+    got = evaluate(model, batches(8)).to_dict()
+    assert model.training
+    # uneven batches: a short last one, and batches with different numbers of masked tokens,
+    # so that a mean of per-batch means, or a wrong count, gives other numbers
+    assert len(expected["per_batch"]) == 5 and expected["sequences"] == 37
+    assert len(set(expected.pop("per_batch"))) > 2
+    assert got == pytest.approx(expected, rel=1e-5)
+    assert got["perplexity"] == math.exp(got["mlm_loss"])
+    for name in ("mlm_accuracy", "nsp_accuracy", "mlm_baseline_accuracy",
+                 "nsp_baseline_accuracy"):
+        assert 0.0 < got[name] < 1.0, name  # strictly inside: a wrong count would show
+    assert got["mlm_accuracy"] != got["mlm_baseline_accuracy"]
+    # the result does not depend on the batch size (the masks of evaluation are fixed)
+    assert evaluate(model, batches(37)).to_dict() == pytest.approx(got, rel=1e-5)
+
+
+def test_max_batches_scores_the_first_batches_only(model):
+    expected = by_hand(model, batches(8), max_batches=2)
+    expected.pop("per_batch")
+    got = evaluate(model, batches(8), max_batches=2).to_dict()
+    assert got["sequences"] == 16
+    assert got == pytest.approx(expected, rel=1e-5)
+
+
+def test_bf16_evaluation_is_close_to_float32_but_not_float32(model):
+    full = evaluate(model, batches(8)).to_dict()
+    half = evaluate(model, batches(8), autocast_dtype=torch.bfloat16).to_dict()
+    for name in ("mlm_loss", "nsp_loss"):
+        assert half[name] != full[name], name  # autocast was on
+        assert half[name] == pytest.approx(full[name], rel=1e-2), name
