@@ -151,7 +151,7 @@ def test_continued_pretraining_improves_on_the_model_it_starts_from(data, tmp_pa
     transformers with the same outputs as ours."""
     work = workdir_on(data, tmp_path)
     params_with(work / "params.yaml", dict(TINY_MODEL),
-                train={"max_steps": 40, "eval_every": 0, "checkpoint_every": 0},
+                train={"max_steps": 60, "eval_every": 0, "checkpoint_every": 0},
                 tracking={"enabled": False})
     bert("pretrain", cwd=work)
     bert("export", cwd=work)
@@ -162,12 +162,13 @@ def test_continued_pretraining_improves_on_the_model_it_starts_from(data, tmp_pa
 
     # The shape set in model: may stay, as long as it agrees with the folder's config.json.
     params_with(work / "params.yaml", {**TINY_MODEL, "init_from": "start"},
-                train={"max_steps": 40, "learning_rate": 0.003, "seed": 8, "eval_every": 0,
+                train={"max_steps": 30, "learning_rate": 0.003, "seed": 8, "eval_every": 0,
                        "checkpoint_every": 0},
                 tracking={"enabled": False})
     bert("pretrain", cwd=work)
     bert("evaluate", "--out", "after.json", cwd=work)
     after = json.loads((work / "after.json").read_text())
+    # measured: 3.96 -> 3.90 (the same 30 steps from random weights end at 4.08-4.10)
     assert after["mlm_loss"] < before["mlm_loss"] - 0.02, (before, after)
 
     bert("export", "--out", "continued", cwd=work)
