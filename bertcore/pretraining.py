@@ -114,7 +114,7 @@ class PretrainInputs:
         else:
             model_config = config.model.to_config(vocab_size=len(tokens))
         if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
-            fix = ("(from model.init_from): lower" if init else
+            fix = (" (from model.init_from): lower" if init else
                    ": raise model.max_position_embeddings or lower")
             raise BertError(
                 f"samples are up to {meta['max_seq_length']} tokens but the model has "

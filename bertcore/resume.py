@@ -3,10 +3,10 @@
 A checkpoint records fingerprints of what made it: the optimisation params (without the length
 of the run), the vocabulary, the samples, the content of the model it started from (with
 `model.init_from`), and the planned length. The latest checkpoint is resumed when all but the
-length match. When only the length differs (`train.max_steps` or
-`train.epochs` changed), the run is extended (or shortened, if it has not passed the new end
-yet): it resumes with the learning-rate schedule re-planned to the new end, as transformers'
-Trainer does. Anything else starts fresh, and the new run's checkpoints replace the old ones.
+length match. When only the length differs (`train.max_steps` or `train.epochs` changed), the
+run is extended (or shortened, if it has not passed the new end yet): it resumes with the
+learning-rate schedule re-planned to the new end, as transformers' Trainer does. Anything else
+starts fresh, and the new run's checkpoints replace the old ones.
 """
 
 from __future__ import annotations
