@@ -43,6 +43,12 @@ HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias"
 # Buffers older HF checkpoints stored; not weights.
 HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 HEAD_PREFIXES = ("pooler.", "mlm_head.", "nsp_head.")
+# The parts a BERT file may lack (BertModel, BertForMaskedLM), as a user knows them.
+HEAD_GROUPS = {
+    "pooler.": "the pooler (bert.pooler)",
+    "mlm_head.": "the MLM transform and output bias (cls.predictions)",
+    "nsp_head.": "the NSP head (cls.seq_relationship)",
+}
 
 
 # ------------------------------------------------------------------------- the name mapping
@@ -176,15 +182,18 @@ def export_hf(
 
 
 def load_model(
-    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True
+    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True,
+    config: BertConfig | None = None,
 ) -> BertForPretraining:
     """Load our directory (save_model) or any BERT directory in Hugging Face format.
 
     With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
-    BertForMaskedLM checkpoint) still loads: those heads keep their fresh init and their names
-    are in `model.missing_weights`. Encoder weights must always be there."""
+    BertForMaskedLM checkpoint) still loads: those heads keep their fresh init (drawn from
+    torch's global generator, as a new model's), their names are in `model.missing_weights`,
+    and a warning names each group (`missing_groups`). Encoder weights must always be there.
+    `config`: build the model with it instead of config.json's (e.g. other dropout rates)."""
     model_dir = Path(model_dir)
-    config = read_config(model_dir)
+    config = config or read_config(model_dir)
     tensors = read_weights(model_dir)
     if "embeddings.tokens.weight" in tensors:  # our own names
         state, unexpected = tensors, []
@@ -213,10 +222,16 @@ def load_model(
             f"{model_dir} lacks {len(missing)} weights of a BERT with this config.json, e.g. "
             f"{(body_missing or missing)[0]}: is it a BERT checkpoint matching its config?"
         )
-    if missing:
-        log.warning("%s has no weights for %s (left at init)", model_dir, ", ".join(missing))
+    for group in missing_groups(missing):
+        log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
     model.missing_weights = missing
     return model.to(map_location)
+
+
+def missing_groups(missing: list[str]) -> list[str]:
+    """The groups (pooler, MLM transform, NSP head) that the names in `missing` belong to."""
+    return [group for prefix, group in HEAD_GROUPS.items()
+            if any(name.startswith(prefix) for name in missing)]
 
 
 def read_config(model_dir: Path) -> BertConfig:
@@ -248,22 +263,27 @@ def weights_path(model_dir: Path) -> Path:
     )
 
 
+def weight_files(model_dir: Path) -> list[Path]:
+    """The files holding a model dir's weights: one file, or a shard index and its shards."""
+    path = weights_path(model_dir)
+    if not path.name.endswith(".index.json"):
+        return [path]
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        shards = sorted(set(index["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BertError(f"{path} is not a valid weights index: export the model again") from None
+    return [path, *(path.parent / shard for shard in shards)]
+
+
 def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     """All tensors of a model dir on the CPU: safetensors (single or sharded), or a legacy
     pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
-    path = weights_path(model_dir)
-    if path.name.endswith(".index.json"):
-        try:
-            index = json.loads(path.read_text(encoding="utf-8"))
-            shards = sorted(set(index["weight_map"].values()))
-        except (ValueError, KeyError, TypeError, AttributeError):
-            message = f"{path} is not a valid weights index: export the model again"
-            raise BertError(message) from None
-        tensors = {}
-        for shard in shards:
-            tensors.update(_read_weights_file(path.parent / shard))
-        return tensors
-    return _read_weights_file(path)
+    tensors = {}
+    for path in weight_files(model_dir):
+        if not path.name.endswith(".index.json"):
+            tensors.update(_read_weights_file(path))
+    return tensors
 
 
 def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:

@@ -121,9 +121,12 @@ PRESETS: dict[str, dict] = {
 @dataclass
 class ModelParams:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
-    fields. `vocab_size` is not a parameter: it comes from the vocabulary at pretrain time."""
+    fields. `vocab_size` is not a parameter: it comes from the vocabulary at pretrain time.
+    With `init_from` (a BERT folder to continue pretraining) the architecture is the folder's
+    (see `bertcore.init_model`): the preset is not used and only dropout rates may differ."""
 
     preset: str = "tiny"
+    init_from: str | None = None  # null: random init; or a BERT folder in Hugging Face format
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
@@ -138,17 +141,22 @@ class ModelParams:
     pad_token_id: int | None = None
 
     def __post_init__(self):
+        require(self.init_from is None or bool(str(self.init_from).strip()), "init_from",
+                self.init_from, "null or the path of a BERT folder")
         # Check every value now (any vocab large enough for pad_token_id will do here), so a
         # bad parameter fails when params.yaml is parsed, not minutes later.
         self.to_config(vocab_size=(self.pad_token_id or 0) + 1)
 
-    def to_config(self, vocab_size: int) -> BertConfig:
-        overrides = {
+    def overrides(self) -> dict:
+        """The BertConfig fields set explicitly in the section."""
+        return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "preset" and getattr(self, f.name) is not None
+            if f.name not in ("preset", "init_from") and getattr(self, f.name) is not None
         }
-        return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **overrides)
+
+    def to_config(self, vocab_size: int) -> BertConfig:
+        return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **self.overrides())
 
 
 # ------------------------------------------------------------------------------- the blocks

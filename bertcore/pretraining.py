@@ -1,6 +1,7 @@
 """Pretraining end to end, for one process or each process of a torchrun group: open and check
-the inputs, resume or start fresh (`bertcore.resume`), open the MLflow run, build the model,
-batches and trainer, train (`bertcore.fit`), then write the final model and metrics.
+the inputs, resume or start fresh (`bertcore.resume`), open the MLflow run, build the model
+(new, or from an existing BERT: `bertcore.init_model`), batches and trainer, train
+(`bertcore.fit`), then write the final model and metrics.
 
 The caller (the pretrain stage) parses the params sections and says where things live and how
 the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline's layout.
@@ -26,6 +27,7 @@ from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
 from bertcore.fit import fit
 from bertcore.hf import export_hf, save_model
+from bertcore.init_model import InitModel
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertConfig, BertForPretraining, ModelParams
 from bertcore.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
@@ -68,7 +70,10 @@ class PretrainConfig:
 
     def optimisation(self) -> dict[str, Any]:
         """Everything that defines the optimisation (recorded in checkpoints)."""
-        return {"model": dataclasses.asdict(self.model),
+        model = dataclasses.asdict(self.model)
+        if model["init_from"] is None:  # as before init_from existed: older checkpoints resume
+            del model["init_from"]
+        return {"model": model,
                 "masking": dataclasses.asdict(self.masking),
                 "train": self.train.optimisation_params()}
 
@@ -95,21 +100,29 @@ class PretrainInputs:
     val_store: SampleStore
     tokens: list[str]
     model_config: BertConfig
+    init: InitModel | None = None  # the BERT to start from (model.init_from)
 
     @classmethod
     def open(cls, config: PretrainConfig, paths: PretrainPaths) -> PretrainInputs:
         meta = read_meta(paths.samples)
         check_vocab(paths.samples, paths.vocab)
         tokens = read_vocab(paths.vocab)
-        model_config = config.model.to_config(vocab_size=len(tokens))
+        init = InitModel.open(config.model) if config.model.init_from else None
+        if init is not None:
+            init.check_vocab(tokens, paths.vocab)
+            model_config = init.config
+        else:
+            model_config = config.model.to_config(vocab_size=len(tokens))
         if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
+            fix = (" (from model.init_from): lower" if init else
+                   ": raise model.max_position_embeddings or lower")
             raise BertError(
                 f"samples are up to {meta['max_seq_length']} tokens but the model has "
-                f"max_position_embeddings={model_config.max_position_embeddings}: raise "
-                "model.max_position_embeddings or lower samples.max_seq_length"
+                f"max_position_embeddings={model_config.max_position_embeddings}{fix} "
+                "samples.max_seq_length"
             )
         return cls(SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
-                   tokens, model_config)
+                   tokens, model_config, init)
 
 
 def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
@@ -132,11 +145,10 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     train = config.train
     device = resolve_device(train.device, dist)
     vocab = VocabSpec.from_tokens(inputs.tokens)
-    # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
-    # then a different dropout stream per process.
-    torch.manual_seed(train.seed)
-    model = BertForPretraining(inputs.model_config)
-    torch.manual_seed(train.seed + 1 + dist.rank)
+    init = inputs.init
+    if init is not None and dist.is_main:
+        log.info("model.init_from: starting from %s (%s); model.preset is not used",
+                 init.path, init.describe())
     batches = PretrainingBatches(
         inputs.train_store, PretrainingCollator(config.masking, vocab, seed=train.seed),
         train.batch_size, train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
@@ -144,11 +156,26 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
         pin_memory=device.type == "cuda",
     )
     total_steps = train.total_steps(batches.steps_per_epoch)
-    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples, total_steps)
+    # The init model's content, hashed once (by rank 0) per start: a resume must not continue
+    # a run begun from other weights.
+    init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
+    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples, total_steps,
+                                    init_model=init_hash)
     checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
     plan = plan_resume(checkpoints, fingerprints, config.optimisation(), total_steps)
     if plan.notice and dist.is_main and not plan.extends:
         log.warning("%s", plan.notice)
+
+    # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
+    # then a different dropout stream per process. From model.init_from (read by rank 0 alone:
+    # DDP hands its weights to the others), what the folder lacks starts as in a fresh model
+    # of this seed; a resumed run takes its weights from the checkpoint instead.
+    torch.manual_seed(train.seed)
+    if init is not None and plan.checkpoint is None and dist.is_main:
+        model = init.load()
+    else:
+        model = BertForPretraining(inputs.model_config)
+    torch.manual_seed(train.seed + 1 + dist.rank)
 
     # MLflow before any training: an unreachable store fails now, in one line.
     tracker = _open_tracker(config.tracking, labels, plan, fingerprints) if (

@@ -1,11 +1,12 @@
 """Resume or start fresh: which checkpoint a pretraining run continues, and how.
 
 A checkpoint records fingerprints of what made it: the optimisation params (without the length
-of the run), the vocabulary, the samples, and the planned length. The latest checkpoint is
-resumed when the first three match. When only the length differs (`train.max_steps` or
-`train.epochs` changed), the run is extended (or shortened, if it has not passed the new end
-yet): it resumes with the learning-rate schedule re-planned to the new end, as transformers'
-Trainer does. Anything else starts fresh, and the new run's checkpoints replace the old ones.
+of the run), the vocabulary, the samples, the content of the model it started from (with
+`model.init_from`), and the planned length. The latest checkpoint is resumed when all but the
+length match. When only the length differs (`train.max_steps` or `train.epochs` changed), the
+run is extended (or shortened, if it has not passed the new end yet): it resumes with the
+learning-rate schedule re-planned to the new end, as transformers' Trainer does. Anything else
+starts fresh, and the new run's checkpoints replace the old ones.
 """
 
 from __future__ import annotations
@@ -27,6 +28,9 @@ from bertcore.vocab import vocab_fingerprint
 
 SAMPLE_ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
 LENGTH = "length"  # the fingerprint that may change without starting fresh
+INIT_MODEL = "init_model"  # present only for runs that start from an existing model
+# How a notice names a fingerprint that changed (others by their key).
+NAMES = {INIT_MODEL: "initial model (the content of model.init_from)"}
 
 
 def samples_fingerprint(samples_dir: str | Path) -> str:
@@ -46,14 +50,19 @@ def samples_fingerprint(samples_dir: str | Path) -> str:
 
 
 def run_fingerprints(resumable_params: Mapping[str, Any], vocab_dir: str | Path,
-                     samples_dir: str | Path, total_steps: int) -> dict[str, str]:
-    """What a checkpoint of this run records, to be compared by the next run."""
-    return {
+                     samples_dir: str | Path, total_steps: int,
+                     init_model: str | None = None) -> dict[str, str]:
+    """What a checkpoint of this run records, to be compared by the next run. `init_model`:
+    the content hash of the model the run starts from (`InitModel.fingerprint`), if any."""
+    fingerprints = {
         "params": fingerprint_params(resumable_params),
         "vocab": vocab_fingerprint(vocab_dir),
         "samples": samples_fingerprint(samples_dir),
         LENGTH: str(total_steps),
     }
+    if init_model is not None:
+        fingerprints[INIT_MODEL] = init_model
+    return fingerprints
 
 
 @dataclass(frozen=True)
@@ -78,8 +87,9 @@ def plan_resume(checkpoints: CheckpointDir, fingerprints: Mapping[str, str],
         return ResumePlan(None)
     changed = [k for k in changed_fingerprints(latest.fingerprints, fingerprints) if k != LENGTH]
     if changed:
+        named = " and ".join(NAMES.get(name, name) for name in changed)
         return ResumePlan(None, f"checkpoint {latest.path} was made with other "
-                                f"{' and '.join(changed)}{param_changes(latest.meta, params)}: "
+                                f"{named}{param_changes(latest.meta, params)}: "
                                 "starting fresh (it will be replaced)")
     saved_total = latest.fingerprints.get(LENGTH)
     if saved_total == fingerprints[LENGTH]:

@@ -1,11 +1,12 @@
 """`bert pretrain`: MLM + NSP pretraining on the samples, resumable, tracked in MLflow.
 
 Reads the sections model, masking, train, eval (batch size and seed of the periodic
-evaluation) and tracking, and hands them to `bertcore.pretraining`. Resumes from the latest
-checkpoint in `--checkpoints` when it was made with the same params, vocabulary and samples
-(a changed `train.max_steps` or `train.epochs` extends the run); otherwise starts fresh and
-says why. With `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per
-device); started by torchrun, it joins the process group.
+evaluation) and tracking, and hands them to `bertcore.pretraining`; `model.init_from` starts
+from an existing BERT instead of random weights (continued pretraining). Resumes from the
+latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
+samples and initial model (a changed `train.max_steps` or `train.epochs` extends the run);
+otherwise starts fresh and says why. With `train.nproc_per_node > 1` it relaunches itself
+under torchrun (one process per device); started by torchrun, it joins the process group.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from bertcore.pretraining import PretrainConfig, PretrainPaths, RunLabels, run_p
 from bertcore.tracking import TrackingConfig, git_commit, resolve_uri, sqlite_uri
 from bertcore.train import TrainConfig
 from bertcore.vocab import read_vocab
+from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import flatten, load_params, parse_section
 
@@ -89,6 +91,8 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
         eval=parse_section(params, "eval", EvalConfig),
         tracking=parse_section(params, "tracking", TrackingConfig),
     )
+    if config.model.init_from and "WORLD_SIZE" not in os.environ:
+        warn_unless_a_dep("model.init_from", config.model.init_from)
     if config.train.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
         _relaunch_under_torchrun(config.train.nproc_per_node, config.train.max_restarts)
         return
