@@ -48,7 +48,7 @@ class PruneConfig:
     iterative: bool = False  # steps of 10% of the heads, re-scored after each
     recovery_steps: int = 100  # further pretraining of the pruned model (0: none)
     recovery_learning_rate: float = 1e-4
-    throughput_steps: int = 5  # timed steps per round (5 rounds per model, interleaved)
+    throughput_steps: int = 3  # timed steps per round (5 rounds per model, interleaved)
     seed: int = 42
     device: str = "auto"
 
@@ -204,17 +204,20 @@ def recover(
     steps: int,
     learning_rate: float,
     device: torch.device,
+    seed: int,
 ) -> FitResult:
     """`steps` more steps of pretraining (the train section's optimizer settings, a 10% warmup
-    to `learning_rate`, linear decay), no evaluation and no checkpoints. The one place that
-    calls the pretraining loop."""
+    to `learning_rate`, linear decay, dropout seeded by `seed`), no evaluation and no
+    checkpoints. The one place that calls the pretraining loop."""
     config = dataclasses.replace(
         train, max_steps=steps, epochs=None, batch_size=batches.global_batch_size,
         gradient_accumulation_steps=batches.accumulation_steps, learning_rate=learning_rate,
         warmup_steps=steps // 10, eval_every=0, checkpoint_every=0, log_every=max(1, steps // 10),
         nproc_per_node=1, max_restarts=0, compile=False,
     )
-    return fit(Trainer(model, config, batches, device=device))
+    trainer = Trainer(model, config, batches, device=device)
+    torch.manual_seed(seed)
+    return fit(trainer)
 
 
 # ------------------------------------------------------------------------------ throughput

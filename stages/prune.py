@@ -10,9 +10,11 @@ pretraining run in MLflow.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import dataclasses
 import logging
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -90,27 +92,33 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     val = eval_batches(val_store, PretrainingCollator(masking, vocab, seed=eval_config.seed),
                        eval_config.batch_size)
     autocast = resolve_precision("auto", device)
+    seconds = Stopwatch()
 
     def val_metrics(m) -> EvalMetrics:
-        return evaluate(m, val, device, autocast)
+        with seconds("val_metrics"):
+            return evaluate(m, val, device, autocast)
 
     runs = DownstreamTracking(tracking, model_dir, "prune",
                               flatten({"prune": dataclasses.asdict(config)}))
     try:
         original = copy.deepcopy(model)
         before = val_metrics(model)
-        steps = prune_by_importance(model, lambda m: head_importance(m, score_batches, device),
-                                    config.fraction, config.iterative)
+        with seconds("importance_and_pruning"):
+            steps = prune_by_importance(
+                model, lambda m: head_importance(m, score_batches, device), config.fraction,
+                config.iterative)
         pruned = val_metrics(model)
-        speed = throughput({"before": original, "after": model}, score_batches[0], device,
-                           config.throughput_steps)
+        with seconds("throughput"):
+            speed = throughput({"before": original, "after": model}, score_batches[0], device,
+                               config.throughput_steps)
         recovered = None
         if config.recovery_steps:
             recovery = PretrainingBatches(
                 train_store, PretrainingCollator(masking, vocab, seed=config.seed + 1),
                 config.batch_size, 1, seed=config.seed + 1)
-            recover(model, recovery, train, config.recovery_steps,
-                    config.recovery_learning_rate, device)
+            with seconds("recovery"):
+                recover(model, recovery, train, config.recovery_steps,
+                        config.recovery_learning_rate, device, seed=config.seed)
             recovered = val_metrics(model)
     except BaseException:
         runs.fail()
@@ -119,6 +127,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
         export_hf(model.cpu(), staging, vocab_dir)
     summary = _summary(original, model, steps, before, pruned, recovered, speed,
                        score_batches[0], config)
+    summary["seconds"] = seconds.totals
     write_json(metrics_file, summary, sort_keys=False)
     last = recovered or pruned
     runs.finish(summary, {
@@ -139,6 +148,22 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
         f" -> {out_dir}",
         err=True,
     )
+
+
+class Stopwatch:
+    """`with seconds("name"):` adds the block's wall time to `seconds.totals["name"]`."""
+
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.totals[name] = round(self.totals.get(name, 0.0) + elapsed, 1)
 
 
 def _take(batches: PretrainingBatches, count: int) -> Iterator[dict]:
