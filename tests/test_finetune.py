@@ -69,13 +69,17 @@ def test_labels_strings_or_integers_in_natural_order(tmp_path):
 
 
 def test_split_is_seeded_stratified_and_keeps_every_class_in_training():
-    examples = [Example(f"t{i}", None, "a" if i < 40 else "b") for i in range(50)] + [
+    examples = [Example(f"t{i}", None, "a" if i < 400 else "b") for i in range(500)] + [
         Example("rare", None, "c")]
-    train, test = split_examples(examples, 0.2, seed=3)
-    assert sorted(e.label for e in test) == ["a"] * 8 + ["b"] * 2
-    assert "c" in {e.label for e in train}
-    assert (train, test) == split_examples(examples, 0.2, seed=3)
-    assert test != split_examples(examples, 0.2, seed=4)[1]
+    for seed in range(5):  # each class gives its share: never 78 + 22 or so by chance
+        train, test = split_examples(examples, 0.2, seed=seed)
+        assert sorted(e.label for e in test) == ["a"] * 80 + ["b"] * 20
+        assert len(train) == 401 and "c" in {e.label for e in train}
+    assert (train, test) == split_examples(examples, 0.2, seed=4)
+    assert test != split_examples(examples, 0.2, seed=3)[1]
+    # a class too small to share still keeps its example for training
+    train, test = split_examples(examples, 0.6, seed=0)
+    assert [e.label for e in train].count("c") == 1
 
 
 def test_bad_input_is_a_one_line_error(tmp_path):
@@ -247,7 +251,7 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     assert metrics["data"]["labels"] == ["original", "swapped"]
     assert metrics["majority_class"]["accuracy"] == pytest.approx(0.5)
     assert metrics["data"]["train_examples"] + metrics["data"]["test_examples"] > 800
-    # measured: 0.82 pretrained, 0.50 from scratch
+    # measured: 0.79 pretrained, 0.50 from scratch (which learns nothing in 240 steps)
     assert metrics["pretrained"]["accuracy"] > 0.7
     assert metrics["gain"]["accuracy"] == pytest.approx(
         metrics["pretrained"]["accuracy"] - metrics["scratch"]["accuracy"])
