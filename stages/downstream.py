@@ -1,14 +1,16 @@
 """What `finetune` and `prune` share: the pretrained model's run record, and MLflow logging
-beside the pretraining run (a child run with the details, the headline numbers in the
-pretraining run itself, at its last step)."""
+beside the pretraining run (a child run with the results and the whole metrics file as an
+artifact, the headline numbers in the pretraining run itself, at its last step)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+import tempfile
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from bertcore.atomic import write_json
 from bertcore.tracking import Tracker, TrackingConfig
 from stages.pretrain import RUN_INFO, tracking_uri
 
@@ -38,6 +40,7 @@ class DownstreamTracking:
 
     def __init__(self, tracking: TrackingConfig, model_dir: str | Path, name: str,
                  params: Mapping[str, Any]):
+        self.name = name
         self.parent: Tracker | None = None
         self.run: Tracker | None = None
         self.step = 0
@@ -57,10 +60,17 @@ class DownstreamTracking:
         if self.run:
             self.run.log_metrics({name: value}, step=step)
 
-    def finish(self, details: Mapping[str, Any], headline: Mapping[str, float]) -> None:
-        """Every number of `details` into the child run, `headline` into the pretraining run."""
+    def finish(self, summary: Mapping[str, Any], results: Sequence[str],
+               headline: Mapping[str, float]) -> None:
+        """The child run gets the numbers of `summary[results]` as metrics and the whole
+        summary as a JSON artifact (counts and settings are no charts); the pretraining run
+        gets `headline`, at its last step."""
         if self.run:
-            self.run.log_metrics({**metric_names(details), **headline}, step=0)
+            numbers = metric_names({key: summary[key] for key in results})
+            self.run.log_metrics({**numbers, **headline}, step=0)
+            with tempfile.TemporaryDirectory() as tmp:
+                write_json(Path(tmp) / f"{self.name}.json", summary, sort_keys=False)
+                self.run.log_artifacts(tmp, "metrics")
             self.run.finish()
         if self.parent:
             self.parent.log_metrics(headline, step=self.step)

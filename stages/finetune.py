@@ -105,7 +105,7 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     summary = _summary(task, result, labels, encoded_train, encoded_test, config)
     write_json(metrics_file, summary, sort_keys=False)
     gain = result.gain()
-    runs.finish(summary, {
+    runs.finish(summary, ("pretrained", "scratch", "gain", "majority_class"), {
         "finetune/pretrained_accuracy": result.pretrained.test.accuracy,
         "finetune/scratch_accuracy": result.scratch.test.accuracy,
         "finetune/gain_accuracy": gain["accuracy"],

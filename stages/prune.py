@@ -130,7 +130,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     summary["seconds"] = seconds.totals
     write_json(metrics_file, summary, sort_keys=False)
     last = recovered or pruned
-    runs.finish(summary, {
+    runs.finish(summary, ("heads", "val", "throughput", "parameters"), {
         "prune/heads_removed": summary["heads"]["removed"],
         "prune/val_mlm_accuracy": last.mlm_accuracy,
         "prune/val_nsp_accuracy": last.nsp_accuracy,

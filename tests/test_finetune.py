@@ -286,6 +286,10 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     assert child.data.metrics["pretrained/accuracy"] == pytest.approx(
         metrics["pretrained"]["accuracy"])
     assert len(client.get_metric_history(child.info.run_id, "scratch/train_loss")) > 5
+    assert "data/train_examples" not in child.data.metrics  # a count, not a chart
+    (artifact,) = client.list_artifacts(child.info.run_id, "metrics")
+    local = client.download_artifacts(child.info.run_id, artifact.path, str(workdir / "dl"))
+    assert json.loads(Path(local).read_text()) == metrics
     parent = client.get_run(parent_id)
     assert parent.data.metrics["finetune/gain_accuracy"] == pytest.approx(
         metrics["gain"]["accuracy"])
