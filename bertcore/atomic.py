@@ -226,12 +226,13 @@ def _creating(final: Path, advice: str = "point --out elsewhere") -> Iterator[No
         raise
 
 
-def write_json(path: str | os.PathLike, data: object) -> None:
-    """Write `data` as indented JSON, atomically."""
+def write_json(path: str | os.PathLike, data: object, sort_keys: bool = True) -> None:
+    """Write `data` as indented JSON, atomically (`sort_keys=False`: in the dict's order, e.g.
+    headline metrics first)."""
     import json
 
     with atomic_file(path, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=True)
+        json.dump(data, handle, indent=2, sort_keys=sort_keys)
         handle.write("\n")
 
 

@@ -5,7 +5,13 @@
   from a checkpoint the user has on disk).
 - `export_hf`: a directory `transformers.BertForPreTraining.from_pretrained` loads with no
   missing or unexpected weight: HF names, the tied decoder keys left out as HF leaves them out,
-  plus the tokenizer files.
+  plus the tokenizer files. `export_hf_classifier`: the same for
+  `BertForSequenceClassification`, with `id2label`/`label2id`.
+- Pruned heads: transformers 5 has no per-layer head counts, so a pruned model is exported in
+  full shapes with the pruned heads' query/key/value rows and biases and output-projection
+  columns zero (the same function); config.json keeps `pruned_heads` as transformers 4.x
+  wrote it, and `load_model` rebuilds the smaller model from it (from full, zeroed shapes or
+  from 4.x's physically pruned ones).
 
 `hf_name_pairs` is the ONE place that knows HF's `modeling_bert` parameter names. Only
 safetensors are written; a legacy `pytorch_model.bin` is read with `weights_only=True`.
@@ -23,6 +29,7 @@ from safetensors.torch import load_file
 from safetensors.torch import save as safetensors_bytes
 
 from bertcore.atomic import atomic_file, write_json
+from bertcore.classifier import BertForSequenceClassification
 from bertcore.errors import BertError
 from bertcore.model import BertConfig, BertForPretraining
 
@@ -168,8 +175,39 @@ def export_hf(
     config = model.config
     dtype = next(model.parameters()).dtype
     tensors = to_hf_state_dict(model.state_dict(), config.num_hidden_layers)
-    _write_safetensors(tensors, out_dir / WEIGHTS_NAME)
+    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
     write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
+    _write_tokenizer_files(tokenizer_files, out_dir, config)
+
+
+def export_hf_classifier(
+    model: BertForSequenceClassification,
+    out_dir: str | Path,
+    vocab_dir: str | Path | None = None,
+) -> None:
+    """Write a Hugging Face `BertForSequenceClassification` directory (with `id2label` and
+    `label2id` from `model.labels`) and, given `vocab_dir`, its tokenizer files."""
+    out_dir = Path(out_dir)
+    config = model.config
+    tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = model.state_dict()
+    tensors = to_hf_state_dict(state, config.num_hidden_layers)
+    for kind in ("weight", "bias"):
+        tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
+    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
+    settings = hf_config_dict(config, next(model.parameters()).dtype)
+    settings.update(
+        architectures=["BertForSequenceClassification"],
+        id2label={str(i): label for i, label in enumerate(model.labels)},
+        label2id={label: i for i, label in enumerate(model.labels)},
+        problem_type="single_label_classification",
+    )
+    write_json(out_dir / CONFIG_NAME, settings)
+    _write_tokenizer_files(tokenizer_files, out_dir, config)
+
+
+def _write_tokenizer_files(tokenizer_files: list[Path], out_dir: Path, config: BertConfig) -> None:
     for source in tokenizer_files:
         if source.name == "tokenizer_config.json":
             # The tokenizer must not hand transformers more tokens than the model has positions.
@@ -199,6 +237,7 @@ def load_model(
         state, unexpected = tensors, []
     else:
         state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
+    state = drop_pruned_heads(state, config, model_dir)
     model = BertForPretraining(config)
     try:
         result = model.load_state_dict(state, strict=False)
@@ -300,6 +339,61 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
             f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
             "export or save the model again"
         ) from None
+
+
+# ------------------------------------------------------------------------------ pruned heads
+def _head_rows(config: BertConfig, layer: int) -> torch.Tensor:
+    """Rows of one full-size projection (query, key or value) that the layer's kept heads use."""
+    size = config.head_size
+    return torch.tensor([h * size + i for h in config.kept_heads(layer) for i in range(size)])
+
+
+def zero_pruned_heads(
+    tensors: dict[str, torch.Tensor], config: BertConfig
+) -> dict[str, torch.Tensor]:
+    """HF-named tensors of a pruned model (smaller attention projections) in full shapes: the
+    pruned heads' query/key/value rows and biases and output-projection columns are zero."""
+    out = dict(tensors)
+    full = config.hidden_size
+    for layer in config.pruned_heads:
+        rows = _head_rows(config, layer)
+        prefix = f"bert.encoder.layer.{layer}.attention."
+        for name in [f"{prefix}self.{n}.{k}" for n in ("query", "key", "value")
+                     for k in ("weight", "bias")]:
+            small = out[name]
+            big = small.new_zeros((full, *small.shape[1:]))
+            big[rows] = small
+            out[name] = big
+        small = out[f"{prefix}output.dense.weight"]
+        big = small.new_zeros((small.shape[0], full))
+        big[:, rows] = small
+        out[f"{prefix}output.dense.weight"] = big
+    return out
+
+
+def drop_pruned_heads(
+    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path = "weights"
+) -> dict[str, torch.Tensor]:
+    """Our-named tensors with full-size attention projections (an export with zeroed heads)
+    cut down to the heads config.pruned_heads keeps; already smaller ones are left as they are."""
+    state = dict(state)
+    full = config.hidden_size
+    for layer in config.pruned_heads:
+        qkv_w, qkv_b = f"layers.{layer}.attention.qkv.weight", f"layers.{layer}.attention.qkv.bias"
+        out_w = f"layers.{layer}.attention.out.weight"
+        if qkv_w not in state or state[qkv_w].shape[0] != 3 * full:
+            continue
+        rows = _head_rows(config, layer)
+        qkv_rows = torch.cat([part * full + rows for part in range(3)])
+        dropped = torch.ones(3 * full, dtype=torch.bool)
+        dropped[qkv_rows] = False
+        if state[qkv_w][dropped].any() or state[out_w][:, dropped[:full]].any():
+            log.warning("%s: layer %d's pruned heads have non-zero weights; dropped as "
+                        "config.json's pruned_heads says", source, layer)
+        state[qkv_w] = state[qkv_w][qkv_rows]
+        state[qkv_b] = state[qkv_b][qkv_rows]
+        state[out_w] = state[out_w][:, rows]
+    return state
 
 
 # ------------------------------------------------------------------------------- helpers

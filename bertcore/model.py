@@ -9,7 +9,7 @@ to Hugging Face's `modeling_bert` names.
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import partial
 
 import torch
@@ -47,6 +47,9 @@ class BertConfig:
     initializer_range: float = 0.02
     layer_norm_eps: float = 1e-12
     pad_token_id: int = 0
+    # Heads removed by pruning: layer -> original head indices, as transformers 4.x wrote it
+    # in config.json ({"0": [1, 3]}); layer i then has num_attention_heads - len(...) heads.
+    pruned_heads: dict[int, list[int]] = field(default_factory=dict)
 
     def __post_init__(self):
         for key in (
@@ -79,10 +82,46 @@ class BertConfig:
             self.pad_token_id,
             f"an id in [0, vocab_size={self.vocab_size})",
         )
+        self.pruned_heads = self._checked_pruned_heads(self.pruned_heads)
+
+    def _checked_pruned_heads(self, pruned) -> dict[int, list[int]]:
+        """{layer: sorted original head indices}, int keys (JSON gives strings), empty layers
+        dropped; every layer keeps at least one head."""
+        require(isinstance(pruned, dict), "pruned_heads", pruned, "a mapping layer -> heads")
+        layers, heads = self.num_hidden_layers, self.num_attention_heads
+        checked: dict[int, list[int]] = {}
+        for key, values in pruned.items():
+            layer = int(key) if isinstance(key, int | str) and str(key).isdigit() else -1
+            require(0 <= layer < layers, "pruned_heads", pruned, f"layers in [0, {layers})")
+            require(
+                isinstance(values, list | tuple)
+                and all(isinstance(h, int) and 0 <= h < heads for h in values),
+                "pruned_heads",
+                pruned,
+                f"lists of head indices in [0, {heads})",
+            )
+            if values:
+                checked[layer] = sorted(set(values))
+            require(
+                len(checked.get(layer, ())) < heads,
+                "pruned_heads",
+                pruned,
+                "at least one head left in every layer",
+            )
+        return dict(sorted(checked.items()))
 
     @property
     def head_size(self) -> int:
         return self.hidden_size // self.num_attention_heads
+
+    def kept_heads(self, layer: int) -> list[int]:
+        """Original indices of the heads layer `layer` still has, in weight order."""
+        removed = set(self.pruned_heads.get(layer, ()))
+        return [h for h in range(self.num_attention_heads) if h not in removed]
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return [len(self.kept_heads(i)) for i in range(self.num_hidden_layers)]
 
     @classmethod
     def from_preset(cls, name: str, **overrides) -> BertConfig:
@@ -185,32 +224,61 @@ class Embeddings(nn.Module):
 
 
 class SelfAttention(nn.Module):
-    """Multi-head self-attention with one fused QKV projection and SDPA."""
+    """Multi-head self-attention with one fused QKV projection and SDPA.
 
-    def __init__(self, config: BertConfig):
+    A pruned layer has fewer heads (`num_heads`), each still `head_size` wide, so its
+    projections are smaller. `head_gate`, when set, multiplies each head's output: shape
+    [heads] or [batch, heads]; `bertcore.prune` sets it to ones and reads its gradient
+    (Michel et al. 2019). None (the default) costs nothing."""
+
+    def __init__(self, config: BertConfig, num_heads: int | None = None):
         super().__init__()
-        self.num_heads = config.num_attention_heads
+        self.num_heads = num_heads or config.num_attention_heads
         self.head_size = config.head_size
-        self.qkv = nn.Linear(config.hidden_size, 3 * config.hidden_size)  # rows: [q; k; v]
-        self.out = nn.Linear(config.hidden_size, config.hidden_size)
+        width = self.num_heads * self.head_size
+        self.qkv = nn.Linear(config.hidden_size, 3 * width)  # rows: [q; k; v], head by head
+        self.out = nn.Linear(width, config.hidden_size)
         self.dropout_p = config.attention_probs_dropout_prob
+        self.head_gate: torch.Tensor | None = None
 
     def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        batch, length, hidden = x.shape
+        batch, length, _ = x.shape
         qkv = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_size)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, L, head_size]
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
         )
-        return self.out(y.transpose(1, 2).reshape(batch, length, hidden))
+        if self.head_gate is not None:
+            y = y * self.head_gate.reshape(-1, self.num_heads, 1, 1).to(y.dtype)
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+
+    @torch.no_grad()
+    def keep_heads(self, positions: list[int]) -> None:
+        """Keep only the heads at `positions` (of this layer's current heads): the rows of
+        their query/key/value and the columns of the output projection."""
+        require(len(positions) >= 1, "positions", positions, "at least one head")
+        size, width = self.head_size, self.num_heads * self.head_size
+        cols = torch.tensor([p * size + i for p in positions for i in range(size)])
+        rows = torch.cat([part * width + cols for part in range(3)])
+        qkv, out = self.qkv, self.out
+        self.qkv = nn.Linear(qkv.in_features, len(rows), device=qkv.weight.device,
+                             dtype=qkv.weight.dtype)
+        self.qkv.weight.copy_(qkv.weight[rows])
+        self.qkv.bias.copy_(qkv.bias[rows])
+        self.out = nn.Linear(len(cols), out.out_features, device=out.weight.device,
+                             dtype=out.weight.dtype)
+        self.out.weight.copy_(out.weight[:, cols])
+        self.out.bias.copy_(out.bias)
+        self.num_heads = len(positions)
+        self.head_gate = None
 
 
 class EncoderLayer(nn.Module):
     """One post-LN Transformer layer: x = LN(x + attention(x)); x = LN(x + FFN(x))."""
 
-    def __init__(self, config: BertConfig):
+    def __init__(self, config: BertConfig, index: int = 0):
         super().__init__()
-        self.attention = SelfAttention(config)
+        self.attention = SelfAttention(config, len(config.kept_heads(index)))
         self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
         self.ffn_in = nn.Linear(config.hidden_size, config.intermediate_size)
         self.ffn_out = nn.Linear(config.intermediate_size, config.hidden_size)
@@ -272,7 +340,8 @@ class BertForPretraining(nn.Module):
         super().__init__()
         self.config = config
         self.embeddings = Embeddings(config)
-        self.layers = nn.ModuleList(EncoderLayer(config) for _ in range(config.num_hidden_layers))
+        layers = range(config.num_hidden_layers)
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in layers)
         self.pooler = Pooler(config)
         self.mlm_head = MaskedLMHead(config)
         self.nsp_head = nn.Linear(config.hidden_size, 2)

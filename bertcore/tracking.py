@@ -206,6 +206,27 @@ class Tracker:
             return None
         return cls(client, run_id, uri)
 
+    def start_child(
+        self,
+        run_name: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Tracker:
+        """A new run nested under this one (MLflow's `mlflow.parentRunId` tag), in the same
+        experiment: `mlflow ui` shows it under this run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(self.run_id)
+            experiment = self.client.get_experiment(run.info.experiment_id).name
+        except MlflowException as exc:
+            raise BertError(
+                f"MLflow tracking store {self.uri} failed: {_first_line(exc)}"
+            ) from None
+        tags = {**(tags or {}), "mlflow.parentRunId": self.run_id}
+        return Tracker.start(self.uri, experiment, run_name=run_name, params=params, tags=tags)
+
     def _call(self, what: str, func, *args, **kwargs) -> bool:
         """Run one MLflow call; on the first failure warn and stop logging for this run."""
         if self.lost:

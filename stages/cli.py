@@ -23,6 +23,8 @@ COMMANDS = {
     "pretrain": "stages.pretrain:command",
     "evaluate": "stages.evaluate:command",
     "export": "stages.export:command",
+    "finetune": "stages.finetune:command",
+    "prune": "stages.prune:command",
     "fill-mask": "stages.infer:fill_mask",
     "nsp": "stages.infer:nsp",
 }

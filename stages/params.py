@@ -26,6 +26,8 @@ SECTIONS = (
     "train",
     "eval",
     "export",
+    "finetune",
+    "prune",
     "tracking",
 )
 

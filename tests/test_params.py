@@ -12,8 +12,10 @@ from conftest import REPO, assert_one_line_error, run_bert
 from bertcore.corpus import CorpusConfig
 from bertcore.errors import ConfigError, require
 from bertcore.evaluation import EvalConfig
+from bertcore.finetune import FinetuneConfig
 from bertcore.masking import MaskingConfig
 from bertcore.model import ModelParams
+from bertcore.prune import PruneConfig
 from bertcore.samples import SamplesConfig
 from bertcore.tracking import TrackingConfig
 from bertcore.train import TrainConfig
@@ -95,6 +97,8 @@ SECTION_CONFIGS = {
     "masking": MaskingConfig,
     "train": TrainConfig,
     "eval": EvalConfig,
+    "finetune": FinetuneConfig,
+    "prune": PruneConfig,
     "tracking": TrackingConfig,
 }
 SECTIONS_WITHOUT_KEYS = {"export"}

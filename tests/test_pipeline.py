@@ -1,6 +1,7 @@
 """End to end: the repo's dvc.yaml in a fresh git + DVC repo with tiny params. `dvc repro`
-runs corpus → vocab → samples → pretrain → evaluate → export; `dvc exp run -S ...` makes a
-second MLflow run; both runs are read back with MlflowClient; `dvc metrics show` and
+runs corpus → vocab → samples → pretrain → evaluate → export, finetune, prune; `dvc exp run
+-S ...` makes a second MLflow run; both runs (and the finetune/prune child runs of each) are read
+back with MlflowClient; `dvc metrics show` and
 `dvc plots show` work."""
 
 from __future__ import annotations
@@ -34,6 +35,8 @@ def tiny_pipeline_params() -> dict:
                            log_every=2, eval_every=3, checkpoint_every=3)
     params["eval"].update(batch_size=16)
     params["tracking"].update(uri=None, experiment="e2e", log_checkpoints="last")
+    params["finetune"].update(learning_rate=1e-3, epochs=1, max_seq_length=32)
+    params["prune"].update(batches=2, batch_size=8, recovery_steps=2, throughput_steps=1)
     return params
 
 
@@ -79,6 +82,12 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
                 "mlm_baseline_accuracy"):
         assert key in evaluation
     assert (repo / "models" / "hf" / "tokenizer.json").is_file()
+    finetune = json.loads((repo / "metrics" / "finetune.json").read_text())
+    assert {"pretrained", "scratch", "gain"} <= set(finetune)
+    assert (repo / "models" / "finetuned" / "config.json").is_file()
+    prune = json.loads((repo / "metrics" / "prune.json").read_text())
+    assert prune["heads_per_layer"] == {"before": [2], "after": [1]}
+    assert (repo / "models" / "pruned" / "config.json").is_file()
     assert (repo / "mlflow.db").is_file()  # at the repo root, not in a stage's folder
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "baseline results"], repo, env)
@@ -90,8 +99,15 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
 
     client = MlflowClient(tracking_uri=f"sqlite:///{repo / 'mlflow.db'}")
     experiment = client.get_experiment_by_name("e2e")
-    runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
+    everything = client.search_runs([experiment.experiment_id],
+                                    order_by=["attributes.start_time"])
+    runs = [r for r in everything if "mlflow.parentRunId" not in r.data.tags]
     assert len(runs) == 2
+    # finetune and prune log child runs of the pretraining run of the model they started from
+    children = sorted((r.data.tags["mlflow.parentRunId"], r.info.run_name) for r in everything
+                      if "mlflow.parentRunId" in r.data.tags)
+    assert children == sorted((r.info.run_id, name) for r in runs
+                              for name in ("finetune", "prune"))
     assert [r.data.params["train.learning_rate"] for r in runs] == ["0.003", "0.001"]
     for r in runs:
         assert r.info.status == "FINISHED"

@@ -1,0 +1,146 @@
+"""`bert finetune`: does the pretraining help a task? Fine-tunes the pretrained encoder as a
+sequence classifier and, as a control, the same architecture from random initialisation with
+the same budget; reports accuracy and macro-F1 on the test split for both.
+
+Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` and
+`models/finetuned/` (the fine-tuned pretrained model, loadable by transformers'
+`BertForSequenceClassification`), and logs a child run of the pretraining run in MLflow.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+from pathlib import Path
+
+import click
+
+from bertcore.atomic import atomic_dir, write_json
+from bertcore.devices import resolve_device
+from bertcore.errors import BertError
+from bertcore.finetune import Comparison, FinetuneConfig, run_comparison
+from bertcore.hf import export_hf_classifier
+from bertcore.tasks import (
+    BUILTIN_WORD_ORDER,
+    WORD_ORDER_DESCRIPTION,
+    encode_examples,
+    label_names,
+    read_examples,
+    split_examples,
+    word_order_task,
+)
+from bertcore.tracking import TrackingConfig
+from bertcore.vocab import load_tokenizer
+from stages.downstream import DownstreamTracking
+from stages.options import (
+    corpus_option,
+    file_option,
+    folder_option,
+    pretrained_option,
+    stage_options,
+    vocab_option,
+)
+from stages.params import flatten, load_params, parse_section
+from stages.pretrain import load_pretrained
+
+log = logging.getLogger("bert.finetune")
+
+
+@click.command()
+@pretrained_option
+@vocab_option
+@corpus_option
+@folder_option("--out", "out_dir", "models/finetuned",
+               "Where the fine-tuned model goes (Hugging Face format).")
+@file_option("--metrics", "metrics_file", "metrics/finetune.json",
+             "Test scores of the pretrained and the scratch model (dvc metrics).")
+@stage_options
+def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
+    """Fine-tune the pretrained model on a classification task, against a scratch control."""
+    params = load_params(params_file, overrides)
+    config = parse_section(params, "finetune", FinetuneConfig)
+    tracking = parse_section(params, "tracking", TrackingConfig)
+
+    # The data first: its mistakes are found in a second, before anything slow.
+    if config.data == BUILTIN_WORD_ORDER:
+        if config.test_data:
+            raise BertError(f"finetune.test_data is for a file of your own; {BUILTIN_WORD_ORDER} "
+                            "makes its own test split (set it to null)")
+        train, test = word_order_task(Path(corpus_dir) / "val.txt", config.test_fraction,
+                                      config.seed)
+        task = WORD_ORDER_DESCRIPTION
+    else:
+        fields = (config.text_field, config.text_pair_field, config.label_field)
+        examples = read_examples(config.data, *fields)
+        if config.test_data:
+            train, test = examples, read_examples(config.test_data, *fields)
+        else:
+            train, test = split_examples(examples, config.test_fraction, config.seed)
+        task = Path(config.data).name
+    labels = label_names(train, test)
+
+    model, _ = load_pretrained(model_dir, vocab_dir)
+    positions = model.config.max_position_embeddings
+    if config.max_seq_length > positions:
+        raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
+                        f"model's max_position_embeddings={positions}: lower it")
+    tokenizer = load_tokenizer(vocab_dir)
+    pad_id = tokenizer.token_to_id("[PAD]")
+    encoded_train = encode_examples(train, tokenizer, labels, config.max_seq_length)
+    encoded_test = encode_examples(test, tokenizer, labels, config.max_seq_length)
+    device = resolve_device(config.device)
+
+    runs = DownstreamTracking(tracking, model_dir, "finetune",
+                              flatten({"finetune": dataclasses.asdict(config)}))
+    try:
+        result = run_comparison(
+            model, labels, encoded_train, encoded_test, config, device, pad_id,
+            on_log=lambda which, step, loss: runs.log_curve(f"{which}/train_loss", loss, step),
+        )
+    except BaseException:
+        runs.fail()
+        raise
+    with atomic_dir(out_dir) as staging:
+        export_hf_classifier(result.pretrained.model, staging, vocab_dir)
+    summary = _summary(task, result, labels, encoded_train, encoded_test, config)
+    write_json(metrics_file, summary, sort_keys=False)
+    gain = result.gain()
+    runs.finish(summary, ("pretrained", "scratch", "gain", "majority_class"), {
+        "finetune/pretrained_accuracy": result.pretrained.test.accuracy,
+        "finetune/scratch_accuracy": result.scratch.test.accuracy,
+        "finetune/gain_accuracy": gain["accuracy"],
+        "finetune/pretrained_macro_f1": result.pretrained.test.macro_f1,
+        "finetune/scratch_macro_f1": result.scratch.test.macro_f1,
+    })
+    click.echo(
+        f"finetune: test accuracy {result.pretrained.test.accuracy:.4f} pretrained vs "
+        f"{result.scratch.test.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; majority "
+        f"class {result.majority.accuracy:.4f}), macro-F1 {result.pretrained.test.macro_f1:.4f} "
+        f"vs {result.scratch.test.macro_f1:.4f} -> {out_dir}",
+        err=True,
+    )
+
+
+def _summary(task, result: Comparison, labels, train, test, config: FinetuneConfig) -> dict:
+    """metrics/finetune.json: the headline numbers first, then what they were measured on."""
+    return {
+        "task": task,
+        "pretrained": result.pretrained.test.to_dict(),
+        "scratch": result.scratch.test.to_dict(),
+        "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
+        "majority_class": result.majority.to_dict(),
+        "data": {
+            "labels": labels,
+            "train_examples": len(train),
+            "test_examples": len(test),
+            "truncated": {"train": train.truncated, "test": test.truncated},
+            "max_seq_length": config.max_seq_length,
+        },
+        "training": {
+            "steps": result.pretrained.steps,
+            "final_train_loss": {"pretrained": result.pretrained.final_train_loss,
+                                 "scratch": result.scratch.final_train_loss},
+            "seconds": {"pretrained": round(result.pretrained.seconds, 1),
+                        "scratch": round(result.scratch.seconds, 1)},
+        },
+    }

@@ -1,0 +1,349 @@
+"""Fine-tuning: labelled files, the built-in word-order task, label mapping, pairs, truncation,
+the export transformers loads, the scratch control, the one-line errors; then, on a tiny model
+pretrained here, the `finetune` and `prune` stages end to end (MLflow read back)."""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import assert_one_line_error, run_bert
+from tiny_pretrain import build_data, tiny_config
+
+from bertcore.batches import PretrainingBatches
+from bertcore.classifier import BertForSequenceClassification
+from bertcore.errors import BertError, ConfigError
+from bertcore.finetune import FinetuneConfig, build_classifier, scores
+from bertcore.fit import fit
+from bertcore.hf import export_hf_classifier, load_model, save_model
+from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.model import BertForPretraining
+from bertcore.samples import SampleStore
+from bertcore.tasks import (
+    Example,
+    encode_examples,
+    label_names,
+    read_examples,
+    split_examples,
+    swap_two_words,
+    word_order_task,
+)
+from bertcore.tracking import Tracker, sqlite_uri
+from bertcore.train import TrainConfig
+from bertcore.trainer import Trainer
+from bertcore.vocab import load_tokenizer, read_vocab
+
+transformers = pytest.importorskip("transformers")
+ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _one_thread():
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    yield
+    torch.set_num_threads(threads)
+
+
+def write_jsonl(path: Path, rows: list) -> Path:
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows), encoding="utf-8")
+    return path
+
+
+# ------------------------------------------------------------------------------- the data
+def test_labels_strings_or_integers_in_natural_order(tmp_path):
+    rows = [{"text": f"t{i}", "label": label} for i, label in enumerate([10, 2, 1, 2, "1"])]
+    examples = read_examples(write_jsonl(tmp_path / "a.jsonl", rows), "text", None, "label")
+    assert [e.label for e in examples] == ["10", "2", "1", "2", "1"]  # 1 and "1": one class
+    assert label_names(examples) == ["1", "2", "10"]  # numerically, not "1", "10", "2"
+    (tmp_path / "b.csv").write_text('sentence,y\n"a, quoted one",neg\nb,pos\nc,neg\n')
+    examples = read_examples(tmp_path / "b.csv", "sentence", None, "y")
+    assert examples[0] == Example("a, quoted one", None, "neg")
+    assert label_names(examples) == ["neg", "pos"]
+    # TSV as GLUE writes it: quote characters are text
+    (tmp_path / "c.tsv").write_text('s1\ts2\tlabel\nhe said "hi\tshe left\t1\nx\ty\t0\n')
+    examples = read_examples(tmp_path / "c.tsv", "s1", "s2", "label")
+    assert examples[0] == Example('he said "hi', "she left", "1")
+
+
+def test_split_is_seeded_stratified_and_keeps_every_class_in_training():
+    examples = [Example(f"t{i}", None, "a" if i < 400 else "b") for i in range(500)] + [
+        Example("rare", None, "c")]
+    for seed in range(5):  # each class gives its share: never 78 + 22 or so by chance
+        train, test = split_examples(examples, 0.2, seed=seed)
+        assert sorted(e.label for e in test) == ["a"] * 80 + ["b"] * 20
+        assert len(train) == 401 and "c" in {e.label for e in train}
+    assert (train, test) == split_examples(examples, 0.2, seed=4)
+    assert test != split_examples(examples, 0.2, seed=3)[1]
+    # a class too small to share still keeps its example for training
+    train, test = split_examples(examples, 0.6, seed=0)
+    assert [e.label for e in train].count("c") == 1
+
+
+def test_bad_input_is_a_one_line_error(tmp_path):
+    def read(rows, name="d.jsonl"):
+        return read_examples(write_jsonl(tmp_path / name, rows), "text", None, "label")
+
+    with pytest.raises(BertError, match=r"d.jsonl:2: no label field 'label'"):
+        read([{"text": "a", "label": 1}, {"text": "b", "y": 0}])
+    with pytest.raises(BertError, match=r"d.jsonl:1: field 'text' is int 5, not a string"):
+        read([{"text": 5, "label": 1}])
+    with pytest.raises(BertError, match=r"label \[1\] is neither a string nor an integer"):
+        read([{"text": "a", "label": [1]}])
+    (tmp_path / "empty.jsonl").write_text("\n")
+    with pytest.raises(BertError, match=r"empty\.jsonl is empty"):
+        read_examples(tmp_path / "empty.jsonl", "text", None, "label")
+    (tmp_path / "header.csv").write_text("text,label\n")
+    with pytest.raises(BertError, match="no examples, only a header"):
+        read_examples(tmp_path / "header.csv", "text", None, "label")
+    (tmp_path / "binary.csv").write_bytes(b"\xff\xfe\x00\x81")
+    with pytest.raises(BertError, match="not UTF-8"):
+        read_examples(tmp_path / "binary.csv", "text", None, "label")
+    with pytest.raises(BertError, match="only one class"):
+        label_names(read([{"text": "a", "label": "x"}, {"text": "b", "label": "x"}]))
+    train = [Example("a", None, "x"), Example("b", None, "y")]
+    with pytest.raises(BertError, match="test label 'z' never appears in the training data"):
+        label_names(train, [Example("c", None, "z")])
+    with pytest.raises(ConfigError, match="test_fraction"):
+        FinetuneConfig(test_fraction=1.0)
+
+
+def test_word_order_task_has_the_same_words_in_both_classes(tmp_path):
+    rng = random.Random(0)
+    assert swap_two_words("Too short here .", rng) is None
+    assert swap_two_words("The Cat Sat On The Mat today", rng) is None  # one movable word
+    sentence = "The cat sat on the mat, quietly."
+    for _ in range(20):
+        swapped = swap_two_words(sentence, rng)
+        assert swapped != sentence and swapped.startswith("The ")
+        assert swapped.endswith("mat, quietly.")  # punctuation never moves
+        assert sorted(swapped.split()) == sorted(sentence.split())
+    text = "\n\n".join(f"Sentence number {i} says that the {w} is near the river."
+                       for i, w in enumerate(["cat", "dog", "cow", "owl"] * 10))
+    (tmp_path / "val.txt").write_text(text + "\n")
+    train, test = word_order_task(tmp_path / "val.txt", 0.25, seed=1)
+    assert (len(train), len(test)) == (60, 20)
+    for split in (train, test):
+        originals = {e.text for e in split if e.label == "original"}
+        swapped = [e.text for e in split if e.label == "swapped"]
+        assert len(originals) == len(swapped)  # both versions of a sentence, same split
+        assert {" ".join(sorted(s.split())) for s in swapped} == {
+            " ".join(sorted(s.split())) for s in originals}
+    assert not {e.text for e in train} & {e.text for e in test}
+
+
+@pytest.fixture(scope="module")
+def vocab_dir(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("vocab"), train_docs=20, val_docs=4) / "vocab"
+
+
+def test_pairs_truncation_and_label_indices(vocab_dir):
+    tokenizer = load_tokenizer(vocab_dir)
+    examples = [Example("the cow sees the barn .", "the ship finds the wave .", "b"),
+                Example("the " * 30 + "cow", None, "a")]
+    encoded = encode_examples(examples, tokenizer, ["a", "b"], max_length=12)
+    ids, types = encoded.input_ids[0], encoded.token_type_ids[0]
+    tokens = [tokenizer.id_to_token(i) for i in ids]
+    assert tokens[0] == "[CLS]" and tokens.count("[SEP]") == 2 and tokens[-1] == "[SEP]"
+    second = tokens.index("[SEP]") + 1
+    assert types == [0] * second + [1] * (len(ids) - second)
+    assert len(ids) == 12 and len(encoded.input_ids[1]) == 12
+    assert encoded.truncated == 2 and encoded.labels == [1, 0]
+    batch = encoded.batch([0, 1], pad_id=0)
+    assert batch["input_ids"].shape == (2, 12) and batch["labels"].tolist() == [1, 0]
+    short = encode_examples(examples[:1], tokenizer, ["a", "b"], max_length=64)
+    assert short.truncated == 0 and short.input_ids[0][-1] == tokenizer.token_to_id("[SEP]")
+
+
+def test_scores_accuracy_and_macro_f1():
+    import numpy as np
+
+    result = scores(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]), 3)
+    assert result.accuracy == pytest.approx(0.6)
+    # F1: class 0 2/(2+1+1)=0.5, class 1 4/(4+0+1)=0.8, class 2 0/(0+1+0)=0
+    assert result.macro_f1 == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+
+
+# ------------------------------------------------------------------------------ the model
+def test_scratch_control_is_untrained_and_pretrained_copies_the_encoder():
+    config = tiny_config(vocab_size=50, dropout=0.0)
+    torch.manual_seed(0)
+    pretrained = BertForPretraining(config)
+    with torch.no_grad():
+        for p in pretrained.parameters():
+            p.add_(1.0)  # far from any fresh init
+    labels = ["neg", "pos"]
+    warm = build_classifier(config, labels, pretrained, seed=7)
+    cold = build_classifier(config, labels, None, seed=7)
+    fresh = build_classifier(config, labels, None, seed=7)
+    encoder = {k: v for k, v in pretrained.state_dict().items()
+               if k.startswith(("embeddings.", "layers.", "pooler."))}
+    for name, tensor in encoder.items():
+        assert torch.equal(warm.state_dict()[name], tensor), name
+        assert not torch.equal(cold.state_dict()[name], tensor), name
+        assert torch.equal(cold.state_dict()[name], fresh.state_dict()[name]), name
+    weight = cold.layers[0].ffn_in.weight
+    assert abs(weight.std().item() - config.initializer_range) < 0.005  # BERT's init
+    assert cold.embeddings.tokens.weight[config.pad_token_id].abs().sum() == 0
+
+
+def test_export_loads_in_transformers_with_labels_and_the_same_logits(tmp_path, vocab_dir):
+    vocab_size = len(read_vocab(vocab_dir))
+    torch.manual_seed(3)
+    ours = BertForSequenceClassification(tiny_config(vocab_size, dropout=0.0),
+                                         ["negative", "neutral", "positive"]).eval()
+    export_hf_classifier(ours, tmp_path / "hf", vocab_dir)
+    theirs, info = transformers.BertForSequenceClassification.from_pretrained(
+        tmp_path / "hf", output_loading_info=True)
+    assert not any(info.values()), info
+    assert theirs.config.id2label == {0: "negative", 1: "neutral", 2: "positive"}
+    assert theirs.config.label2id == {"negative": 0, "neutral": 1, "positive": 2}
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(tmp_path / "hf")
+    inputs = tokenizer(["the cow sees the barn .", "the ship"], ["the wave .", "a star"],
+                       padding=True, return_tensors="pt")
+    with torch.no_grad():
+        expected = ours(inputs["input_ids"], inputs["token_type_ids"], inputs["attention_mask"])
+        got = theirs.eval()(**inputs).logits
+    torch.testing.assert_close(got, expected, rtol=0, atol=1e-5)
+
+
+# ----------------------------------------------------------------------------- the stages
+@pytest.fixture(scope="module")
+def workdir(tmp_path_factory) -> Path:
+    """A tiny model pretrained here (300 steps on the synthetic topic corpus) with its data,
+    and the MLflow run it came from."""
+    root = tmp_path_factory.mktemp("stages")
+    data = build_data(root, train_docs=60, val_docs=60)
+    tokens = read_vocab(data / "vocab")
+    config = TrainConfig(max_steps=300, batch_size=16, learning_rate=3e-3, warmup_steps=20,
+                         eval_every=0, checkpoint_every=0, device="cpu", seed=5)
+    torch.manual_seed(5)
+    model = BertForPretraining(tiny_config(len(tokens), 0.1, hidden_size=64, num_hidden_layers=2,
+                                           num_attention_heads=2, intermediate_size=128))
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
+                                   VocabSpec.from_tokens(tokens), seed=5)
+    batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator, 16, 1, seed=5)
+    fit(Trainer(model, config, batches, device="cpu"), progress=False)
+    parent = Tracker.start(sqlite_uri(root / "mlflow.db"), "tiny-downstream", run_name="pretrain")
+    parent.finish()
+    save_model(model, root / "models" / "pretrained")
+    (root / "models" / "pretrained" / "training.json").write_text(
+        json.dumps({"mlflow_run_id": parent.run_id, "step": 300}))
+    params = {
+        "masking": {"max_predictions_per_seq": 5},
+        "train": {"batch_size": 16, "learning_rate": 3e-3, "seed": 5},
+        "eval": {"batch_size": 32},
+        "finetune": {"learning_rate": 1e-3, "max_seq_length": 32, "max_steps": None},
+        "prune": {"fraction": 0.5, "batches": 4, "batch_size": 16, "recovery_steps": 5,
+                  "throughput_steps": 2},
+        "tracking": {"experiment": "tiny-downstream"},
+    }
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    return root
+
+
+def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
+    run_bert("finetune", cwd=workdir, env=ONE_THREAD, check=True)
+    metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())
+    assert list(metrics)[:4] == ["task", "pretrained", "scratch", "gain"]
+    assert metrics["data"]["labels"] == ["original", "swapped"]
+    assert metrics["majority_class"]["accuracy"] == pytest.approx(0.5)
+    assert metrics["data"]["train_examples"] + metrics["data"]["test_examples"] > 800
+    # measured: 0.79 pretrained, 0.50 from scratch (which learns nothing in 240 steps)
+    assert metrics["pretrained"]["accuracy"] > 0.7
+    assert metrics["gain"]["accuracy"] == pytest.approx(
+        metrics["pretrained"]["accuracy"] - metrics["scratch"]["accuracy"])
+    assert metrics["gain"]["accuracy"] > 0.15
+
+    # transformers, given only models/finetuned, reproduces the reported test accuracy
+    folder = workdir / "models" / "finetuned"
+    model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
+    _, test = word_order_task(workdir / "data" / "corpus" / "val.txt", 0.2, seed=42)
+    inputs = tokenizer([e.text for e in test], padding=True, return_tensors="pt")
+    with torch.no_grad():
+        predicted = model(**inputs).logits.argmax(-1).tolist()
+    correct = sum(model.config.id2label[p] == e.label for p, e in zip(predicted, test,
+                                                                       strict=True))
+    assert correct / len(test) == pytest.approx(metrics["pretrained"]["accuracy"])
+
+    # MLflow: a child of the pretraining run, the headline in the pretraining run itself
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(workdir / "mlflow.db"))
+    parent_id = json.loads((workdir / "models" / "pretrained" / "training.json").read_text())[
+        "mlflow_run_id"]
+    children = client.search_runs(
+        [client.get_run(parent_id).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and "
+                      "attributes.run_name = 'finetune'")
+    assert len(children) == 1
+    child = children[0]
+    assert child.info.status == "FINISHED"
+    assert child.data.params["finetune.learning_rate"] == "0.001"
+    assert child.data.metrics["pretrained/accuracy"] == pytest.approx(
+        metrics["pretrained"]["accuracy"])
+    assert len(client.get_metric_history(child.info.run_id, "scratch/train_loss")) > 5
+    assert "data/train_examples" not in child.data.metrics  # a count, not a chart
+    (artifact,) = client.list_artifacts(child.info.run_id, "metrics")
+    local = client.download_artifacts(child.info.run_id, artifact.path, str(workdir / "dl"))
+    assert json.loads(Path(local).read_text()) == metrics
+    parent = client.get_run(parent_id)
+    assert parent.data.metrics["finetune/gain_accuracy"] == pytest.approx(
+        metrics["gain"]["accuracy"])
+    assert client.get_metric_history(parent_id, "finetune/pretrained_accuracy")[0].step == 300
+
+
+def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
+    run_bert("prune", cwd=workdir, env=ONE_THREAD, check=True)
+    metrics = json.loads((workdir / "metrics" / "prune.json").read_text())
+    assert list(metrics)[:3] == ["heads", "val", "throughput"]
+    assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
+    assert metrics["heads_per_layer"] == {"before": [2, 2], "after": [1, 1]}
+    assert metrics["parameters"]["before"] - metrics["parameters"]["after"] == 2 * (4 * 64 * 32
+                                                                                    + 3 * 32)
+    for key in ("mlm_accuracy", "mlm_loss", "nsp_accuracy"):
+        assert set(metrics["val"][key]) == {"before", "pruned", "recovered"}
+    for kind in ("forward_sequences_per_s", "train_step_sequences_per_s"):
+        speed = metrics["throughput"][kind]
+        assert speed["before"] > 0 and speed["speedup"] == pytest.approx(
+            speed["after"] / speed["before"])
+
+    folder = workdir / "models" / "pruned"
+    ours = load_model(folder).eval()
+    assert ours.config.heads_per_layer == [1, 1]
+    assert ours.num_parameters() == metrics["parameters"]["after"]
+    theirs = transformers.BertForPreTraining.from_pretrained(folder).eval()
+    ids = torch.tensor([[2, 30, 31, 32, 3, 40, 41, 3]])
+    with torch.no_grad():
+        torch.testing.assert_close(theirs(ids).prediction_logits, ours(ids).mlm_logits,
+                                   rtol=0, atol=1e-4)
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(workdir / "mlflow.db"))
+    parent_id = json.loads((workdir / "models" / "pretrained" / "training.json").read_text())[
+        "mlflow_run_id"]
+    (child,) = client.search_runs(
+        [client.get_run(parent_id).info.experiment_id],
+        filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and attributes.run_name = 'prune'")
+    assert child.data.metrics["heads/after"] == 2
+    assert client.get_run(parent_id).data.metrics["prune/heads_removed"] == 2
+
+
+def test_stages_answer_bad_input_in_one_line(workdir, tmp_path):
+    (tmp_path / "empty.csv").write_text("")
+    proc = run_bert("finetune", "--set", f"finetune.data={tmp_path / 'empty.csv'}",
+                    cwd=workdir, env=ONE_THREAD)
+    assert_one_line_error(proc, "empty.csv is empty")
+    rows = [{"sentence": "a", "label": 1}]
+    write_jsonl(tmp_path / "d.jsonl", rows)
+    proc = run_bert("finetune", "--set", f"finetune.data={tmp_path / 'd.jsonl'}",
+                    cwd=workdir, env=ONE_THREAD)
+    assert_one_line_error(proc, "no text field 'text'", "finetune.text_field")
+    proc = run_bert("prune", "--set", "prune.fraction=1", cwd=workdir, env=ONE_THREAD)
+    assert_one_line_error(proc, "prune.fraction", "[0, 1)", code=2)
