@@ -16,7 +16,7 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import REPO, run_bert
+from conftest import ONE_THREAD, REPO, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
@@ -28,7 +28,6 @@ from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.samples import SampleStore
 from bertcore.vocab import read_vocab
 
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
              warmup_steps=2)
 

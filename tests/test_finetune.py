@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import assert_one_line_error, run_bert
+from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, tiny_config
 
 from bertcore.batches import PretrainingBatches
@@ -38,15 +38,9 @@ from bertcore.trainer import Trainer
 from bertcore.vocab import load_tokenizer, read_vocab
 
 transformers = pytest.importorskip("transformers")
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def write_jsonl(path: Path, rows: list) -> Path:

@@ -14,8 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import assert_one_line_error, run_bert
-from test_train import ONE_THREAD
+from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from tiny_pretrain import TINY_MODEL, build_data, tiny_params, write_corpus
 
 from bertcore.batches import PretrainingBatches
@@ -35,12 +34,7 @@ FRESH = "): it starts from a fresh init"  # ends each notice, after the group's 
 POOLER, MLM, NSP = ("the pooler", "the MLM transform and output bias", "the NSP head")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

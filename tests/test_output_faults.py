@@ -14,14 +14,12 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, run_bert
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, write_params
 from unprivileged import without_root_powers
 
 from bertcore.atomic import NoSpaceError, atomic_dir, atomic_file
 from bertcore.checkpoint import CheckpointDir
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 # Runs `bert ARGS` with a tmpfs of SIZE mounted on MOUNT (in a user and mount namespace of
 # its own: no root needed), after copying SEED into it; then copies what is left on the

@@ -13,7 +13,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import REPO, assert_one_line_error, run_bert, wait_for_lines
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.checkpoint import CheckpointDir
@@ -21,8 +21,6 @@ from bertcore.hf import save_model
 from bertcore.lock import lock_path
 from bertcore.model import BertForPretraining
 from bertcore.vocab import read_vocab
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def bert(*args: str, cwd: Path, check: bool = False):

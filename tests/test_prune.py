@@ -26,13 +26,7 @@ from bertcore.prune import (
 transformers = pytest.importorskip("transformers")
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    # tiny models: one thread is faster, and two cores are shared with other test processes
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def tiny(dtype=torch.float32, **changes) -> BertForPretraining:

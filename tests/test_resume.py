@@ -10,8 +10,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from conftest import run_bert
-from test_train import ONE_THREAD
+from conftest import ONE_THREAD, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.checkpoint import CheckpointDir, fingerprint_files

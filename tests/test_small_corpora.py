@@ -14,15 +14,13 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, run_bert
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.corpus import CorpusConfig, build_corpus
 from bertcore.corpus.parts import plan_parts, read_parts
 from bertcore.samples import SamplesConfig, SampleStore, build_samples
 from bertcore.vocab import VocabConfig, load_tokenizer, save_vocab, train_tokenizer
-
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
 def prose(n_sentences: int, seed: int, per_paragraph: int = 6) -> str:

@@ -10,20 +10,14 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_bert
-from test_train import ONE_THREAD, make_trainer
+from conftest import ONE_THREAD, run_bert
+from test_train import make_trainer
 from tiny_pretrain import build_data, write_params
 
 from bertcore.fit import NonFiniteLossError, fit
 from bertcore.model import pretraining_loss
 
-
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 @pytest.fixture(scope="module")

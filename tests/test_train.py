@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import REPO, assert_one_line_error, run_bert, wait_for_lines
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.batches import PretrainingBatches, micro_batches_of
@@ -31,15 +31,9 @@ from bertcore.trainer import Trainer
 from bertcore.vocab import read_vocab
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
-ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
-@pytest.fixture(scope="module", autouse=True)
-def _one_thread():
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
+pytestmark = pytest.mark.usefixtures("one_thread")
 
 
 def bert(*args: str, cwd: Path, check: bool = False):
