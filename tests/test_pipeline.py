@@ -122,8 +122,10 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
         assert "eval_mlm_accuracy" in r.data.metrics
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert {"checkpoints", "hf_model"} <= artifacts
-    for r in everything:  # prune trains no curve; finetune two (pretrained, scratch)
-        curves = {"prune": 0, "finetune": 2}.get(r.info.run_name, 12)
+    # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process and 5 val/ curves;
+    # prune trains no curve; finetune two (pretrained, scratch)
+    for r in everything:
+        curves = {"prune": 0, "finetune": 2}.get(r.info.run_name, 16)
         assert_metrics_are_curves_or_results(client, r, curves)
     # the evaluation's baselines and counts: tags of the run, and a JSON artifact
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
