@@ -65,8 +65,15 @@ def run_pipeline(work: Path, overrides: list[str]) -> dict:
     times["pretrain"] = run_stage("pretrain", [], overrides, work)
     times["evaluate"] = run_stage("evaluate", ["--out", "metrics/eval.json"], overrides, work)
     pretrain = json.loads((work / "metrics/pretrain.json").read_text())
-    return {"times": times, "eval": json.loads((work / "metrics/eval.json").read_text()),
+    return {"times": times, "eval": read_eval(work / "metrics/eval.json"),
             "steps": pretrain.get("steps")}
+
+
+def read_eval(path: Path) -> dict:
+    """`bert evaluate`'s scores and, from the details file beside them, the baselines and
+    counts."""
+    details = path.with_name(f"{path.stem}_details.json")
+    return {**json.loads(path.read_text()), **json.loads(details.read_text())}
 
 
 # --------------------------------------------------------------------------- the reference
@@ -176,7 +183,7 @@ def main() -> None:
         ref = train_reference(work, budget, batch_size, args.ref_lr, seed=42)
         run_stage("evaluate", ["--model", "ref_model", "--out", "metrics/ref_eval.json"],
                   overrides, work)
-        ref_eval = json.loads((work / "metrics/ref_eval.json").read_text())
+        ref_eval = read_eval(work / "metrics/ref_eval.json")
 
     mine = ours["eval"]
     base = mine["mlm_baseline_accuracy"]

@@ -54,6 +54,19 @@ class EvalMetrics:
     def to_dict(self) -> dict[str, float | int]:
         return asdict(self)
 
+    def scores(self) -> dict[str, float]:
+        """What the model reached (metrics/eval.json, compared across runs)."""
+        return {key: getattr(self, key) for key in SCORES}
+
+    def context(self) -> dict[str, float | int]:
+        """What the scores are read against: the baselines of a model that learned nothing,
+        and how much was scored (the same for every model on the same val split)."""
+        return {key: getattr(self, key) for key in CONTEXT}
+
+
+SCORES = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
+CONTEXT = ("mlm_baseline_accuracy", "nsp_baseline_accuracy", "mlm_predictions", "sequences")
+
 
 @torch.no_grad()
 def evaluate(

@@ -25,7 +25,7 @@ from bertcore.devices import resolve_device
 from bertcore.distributed import Distributed
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
-from bertcore.fit import fit
+from bertcore.fit import FitResult, fit
 from bertcore.hf import export_hf, save_model
 from bertcore.init_model import InitModel
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
@@ -53,7 +53,8 @@ class PretrainPaths:
     vocab: Path
     checkpoints: Path
     out: Path
-    metrics: Path
+    metrics: Path  # what training reached, compared across runs (dvc exp show)
+    details: Path  # counts beside it (not compared)
     log: Path
     eval_log: Path
 
@@ -125,9 +126,39 @@ class PretrainInputs:
                    tokens, model_config, init)
 
 
+@dataclass(frozen=True)
+class PretrainReport:
+    """What a finished pretraining reports."""
+
+    metrics: dict[str, Any]  # written to paths.metrics
+    details: dict[str, Any]  # written to paths.details
+    val: dict[str, float]  # the last periodic evaluation (`bert evaluate` scores the model)
+
+
+# Of the last logged train row: the numbers compared across runs. The rest of the row
+# (learning rate, gradient norm) is in the log and its curves.
+TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s")
+
+
+def pretrain_report(result: FitResult, model: BertForPretraining) -> PretrainReport:
+    """The pretrain stage's metrics and details: the one place both are built. The val
+    numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once."""
+    metrics = {
+        "steps": result.steps,
+        "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
+    }
+    details = {
+        "tokens_seen": result.tokens_seen,
+        "skipped_steps": result.skipped_steps,
+        "parameters": model.num_parameters(),
+    }
+    val = result.last_eval.to_dict() if result.last_eval else {}
+    return PretrainReport(metrics, details, val)
+
+
 def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
-                    labels: RunLabels | None = None) -> dict[str, Any]:
-    """Pretrain; returns what was written to the metrics file (on rank 0; {} elsewhere).
+                    labels: RunLabels | None = None) -> PretrainReport | None:
+    """Pretrain; returns what was reported (on rank 0; None elsewhere).
     `labels`: where and how to record the MLflow run (with tracking.enabled)."""
     inputs = PretrainInputs.open(config, paths)  # checked before anything slow
     device = resolve_device(config.train.device)
@@ -141,7 +172,7 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
 
 
 def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
-              labels: RunLabels | None, dist: Distributed) -> dict[str, Any]:
+              labels: RunLabels | None, dist: Distributed) -> PretrainReport | None:
     train = config.train
     device = resolve_device(train.device, dist)
     vocab = VocabSpec.from_tokens(inputs.tokens)
@@ -226,21 +257,15 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
             tracker.finish("KILLED" if interrupted else "FAILED")
         raise
     if not dist.is_main:
-        return {}
+        return None
 
     with atomic_dir(paths.out) as staging:
         save_model(trainer.raw_model, staging)
         write_json(staging / RUN_INFO, {"mlflow_run_id": run_id, "step": trainer.step,
                                         "fingerprints": fingerprints})
-    summary = {
-        "steps": result.steps,
-        "tokens_seen": result.tokens_seen,
-        "skipped_steps": result.skipped_steps,
-        "parameters": trainer.raw_model.num_parameters(),
-        "train": {k: v for k, v in result.last_train.items() if k not in ("step", "epoch")},
-        "val": result.last_eval.to_dict() if result.last_eval else {},
-    }
-    write_json(paths.metrics, summary)
+    report = pretrain_report(result, trainer.raw_model)
+    write_json(paths.metrics, report.metrics, sort_keys=False)
+    write_json(paths.details, report.details, sort_keys=False)
     if tracker:
         final = checkpoints.latest()
         if config.tracking.log_checkpoints == "last" and final is not None:
@@ -249,7 +274,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
             export_hf(trainer.raw_model.cpu(), tmp, paths.vocab)
             tracker.log_artifacts(tmp, "hf_model")
         tracker.finish()
-    return summary
+    return report
 
 
 def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: ResumePlan,

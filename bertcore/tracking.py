@@ -5,6 +5,11 @@ A `Tracker` is one MLflow run. It is opened before any training (an unreachable 
 their step, and it never kills training afterwards: if the store goes away mid-run, the
 first failed call logs a warning and the tracker goes quiet, while the local TSV record
 stays complete.
+
+What is a metric: the curves (`train/...`, `val/...`, `lr`), and a run's final results as
+one point each, named so that `mlflow ui` shows them after the curves (`log_results`).
+Counts, baselines and settings are tags, params or JSON artifacts: logged as metrics they
+would be a page of one-point charts before the curves.
 """
 
 from __future__ import annotations
@@ -256,10 +261,22 @@ class Tracker:
         ]
         self._call("log metrics", self.client.log_batch, self.run_id, metrics=batch)
 
-    def set_tags(self, tags: Mapping[str, str]) -> None:
+    def log_results(self, results: Mapping[str, float], step: int) -> None:
+        """A run's final numbers (a test accuracy, a speedup): metrics of one point each.
+        MLflow's UI groups charts by the prefix before a '/' (sections sorted by name) and
+        lists names without one last, so results carry no '/': a run's first charts stay
+        its curves (train/..., val/...). Counts, baselines and settings are no metrics at
+        all: tags, params or JSON artifacts."""
+        grouped = sorted(key for key in results if "/" in key)
+        if grouped:
+            raise ValueError(f"result names must not contain '/': {grouped}")
+        self.log_metrics(results, step=step)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Tags (numbers are shown with 6 significant digits)."""
         from mlflow.entities import RunTag
 
-        batch = [RunTag(key, str(value)) for key, value in tags.items()]
+        batch = [RunTag(key, _tag_value(value)) for key, value in tags.items()]
         self._call("set tags", self.client.log_batch, self.run_id, tags=batch)
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
@@ -269,6 +286,16 @@ class Tracker:
             self.client.log_artifacts,
             self.run_id,
             str(local_dir),
+            artifact_path,
+        )
+
+    def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
+        """Upload one file under `artifact_path` of the run."""
+        self._call(
+            f"upload {Path(local_file).name}",
+            self.client.log_artifact,
+            self.run_id,
+            str(local_file),
             artifact_path,
         )
 
@@ -283,6 +310,10 @@ def _artifact_location(uri: str) -> str | None:
         return None
     database = Path(uri[len("sqlite:///") :])
     return (database.parent / "mlartifacts").resolve().as_uri()
+
+
+def _tag_value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _param_value(value: Any) -> str:

@@ -1,38 +1,25 @@
 """What `finetune` and `prune` share: the pretrained model's run record, and MLflow logging
-beside the pretraining run (a child run with the results and the whole metrics file as an
-artifact, the headline numbers in the pretraining run itself, at its last step)."""
+beside the pretraining run: a child run with the stage's curves, its results (one point each),
+its details as tags and both report files as artifacts; and the results in the pretraining run
+itself, at its last step, named `<stage>_<result>`."""
 
 from __future__ import annotations
 
 import json
-import tempfile
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.atomic import write_json
 from bertcore.pretraining import RUN_INFO
 from bertcore.tracking import Tracker, TrackingConfig
 from stages.pretrain import tracking_uri
+from stages.report import track_report
 
 
 def run_info(model_dir: str | Path) -> dict[str, Any]:
     """training.json of a model folder (the MLflow run and step that made it); {} if absent."""
     path = Path(model_dir) / RUN_INFO
     return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
-
-
-def metric_names(values: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
-    """Nested numbers as flat MLflow metric names: {"a": {"b": 1}} -> {"a/b": 1.0}; lists and
-    strings are left out."""
-    flat: dict[str, float] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(metric_names(value, f"{name}/"))
-        elif isinstance(value, int | float) and not isinstance(value, bool):
-            flat[name] = float(value)
-    return flat
 
 
 class DownstreamTracking:
@@ -61,20 +48,18 @@ class DownstreamTracking:
         if self.run:
             self.run.log_metrics({name: value}, step=step)
 
-    def finish(self, summary: Mapping[str, Any], results: Sequence[str],
-               headline: Mapping[str, float]) -> None:
-        """The child run gets the numbers of `summary[results]` as metrics and the whole
-        summary as a JSON artifact (counts and settings are no charts); the pretraining run
-        gets `headline`, at its last step."""
+    def finish(self, files: tuple[Path, Path], results: Mapping[str, float],
+               details: Mapping[str, Any]) -> None:
+        """Log the report (`files`: the metrics and details files just written): the child run
+        gets `results` as metrics, the scalars of `details` as tags and both files as
+        artifacts; the pretraining run gets `results`, named `<stage>_<result>`, at its last
+        step."""
         if self.run:
-            numbers = metric_names({key: summary[key] for key in results})
-            self.run.log_metrics({**numbers, **headline}, step=0)
-            with tempfile.TemporaryDirectory() as tmp:
-                write_json(Path(tmp) / f"{self.name}.json", summary, sort_keys=False)
-                self.run.log_artifacts(tmp, "metrics")
+            track_report(self.run, files, results, details, step=0)
             self.run.finish()
         if self.parent:
-            self.parent.log_metrics(headline, step=self.step)
+            self.parent.log_results({f"{self.name}_{k}": v for k, v in results.items()},
+                                    step=self.step)
 
     def fail(self) -> None:
         if self.run:

@@ -1,7 +1,10 @@
 """`bert evaluate`: held-out MLM and NSP metrics of the pretrained model, with fixed masks.
 
-Writes `metrics/eval.json` (for `dvc metrics`) and logs the numbers into the MLflow run that
-trained the model (its id is in the model folder), at the model's last step.
+Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
+`metrics/eval_details.json` (the baselines they are read against, and how much was scored),
+and logs both into the MLflow run that trained the model (its id is in the model folder): the
+scores as results at the model's last step (`eval_mlm_accuracy`, ...), the details as tags
+(`eval.mlm_baseline_accuracy`, ...), both files as artifacts.
 """
 
 from __future__ import annotations
@@ -12,7 +15,6 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import write_json
 from bertcore.batches import eval_batches
 from bertcore.devices import resolve_device, resolve_precision
 from bertcore.errors import BertError
@@ -30,6 +32,7 @@ from stages.options import (
 )
 from stages.params import load_params, parse_section
 from stages.pretrain import load_pretrained, tracking_uri
+from stages.report import track_report, write_report
 
 log = logging.getLogger("bert.evaluate")
 
@@ -38,7 +41,9 @@ log = logging.getLogger("bert.evaluate")
 @pretrained_option
 @samples_option
 @vocab_option
-@file_option("--out", "out_file", "metrics/eval.json", "Where the metrics go (dvc metrics).")
+@file_option("--out", "out_file", "metrics/eval.json",
+             "Where the scores go (dvc metrics); baselines and counts go beside it, in "
+             "NAME_details.json.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
@@ -67,10 +72,10 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
         target,
         autocast_dtype=resolve_precision("auto", target),
     )
-    write_json(out_file, metrics.to_dict())
+    files = write_report(out_file, metrics.scores(), metrics.context())
     if tracker:
-        values = metrics.to_dict()
-        tracker.log_metrics({f"eval/{k}": v for k, v in values.items()}, step=info.get("step", 0))
+        track_report(tracker, files, {f"eval_{k}": v for k, v in metrics.scores().items()},
+                     metrics.context(), step=info.get("step", 0), tag_prefix="eval.")
     click.echo(
         f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
         f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "

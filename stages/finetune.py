@@ -2,9 +2,11 @@
 sequence classifier and, as a control, the same architecture from random initialisation with
 the same budget; reports accuracy and macro-F1 on the test split for both.
 
-Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` and
-`models/finetuned/` (the fine-tuned pretrained model, loadable by transformers'
-`BertForSequenceClassification`), and logs a child run of the pretraining run in MLflow.
+Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` (both models'
+test scores and the gain), `metrics/finetune_details.json` (the majority-class baseline, the
+data and the training) and `models/finetuned/` (the fine-tuned pretrained model, loadable by
+transformers' `BertForSequenceClassification`), and logs a child run of the pretraining run
+in MLflow.
 """
 
 from __future__ import annotations
@@ -15,7 +17,7 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir, write_json
+from bertcore.atomic import atomic_dir
 from bertcore.devices import resolve_device
 from bertcore.errors import BertError
 from bertcore.finetune import Comparison, FinetuneConfig, run_comparison
@@ -42,6 +44,7 @@ from stages.options import (
 )
 from stages.params import flatten, load_params, parse_section
 from stages.pretrain import load_pretrained
+from stages.report import write_report
 
 log = logging.getLogger("bert.finetune")
 
@@ -53,7 +56,8 @@ log = logging.getLogger("bert.finetune")
 @folder_option("--out", "out_dir", "models/finetuned",
                "Where the fine-tuned model goes (Hugging Face format).")
 @file_option("--metrics", "metrics_file", "metrics/finetune.json",
-             "Test scores of the pretrained and the scratch model (dvc metrics).")
+             "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
+             "data and training go beside it, in NAME_details.json.")
 @stage_options
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
@@ -68,7 +72,7 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
                             "makes its own test split (set it to null)")
         train, test = word_order_task(Path(corpus_dir) / "val.txt", config.test_fraction,
                                       config.seed)
-        task = WORD_ORDER_DESCRIPTION
+        task, description = BUILTIN_WORD_ORDER, WORD_ORDER_DESCRIPTION
     else:
         fields = (config.text_field, config.text_pair_field, config.label_field)
         examples = read_examples(config.data, *fields)
@@ -76,7 +80,7 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
             train, test = examples, read_examples(config.test_data, *fields)
         else:
             train, test = split_examples(examples, config.test_fraction, config.seed)
-        task = Path(config.data).name
+        task, description = Path(config.data).name, config.data
     labels = label_names(train, test)
 
     model, _ = load_pretrained(model_dir, vocab_dir)
@@ -102,16 +106,12 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
         raise
     with atomic_dir(out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, vocab_dir)
-    summary = _summary(task, result, labels, encoded_train, encoded_test, config)
-    write_json(metrics_file, summary, sort_keys=False)
+    metrics, details = _report(task, description, result, labels, encoded_train, encoded_test,
+                               config)
+    files = write_report(metrics_file, metrics, details)
+    runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
+                        for key, value in metrics[which].items()}, details)
     gain = result.gain()
-    runs.finish(summary, ("pretrained", "scratch", "gain", "majority_class"), {
-        "finetune/pretrained_accuracy": result.pretrained.test.accuracy,
-        "finetune/scratch_accuracy": result.scratch.test.accuracy,
-        "finetune/gain_accuracy": gain["accuracy"],
-        "finetune/pretrained_macro_f1": result.pretrained.test.macro_f1,
-        "finetune/scratch_macro_f1": result.scratch.test.macro_f1,
-    })
     click.echo(
         f"finetune: test accuracy {result.pretrained.test.accuracy:.4f} pretrained vs "
         f"{result.scratch.test.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; majority "
@@ -121,15 +121,20 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     )
 
 
-def _summary(task, result: Comparison, labels, train, test, config: FinetuneConfig) -> dict:
-    """metrics/finetune.json: the headline numbers first, then what they were measured on."""
-    return {
-        "task": task,
+def _report(task, description, result: Comparison, labels, train, test,
+            config: FinetuneConfig) -> tuple[dict, dict]:
+    """metrics/finetune.json (the test scores, compared across runs) and its details (what
+    they were measured on and against): the one place both are built."""
+    metrics = {
+        "task": task,  # short: a column of `dvc exp show`
         "pretrained": result.pretrained.test.to_dict(),
         "scratch": result.scratch.test.to_dict(),
         "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
-        "majority_class": result.majority.to_dict(),
+    }
+    details = {
+        "majority_class": result.majority.to_dict(),  # the baseline
         "data": {
+            "description": description,
             "labels": labels,
             "train_examples": len(train),
             "test_examples": len(test),
@@ -144,3 +149,4 @@ def _summary(task, result: Comparison, labels, train, test, config: FinetuneConf
                         "scratch": round(result.scratch.seconds, 1)},
         },
     }
+    return metrics, details

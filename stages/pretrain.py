@@ -31,6 +31,7 @@ from bertcore.vocab import read_vocab
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import flatten, load_params, parse_section
+from stages.report import details_file
 
 log = logging.getLogger("bert.pretrain")
 
@@ -74,7 +75,8 @@ def load_pretrained(model_dir: str | Path, vocab_dir: str | Path):
                "Checkpoints: resumed from when the params match.")
 @folder_option("--out", "out_dir", "models/pretrained", "Where the final model goes.")
 @file_option("--metrics", "metrics_file", "metrics/pretrain.json",
-             "Final train/val metrics (dvc metrics).")
+             "Steps and final train metrics (dvc metrics); counts go beside it, in "
+             "NAME_details.json.")
 @file_option("--log", "log_file", "metrics/pretrain_log.tsv",
              "One row per logging step (dvc plots).")
 @file_option("--eval-log", "eval_log_file", "metrics/pretrain_eval.tsv",
@@ -98,7 +100,8 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
         return
     paths = PretrainPaths(samples=Path(samples_dir), vocab=Path(vocab_dir),
                           checkpoints=Path(checkpoint_dir), out=Path(out_dir),
-                          metrics=Path(metrics_file), log=Path(log_file),
+                          metrics=Path(metrics_file), details=details_file(metrics_file),
+                          log=Path(log_file),
                           eval_log=Path(eval_log_file))
     labels = None
     if config.tracking.enabled:
@@ -110,12 +113,12 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
                   "DVC_EXP_NAME": os.environ.get("DVC_EXP_NAME"),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )
-    summary = run_pretraining(config, paths, labels)
-    if not summary:
+    report = run_pretraining(config, paths, labels)
+    if report is None:
         return  # not rank 0
-    val, loss = summary["val"], summary["train"].get("loss", float("nan"))
+    val, loss = report.val, report.metrics["train"].get("loss", float("nan"))
     click.echo(
-        f"pretrain: {summary['steps']} steps, train loss {loss:.4f}"
+        f"pretrain: {report.metrics['steps']} steps, train loss {loss:.4f}"
         + (f", val MLM accuracy {val['mlm_accuracy']:.3f} (baseline "
            f"{val['mlm_baseline_accuracy']:.3f}), NSP accuracy {val['nsp_accuracy']:.3f}"
            if val else "")

@@ -4,8 +4,9 @@ pretrain the pruned model a little more, and measure what it cost and what it sa
 Reads the sections prune, masking, eval (the val metrics' batch size and masks), train (the
 optimizer settings of the recovery steps) and tracking. Writes `models/pruned/` (Hugging Face
 format: full shapes with the pruned heads zeroed, `pruned_heads` in config.json; bertcore
-loads it back as the smaller model) and `metrics/prune.json`, and logs a child run of the
-pretraining run in MLflow.
+loads it back as the smaller model), `metrics/prune.json` (heads, val metrics, throughput and
+parameters, before and after) and `metrics/prune_details.json` (which heads went, their
+importance, the settings and timings), and logs a child run of the pretraining run in MLflow.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir, write_json
+from bertcore.atomic import atomic_dir
 from bertcore.batches import PretrainingBatches, eval_batches
 from bertcore.devices import resolve_device, resolve_precision
 from bertcore.errors import BertError
@@ -48,6 +49,7 @@ from stages.options import (
 )
 from stages.params import flatten, load_params, parse_section
 from stages.pretrain import load_pretrained
+from stages.report import write_report
 
 log = logging.getLogger("bert.prune")
 
@@ -61,7 +63,8 @@ VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 @folder_option("--out", "out_dir", "models/pruned",
                "Where the pruned model goes (Hugging Face format, pruned heads zeroed).")
 @file_option("--metrics", "metrics_file", "metrics/prune.json",
-             "Heads, parameters, val metrics and throughput before/after (dvc metrics).")
+             "Heads, parameters, val metrics and throughput before/after (dvc metrics); the "
+             "pruned heads, importance and settings go beside it, in NAME_details.json.")
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
@@ -126,18 +129,16 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
         raise
     with atomic_dir(out_dir) as staging:
         export_hf(model.cpu(), staging, vocab_dir)
-    summary = _summary(original, model, steps, before, pruned, recovered, speed,
-                       score_batches[0], config)
-    summary["seconds"] = seconds.totals
-    write_json(metrics_file, summary, sort_keys=False)
-    last = recovered or pruned
-    runs.finish(summary, ("heads", "val", "throughput", "parameters"), {
-        "prune/heads_removed": summary["heads"]["removed"],
-        "prune/val_mlm_accuracy": last.mlm_accuracy,
-        "prune/val_nsp_accuracy": last.nsp_accuracy,
-        "prune/train_step_speedup": summary["throughput"]["train_step_sequences_per_s"][
-            "speedup"],
-    })
+    summary, details = _report(original, model, steps, before, pruned, recovered, speed,
+                               score_batches[0], config, seconds.totals)
+    files = write_report(metrics_file, summary, details)
+    last = recovered or pruned  # the model in models/pruned
+    throughputs = summary["throughput"]
+    runs.finish(files, {
+        **{f"val_{key}": getattr(last, key) for key in VAL_KEYS},
+        "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
+        "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
+    }, details)
     head_counts = summary["heads_per_layer"]
     click.echo(
         f"prune: heads per layer {head_counts['before']} -> {head_counts['after']}, "
@@ -179,12 +180,14 @@ def _take(batches: PretrainingBatches, count: int) -> Iterator[dict]:
         epoch += 1
 
 
-def _summary(original, model, steps, before, pruned, recovered, speed, batch, config) -> dict:
-    """metrics/prune.json: the headline numbers first, then the details."""
+def _report(original, model, steps, before, pruned, recovered, speed, batch, config,
+            seconds) -> tuple[dict, dict]:
+    """metrics/prune.json (what pruning cost and saved, compared across runs) and its details
+    (which heads went and why, the settings, the timings): the one place both are built."""
     total = sum(original.config.heads_per_layer)
     after = sum(model.config.heads_per_layer)
     phases = {"before": before, "pruned": pruned, "recovered": recovered}
-    return {
+    metrics = {
         "heads": {"before": total, "after": after, "removed": total - after,
                   "removed_fraction": (total - after) / total},
         "val": {key: {phase: getattr(m, key) for phase, m in phases.items() if m is not None}
@@ -197,6 +200,8 @@ def _summary(original, model, steps, before, pruned, recovered, speed, batch, co
         "parameters": {"before": original.num_parameters(), "after": model.num_parameters()},
         "heads_per_layer": {"before": original.config.heads_per_layer,
                             "after": model.config.heads_per_layer},
+    }
+    details = {
         "pruned_heads": {str(k): v for k, v in model.config.pruned_heads.items()},
         "requested_heads": steps.requested,
         "importance": steps.importance,  # per step, per layer (normalised), heads present then
@@ -208,4 +213,6 @@ def _summary(original, model, steps, before, pruned, recovered, speed, batch, co
             "throughput_batch": {"sequences": int(batch["input_ids"].shape[0]),
                                  "tokens": int(batch["attention_mask"].sum())},
         },
+        "seconds": seconds,
     }
+    return metrics, details

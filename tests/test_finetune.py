@@ -243,10 +243,12 @@ def workdir(tmp_path_factory) -> Path:
 def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     run_bert("finetune", cwd=workdir, env=ONE_THREAD, check=True)
     metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())
-    assert list(metrics)[:4] == ["task", "pretrained", "scratch", "gain"]
-    assert metrics["data"]["labels"] == ["original", "swapped"]
-    assert metrics["majority_class"]["accuracy"] == pytest.approx(0.5)
-    assert metrics["data"]["train_examples"] + metrics["data"]["test_examples"] > 800
+    details = json.loads((workdir / "metrics" / "finetune_details.json").read_text())
+    assert list(metrics) == ["task", "pretrained", "scratch", "gain"]
+    assert metrics["task"] == "builtin:word-order" and "swapped" in details["data"]["description"]
+    assert details["data"]["labels"] == ["original", "swapped"]
+    assert details["majority_class"]["accuracy"] == pytest.approx(0.5)
+    assert details["data"]["train_examples"] + details["data"]["test_examples"] > 800
     # measured: 0.79 pretrained, 0.50 from scratch (which learns nothing in 240 steps)
     assert metrics["pretrained"]["accuracy"] > 0.7
     assert metrics["gain"]["accuracy"] == pytest.approx(
@@ -279,17 +281,19 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     child = children[0]
     assert child.info.status == "FINISHED"
     assert child.data.params["finetune.learning_rate"] == "0.001"
-    assert child.data.metrics["pretrained/accuracy"] == pytest.approx(
+    assert child.data.metrics["pretrained_accuracy"] == pytest.approx(
         metrics["pretrained"]["accuracy"])
     assert len(client.get_metric_history(child.info.run_id, "scratch/train_loss")) > 5
-    assert "data/train_examples" not in child.data.metrics  # a count, not a chart
-    (artifact,) = client.list_artifacts(child.info.run_id, "metrics")
-    local = client.download_artifacts(child.info.run_id, artifact.path, str(workdir / "dl"))
-    assert json.loads(Path(local).read_text()) == metrics
+    # counts and the baseline are tags, not charts
+    assert not any("examples" in key or "majority" in key for key in child.data.metrics)
+    assert child.data.tags["data.train_examples"] == str(details["data"]["train_examples"])
+    assert float(child.data.tags["majority_class.accuracy"]) == pytest.approx(0.5)
+    assert _artifacts(client, child.info.run_id, workdir / "dl") == {
+        "finetune.json": metrics, "finetune_details.json": details}
     parent = client.get_run(parent_id)
-    assert parent.data.metrics["finetune/gain_accuracy"] == pytest.approx(
+    assert parent.data.metrics["finetune_gain_accuracy"] == pytest.approx(
         metrics["gain"]["accuracy"])
-    assert client.get_metric_history(parent_id, "finetune/pretrained_accuracy")[0].step == 300
+    assert client.get_metric_history(parent_id, "finetune_pretrained_accuracy")[0].step == 300
 
 
 def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
@@ -297,6 +301,10 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     metrics = json.loads((workdir / "metrics" / "prune.json").read_text())
     assert list(metrics)[:3] == ["heads", "val", "throughput"]
     assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
+    details = json.loads((workdir / "metrics" / "prune_details.json").read_text())
+    assert list(details) == ["pruned_heads", "requested_heads", "importance", "settings",
+                             "seconds"]
+    assert sum(len(heads) for heads in details["pruned_heads"].values()) == 2
     assert metrics["heads_per_layer"] == {"before": [2, 2], "after": [1, 1]}
     assert metrics["parameters"]["before"] - metrics["parameters"]["after"] == 2 * (4 * 64 * 32
                                                                                     + 3 * 32)
@@ -325,8 +333,23 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     (child,) = client.search_runs(
         [client.get_run(parent_id).info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and attributes.run_name = 'prune'")
-    assert child.data.metrics["heads/after"] == 2
-    assert client.get_run(parent_id).data.metrics["prune/heads_removed"] == 2
+    assert child.data.metrics["train_step_speedup"] == pytest.approx(
+        metrics["throughput"]["train_step_sequences_per_s"]["speedup"])
+    assert not any("heads" in key or "parameters" in key for key in child.data.metrics)
+    saved = _artifacts(client, child.info.run_id, workdir / "dl")
+    assert saved["prune.json"] == metrics and saved["prune.json"]["heads"]["after"] == 2
+    assert child.data.tags["settings.recovery_steps"] == "5"
+    assert client.get_run(parent_id).data.metrics["prune_val_mlm_accuracy"] == pytest.approx(
+        metrics["val"]["mlm_accuracy"]["recovered"])
+
+
+def _artifacts(client, run_id: str, folder: Path) -> dict[str, dict]:
+    """The JSON files a run has under `metrics/`, by name."""
+    found = {}
+    for artifact in client.list_artifacts(run_id, "metrics"):
+        local = client.download_artifacts(run_id, artifact.path, str(folder))
+        found[Path(local).name] = json.loads(Path(local).read_text())
+    return found
 
 
 def test_stages_answer_bad_input_in_one_line(workdir, tmp_path):

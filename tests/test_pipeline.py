@@ -1,8 +1,9 @@
 """End to end: the repo's dvc.yaml in a fresh git + DVC repo with tiny params. `dvc repro`
 runs corpus → vocab → samples → pretrain → evaluate → export, finetune, prune; `dvc exp run
 -S ...` makes a second MLflow run; both runs (and the finetune/prune child runs of each) are read
-back with MlflowClient; `dvc metrics show` and
-`dvc plots show` work."""
+back with MlflowClient; `dvc metrics show` and `dvc plots show` work. What a user comparing
+the two runs sees: `dvc exp show` holds the headline metrics, each once, and no statistics;
+MLflow's metrics are curves and results, never counts or baselines."""
 
 from __future__ import annotations
 
@@ -78,9 +79,10 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
 
     run([DVC, "repro"], repo, env)
     evaluation = json.loads((repo / "metrics" / "eval.json").read_text())
-    for key in ("mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy",
-                "mlm_baseline_accuracy"):
-        assert key in evaluation
+    assert list(evaluation) == ["mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy",
+                                "nsp_loss"]
+    baselines = json.loads((repo / "metrics" / "eval_details.json").read_text())
+    assert 0 < baselines["mlm_baseline_accuracy"] < 1 and baselines["sequences"] > 0
     assert (repo / "models" / "hf" / "tokenizer.json").is_file()
     finetune = json.loads((repo / "metrics" / "finetune.json").read_text())
     assert {"pretrained", "scratch", "gain"} <= set(finetune)
@@ -117,9 +119,19 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
         assert [m.step for m in history] == [2, 4, 6]
         assert [m.step for m in client.get_metric_history(r.info.run_id, "val/mlm_loss")] == [
             3, 6]
-        assert "eval/mlm_accuracy" in r.data.metrics
+        assert "eval_mlm_accuracy" in r.data.metrics
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert {"checkpoints", "hf_model"} <= artifacts
+    # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process and 5 val/ curves;
+    # prune trains no curve; finetune two (pretrained, scratch)
+    for r in everything:
+        curves = {"prune": 0, "finetune": 2}.get(r.info.run_name, 16)
+        assert_metrics_are_curves_or_results(client, r, curves)
+    # the evaluation's baselines and counts: tags of the run, and a JSON artifact
+    assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
+        baselines["mlm_baseline_accuracy"], rel=1e-5)
+    assert {a.path for a in client.list_artifacts(runs[1].info.run_id, "metrics")} == {
+        "metrics/eval.json", "metrics/eval_details.json"}
     assert runs[0].data.tags["mlflow.source.git.commit"] == commit
     assert runs[1].data.tags.get("DVC_EXP_NAME")
     assert runs[0].data.params["train.learning_rate"] != runs[1].data.params[
@@ -129,6 +141,7 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
     shown = json.loads(run([DVC, "metrics", "show", "--json"], repo, env).stdout)
     workspace = json.dumps(shown)
     assert "mlm_accuracy" in workspace and "nsp_accuracy" in workspace
+    assert_exp_show_is_readable(repo, env)
     plots = run([DVC, "plots", "show", "--json"], repo, env).stdout
     assert "train_loss" in plots and "val_accuracy" in plots
 
@@ -139,3 +152,76 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(run([DVC, "status", "--json"], repo, env).stdout)
     assert set(status) == {"vocab"}, status
+
+
+# Names of counts, baselines, settings and timings (as the stages write them): never a
+# one-point MLflow metric nor a `dvc exp show` metric column.
+STATISTICS = ("baseline", "majority", "predictions", "examples", "truncated", "tokens_seen",
+              "skipped", "documents", "characters", "unk_", "seconds", "settings", "importance",
+              "requested")
+COUNTS = ("count", "tokens", "sequences", "sentences", "words", "lines", "vocab_size")
+
+
+def is_statistic(name: str) -> bool:
+    return (any(word in name for word in STATISTICS)
+            or name.replace("/", ".").rsplit(".", 1)[-1] in COUNTS)
+METRICS_FILES = ("metrics/pretrain.json", "metrics/eval.json", "metrics/finetune.json",
+                 "metrics/prune.json")
+
+
+def assert_metrics_are_curves_or_results(client, run, curves: int) -> None:
+    """A metric of a run is a curve (`train/...`, `val/...`, several points) or a final result
+    (one point, no '/' in its name, so that `mlflow ui` charts it after the curves); counts and
+    baselines are no metrics. `curves`: how many curves the run has."""
+    found = []
+    for key in run.data.metrics:
+        points = client.get_metric_history(run.info.run_id, key)
+        if len(points) == 1:
+            assert "/" not in key and not is_statistic(key), (run.info.run_name, key)
+        else:
+            found.append(key)
+    assert len(found) == curves, (run.info.run_name, sorted(found))
+
+
+def assert_exp_show_is_readable(repo: Path, env: dict) -> None:
+    """`dvc exp show` compares the headline metrics, each once, and no statistics; the README's
+    command narrows it to the param that was varied and the headline."""
+    shown = json.loads(run([DVC, "exp", "show", "--json"], repo, env).stdout)
+    files = shown[0]["data"]["metrics"]  # the workspace: the experiment just run
+    assert sorted(files) == sorted(METRICS_FILES)
+    columns = {name: leaves(files[name]["data"]) for name in METRICS_FILES}
+    assert list(columns["metrics/eval.json"]) == ["mlm_accuracy", "mlm_loss", "perplexity",
+                                                  "nsp_accuracy", "nsp_loss"]
+    assert {"steps", "train.loss"} <= set(columns["metrics/pretrain.json"])
+    assert {"pretrained.accuracy", "scratch.accuracy", "gain.accuracy"} <= set(
+        columns["metrics/finetune.json"])
+    assert {"heads.removed", "val.mlm_accuracy.recovered",
+            "throughput.train_step_sequences_per_s.speedup"} <= set(columns["metrics/prune.json"])
+    names = [name for file in columns.values() for name in file]
+    assert not [name for name in names if is_statistic(name)]
+    assert len(names) == len(set(names))  # no column needs its file's name to be told apart
+    # what the evaluation reports is not also in pretrain.json
+    assert not set(columns["metrics/eval.json"].values()) & set(
+        columns["metrics/pretrain.json"].values())
+    # the statistics and details are plain outputs beside them, out of the table
+    for stats in ("corpus", "vocab", "samples", "pretrain_details", "eval_details",
+                  "finetune_details", "prune_details"):
+        assert (repo / "metrics" / f"{stats}.json").is_file(), stats
+
+    # the README's command: the param that was varied beside the headline metrics
+    table = run([DVC, "exp", "show", "--drop", ".*", "--keep",
+                 r"Experiment|train\.learning_rate|mlm_accuracy|nsp_accuracy|gain\.accuracy",
+                 "--csv"], repo, env).stdout.splitlines()
+    assert table[0] == "Experiment,mlm_accuracy,nsp_accuracy,gain.accuracy,train.learning_rate"
+    assert len(table) == 4  # the workspace, the baseline commit and the experiment
+
+
+def leaves(data: dict, prefix: str = "") -> dict[str, object]:
+    """The columns `dvc exp show` makes of a metrics file: dotted names of its scalars."""
+    found: dict[str, object] = {}
+    for key, value in data.items():
+        if isinstance(value, dict):
+            found.update(leaves(value, f"{prefix}{key}."))
+        elif not isinstance(value, list):
+            found[f"{prefix}{key}"] = value
+    return found

@@ -182,5 +182,20 @@ def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     run_bert("pretrain", cwd=eager_dir, env=ONE_THREAD, check=True)
     eager = json.loads((eager_dir / "metrics" / "pretrain.json").read_text())
     assert with_compile["steps"] == eager["steps"] == 4
-    assert with_compile["train"]["loss"] == pytest.approx(eager["train"]["loss"], rel=1e-3)
-    assert with_compile["val"]["mlm_loss"] == pytest.approx(eager["val"]["mlm_loss"], rel=1e-3)
+    # Inductor's fused kernels round differently; Adam divides each gradient by its own scale,
+    # so a last-bit difference in a near-zero gradient moves a weight by a whole learning
+    # rate. After one update the losses agree to 1e-3; after four they were once measured
+    # 1.4e-3 apart (the vocab trainer is not deterministic, so the data varies). A graph that
+    # computes something else is off by far more than 1%.
+    first = (log_row(tmp_path, "pretrain_log.tsv", 0), log_row(eager_dir, "pretrain_log.tsv", 0))
+    assert first[0]["step"] == 2 and first[0]["loss"] == pytest.approx(first[1]["loss"], rel=1e-3)
+    assert with_compile["train"]["loss"] == pytest.approx(eager["train"]["loss"], rel=1e-2)
+    assert log_row(tmp_path, "pretrain_eval.tsv", -1)["mlm_loss"] == pytest.approx(
+        log_row(eager_dir, "pretrain_eval.tsv", -1)["mlm_loss"], rel=1e-2)
+
+
+def log_row(folder: Path, name: str, index: int) -> dict[str, float]:
+    """One row of a `bert pretrain` log (metrics/NAME, a TSV) as numbers."""
+    header, *rows = (folder / "metrics" / name).read_text().splitlines()
+    return {key: float(value) if value else float("nan")
+            for key, value in zip(header.split("\t"), rows[index].split("\t"), strict=True)}

@@ -1,0 +1,62 @@
+"""What a stage reports, in two files side by side:
+
+- `metrics/<stage>.json`: the numbers a user compares across runs (val MLM accuracy, the
+  fine-tune gain, ...). dvc.yaml declares it under `metrics`, so `dvc exp show` and
+  `dvc metrics diff` show it;
+- `metrics/<stage>_details.json`: what those numbers are read against (baselines, counts,
+  settings, timings). A plain output: in git, but no columns in `dvc exp show`.
+
+In MLflow the same split holds: results are metrics (one point each), details are tags, and
+both files are uploaded as JSON artifacts under `metrics/`.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bertcore.atomic import write_json
+
+DETAILS_SUFFIX = "_details"
+
+
+def details_file(metrics_file: str | os.PathLike) -> Path:
+    """The details file written beside `metrics_file`: metrics/eval.json ->
+    metrics/eval_details.json."""
+    path = Path(metrics_file)
+    return path.with_name(f"{path.stem}{DETAILS_SUFFIX}{path.suffix or '.json'}")
+
+
+def write_report(metrics_file: str | os.PathLike, metrics: Mapping[str, Any],
+                 details: Mapping[str, Any]) -> tuple[Path, Path]:
+    """Write `metrics` and, beside it, `details` (both in their dicts' order: headline first);
+    returns both paths."""
+    metrics_path, details_path = Path(metrics_file), details_file(metrics_file)
+    write_json(metrics_path, metrics, sort_keys=False)
+    write_json(details_path, details, sort_keys=False)
+    return metrics_path, details_path
+
+
+def scalar_leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
+    """Nested numbers and strings under dotted names, for MLflow tags: {"a": {"b": 1}} ->
+    {"a.b": 1}; lists and nulls are left out (they stay in the JSON artifact)."""
+    flat: dict[str, Any] = {}
+    for key, value in values.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            flat.update(scalar_leaves(value, f"{name}."))
+        elif isinstance(value, int | float | str | bool):
+            flat[name] = value
+    return flat
+
+
+def track_report(tracker: Any, files: tuple[Path, Path], results: Mapping[str, float],
+                 details: Mapping[str, Any], step: int, tag_prefix: str = "") -> None:
+    """Log a report into an MLflow run (a `bertcore.tracking.Tracker`): `results` as
+    one-point metrics, the scalars of `details` as tags, both files as artifacts."""
+    tracker.log_results(results, step=step)
+    tracker.set_tags(scalar_leaves(details, tag_prefix))
+    for path in files:
+        tracker.log_artifact(path, "metrics")
