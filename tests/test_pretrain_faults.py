@@ -80,7 +80,7 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_result_is_bitwise_uninterrupt
         assert f"set aside as {aside}; falling back to step-00000004" in warnings[0]
         assert "resuming from" in proc.stderr and "step 4 of 8" in proc.stderr, kind
         assert "learning_rate" not in proc.stderr  # no NaN steps, no advice about them
-        assert json.loads((workdir / "metrics" / "pretrain.json").read_text())[
+        assert json.loads((workdir / "metrics" / "pretrain_details.json").read_text())[
             "skipped_steps"] == 0
         assert final.read_bytes() == reference, kind  # bitwise the uninterrupted result
         assert (root / aside / "model.safetensors").exists()  # kept for inspection
