@@ -270,3 +270,34 @@ def _autocast(device: torch.device, dtype: torch.dtype | None):
     if dtype is None:
         return contextlib.nullcontext()
     return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def finetune_report(task: str, description: str, result: Comparison, labels: list[str],
+                    train, test, config: FinetuneConfig) -> tuple[dict, dict]:
+    """metrics/finetune.json (the test scores, compared across runs) and its details (what
+    they were measured on and against): the one place both are built."""
+    metrics = {
+        "task": task,  # short: a column of `dvc exp show`
+        "pretrained": result.pretrained.test.to_dict(),
+        "scratch": result.scratch.test.to_dict(),
+        "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
+    }
+    details = {
+        "majority_class": result.majority.to_dict(),  # the baseline
+        "data": {
+            "description": description,
+            "labels": labels,
+            "train_examples": len(train),
+            "test_examples": len(test),
+            "truncated": {"train": train.truncated, "test": test.truncated},
+            "max_seq_length": config.max_seq_length,
+        },
+        "training": {
+            "steps": result.pretrained.steps,
+            "final_train_loss": {"pretrained": result.pretrained.final_train_loss,
+                                 "scratch": result.scratch.final_train_loss},
+            "seconds": {"pretrained": round(result.pretrained.seconds, 1),
+                        "scratch": round(result.scratch.seconds, 1)},
+        },
+    }
+    return metrics, details

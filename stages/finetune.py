@@ -20,7 +20,7 @@ import click
 from bertcore.atomic import atomic_dir
 from bertcore.devices import resolve_device
 from bertcore.errors import BertError
-from bertcore.finetune import Comparison, FinetuneConfig, run_comparison
+from bertcore.finetune import FinetuneConfig, finetune_report, run_comparison
 from bertcore.hf import export_hf_classifier
 from bertcore.tasks import (
     BUILTIN_WORD_ORDER,
@@ -106,8 +106,8 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
         raise
     with atomic_dir(out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, vocab_dir)
-    metrics, details = _report(task, description, result, labels, encoded_train, encoded_test,
-                               config)
+    metrics, details = finetune_report(task, description, result, labels, encoded_train,
+                                       encoded_test, config)
     files = write_report(metrics_file, metrics, details)
     runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
                         for key, value in metrics[which].items()}, details)
@@ -120,33 +120,3 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
         err=True,
     )
 
-
-def _report(task, description, result: Comparison, labels, train, test,
-            config: FinetuneConfig) -> tuple[dict, dict]:
-    """metrics/finetune.json (the test scores, compared across runs) and its details (what
-    they were measured on and against): the one place both are built."""
-    metrics = {
-        "task": task,  # short: a column of `dvc exp show`
-        "pretrained": result.pretrained.test.to_dict(),
-        "scratch": result.scratch.test.to_dict(),
-        "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
-    }
-    details = {
-        "majority_class": result.majority.to_dict(),  # the baseline
-        "data": {
-            "description": description,
-            "labels": labels,
-            "train_examples": len(train),
-            "test_examples": len(test),
-            "truncated": {"train": train.truncated, "test": test.truncated},
-            "max_seq_length": config.max_seq_length,
-        },
-        "training": {
-            "steps": result.pretrained.steps,
-            "final_train_loss": {"pretrained": result.pretrained.final_train_loss,
-                                 "scratch": result.scratch.final_train_loss},
-            "seconds": {"pretrained": round(result.pretrained.seconds, 1),
-                        "scratch": round(result.scratch.seconds, 1)},
-        },
-    }
-    return metrics, details
