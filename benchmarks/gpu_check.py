@@ -301,7 +301,7 @@ def check_resume(sizes, device) -> str:
     from bertcore.fit import fit
     from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
     from bertcore.model import BertConfig, BertForPretraining
-    from bertcore.samples import SampleStore
+    from bertcore.sample_store import SampleStore
     from bertcore.train import TrainConfig
     from bertcore.trainer import Trainer
     from bertcore.vocab import read_vocab

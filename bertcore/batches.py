@@ -22,7 +22,7 @@ from bertcore.masking import PretrainingCollator
 
 
 class SampleSource(Protocol):
-    """What batches need from a sample store (bertcore.samples.SampleStore fits)."""
+    """What batches need from a sample store (bertcore.sample_store.SampleStore fits)."""
 
     def __len__(self) -> int: ...
 

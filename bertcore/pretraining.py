@@ -32,7 +32,7 @@ from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertConfig, BertForPretraining, ModelParams
 from bertcore.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
 from bertcore.resume import ResumePlan, plan_resume, run_fingerprints
-from bertcore.samples import SampleStore, check_vocab, read_meta
+from bertcore.sample_store import SampleStore, check_vocab, read_meta
 from bertcore.schedule import learning_rate
 from bertcore.stopping import TrainingInterrupted
 from bertcore.tracking import Tracker, TrackingConfig

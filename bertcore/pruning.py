@@ -27,7 +27,7 @@ from bertcore.prune import (
     recover,
     throughput,
 )
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.train import TrainConfig
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")

@@ -21,7 +21,7 @@ from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig, evaluate
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.pretraining import RUN_INFO
-from bertcore.samples import SampleStore, check_vocab
+from bertcore.sample_store import SampleStore, check_vocab
 from bertcore.tracking import Tracker, TrackingConfig
 from stages.options import (
     file_option,

@@ -24,7 +24,7 @@ from bertcore.hf import export_hf
 from bertcore.masking import MaskingConfig, VocabSpec
 from bertcore.prune import PruneConfig
 from bertcore.pruning import VAL_KEYS, PruneData, prune_report, run_pruning
-from bertcore.samples import SampleStore, check_vocab
+from bertcore.sample_store import SampleStore, check_vocab
 from bertcore.tracking import TrackingConfig
 from bertcore.train import TrainConfig
 from stages.downstream import DownstreamTracking

@@ -16,13 +16,13 @@ from bertcore.masking import (
     VocabSpec,
     slots_to_labels,
 )
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 
 VOCAB_SIZE = 5000
 
 
 class ListStore:
-    """Stand-in for bertcore.samples.SampleStore. Sample i carries 5 + i at position 1 (never
+    """Stand-in for bertcore.sample_store.SampleStore. Sample i carries 5 + i at position 1 (never
     lost: masking only replaces it in the inputs, and the label keeps the original)."""
 
     def __init__(self, count: int, seed: int = 0):
@@ -211,7 +211,7 @@ def test_eval_batches_are_sequential_fixed_and_shardable(store):
 
 
 def test_works_over_the_on_disk_sample_store(tmp_path, store):
-    """The same batches from bertcore.samples.SampleStore (memory-mapped, reopened by path in
+    """The same batches from bertcore.sample_store.SampleStore (memory-mapped, reopened by path in
     DataLoader workers) as from the in-memory stand-in holding the same samples."""
     split = tmp_path / "train"
     split.mkdir()

@@ -25,7 +25,7 @@ from bertcore.distributed import Distributed
 from bertcore.evaluation import evaluate
 from bertcore.fit import fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.vocab import read_vocab
 
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,

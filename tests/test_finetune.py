@@ -22,7 +22,7 @@ from bertcore.fit import fit
 from bertcore.hf import export_hf_classifier, load_model, save_model
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertForPretraining
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.tasks import (
     Example,
     encode_examples,

@@ -24,7 +24,7 @@ from bertcore.hf import load_model
 from bertcore.init_model import InitModel
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import IGNORE_INDEX, BertForPretraining, ModelParams
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.tracking import sqlite_uri
 from bertcore.vocab import read_vocab
 

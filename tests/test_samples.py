@@ -12,17 +12,12 @@ import numpy as np
 import pytest
 from conftest import assert_one_line_error, run_bert
 
+import bertcore.sample_store as sample_store
 import bertcore.samples as samples_module
 from bertcore.errors import BertError
 from bertcore.nsp import pair_document, truncation
-from bertcore.samples import (
-    SamplesConfig,
-    SampleStore,
-    arrays_sha256_of_files,
-    build_samples,
-    check_vocab,
-    read_meta,
-)
+from bertcore.sample_store import SampleStore, arrays_sha256_of_files, check_vocab, read_meta
+from bertcore.samples import SamplesConfig, build_samples
 from bertcore.vocab import (
     CLS_ID,
     SEP_ID,
@@ -117,7 +112,7 @@ def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
     assert read_meta(tmp_path / "s")["arrays_sha256"] == meta["arrays_sha256"]
     for split in ("train", "val"):
         digest = hashlib.sha256()
-        for name in samples_module.ARRAYS:
+        for name in sample_store.ARRAYS:
             raw = (tmp_path / "s" / split / f"{name}.npy").read_bytes()
             digest.update(f"{name}.npy\n".encode() + raw[:128] + hashlib.sha256(raw[128:]).digest())
         assert meta["arrays_sha256"][split] == digest.hexdigest()
@@ -149,7 +144,7 @@ def test_identical_output_whatever_the_workers_and_shards(data, tmp_path, monkey
     monkeypatch.setattr(samples_module, "SHARD_TOKENS", 500)  # many shards
     build(data, tmp_path / "two", workers=2)
     build(data, tmp_path / "seed", workers=1, random_seed=7)
-    names = [f"{s}/{a}.npy" for s in ("train", "val") for a in samples_module.ARRAYS]
+    names = [f"{s}/{a}.npy" for s in ("train", "val") for a in sample_store.ARRAYS]
     for name in [*names, "meta.json"]:
         assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
     one = (tmp_path / "one" / "train" / "input_ids.npy").read_bytes()

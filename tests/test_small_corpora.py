@@ -19,7 +19,8 @@ from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.corpus import CorpusConfig, build_corpus
 from bertcore.corpus.parts import plan_parts, read_parts
-from bertcore.samples import SamplesConfig, SampleStore, build_samples
+from bertcore.sample_store import SampleStore
+from bertcore.samples import SamplesConfig, build_samples
 from bertcore.vocab import VocabConfig, load_tokenizer, save_vocab, train_tokenizer
 
 

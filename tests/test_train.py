@@ -23,7 +23,7 @@ from bertcore.errors import ConfigError
 from bertcore.fit import NonFiniteLossError, fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import IGNORE_INDEX, BertForPretraining
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.schedule import linear_warmup_decay
 from bertcore.tracking import sqlite_uri
 from bertcore.train import TrainConfig

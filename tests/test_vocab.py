@@ -283,7 +283,8 @@ def test_cjk_vocabulary_and_coverage(tmp_path):
 
 def test_samples_use_the_source_ids_of_cls_and_sep(tmp_path):
     from bertcore.masking import VocabSpec
-    from bertcore.samples import SamplesConfig, SampleStore, build_samples
+    from bertcore.sample_store import SampleStore
+    from bertcore.samples import SamplesConfig, build_samples
 
     out, ours = from_source(tmp_path, save_source(tmp_path / "source"))
     corpus = tmp_path / "corpus"
