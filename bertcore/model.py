@@ -171,8 +171,10 @@ class ModelParams:
     num_attention_heads: int | None = None
     intermediate_size: int | None = None
     hidden_act: str | None = None
-    hidden_dropout_prob: float | None = None
-    attention_probs_dropout_prob: float | None = None
+    # No dropout by default (BertConfig's 0.1 is for long runs): a short run over a small corpus
+    # does not overfit. null: the preset's 0.1, or with init_from the folder's own rates.
+    hidden_dropout_prob: float | None = 0.0
+    attention_probs_dropout_prob: float | None = 0.0
     max_position_embeddings: int | None = None
     type_vocab_size: int | None = None
     initializer_range: float | None = None

@@ -10,6 +10,7 @@ import dataclasses
 import hashlib
 import json
 import logging
+from collections import Counter
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
@@ -37,6 +38,12 @@ VOCAB_FILE = "vocab.txt"
 TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 TRAIN = "train"  # vocab.source: train a new vocabulary on the corpus
+# vocab.vocab_size: auto = one token per word seen at least AUTO_MIN_COUNT times in the train
+# split, clamped to AUTO_RANGE: rarer words are left to ## pieces, so most tokens occur often
+# enough to be learnt (a fixed 8000 on 0.3 M characters leaves most tokens rare).
+AUTO = "auto"
+AUTO_MIN_COUNT = 5
+AUTO_RANGE = (500, 30522)  # 30522: BERT's own vocabulary
 
 
 @dataclasses.dataclass(frozen=True)
@@ -44,7 +51,7 @@ class VocabConfig:
     # train, or an existing vocabulary: a vocab.txt, a tokenizer.json, or a folder holding a
     # Hugging Face tokenizer or model (tokenizer.json, and/or vocab.txt + tokenizer_config.json)
     source: str = TRAIN
-    vocab_size: int = 8000  # these two: only when training
+    vocab_size: int | str = AUTO  # these two: only when training; auto: see auto_vocab_size
     min_frequency: int = 2
     # Casing and accents of a trained vocabulary, or of a bare vocab.txt; other sources bring
     # their own (from tokenizer_config.json or the tokenizer.json normaliser).
@@ -54,9 +61,9 @@ class VocabConfig:
     def __post_init__(self):
         require(bool(self.source.strip()), "source", self.source,
                 "train, or the path of a vocab.txt, a tokenizer.json or a tokenizer folder")
-        require(
-            32 <= self.vocab_size <= 1_000_000, "vocab_size", self.vocab_size, "32..1000000"
-        )
+        size = self.vocab_size
+        require(size == AUTO or (type(size) is int and 32 <= size <= 1_000_000),
+                "vocab_size", size, f"{AUTO} or an integer in 32..1000000")
         require(self.min_frequency >= 1, "min_frequency", self.min_frequency, "an integer >= 1")
 
     @property
@@ -78,10 +85,28 @@ def new_tokenizer(config: VocabConfig) -> Tokenizer:
     return tokenizer
 
 
+def auto_vocab_size(batches: Iterable[list[str]], config: VocabConfig) -> tuple[int, int]:
+    """`vocab_size: auto` for a corpus: (the size, the number of distinct words seen at least
+    AUTO_MIN_COUNT times), words as BERT's normaliser (with `config`'s casing) and
+    pre-tokeniser split them; the size is that number clamped to AUTO_RANGE."""
+    tokenizer = new_tokenizer(config)
+    counts: Counter[str] = Counter()
+    for batch in batches:
+        for line in batch:
+            text = tokenizer.normalizer.normalize_str(line)
+            counts.update(word for word, _ in tokenizer.pre_tokenizer.pre_tokenize_str(text))
+    frequent = sum(1 for count in counts.values() if count >= AUTO_MIN_COUNT)
+    low, high = AUTO_RANGE
+    return min(max(frequent, low), high), frequent
+
+
 def train_tokenizer(
     batches: Iterable[list[str]], config: VocabConfig, *, show_progress: bool = False
 ) -> Tokenizer:
-    """Train WordPiece on batches of lines; special tokens get ids 0..4 in SPECIAL_TOKENS order."""
+    """Train WordPiece on batches of lines; special tokens get ids 0..4 in SPECIAL_TOKENS order.
+    `config.vocab_size` must be a number here (resolve `auto` with auto_vocab_size first)."""
+    if not isinstance(config.vocab_size, int):
+        raise ValueError(f"vocab_size {config.vocab_size!r}: resolve it with auto_vocab_size")
     tokenizer = new_tokenizer(config)
     trainer = trainers.WordPieceTrainer(
         vocab_size=config.vocab_size,

@@ -27,7 +27,7 @@ from bertcore.model import ModelParams
 from bertcore.pretraining import PretrainConfig, PretrainPaths, RunLabels, run_pretraining
 from bertcore.tracking import TrackingConfig, git_commit, resolve_uri, sqlite_uri
 from bertcore.train import TrainConfig
-from bertcore.vocab import read_vocab
+from bertcore.vocab import VOCAB_FILE, read_vocab
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import flatten, load_params, parse_section
@@ -105,10 +105,13 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
                           eval_log=Path(eval_log_file))
     labels = None
     if config.tracking.enabled:
+        run_params = flatten(params)
+        if (Path(vocab_dir) / VOCAB_FILE).is_file():  # the size vocab_size: auto chose
+            run_params["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
         labels = RunLabels(
             tracking_uri=tracking_uri(config.tracking),
             run_name=os.environ.get("DVC_EXP_NAME") or None,
-            params=flatten(params),
+            params=run_params,
             tags={"mlflow.source.git.commit": git_commit(repo_root()),
                   "DVC_EXP_NAME": os.environ.get("DVC_EXP_NAME"),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 from pathlib import Path
 
@@ -11,8 +12,11 @@ import click
 from bertcore.atomic import atomic_dir, write_json
 from bertcore.errors import BertError
 from bertcore.vocab import (
+    AUTO,
+    AUTO_MIN_COUNT,
     TRAIN,
     VocabConfig,
+    auto_vocab_size,
     casing_rules,
     files_sha256,
     line_batches,
@@ -43,8 +47,15 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
     if next(line_batches(train, batch_size=1), None) is None:
         raise BertError(f"{train} holds no text: check corpus.source and rerun `bert corpus`")
     if config.source == TRAIN:
-        tokenizer = train_tokenizer(line_batches(train), config, show_progress=sys.stderr.isatty())
         origin = {"source": TRAIN, "casing_from": "vocab.lowercase / vocab.strip_accents"}
+        if config.vocab_size == AUTO:
+            size, frequent = auto_vocab_size(line_batches(train), config)
+            config = dataclasses.replace(config, vocab_size=size)
+            origin["frequent_words"] = frequent  # seen >= AUTO_MIN_COUNT times in train
+            click.echo(f"vocab: vocab_size auto -> {size} ({frequent} words seen >= "
+                       f"{AUTO_MIN_COUNT} times in {train})", err=True)
+        origin["vocab_size_target"] = config.vocab_size  # the trainer's cap
+        tokenizer = train_tokenizer(line_batches(train), config, show_progress=sys.stderr.isatty())
     else:
         source = load_source_vocabulary(config.source, config)
         warn_unless_a_dep("vocab.source", config.source, source.files)

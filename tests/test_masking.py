@@ -96,7 +96,8 @@ def outcome_fractions(items, rows):
 
 
 def test_selection_rate_and_80_10_10_on_many_tokens(items):
-    config = MaskingConfig(max_predictions_per_seq=1000)  # the cap never binds here
+    # the cap never binds here
+    config = MaskingConfig(mlm_probability=0.15, max_predictions_per_seq=1000)
     rows = collate_all(items, config)
     candidates = sum(candidates_of(item[2]).sum() for item in items)
     selected, masked, replaced, kept = outcome_fractions(items, rows)
@@ -119,7 +120,7 @@ def test_count_per_sequence_is_googles_with_cap(items, probability, cap):
 
 def test_num_to_predict():
     counts = np.array([0, 1, 3, 10, 30, 200])
-    assert num_to_predict(counts, MaskingConfig()).tolist() == [0, 1, 1, 2, 4, 20]
+    assert num_to_predict(counts, MaskingConfig(0.15, 20)).tolist() == [0, 1, 1, 2, 4, 20]
     assert num_to_predict(counts, MaskingConfig(0.4, 40)).tolist() == [0, 1, 1, 4, 12, 40]
 
 
@@ -264,7 +265,8 @@ def test_whole_word_matches_googles_sequential_walk(items):
 
 
 def test_whole_word_keeps_80_10_10(items):
-    rows = collate_all(items, MaskingConfig(whole_word=True, max_predictions_per_seq=1000))
+    rows = collate_all(items, MaskingConfig(0.15, whole_word=True,
+                                              max_predictions_per_seq=1000))
     selected, masked, replaced, kept = outcome_fractions(items, rows)
     candidates = sum(candidates_of(item[2]).sum() for item in items)
     assert 0.14 < selected / candidates <= 0.15 + 0.005
@@ -308,7 +310,7 @@ def test_collated_batch_format():
 def test_sequence_without_candidates_and_exact_multiple_of_8():
     empty = np.array([CLS, SEP, UNK, SEP], dtype=np.uint16)
     full = np.array([CLS, *range(10, 24), SEP], dtype=np.uint16)  # 16 tokens
-    collator = PretrainingCollator(MaskingConfig(), make_vocab(), 0)
+    collator = PretrainingCollator(MaskingConfig(0.15), make_vocab(), 0)
     batch = collator([(0, 0, empty, 2, 1), (0, 1, full, 5, 0)])
     assert batch["input_ids"].shape == (2, 16)
     labels = dense_labels(batch)
@@ -324,7 +326,7 @@ def test_config_validation_and_params_section():
     with pytest.raises(ConfigError, match="max_predictions_per_seq"):
         MaskingConfig(max_predictions_per_seq=0)
     parsed = parse_section(load_params(REPO / "params.yaml"), "masking", MaskingConfig)
-    assert parsed == MaskingConfig(0.15, 20, False)
+    assert parsed == MaskingConfig(0.3, 40, False)
     with pytest.raises(ConfigError, match=r"masking\.mlm_probability"):
         parse_section({"masking": {"mlm_probability": 2}}, "masking", MaskingConfig)
     with pytest.raises(ValueError, match="is_continuation"):

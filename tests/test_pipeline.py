@@ -111,8 +111,10 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
     assert children == sorted((r.info.run_id, name) for r in runs
                               for name in ("finetune", "prune"))
     assert [r.data.params["train.learning_rate"] for r in runs] == ["0.003", "0.001"]
+    vocab_size = len((repo / "data" / "vocab" / "vocab.txt").read_text().splitlines())
     for r in runs:
         assert r.info.status == "FINISHED"
+        assert r.data.params["vocab.vocab_size_actual"] == str(vocab_size)  # data/vocab
         assert r.data.tags["DVC_STAGE"] == "pretrain"
         assert len(r.data.tags["fingerprint.params"]) == 64
         history = client.get_metric_history(r.info.run_id, "train/loss")

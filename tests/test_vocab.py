@@ -13,8 +13,10 @@ from conftest import assert_one_line_error, run_bert
 
 from bertcore.errors import BertError
 from bertcore.vocab import (
+    AUTO_RANGE,
     SPECIAL_TOKENS,
     VocabConfig,
+    auto_vocab_size,
     load_source_vocabulary,
     load_tokenizer,
     read_vocab,
@@ -144,6 +146,67 @@ def test_cli_trains_and_keeps_the_previous_vocab_on_failure(tmp_path):
     assert coverage["source"] == "train" and coverage["vocab_size"] == len(before.splitlines())
     assert coverage["unk_rate"] < 0.01 and 1.0 <= coverage["tokens_per_word"] < 2.0
 
+
+
+# --- vocab_size: auto ----------------------------------------------------------------------------
+
+
+def word_lines(types: int, count: int, start: int = 0, seed: int = 0) -> list[str]:
+    """Each of `types` distinct words (w<start>..) exactly `count` times, shuffled into lines
+    of 10 words (with a capital and a full stop, which the normaliser and pre-tokeniser undo)."""
+    words = [f"w{i}" for i in range(start, start + types)] * count
+    random.Random(seed).shuffle(words)
+    return [" ".join(words[i : i + 10]).capitalize() + "." for i in range(0, len(words), 10)]
+
+
+def test_auto_vocab_size_is_the_number_of_words_seen_five_times_within_the_range():
+    def auto(lines):
+        return auto_vocab_size([lines[i : i + 100] for i in range(0, len(lines), 100)],
+                               VocabConfig())
+
+    low, high = AUTO_RANGE
+    # 700 words seen 5 times count; 300 seen 4 times, and the "." seen ~400 times... count too
+    size, frequent = auto(word_lines(700, 5) + word_lines(300, 4, start=700, seed=1))
+    assert (size, frequent) == (701, 701)  # 700 words and "."
+    # more text with more words: more tokens (monotone in the corpus)
+    size, frequent = auto(word_lines(700, 5) + word_lines(900, 6, start=700, seed=1))
+    assert (size, frequent) == (1601, 1601)
+    # "W3" and "w3" are one word under lowercase: 3 + 2 sightings = 5
+    assert auto(["W3 W3 W3", "w3 w3"])[1] == 1
+    # clamped: a tiny corpus still gets the lower bound, a huge one BERT's 30522
+    assert auto(word_lines(50, 10)) == (low, 51)
+    assert auto(word_lines(high + 500, 5)) == (high, high + 501)
+
+
+def test_cli_auto_sizes_the_vocab_from_the_corpus_and_records_it(tmp_path):
+    (tmp_path / "params.yaml").write_text("vocab: {}\n")  # the defaults: vocab_size auto
+    write_corpus(tmp_path / "tiny", corpus_lines())
+    write_corpus(tmp_path / "varied", word_lines(800, 6))
+    sizes = {}
+    for name in ("tiny", "varied"):
+        proc = run_bert("vocab", "--corpus", name, "--out", f"{name}-vocab", "--metrics",
+                        f"{name}.json", cwd=tmp_path, check=True)
+        metrics = json.loads((tmp_path / f"{name}.json").read_text())
+        tokens = read_vocab(tmp_path / f"{name}-vocab")
+        assert metrics["vocab_size"] == len(tokens) <= metrics["vocab_size_target"]
+        assert f"auto -> {metrics['vocab_size_target']}" in proc.stderr
+        sizes[name] = metrics["vocab_size_target"], metrics["frequent_words"], len(tokens)
+    low, _ = AUTO_RANGE
+    assert sizes["tiny"][:2] == (low, auto_vocab_size([corpus_lines()], VocabConfig())[1])
+    assert 30 < sizes["tiny"][1] < 100
+    assert sizes["varied"][:2] == (801, 801)
+    assert sizes["tiny"][2] < 500 < sizes["varied"][2] <= 801
+
+    # a number is still a number; a wrong value is one line naming the key and what fits
+    run_bert("vocab", "--corpus", "varied", "--out", "fixed", "--metrics", "fixed.json",
+             "--set", "vocab.vocab_size=600", cwd=tmp_path, check=True)
+    fixed = json.loads((tmp_path / "fixed.json").read_text())
+    assert fixed["vocab_size_target"] == fixed["vocab_size"] == 600
+    assert "frequent_words" not in fixed
+    for bad in ("big", "10"):
+        proc = run_bert("vocab", "--corpus", "varied", "--out", "fixed",
+                        "--set", f"vocab.vocab_size={bad}", cwd=tmp_path)
+        assert_one_line_error(proc, "vocab.vocab_size", "auto or an integer", code=2)
 
 # --- an existing vocabulary (vocab.source) ------------------------------------------------------
 
