@@ -20,11 +20,11 @@ from bertcore.vocab import (
     casing_rules,
     files_sha256,
     line_batches,
-    load_source_vocabulary,
     save_vocab,
     train_tokenizer,
     vocab_coverage,
 )
+from bertcore.vocab_source import load_source_vocabulary
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import corpus_option, file_option, folder_option, stage_options
 from stages.params import load_params, parse_section

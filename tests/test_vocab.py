@@ -17,7 +17,6 @@ from bertcore.vocab import (
     SPECIAL_TOKENS,
     VocabConfig,
     auto_vocab_size,
-    load_source_vocabulary,
     load_tokenizer,
     read_vocab,
     save_vocab,
@@ -25,6 +24,7 @@ from bertcore.vocab import (
     vocab_coverage,
     vocab_fingerprint,
 )
+from bertcore.vocab_source import load_source_vocabulary
 
 PROSE = (
     "the quick brown fox jumps over a lazy dog while children play in the old park "
