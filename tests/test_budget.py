@@ -4,11 +4,14 @@ resumed run that keeps its plan, and the stage's records of it."""
 
 from __future__ import annotations
 
+import datetime
 import json
 from pathlib import Path
 
 import pytest
 import torch
+import torch.distributed as dist
+import torch.multiprocessing as mp
 from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, tiny_config, write_params
@@ -82,8 +85,9 @@ class FakeClock:
         self.now += self.seconds_per_step
 
 
-def make_trainer(data: Path, **train) -> Trainer:
-    """The tiny model with dropout on (the plan must not disturb its random stream)."""
+def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> Trainer:
+    """The tiny model with dropout on (the plan must not disturb its random stream);
+    `world`: (rank, world_size) in an initialised process group."""
     config = TrainConfig(**{"max_steps": 40, "batch_size": 16, "learning_rate": 3e-3,
                             "warmup_steps": 4, "log_every": 5, "eval_every": 0,
                             "checkpoint_every": 0, "device": "cpu", "seed": 5,
@@ -94,10 +98,11 @@ def make_trainer(data: Path, **train) -> Trainer:
     torch.manual_seed(config.seed + 1)
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(tokens), seed=config.seed)
+    rank, world_size = world
     batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator,
                                  config.batch_size, config.gradient_accumulation_steps,
-                                 seed=config.seed)
-    return Trainer(net, config, batches, device="cpu", dist=Distributed())
+                                 seed=config.seed, rank=rank, world_size=world_size)
+    return Trainer(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
 
 
 def budget_of(trainer: Trainer, minutes: float, clock: FakeClock) -> TimeBudget:
@@ -174,6 +179,27 @@ def test_a_resumed_budget_run_keeps_its_plan_without_timing_again(data, tmp_path
     assert result.step_timing == StepTiming(plan_step=4, elapsed_s=4.0, step_s=1.0,
                                             timed_from=2)
     same_weights(straight.raw_model, second.raw_model)
+
+
+def _budget_worker(rank: int, world_size: int, data: Path, out: Path) -> None:
+    torch.set_num_threads(1)
+    dist.init_process_group("gloo", init_method=f"file://{out / 'rendezvous'}", rank=rank,
+                            world_size=world_size, timeout=datetime.timedelta(seconds=60))
+    try:
+        clock = FakeClock(1.0 if rank == 0 else 3.0)  # alone: 9 steps, not 28
+        trainer = make_trainer(data, world=(rank, world_size))
+        result, _ = run(trainer, clock, budget=budget_of(trainer, 0.5, clock))
+        (out / f"rank{rank}.json").write_text(json.dumps(
+            {"steps": result.steps, "timing": result.step_timing.to_dict()}))
+    finally:
+        dist.destroy_process_group()
+
+
+def test_all_processes_follow_the_plan_of_rank_0(data, tmp_path):
+    mp.spawn(_budget_worker, args=(2, data, tmp_path), nprocs=2, join=True)
+    rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
+    assert rank0 == rank1
+    assert rank0["steps"] == 28 and rank0["timing"]["step_s"] == 1.0
 
 
 # ------------------------------------------------------------------------------- the stage
