@@ -29,6 +29,7 @@ from typing import Any
 
 from tqdm.auto import tqdm
 
+from bertcore.budget import StepTiming, Stopwatch, TimeBudget
 from bertcore.checkpoint import CheckpointDir
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalMetrics
@@ -50,6 +51,8 @@ class FitResult:
     tokens_seen: int
     skipped_steps: int
     seconds: float
+    planned_steps: int  # where the run was planned to end (train.max_minutes may lower it)
+    step_timing: StepTiming | None  # what a time budget planned from
     last_train: dict[str, float]
     last_eval: EvalMetrics | None
     checkpoint: Path | None
@@ -66,6 +69,7 @@ def fit(
     on_checkpoint: Callable[[Path], None] | None = None,
     stop_after: int | None = None,
     progress: bool | None = None,
+    budget: TimeBudget | None = None,
 ) -> FitResult:
     """Train from `trainer.step` to the total number of steps, with logging, periodic
     evaluation and checkpoints.
@@ -74,6 +78,9 @@ def fit(
     `on_step(result)` is called after every step (reading a number of `result` waits for
     the device). `on_checkpoint(path)` is called on rank 0 after each committed checkpoint.
     `stop_after`: stop (with a checkpoint) after this step, as an interruption would.
+    `budget`: a time budget; unless the trainer already has its timing (a resumed run), the
+    first steps are timed and the total is planned once, at the budget's plan step (see
+    `bertcore.budget`); all processes take rank 0's timing.
     Raises TrainingInterrupted after a SIGTERM/Ctrl-C (checkpoint written) and
     NonFiniteLossError when the loss stays non-finite."""
     cfg, dist = trainer.config, trainer.dist
@@ -85,6 +92,14 @@ def fit(
     counters = trainer.read_counters()
     skipped_reported = counters["skipped_steps"]
     window_start, window_tokens_base = started, counters["tokens"]
+    configured = trainer.config.total_steps(spe)
+    if budget is not None and trainer.step_timing is not None:  # resumed: re-plan, not re-time
+        total = trainer.total_steps = budget.total(configured, trainer.step_timing)
+    stopwatch = None
+    if budget is not None and trainer.step_timing is None and trainer.step < total:
+        stopwatch = Stopwatch(budget, trainer.step)
+        if stopwatch.plan_step >= total:
+            stopwatch = None  # the run ends before any plan could shorten it
     last_train: dict[str, float] = record.train.last_row()  # resumed at the end: not empty
     last_eval: EvalMetrics | None = None
     saved_at: int | None = None
@@ -167,6 +182,21 @@ def fit(
                 if on_step:
                     on_step(result)
                 step = trainer.step
+                if stopwatch is not None and stopwatch.wants_clock(step):
+                    trainer.synchronize()
+                    timing = stopwatch.read(step)
+                    if timing is not None:  # the plan step: fix the end, once
+                        timing = StepTiming.from_dict(dist.broadcast_object(timing.to_dict()))
+                        stopwatch = None
+                        trainer.step_timing = timing
+                        total = trainer.total_steps = budget.total(configured, timing)
+                        bar.total = total
+                        if dist.is_main:
+                            describe = budget.describe(configured, timing)
+                            if total == step < configured:
+                                log.warning("%s", describe)
+                            else:
+                                log.info("%s", describe)
                 log_now = step % cfg.log_every == 0 or step == total
                 eval_now = bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != total
                 save_now = bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0
@@ -212,6 +242,8 @@ def _result(trainer, started, last_train, last_eval, saved_path) -> FitResult:
         tokens_seen=trainer.tokens_seen,
         skipped_steps=trainer.skipped_steps,
         seconds=time.perf_counter() - started,
+        planned_steps=trainer.total_steps,
+        step_timing=trainer.step_timing,
         last_train=last_train,
         last_eval=last_eval,
         checkpoint=saved_path,

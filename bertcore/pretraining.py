@@ -20,6 +20,7 @@ import torch
 
 from bertcore.atomic import atomic_dir, write_json
 from bertcore.batches import PretrainingBatches, eval_batches
+from bertcore.budget import StepTiming, TimeBudget
 from bertcore.checkpoint import CheckpointDir
 from bertcore.devices import resolve_device
 from bertcore.distributed import Distributed
@@ -147,10 +148,15 @@ def pretrain_report(result: FitResult, model: BertForPretraining) -> PretrainRep
         "steps": result.steps,
         "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
     }
+    timing = result.step_timing
     details = {
         "tokens_seen": result.tokens_seen,
         "skipped_steps": result.skipped_steps,
         "parameters": model.num_parameters(),
+        # train.max_minutes: where the run was planned to end, from which timing
+        "planned_steps": result.planned_steps,
+        "seconds_per_step": round(timing.step_s, 6) if timing else None,
+        "timed_steps": f"{timing.timed_from}-{timing.plan_step}" if timing else None,
     }
     val = result.last_eval.to_dict() if result.last_eval else {}
     return PretrainReport(metrics, details, val)
@@ -186,13 +192,25 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
         world_size=dist.world_size, num_workers=train.num_workers,
         pin_memory=device.type == "cuda",
     )
-    total_steps = train.total_steps(batches.steps_per_epoch)
+    configured_steps = train.total_steps(batches.steps_per_epoch)
     # The init model's content, hashed once (by rank 0) per start: a resume must not continue
     # a run begun from other weights.
     init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
-    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples, total_steps,
-                                    init_model=init_hash)
+    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples,
+                                    configured_steps, init_model=init_hash,
+                                    max_minutes=train.max_minutes)
     checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
+    budget = None
+    if train.max_minutes is not None:
+        val_sequences = len(inputs.val_store)
+        if config.eval.max_batches is not None:
+            val_sequences = min(val_sequences, config.eval.max_batches * config.eval.batch_size)
+        budget = TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size,
+                            train.eval_every, val_sequences)
+    # A budget run resumed from a checkpoint re-plans its end from the timing it recorded.
+    latest = checkpoints.latest()
+    timing = StepTiming.from_dict(latest.meta.get("step_timing")) if latest else None
+    total_steps = budget.total(configured_steps, timing) if budget and timing else configured_steps
     plan = plan_resume(checkpoints, fingerprints, config.optimisation(), total_steps)
     if plan.notice and dist.is_main and not plan.extends:
         log.warning("%s", plan.notice)
@@ -250,7 +268,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
 
     try:
         result = fit(trainer, record=record, checkpoints=checkpoints, meta=meta,
-                     evaluate=evaluate_fn, on_checkpoint=on_checkpoint)
+                     evaluate=evaluate_fn, on_checkpoint=on_checkpoint, budget=budget)
     except BaseException as exc:
         if tracker:
             interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
@@ -267,6 +285,11 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     write_json(paths.metrics, report.metrics, sort_keys=False)
     write_json(paths.details, report.details, sort_keys=False)
     if tracker:
+        # the length of the run: what ran, and where a time budget planned it to end
+        tracker.set_tags({"train.steps_run": result.steps,
+                          "train.planned_steps": result.planned_steps,
+                          **({"train.seconds_per_step": result.step_timing.step_s}
+                             if result.step_timing else {})})
         final = checkpoints.latest()
         if config.tracking.log_checkpoints == "last" and final is not None:
             tracker.log_artifacts(final.path, f"checkpoints/{final.path.name}")

@@ -49,16 +49,24 @@ def samples_fingerprint(samples_dir: str | Path) -> str:
     return fingerprint_files([meta_file, *arrays])
 
 
+def length_fingerprint(total_steps: int, max_minutes: float | None = None) -> str:
+    """The configured length of a run: `1500`, or `1500, 6 min` with a time budget (the
+    planned end then comes from the timing the checkpoint records)."""
+    return str(total_steps) if max_minutes is None else f"{total_steps}, {max_minutes:g} min"
+
+
 def run_fingerprints(resumable_params: Mapping[str, Any], vocab_dir: str | Path,
                      samples_dir: str | Path, total_steps: int,
-                     init_model: str | None = None) -> dict[str, str]:
+                     init_model: str | None = None,
+                     max_minutes: float | None = None) -> dict[str, str]:
     """What a checkpoint of this run records, to be compared by the next run. `init_model`:
-    the content hash of the model the run starts from (`InitModel.fingerprint`), if any."""
+    the content hash of the model the run starts from (`InitModel.fingerprint`), if any;
+    `max_minutes`: the run's time budget, if any."""
     fingerprints = {
         "params": fingerprint_params(resumable_params),
         "vocab": vocab_fingerprint(vocab_dir),
         "samples": samples_fingerprint(samples_dir),
-        LENGTH: str(total_steps),
+        LENGTH: length_fingerprint(total_steps, max_minutes),
     }
     if init_model is not None:
         fingerprints[INIT_MODEL] = init_model
@@ -81,7 +89,8 @@ class ResumePlan:
 def plan_resume(checkpoints: CheckpointDir, fingerprints: Mapping[str, str],
                 params: Mapping[str, Any], total_steps: int) -> ResumePlan:
     """Decide from the latest checkpoint; `params` (the optimisation params, length
-    included) only serve to name what changed."""
+    included) only serve to name what changed. `total_steps`: where this run would end if it
+    resumed the latest checkpoint (with a time budget: as re-planned from its timing)."""
     latest = checkpoints.latest()
     if latest is None:
         return ResumePlan(None)
@@ -94,9 +103,11 @@ def plan_resume(checkpoints: CheckpointDir, fingerprints: Mapping[str, str],
     saved_total = latest.fingerprints.get(LENGTH)
     if saved_total == fingerprints[LENGTH]:
         return ResumePlan(latest)
-    if not str(saved_total).isdigit():  # made before runs could be extended
+    if not str(saved_total).split(",")[0].isdigit():  # made before runs could be extended
         return ResumePlan(None, f"checkpoint {latest.path} does not record the length of its "
                                 "run: starting fresh (it will be replaced)")
+    # The end it was heading for (with a time budget: as planned, when the plan was made).
+    saved_total = str(latest.meta.get("total_steps", saved_total)).split(",")[0]
     what = param_changes(latest.meta, params)
     if latest.step > total_steps:
         return ResumePlan(None, f"checkpoint {latest.path} is at step {latest.step}, past the "

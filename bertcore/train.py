@@ -31,7 +31,7 @@ BOOKKEEPING_KEYS = frozenset(
 )
 # The length of a run: changing only these resumes the latest checkpoint with the learning-rate
 # schedule re-planned to the new end (see bertcore.resume).
-LENGTH_KEYS = frozenset({"max_steps", "epochs"})
+LENGTH_KEYS = frozenset({"max_steps", "epochs", "max_minutes"})
 
 
 @dataclass
@@ -40,6 +40,7 @@ class TrainConfig:
 
     max_steps: int | None = 1500  # optimizer steps; null: `epochs` passes over the samples
     epochs: float | None = None
+    max_minutes: float | None = 6.0  # wall-clock budget: fewer steps when they would not fit
     batch_size: int = 32  # sequences per optimizer step, over all micro-batches and processes
     gradient_accumulation_steps: int = 1
     learning_rate: float = 0.002  # peak, after the warmup
@@ -74,6 +75,8 @@ class TrainConfig:
             require(self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1")
         if self.epochs is not None:
             require(self.epochs > 0, "epochs", self.epochs, "a number > 0")
+        if self.max_minutes is not None:
+            require(self.max_minutes > 0, "max_minutes", self.max_minutes, "a number > 0 or null")
         require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
         acc = self.gradient_accumulation_steps
         require(acc >= 1, "gradient_accumulation_steps", acc, "an integer >= 1")

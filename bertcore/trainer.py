@@ -29,6 +29,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.batches import PretrainingBatches
+from bertcore.budget import StepTiming
 from bertcore.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
 from bertcore.devices import autocast, resolve_device, resolve_precision
 from bertcore.distributed import Distributed
@@ -101,7 +102,8 @@ class Trainer:
             config.device, self.dist
         )
         self.batches = batches
-        self.total_steps = config.total_steps(batches.steps_per_epoch)
+        self.total_steps = config.total_steps(batches.steps_per_epoch)  # a budget may lower it
+        self.step_timing: StepTiming | None = None  # what a time budget planned from
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
         self.model: torch.nn.Module = self.raw_model
@@ -218,6 +220,13 @@ class Trainer:
         return StepResult(step=self.step, learning_rate=rate, values=values.detach())
 
     # ------------------------------------------------------------- reading the device
+    def synchronize(self) -> None:
+        """Wait until the device has finished the queued work (to read a clock)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+
     def read_counters(self) -> dict[str, float]:
         """The window's sums and the run's counters, in one transfer (the host waits here:
         call it on logging, evaluation and checkpoint steps only). Resets the worst run of
@@ -306,13 +315,17 @@ class Trainer:
             state = {**self.state_dict(), "rng": rng}
             position = {"step": self.step, "epoch": self.epoch, "total_steps": self.total_steps,
                         "step_in_epoch": self.step % self.batches.steps_per_epoch}
+            if self.step_timing is not None:  # a budget run resumes its plan from it
+                position["step_timing"] = self.step_timing.to_dict()
             path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts)
         self.dist.barrier()
         return path
 
     def resume_from(self, checkpoint) -> None:
-        """Load weights, optimizer, scaler, counters and this process's RNG state."""
+        """Load weights, optimizer, scaler, counters, the timing of a time budget's plan and
+        this process's RNG state."""
         checkpoint.load_model(self.raw_model)
+        self.step_timing = StepTiming.from_dict(checkpoint.meta.get("step_timing"))
         state = checkpoint.load_state()
         self.load_state_dict(state)
         rng = state.get("rng") or []

@@ -4,9 +4,11 @@ Reads the sections model, masking, train, eval (batch size and seed of the perio
 evaluation) and tracking, and hands them to `bertcore.pretraining`; `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
-samples and initial model (a changed `train.max_steps` or `train.epochs` extends the run);
-otherwise starts fresh and says why. With `train.nproc_per_node > 1` it relaunches itself
-under torchrun (one process per device); started by torchrun, it joins the process group.
+samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
+extends the run); otherwise starts fresh and says why. `train.max_minutes` ends the run
+early when its steps would not fit in the time (see `bertcore.budget`). With
+`train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
+started by torchrun, it joins the process group.
 """
 
 from __future__ import annotations
