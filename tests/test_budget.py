@@ -24,7 +24,7 @@ from bertcore.errors import ConfigError
 from bertcore.fit import fit
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertForPretraining
-from bertcore.samples import SampleStore
+from bertcore.sample_store import SampleStore
 from bertcore.train import TrainConfig
 from bertcore.trainer import Trainer
 from bertcore.vocab import read_vocab
