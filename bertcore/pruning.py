@@ -76,7 +76,7 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
                                                      seed=data.eval.seed),
                        data.eval.batch_size)
     autocast = resolve_precision("auto", device)
-    seconds = Stopwatch()
+    seconds = PhaseTimer()
 
     def val_metrics(m: BertForPretraining) -> EvalMetrics:
         with seconds("val_metrics"):
@@ -146,7 +146,7 @@ def prune_report(outcome: PruneOutcome, model: BertForPretraining,
     return metrics, details
 
 
-class Stopwatch:
+class PhaseTimer:
     """`with seconds("name"):` adds the block's wall time to `seconds.totals["name"]`."""
 
     def __init__(self):
