@@ -121,8 +121,8 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
     # the processes really draw different dropout masks (else restoring rank 0's RNG state
     # on every process would go unnoticed)
-    state = torch.load(straight / "models" / "checkpoints" / "step-00000080" / "trainer.pt",
-                       weights_only=True)
+    trainer_state = straight / "models" / "checkpoints" / "step-00000080" / "trainer.pt"
+    state = torch.load(trainer_state, weights_only=True)
     assert len(state["rng"]) == 2
     assert not torch.equal(state["rng"][0]["torch"], state["rng"][1]["torch"])
 
