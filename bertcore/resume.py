@@ -19,11 +19,11 @@ from typing import Any
 
 from bertcore.checkpoint import (
     Checkpoint,
-    CheckpointDir,
     changed_fingerprints,
     fingerprint_files,
     fingerprint_params,
 )
+from bertcore.dotted import flatten
 from bertcore.vocab import vocab_fingerprint
 
 SAMPLE_ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
@@ -86,12 +86,12 @@ class ResumePlan:
         return self.checkpoint is not None and self.previous_total is not None
 
 
-def plan_resume(checkpoints: CheckpointDir, fingerprints: Mapping[str, str],
+def plan_resume(latest: Checkpoint | None, fingerprints: Mapping[str, str],
                 params: Mapping[str, Any], total_steps: int) -> ResumePlan:
-    """Decide from the latest checkpoint; `params` (the optimisation params, length
-    included) only serve to name what changed. `total_steps`: where this run would end if it
-    resumed the latest checkpoint (with a time budget: as re-planned from its timing)."""
-    latest = checkpoints.latest()
+    """Decide from the latest intact checkpoint (`CheckpointDir.latest()`, which verifies
+    every file: read it once); `params` (the optimisation params, length included) only serve
+    to name what changed. `total_steps`: where this run would end if it resumed `latest` (with
+    a time budget: as re-planned from its timing)."""
     if latest is None:
         return ResumePlan(None)
     changed = [k for k in changed_fingerprints(latest.fingerprints, fingerprints) if k != LENGTH]
@@ -130,14 +130,3 @@ def param_changes(meta: Mapping[str, Any], current: Mapping[str, Any]) -> str:
         return ""
     shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:5])
     return f" ({shown}{', ...' if len(keys) > 5 else ''})"
-
-
-def flatten(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"train": {"batch_size": 32}}` -> `{"train.batch_size": 32}`."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{prefix}{key}."))
-        else:
-            flat[f"{prefix}{key}"] = value
-    return flat

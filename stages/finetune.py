@@ -19,6 +19,7 @@ import click
 
 from bertcore.atomic import atomic_dir
 from bertcore.devices import resolve_device
+from bertcore.dotted import flatten
 from bertcore.errors import BertError
 from bertcore.finetune import FinetuneConfig, finetune_report, run_comparison
 from bertcore.hf import export_hf_classifier
@@ -42,7 +43,7 @@ from stages.options import (
     stage_options,
     vocab_option,
 )
-from stages.params import flatten, load_params, parse_section
+from stages.params import load_params, parse_section
 from stages.pretrain import load_pretrained
 from stages.report import write_report
 

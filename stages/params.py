@@ -167,15 +167,3 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
             return value
         raise ConfigError(key, f"expected a string, got {value!r}")
     return value
-
-
-def flatten(params: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """`{"train": {"batch_size": 32}}` -> `{"train.batch_size": 32}` (for MLflow params)."""
-    flat: dict[str, Any] = {}
-    for key, value in params.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(flatten(value, f"{name}."))
-        else:
-            flat[name] = value
-    return flat

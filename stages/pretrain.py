@@ -21,6 +21,7 @@ from pathlib import Path
 
 import click
 
+from bertcore.dotted import flatten
 from bertcore.errors import BertError
 from bertcore.evaluation import EvalConfig
 from bertcore.hf import load_model
@@ -32,7 +33,7 @@ from bertcore.train import TrainConfig
 from bertcore.vocab import VOCAB_FILE, read_vocab
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
-from stages.params import flatten, load_params, parse_section
+from stages.params import load_params, parse_section
 from stages.report import details_file
 
 log = logging.getLogger("bert.pretrain")

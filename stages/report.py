@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.atomic import write_json
+from bertcore.dotted import flatten
 
 DETAILS_SUFFIX = "_details"
 
@@ -42,14 +43,8 @@ def write_report(metrics_file: str | os.PathLike, metrics: Mapping[str, Any],
 def scalar_leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
     """Nested numbers and strings under dotted names, for MLflow tags: {"a": {"b": 1}} ->
     {"a.b": 1}; lists and nulls are left out (they stay in the JSON artifact)."""
-    flat: dict[str, Any] = {}
-    for key, value in values.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            flat.update(scalar_leaves(value, f"{name}."))
-        elif isinstance(value, int | float | str | bool):
-            flat[name] = value
-    return flat
+    return {name: value for name, value in flatten(values, prefix).items()
+            if isinstance(value, int | float | str | bool)}
 
 
 def track_report(tracker: Any, files: tuple[Path, Path], results: Mapping[str, float],

@@ -10,6 +10,7 @@ import pytest
 from conftest import REPO, assert_one_line_error, run_bert
 
 from bertcore.corpus import CorpusConfig
+from bertcore.dotted import flatten
 from bertcore.errors import ConfigError, require
 from bertcore.evaluation import EvalConfig
 from bertcore.finetune import FinetuneConfig
@@ -20,7 +21,7 @@ from bertcore.samples import SamplesConfig
 from bertcore.tracking import TrackingConfig
 from bertcore.train import TrainConfig
 from bertcore.vocab import VocabConfig
-from stages.params import flatten, load_params, parse_section
+from stages.params import load_params, parse_section
 
 
 @dataclasses.dataclass(frozen=True)
