@@ -211,7 +211,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     latest = checkpoints.latest()
     timing = StepTiming.from_dict(latest.meta.get("step_timing")) if latest else None
     total_steps = budget.total(configured_steps, timing) if budget and timing else configured_steps
-    plan = plan_resume(checkpoints, fingerprints, config.optimisation(), total_steps)
+    plan = plan_resume(latest, fingerprints, config.optimisation(), total_steps)
     if plan.notice and dist.is_main and not plan.extends:
         log.warning("%s", plan.notice)
 

@@ -114,9 +114,9 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     checkpoints = CheckpointDir(tmp_path / "ckpt")
     model = BertForPretraining(tiny_config(len(read_vocab(data / "vocab"))))
     checkpoints.save(4, model, {"step": 4}, {"fingerprints": same, "params": params})
-    assert plan_resume(checkpoints, same, params, 8).checkpoint.step == 4
-    longer = plan_resume(checkpoints, run_fingerprints(params, data / "vocab",
-                                                       data / "samples", 12), params, 12)
+    assert plan_resume(checkpoints.latest(), same, params, 8).checkpoint.step == 4
+    longer_run = run_fingerprints(params, data / "vocab", data / "samples", 12)
+    longer = plan_resume(checkpoints.latest(), longer_run, params, 12)
     assert longer.extends and longer.previous_total == 8
 
     samples = tmp_path / "samples"
@@ -134,7 +134,7 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
         ("samples", run_fingerprints(params, data / "vocab", samples, 8)),
         ("vocab", run_fingerprints(params, vocab, data / "samples", 8)),
     ):
-        plan = plan_resume(checkpoints, fingerprints, params, 8)
+        plan = plan_resume(checkpoints.latest(), fingerprints, params, 8)
         assert plan.checkpoint is None, what
         assert f"made with other {what}: starting fresh" in plan.notice, plan.notice
 
