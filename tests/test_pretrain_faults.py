@@ -99,11 +99,16 @@ def test_a_damaged_checkpoint_is_set_aside_and_the_result_is_bitwise_uninterrupt
         "step-00000008.damaged-3"]  # never pruned
 
 
-def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
+def _endless_run_params(workdir, checkpoint_every: int) -> None:
+    """A run that goes on until it is stopped, logging every step, without evaluations."""
     write_params(workdir / "params.yaml",
-                 train={"max_steps": 100000, "checkpoint_every": 5, "eval_every": 0,
-                        "log_every": 1},
+                 train={"max_steps": 100000, "checkpoint_every": checkpoint_every,
+                        "eval_every": 0, "log_every": 1},
                  tracking={"enabled": False})
+
+
+def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
+    _endless_run_params(workdir, checkpoint_every=5)
     first = start_bert("pretrain", cwd=workdir)
     try:
         wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 12, first)  # past 2 saves
@@ -122,10 +127,7 @@ def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
 
 
 def test_a_lock_left_by_a_killed_run_is_taken_over(workdir):
-    write_params(workdir / "params.yaml",
-                 train={"max_steps": 100000, "checkpoint_every": 3, "eval_every": 0,
-                        "log_every": 1},
-                 tracking={"enabled": False})
+    _endless_run_params(workdir, checkpoint_every=3)
     killed = start_bert("pretrain", cwd=workdir)
     wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 4, killed)
     killed.kill()  # SIGKILL, as the OOM killer does
