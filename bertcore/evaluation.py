@@ -9,13 +9,13 @@ frequent masked token, and always predicting the more frequent NSP class.
 
 from __future__ import annotations
 
-import contextlib
 import math
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
 
+from bertcore.devices import autocast
 from bertcore.distributed import Distributed
 from bertcore.errors import require
 from bertcore.model import IGNORE_INDEX
@@ -87,17 +87,12 @@ def evaluate(
     # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
     sums = torch.zeros(7, dtype=torch.float64, device=device)
     label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
-    autocast = (
-        torch.autocast(device_type=device.type, dtype=autocast_dtype)
-        if autocast_dtype is not None
-        else contextlib.nullcontext()
-    )
     try:
         for number, batch in enumerate(batches):
             if max_batches is not None and number >= max_batches:
                 break
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
-            with autocast:
+            with autocast(device, autocast_dtype):
                 out = model(**batch)
             # counted without data-dependent shapes: the device is read once, at the end
             targets = batch["mlm_targets"].flatten()

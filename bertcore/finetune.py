@@ -10,7 +10,6 @@ tell what pretraining bought.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import math
 import time
@@ -23,7 +22,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from bertcore.classifier import BertForSequenceClassification
-from bertcore.devices import resolve_precision
+from bertcore.devices import autocast, resolve_precision
 from bertcore.errors import require
 from bertcore.model import BertConfig, BertForPretraining
 from bertcore.schedule import linear_warmup_decay
@@ -148,7 +147,8 @@ def train_classifier(
     autocast_dtype = resolve_precision("auto", device)
     order_rng = np.random.default_rng(config.seed)
     torch.manual_seed(config.seed + 1)  # dropout
-    step, window, window_loss = 0, 0, 0.0
+    step, window = 0, 0
+    window_loss = torch.zeros((), device=device)  # summed on the device, read at log steps
     last_loss = math.nan
     # disable=None: a bar only on a terminal
     bar = tqdm(total=total, desc=name, unit="step", leave=False, dynamic_ncols=True, disable=None)
@@ -161,7 +161,7 @@ def train_classifier(
                 batch = train.batch(order[start : start + config.batch_size].tolist(), pad_id)
                 batch = {k: v.to(device) for k, v in batch.items()}
                 labels = batch.pop("labels")
-                with _autocast(device, autocast_dtype):
+                with autocast(device, autocast_dtype):
                     logits = model(**batch)
                 loss = F.cross_entropy(logits.float(), labels)
                 optimizer.zero_grad(set_to_none=True)
@@ -172,13 +172,14 @@ def train_classifier(
                 step += 1
                 bar.update(1)
                 window += 1
-                window_loss += loss.item()
+                window_loss += loss.detach()
                 if step % log_every == 0 or step == total:
-                    last_loss = window_loss / window
+                    last_loss = float(window_loss) / window
                     if on_log:
                         on_log(step, last_loss)
                     bar.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
-                    window, window_loss = 0, 0.0
+                    window = 0
+                    window_loss.zero_()
     return step, last_loss
 
 
@@ -194,7 +195,7 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
         for start in range(0, len(data), batch_size):
             batch = data.batch(list(range(start, min(start + batch_size, len(data)))), pad_id)
             batch.pop("labels")
-            with _autocast(device, autocast_dtype):
+            with autocast(device, autocast_dtype):
                 logits = model(**{k: v.to(device) for k, v in batch.items()})
             predictions.append(logits.argmax(dim=-1).cpu().numpy())
     finally:
@@ -264,12 +265,6 @@ def majority_scores(train: EncodedExamples, test: EncodedExamples, num_classes: 
     """Always predicting the most frequent training class."""
     majority = int(np.bincount(train.labels, minlength=num_classes).argmax())
     return scores(np.full(len(test), majority), np.asarray(test.labels), num_classes)
-
-
-def _autocast(device: torch.device, dtype: torch.dtype | None):
-    if dtype is None:
-        return contextlib.nullcontext()
-    return torch.autocast(device_type=device.type, dtype=dtype)
 
 
 def finetune_report(task: str, description: str, result: Comparison, labels: list[str],
