@@ -35,6 +35,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertcore.sample_store import SampleStore
+
 REPO = Path(__file__).resolve().parents[1]
 
 
@@ -79,24 +81,13 @@ def read_eval(path: Path) -> dict:
 
 
 # --------------------------------------------------------------------------- the reference
-class Samples:
-    """The train split of a samples folder, read straight from its .npy files."""
-
-    def __init__(self, split_dir: Path):
-        self.ids = np.load(split_dir / "input_ids.npy", mmap_mode="r")
-        self.offsets = np.load(split_dir / "offsets.npy")
-        self.b_start = np.load(split_dir / "segment_b_start.npy")
-        self.random_next = np.load(split_dir / "is_random_next.npy")
-
-    def __len__(self) -> int:
-        return len(self.random_next)
-
-    def example(self, i: int) -> dict:
-        ids = self.ids[self.offsets[i] : self.offsets[i + 1]].astype(np.int64)
-        types = np.zeros_like(ids)
-        types[int(self.b_start[i]) :] = 1
-        return {"input_ids": ids.tolist(), "token_type_ids": types.tolist(),
-                "next_sentence_label": int(self.random_next[i])}
+def reference_example(store: SampleStore, i: int) -> dict:
+    """Sample i as transformers' collator takes it (token types from B's start)."""
+    ids, b_start, random_next = store[i]
+    types = np.zeros(len(ids), dtype=np.int64)
+    types[b_start:] = 1
+    return {"input_ids": ids.astype(np.int64).tolist(), "token_type_ids": types.tolist(),
+            "next_sentence_label": random_next}
 
 
 def train_reference(work: Path, budget_s: float, batch_size: int, lr: float, seed: int) -> dict:
@@ -114,7 +105,7 @@ def train_reference(work: Path, budget_s: float, batch_size: int, lr: float, see
     model.train()
     tokenizer = transformers.BertTokenizerFast.from_pretrained(work / "data/vocab")
     collator = transformers.DataCollatorForLanguageModeling(tokenizer, mlm_probability=0.15)
-    samples = Samples(work / "data/samples/train")
+    samples = SampleStore(work / "data/samples/train")
     decay = [p for n, p in model.named_parameters() if p.ndim >= 2]
     no_decay = [p for n, p in model.named_parameters() if p.ndim < 2]
     optimizer = torch.optim.AdamW([{"params": decay, "weight_decay": 0.01},
@@ -131,7 +122,8 @@ def train_reference(work: Path, budget_s: float, batch_size: int, lr: float, see
             group["lr"] = lr * scale
         if cursor + batch_size > len(order):
             order, cursor = rng.permutation(len(samples)), 0
-        batch = collator([samples.example(int(i)) for i in order[cursor : cursor + batch_size]])
+        batch = collator([reference_example(samples, int(i))
+                            for i in order[cursor : cursor + batch_size]])
         cursor += batch_size
         out = model(**batch)
         out.loss.backward()
