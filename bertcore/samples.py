@@ -306,7 +306,7 @@ def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
 def _check_random_b_sources(corpus_file: Path, documents: np.ndarray, flags: np.ndarray) -> None:
     """Every document that can give an A must have a document outside its neighbourhood."""
     n_docs = len(documents) - 1
-    excluded = 1 + (flags & 1) + (flags >> 1)
+    excluded = 1 + (flags & 1).astype(np.int64) + (flags >> 1)  # int: uint8 overflows past 255
     pairable = np.diff(documents[:, 0]) >= 2
     stuck = np.flatnonzero(pairable & (n_docs - excluded < 1))
     if len(stuck):

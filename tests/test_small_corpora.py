@@ -18,9 +18,10 @@ from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.corpus import CorpusConfig, build_corpus
-from bertcore.corpus.parts import plan_parts, read_parts
+from bertcore.corpus.parts import neighbour_flags, plan_parts, read_parts
+from bertcore.errors import BertError
 from bertcore.sample_store import SampleStore
-from bertcore.samples import SamplesConfig, build_samples
+from bertcore.samples import SamplesConfig, _check_random_b_sources, build_samples
 from bertcore.vocab import VocabConfig, load_tokenizer, save_vocab, train_tokenizer
 
 
@@ -149,6 +150,20 @@ def test_many_documents_stay_whole(tmp_path):
 
 MARKERS = ["apple", "brick", "cloud", "dune", "eagle", "fern", "grape", "harbor", "island",
            "jungle", "kettle", "lemon", "mango", "nickel", "olive", "pepper"]
+
+
+def test_random_b_check_counts_parts_past_255(tmp_path):
+    """The check that every part has a random-B source beyond its neighbours counts in ints:
+    with 300 parts (> 255, the range of the uint8 neighbour flags) it passes; with three parts
+    of one document the middle one has none and the user is told so."""
+    many = 300
+    documents = np.arange(0, 2 * many + 1, 2, dtype=np.int64)[:, None]  # 2 sentences each
+    flags = neighbour_flags([[0, p] for p in range(many)], np.arange(many))
+    assert flags[1] == 3
+    _check_random_b_sources(tmp_path / "train.txt", documents, flags)
+    flags = neighbour_flags([[0, 0], [0, 1], [0, 2]], np.arange(3))
+    with pytest.raises(BertError, match="part 1 has no other part"):
+        _check_random_b_sources(tmp_path / "train.txt", documents[:4], flags)
 
 
 def test_random_b_never_comes_from_its_own_or_a_neighbouring_part(tmp_path):
