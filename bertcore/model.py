@@ -166,6 +166,8 @@ class ModelParams:
 
     preset: str = "tiny"
     init_from: str | None = None  # null: random init; or a BERT folder in Hugging Face format
+    # Random init only: heads start on their neighbours (bertcore.local_init); false: BERT's init
+    local_attention_init: bool = True
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
@@ -193,7 +195,8 @@ class ModelParams:
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("preset", "init_from") and getattr(self, f.name) is not None
+            if f.name not in ("preset", "init_from", "local_attention_init")
+            and getattr(self, f.name) is not None
         }
 
     def to_config(self, vocab_size: int) -> BertConfig:

@@ -29,6 +29,7 @@ from bertcore.evaluation import EvalConfig, evaluate
 from bertcore.fit import FitResult, fit
 from bertcore.hf import export_hf, save_model
 from bertcore.init_model import InitModel
+from bertcore.local_init import init_local_attention
 from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.model import BertConfig, BertForPretraining, ModelParams
 from bertcore.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
@@ -224,6 +225,8 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
         model = init.load()
     else:
         model = BertForPretraining(inputs.model_config)
+        if init is None and config.model.local_attention_init:
+            init_local_attention(model)
     torch.manual_seed(train.seed + 1 + dist.rank)
 
     # MLflow before any training: an unreachable store fails now, in one line.

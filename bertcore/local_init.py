@@ -1,0 +1,76 @@
+"""Local attention init: every head starts out looking at one neighbouring token.
+
+A freshly initialised BERT attends almost uniformly (the logits q.k are ~0.05 at
+initializer_range 0.02). A small model on a small corpus then spends thousands of steps on a
+plateau where it predicts masked tokens from word frequencies and the bag of words around
+them, before its heads find the neighbouring tokens: a 2-layer model on 0.35 M characters of
+news stayed at 0.14 val MLM accuracy from step 400 to step 1500 (attention entropy 4.4-4.7 of
+a uniform 4.85), while counting left and right neighbours alone predicts 0.32. Starting the
+heads on their neighbours skips that plateau (0.23 at step 600 on the same corpus).
+
+How (only the initial weights change: the architecture is BERT's, training is free to move
+them, and the exported model loads in transformers like any other):
+- position embeddings are sinusoids (Vaswani et al. 2017) whose frequencies are spread over
+  [0.3, 2.8] radians per position, so that moving by s positions is one fixed rotation of
+  every (sin, cos) pair and positions a few steps apart look unalike;
+- head k of every layer takes a share of those pairs and a shift s_k = +1, -1, +2, -2, ...;
+  its query reads the pairs at position i, its key reads them at j rotated by s_k, so
+  q_i . k_j peaks at j = i - s_k: head 1 looks at the previous token, head 2 at the next one.
+  These weights are added to BERT's random init, which keeps the heads from being exact
+  copies of each other and leaves their token features free to grow.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from bertcore.model import BertForPretraining
+
+# Attention sharpness: q.k / sqrt(head_size) reaches ~20 at the neighbour, so a fresh head
+# puts ~99% of its weight there. Weaker (1-2) barely helped in our measurements.
+SHARPNESS = 4.0
+# Position embeddings' std, in units of initializer_range (token embeddings have 1): the
+# positions must stand out of the token embeddings after LayerNorm for the heads to find
+# their neighbours (at 1 they hardly helped, at 2 they did).
+POSITION_SCALE = 2.0
+FREQUENCIES = (0.3, 2.8)  # radians per position of the (sin, cos) pairs
+SHIFTS = (1, -1, 2, -2)  # head k looks at position i - SHIFTS[k % 4]
+
+
+@torch.no_grad()
+def init_local_attention(model: BertForPretraining) -> None:
+    """Set `model`'s position embeddings and query/key weights as described above (in place)."""
+    config = model.config
+    positions = model.embeddings.positions.weight
+    length, hidden = positions.shape
+    pairs = hidden // 2
+    freq = torch.linspace(*FREQUENCIES, pairs, dtype=torch.float64)
+    angle = torch.arange(length, dtype=torch.float64)[:, None] * freq
+    table = torch.zeros(length, hidden, dtype=torch.float64)
+    table[:, 0 : 2 * pairs : 2] = torch.sin(angle)
+    table[:, 1 : 2 * pairs : 2] = torch.cos(angle)
+    # sin/cos have std 1/sqrt(2)
+    positions.copy_(table * POSITION_SCALE * config.initializer_range * 2**0.5)
+
+    for layer in model.layers:
+        attention = layer.attention
+        size, heads = attention.head_size, attention.num_heads
+        width = heads * size
+        weight = attention.qkv.weight  # rows: [q; k; v], head by head
+        for head in range(heads):
+            # this head's pairs: every heads-th one, so each head sees all frequency ranges
+            own = (torch.arange(size // 2) * heads + head) % pairs
+            rows = torch.arange(size // 2)
+            read = torch.zeros(size, hidden, dtype=torch.float64)  # picks the head's pairs
+            read[2 * rows, 2 * own] = 1
+            read[2 * rows + 1, 2 * own + 1] = 1
+            turn = SHIFTS[head % len(SHIFTS)] * freq
+            cos, sin = torch.cos(turn), torch.sin(turn)
+            rotate = torch.zeros(hidden, hidden, dtype=torch.float64)  # (sin a, cos a) at a+turn
+            even, odd = torch.arange(0, 2 * pairs, 2), torch.arange(1, 2 * pairs, 2)
+            rotate[even, even], rotate[even, odd] = cos, sin
+            rotate[odd, even], rotate[odd, odd] = -sin, cos
+            query = slice(head * size, (head + 1) * size)
+            key = slice(width + head * size, width + (head + 1) * size)
+            weight[query] += (SHARPNESS**0.5 * read).to(weight.dtype)
+            weight[key] += (SHARPNESS**0.5 * read @ rotate).to(weight.dtype)
