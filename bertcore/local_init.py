@@ -6,7 +6,9 @@ plateau where it predicts masked tokens from word frequencies and the bag of wor
 them, before its heads find the neighbouring tokens: a 2-layer model on 0.35 M characters of
 news stayed at 0.14 val MLM accuracy from step 400 to step 1500 (attention entropy 4.4-4.7 of
 a uniform 4.85), while counting left and right neighbours alone predicts 0.32. Starting the
-heads on their neighbours skips that plateau (0.23 at step 600 on the same corpus).
+heads on their neighbours skips that plateau. Val MLM accuracy after 600 steps of the default
+params, BERT's init -> this one: news 0.138 -> 0.221, Python docs 0.132 -> 0.190, six licence
+texts 0.118 -> 0.318, a novel 0.131 -> 0.214, Chinese 0.163 -> 0.303.
 
 How (only the initial weights change: the architecture is BERT's, training is free to move
 them, and the exported model loads in transformers like any other):
@@ -27,11 +29,11 @@ import torch
 from bertcore.model import BertForPretraining
 
 # Attention sharpness: q.k / sqrt(head_size) reaches ~20 at the neighbour, so a fresh head
-# puts ~99% of its weight there. Weaker (1-2) barely helped in our measurements.
+# puts most of its weight there (news, 600 steps: 0.226 at 4, 0.221 at 2).
 SHARPNESS = 4.0
 # Position embeddings' std, in units of initializer_range (token embeddings have 1): the
-# positions must stand out of the token embeddings after LayerNorm for the heads to find
-# their neighbours (at 1 they hardly helped, at 2 they did).
+# positions must stand out of the token embeddings after LayerNorm (news, 600 steps, sharpness
+# 2: 0.146 at scale 1, 0.221 at 2, 0.203 at 3; sinusoids at scale 2 alone, BERT's q/k: 0.135).
 POSITION_SCALE = 2.0
 FREQUENCIES = (0.3, 2.8)  # radians per position of the (sin, cos) pairs
 SHIFTS = (1, -1, 2, -2)  # head k looks at position i - SHIFTS[k % 4]

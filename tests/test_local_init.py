@@ -109,7 +109,7 @@ def mlm_accuracy_after(local: bool, steps: int) -> float:
 
 def test_local_init_learns_from_neighbours_where_bert_init_is_still_guessing():
     """80 steps on a language where only the neighbours tell the masked token: BERT's init is
-    still near chance (1/55), the local init has learnt most of it (measured 0.02 vs 0.8)."""
+    still near chance (1/55), the local init has learnt most of it (measured 0.06 vs 0.73)."""
     plain, local = mlm_accuracy_after(False, 80), mlm_accuracy_after(True, 80)
     assert plain < 0.2, plain
     assert local > 0.5, local
