@@ -61,20 +61,19 @@ def init_local_attention(model: BertForPretraining) -> None:
         size, heads = attention.head_size, attention.num_heads
         width = heads * size
         weight = attention.qkv.weight  # rows: [q; k; v], head by head
+        sin_rows, cos_rows = torch.arange(0, size - 1, 2), torch.arange(1, size, 2)
         for head in range(heads):
             # this head's pairs: every heads-th one, so each head sees all frequency ranges
             own = (torch.arange(size // 2) * heads + head) % pairs
-            rows = torch.arange(size // 2)
-            read = torch.zeros(size, hidden, dtype=torch.float64)  # picks the head's pairs
-            read[2 * rows, 2 * own] = 1
-            read[2 * rows + 1, 2 * own + 1] = 1
-            turn = SHIFTS[head % len(SHIFTS)] * freq
-            cos, sin = torch.cos(turn), torch.sin(turn)
-            rotate = torch.zeros(hidden, hidden, dtype=torch.float64)  # (sin a, cos a) at a+turn
-            even, odd = torch.arange(0, 2 * pairs, 2), torch.arange(1, 2 * pairs, 2)
-            rotate[even, even], rotate[even, odd] = cos, sin
-            rotate[odd, even], rotate[odd, odd] = -sin, cos
-            query = slice(head * size, (head + 1) * size)
-            key = slice(width + head * size, width + (head + 1) * size)
-            weight[query] += (SHARPNESS**0.5 * read).to(weight.dtype)
-            weight[key] += (SHARPNESS**0.5 * read @ rotate).to(weight.dtype)
+            turn = SHIFTS[head % len(SHIFTS)] * freq[own]
+            # query: the pairs (sin a, cos a) at position i; key: the same pairs at j turned
+            # on by the shift, (sin(a + turn), cos(a + turn))
+            query = torch.zeros(size, hidden, dtype=torch.float64)
+            key = torch.zeros(size, hidden, dtype=torch.float64)
+            query[sin_rows, 2 * own] = 1
+            query[cos_rows, 2 * own + 1] = 1
+            key[sin_rows, 2 * own], key[sin_rows, 2 * own + 1] = torch.cos(turn), torch.sin(turn)
+            key[cos_rows, 2 * own], key[cos_rows, 2 * own + 1] = -torch.sin(turn), torch.cos(turn)
+            rows = slice(head * size, (head + 1) * size)
+            weight[rows] += (SHARPNESS**0.5 * query).to(weight.dtype)
+            weight[width:][rows] += (SHARPNESS**0.5 * key).to(weight.dtype)

@@ -192,11 +192,11 @@ class ModelParams:
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""
+        config_fields = {f.name for f in dataclasses.fields(BertConfig)}
         return {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name not in ("preset", "init_from", "local_attention_init")
-            and getattr(self, f.name) is not None
+            if f.name in config_fields and getattr(self, f.name) is not None
         }
 
     def to_config(self, vocab_size: int) -> BertConfig:

@@ -7,6 +7,9 @@ import json
 
 import pytest
 import torch
+from conftest import ONE_THREAD, run_bert
+from safetensors.torch import load_file
+from tiny_pretrain import build_data, write_params
 
 from bertcore.local_init import SHIFTS, init_local_attention
 from bertcore.model import IGNORE_INDEX, BertConfig, BertForPretraining
@@ -119,10 +122,6 @@ def test_local_init_learns_from_neighbours_where_bert_init_is_still_guessing():
 def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_path, local):
     """`model.local_attention_init` reaches the stage: after one step at a negligible learning
     rate the saved position embeddings are the sinusoids of the local init, or BERT's noise."""
-    from conftest import ONE_THREAD, run_bert
-    from safetensors.torch import load_file
-    from tiny_pretrain import build_data, write_params
-
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml",
                  model={"local_attention_init": local},
@@ -132,8 +131,8 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
     proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr
     saved = load_file(tmp_path / "models" / "pretrained" / "model.safetensors")
-    fresh = BertForPretraining(BertConfig.from_dict(
-        {**json.loads((tmp_path / "models" / "pretrained" / "config.json").read_text())}))
+    config = json.loads((tmp_path / "models" / "pretrained" / "config.json").read_text())
+    fresh = BertForPretraining(BertConfig.from_dict(config))
     init_local_attention(fresh)
     sinusoids = fresh.embeddings.positions.weight
     positions = saved["embeddings.positions.weight"]
