@@ -17,7 +17,7 @@ import bertcore.samples as samples_module
 from bertcore.errors import BertError
 from bertcore.nsp import pair_document, truncation
 from bertcore.sample_store import SampleStore, arrays_sha256_of_files, check_vocab, read_meta
-from bertcore.samples import SamplesConfig, build_samples
+from bertcore.samples import VAL_MAX_PASSES, SamplesConfig, build_samples
 from bertcore.vocab import (
     CLS_ID,
     SEP_ID,
@@ -100,9 +100,31 @@ def test_layout_and_invariants(data, tmp_path):
     assert meta["train"]["nsp_random_fraction"] == pytest.approx(fraction, abs=1e-4)
     assert 0.45 < fraction < 0.55
     assert meta["val"]["count"] == len(SampleStore(tmp_path / "s" / "val")) > 0
-    assert meta["train"]["documents"] == 160 and meta["val"]["dupe_factor"] == 1
+    assert meta["train"]["documents"] == 160
+    # val: 12 documents never give val_pairs=1000 pairs, so it got every pass it may
+    assert meta["val"]["dupe_factor"] == VAL_MAX_PASSES and meta["val"]["count"] < 1000
     assert read_meta(tmp_path / "s")["vocab_fingerprint"] == vocab_fingerprint(data / "vocab")
     assert not (tmp_path / "s" / ".work").exists()
+
+
+def test_val_gets_passes_until_it_holds_val_pairs(data, tmp_path):
+    """Val pass after pass until `val_pairs`: the first pass is the one-pass val, each pass
+    pairs the same documents anew, and pairing stops at the first pass that reaches the count."""
+    one = build(data, tmp_path / "one", val_pairs=0)["val"]
+    assert one["dupe_factor"] == 1
+    want = 2 * one["count"] + 1
+    some = build(data, tmp_path / "some", val_pairs=want)["val"]
+    passes, count = some["dupe_factor"], some["count"]
+    assert 2 <= passes < VAL_MAX_PASSES and count >= want
+    # one pair more than those passes hold takes exactly one more pass
+    more = build(data, tmp_path / "more", val_pairs=count + 1)["val"]
+    assert more["dupe_factor"] == passes + 1 and more["count"] > count
+    first, some_store, more_store = (SampleStore(tmp_path / name / "val")
+                                     for name in ("one", "some", "more"))
+    assert all(np.array_equal(first[i][0], some_store[i][0]) for i in range(len(first)))
+    assert all(np.array_equal(some_store[i][0], more_store[i][0]) for i in range(count))
+    second_pass = {tuple(some_store[i][0]) for i in range(len(first), 2 * len(first))}
+    assert len(second_pass - {tuple(first[i][0]) for i in range(len(first))}) > len(first) // 2
 
 
 def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
