@@ -11,6 +11,9 @@ reference trained for the same wall clock, both scored by the same held-out metr
    time elapsed, not a planned step count, so the reference uses the whole budget whatever
    the load of the machine does meanwhile (Cramming's budget-based schedule).
 3. Scores both with `bert evaluate` on the same val samples and the same fixed masks.
+4. Scores a model-free NSP baseline on the same val pairs: the TF-IDF cosine of A's and B's
+   bags of words, "random" below a threshold fitted on the train pairs. It says how much of
+   NSP a corpus gives away through shared words (its topic cue), the cue NSP mostly learns.
 
 The last line is machine-readable:
 
@@ -78,6 +81,44 @@ def read_eval(path: Path) -> dict:
     counts."""
     details = path.with_name(f"{path.stem}_details.json")
     return {**json.loads(path.read_text()), **json.loads(details.read_text())}
+
+
+# --------------------------------------------------------------------------- NSP baseline
+def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -> float:
+    """Val NSP accuracy of "B is random when the TF-IDF cosine of A and B is below t", with
+    t fitted on (at most `limit` of) the train pairs; idf over the train pairs."""
+
+    def bags(store: SampleStore, n: int):
+        for i in range(n):
+            ids, b_start, random_next = store[i]
+            yield (np.unique(ids[1 : b_start - 1], return_counts=True),
+                   np.unique(ids[b_start:-1], return_counts=True), random_next)
+
+    n_train = min(len(train), limit)
+    frequency = np.zeros(int(train.input_ids.max()) + 1)
+    for (a, _), (b, _), _ in bags(train, n_train):
+        frequency[np.union1d(a, b)] += 1
+    idf = np.log((n_train + 1) / (frequency + 1)) + 1.0
+
+    def cosines(store: SampleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
+        scores, labels = np.zeros(n), np.zeros(n, dtype=bool)
+        for i, ((a, ca), (b, cb), random_next) in enumerate(bags(store, n)):
+            wa, wb = ca * idf[np.minimum(a, len(idf) - 1)], cb * idf[np.minimum(b, len(idf) - 1)]
+            _, ia, ib = np.intersect1d(a, b, assume_unique=True, return_indices=True)
+            scores[i] = (wa[ia] @ wb[ib]) / max(np.linalg.norm(wa) * np.linalg.norm(wb), 1e-12)
+            labels[i] = bool(random_next)
+        return scores, labels
+
+    scores, labels = cosines(train, n_train)
+    order = np.argsort(scores)
+    # predicting "random" for the k lowest scores: right on the random ones among them and
+    # on the follow-ons above them
+    right = np.concatenate([[0], np.cumsum(labels[order])]) + np.concatenate(
+        [np.cumsum((~labels[order])[::-1])[::-1], [0]])
+    k = int(np.argmax(right))
+    threshold = scores[order[k]] if k < n_train else np.inf
+    val_scores, val_labels = cosines(val, len(val))
+    return float(np.mean((val_scores < threshold) == val_labels))
 
 
 # --------------------------------------------------------------------------- the reference
@@ -170,6 +211,8 @@ def main() -> None:
         run_stage("evaluate", ["--model", "ref_model", "--out", "metrics/ref_eval.json"],
                   overrides, work)
         ref_eval = read_eval(work / "metrics/ref_eval.json")
+        bow_nsp = bag_of_words_nsp(SampleStore(work / "data/samples/train"),
+                                   SampleStore(work / "data/samples/val"))
 
     mine = ours["eval"]
     base = mine["mlm_baseline_accuracy"]
@@ -181,6 +224,8 @@ def main() -> None:
                                  ("reference", ref_eval, ref["steps"], ref["seconds"])):
         print(f"| {name} | {e['mlm_accuracy']:.4f} | {e['mlm_accuracy'] / max(base, 1e-9):.2f} "
               f"| {e['nsp_accuracy']:.4f} | {e['sequences']} | {steps} | {secs:.0f} |")
+    print(f"| bag of words (TF-IDF cosine of A and B, no model) | | | {bow_nsp:.4f} "
+          f"| {mine['sequences']} | | |")
     total = sum(ours["times"].values())
     print(f"pipeline (corpus..evaluate) {total:.0f} s; most-frequent-token baseline {base:.4f}; "
           f"NSP majority {mine['nsp_baseline_accuracy']:.4f}")
