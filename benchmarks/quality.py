@@ -95,7 +95,7 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
                    np.unique(ids[b_start:-1], return_counts=True), random_next)
 
     n_train = min(len(train), limit)
-    frequency = np.zeros(int(train.input_ids.max()) + 1)
+    frequency = np.zeros(int(max(train.input_ids.max(), val.input_ids.max())) + 1)
     for (a, _), (b, _), _ in bags(train, n_train):
         frequency[np.union1d(a, b)] += 1
     idf = np.log((n_train + 1) / (frequency + 1)) + 1.0
@@ -103,7 +103,7 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
     def cosines(store: SampleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
         scores, labels = np.zeros(n), np.zeros(n, dtype=bool)
         for i, ((a, ca), (b, cb), random_next) in enumerate(bags(store, n)):
-            wa, wb = ca * idf[np.minimum(a, len(idf) - 1)], cb * idf[np.minimum(b, len(idf) - 1)]
+            wa, wb = ca * idf[a], cb * idf[b]
             _, ia, ib = np.intersect1d(a, b, assume_unique=True, return_indices=True)
             scores[i] = (wa[ia] @ wb[ib]) / max(np.linalg.norm(wa) * np.linalg.norm(wb), 1e-12)
             labels[i] = bool(random_next)
