@@ -94,22 +94,23 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
             yield (np.unique(ids[1 : b_start - 1], return_counts=True),
                    np.unique(ids[b_start:-1], return_counts=True), random_next)
 
-    n_train = min(len(train), limit)
+    train_bags = list(bags(train, min(len(train), limit)))
+    n_train = len(train_bags)
     frequency = np.zeros(int(max(train.input_ids.max(), val.input_ids.max())) + 1)
-    for (a, _), (b, _), _ in bags(train, n_train):
+    for (a, _), (b, _), _ in train_bags:
         frequency[np.union1d(a, b)] += 1
     idf = np.log((n_train + 1) / (frequency + 1)) + 1.0
 
-    def cosines(store: SampleStore, n: int) -> tuple[np.ndarray, np.ndarray]:
+    def cosines(pairs, n: int) -> tuple[np.ndarray, np.ndarray]:
         scores, labels = np.zeros(n), np.zeros(n, dtype=bool)
-        for i, ((a, ca), (b, cb), random_next) in enumerate(bags(store, n)):
+        for i, ((a, ca), (b, cb), random_next) in enumerate(pairs):
             wa, wb = ca * idf[a], cb * idf[b]
             _, ia, ib = np.intersect1d(a, b, assume_unique=True, return_indices=True)
             scores[i] = (wa[ia] @ wb[ib]) / max(np.linalg.norm(wa) * np.linalg.norm(wb), 1e-12)
             labels[i] = bool(random_next)
         return scores, labels
 
-    scores, labels = cosines(train, n_train)
+    scores, labels = cosines(train_bags, n_train)
     order = np.argsort(scores)
     # predicting "random" for the k lowest scores: right on the random ones among them and
     # on the follow-ons above them
@@ -117,7 +118,7 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
         [np.cumsum((~labels[order])[::-1])[::-1], [0]])
     k = int(np.argmax(right))
     threshold = scores[order[k]] if k < n_train else np.inf
-    val_scores, val_labels = cosines(val, len(val))
+    val_scores, val_labels = cosines(bags(val, len(val)), len(val))
     return float(np.mean((val_scores < threshold) == val_labels))
 
 

@@ -399,8 +399,8 @@ def build_samples(
         for split, path in corpus_files.items():
             if split == "train":
                 dupe, min_pairs = config.dupe_factor, 0
-            else:  # passes until NSP accuracy on val means something
-                dupe, min_pairs = (VAL_MAX_PASSES, config.val_pairs) if config.val_pairs else (1, 0)
+            else:  # passes until NSP accuracy on val means something (val_pairs 0: one pass)
+                dupe, min_pairs = (VAL_MAX_PASSES if config.val_pairs else 1), config.val_pairs
             other = meta["train"]["documents"] if "train" in meta else None
             meta[split], digests[split] = build_split(
                 Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype,
