@@ -101,16 +101,16 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
         frequency[np.union1d(a, b)] += 1
     idf = np.log((n_train + 1) / (frequency + 1)) + 1.0
 
-    def cosines(pairs, n: int) -> tuple[np.ndarray, np.ndarray]:
-        scores, labels = np.zeros(n), np.zeros(n, dtype=bool)
-        for i, ((a, ca), (b, cb), random_next) in enumerate(pairs):
+    def cosines(pairs) -> tuple[np.ndarray, np.ndarray]:
+        scores, labels = [], []
+        for (a, ca), (b, cb), random_next in pairs:
             wa, wb = ca * idf[a], cb * idf[b]
             _, ia, ib = np.intersect1d(a, b, assume_unique=True, return_indices=True)
-            scores[i] = (wa[ia] @ wb[ib]) / max(np.linalg.norm(wa) * np.linalg.norm(wb), 1e-12)
-            labels[i] = bool(random_next)
-        return scores, labels
+            scores.append((wa[ia] @ wb[ib]) / max(np.linalg.norm(wa) * np.linalg.norm(wb), 1e-12))
+            labels.append(bool(random_next))
+        return np.array(scores), np.array(labels, dtype=bool)
 
-    scores, labels = cosines(train_bags, n_train)
+    scores, labels = cosines(train_bags)
     order = np.argsort(scores)
     # predicting "random" for the k lowest scores: right on the random ones among them and
     # on the follow-ons above them
@@ -118,7 +118,7 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
         [np.cumsum((~labels[order])[::-1])[::-1], [0]])
     k = int(np.argmax(right))
     threshold = scores[order[k]] if k < n_train else np.inf
-    val_scores, val_labels = cosines(bags(val, len(val)), len(val))
+    val_scores, val_labels = cosines(bags(val, len(val)))
     return float(np.mean((val_scores < threshold) == val_labels))
 
 
