@@ -17,7 +17,7 @@ import time
 import numpy as np
 import torch
 
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 VOCAB_SIZE = 30522
 CONTINUATION_SHARE = 0.2  # share of vocabulary ids that are `##` pieces

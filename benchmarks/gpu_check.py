@@ -109,7 +109,7 @@ def model_flops(config, batch: int, length: int) -> float:
     position and segment tables are lookups) + 12 x layers x length x hidden, per token."""
     import torch
 
-    from bertcore.model import BertForPretraining
+    from bertcore.model.bert import BertForPretraining
 
     with torch.device("meta"):
         params = BertForPretraining(config).num_parameters()
@@ -160,10 +160,10 @@ def benchmark_step(sizes, length: int, batch: int, steps: int, warmup: int, devi
     sys.path.insert(0, str(REPO / "benchmarks"))
     from model_step import MAX_PREDICTIONS, hf_inputs, make_batch, ours_inputs
 
-    from bertcore.hf import to_hf_state_dict
-    from bertcore.model import BertConfig, BertForPretraining
-    from bertcore.train import TrainConfig
-    from bertcore.trainer import Trainer
+    from bertcore.model.bert import BertConfig, BertForPretraining
+    from bertcore.model.hf import to_hf_state_dict
+    from bertcore.training.config import TrainConfig
+    from bertcore.training.step import Trainer
 
     config = BertConfig.from_preset(sizes.preset, vocab_size=sizes.vocab,
                                     max_position_embeddings=max(512, length))
@@ -296,15 +296,15 @@ def check_resume(sizes, device) -> str:
     """A run stopped at a checkpoint and resumed draws the same losses as a straight run."""
     import torch
 
-    from bertcore.batches import PretrainingBatches
-    from bertcore.checkpoint import CheckpointDir
-    from bertcore.fit import fit
-    from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-    from bertcore.model import BertConfig, BertForPretraining
-    from bertcore.sample_store import SampleStore
-    from bertcore.train import TrainConfig
-    from bertcore.trainer import Trainer
-    from bertcore.vocab import read_vocab
+    from bertcore.data.samples.store import SampleStore
+    from bertcore.data.vocab.files import read_vocab
+    from bertcore.model.bert import BertConfig, BertForPretraining
+    from bertcore.training.batches import PretrainingBatches
+    from bertcore.training.checkpoint import CheckpointDir
+    from bertcore.training.config import TrainConfig
+    from bertcore.training.loop import fit
+    from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+    from bertcore.training.step import Trainer
 
     tokens = read_vocab("data/vocab")
     store = SampleStore("data/samples/train")

@@ -19,9 +19,9 @@ import time
 
 import torch
 
-from bertcore.hf import to_hf_state_dict
-from bertcore.masking import labels_to_slots
-from bertcore.model import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.hf import to_hf_state_dict
+from bertcore.training.masking import labels_to_slots
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 

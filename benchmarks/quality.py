@@ -38,7 +38,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from bertcore.sample_store import SampleStore
+from bertcore.data.samples.store import SampleStore
 
 REPO = Path(__file__).resolve().parents[1]
 

@@ -1,7 +1,16 @@
-"""bertcore: the library behind the pipeline: data, model, masking, training, export.
+"""bertcore: the library behind the pipeline, in four parts and the utilities they share.
 
-It knows nothing of params.yaml or of the pipeline's folders; the `stages` package turns
-params into the typed config objects defined here and passes them in.
+    data/        what the stages before training write: corpus/ (raw text -> sentences),
+                 vocab/ (WordPiece), samples/ (NSP pairs as arrays)
+    model/       BERT itself, its inits, the classifier, Hugging Face import and export
+    training/    pretraining: config, masking and batches, one step, the loop, checkpoints
+                 and resuming, the time budget, evaluation, devices and processes
+    downstream/  what uses a pretrained model: fine-tuning on a task, pruning heads
+    common/      errors, atomic outputs, locks, fingerprints, MLflow tracking
+
+Imports point one way: common <- data <- model <- training <- downstream. The library knows
+nothing of params.yaml or of the pipeline's folders: the `stages` package turns params into
+the typed config objects defined here and passes them in. ARCHITECTURE.md has the whole map.
 """
 
 __version__ = "0.1.0"

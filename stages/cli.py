@@ -12,8 +12,8 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import NoSpaceError
-from bertcore.errors import BertError
+from bertcore.common.atomic import NoSpaceError
+from bertcore.common.errors import BertError
 
 # name -> "module:attribute" of a click.Command
 COMMANDS = {

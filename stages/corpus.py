@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import click
 
-from bertcore.atomic import atomic_dir, write_json
-from bertcore.corpus import CorpusConfig, build_corpus
+from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.data.corpus import CorpusConfig, build_corpus
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, stage_options
 from stages.params import load_params, parse_section

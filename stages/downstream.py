@@ -10,9 +10,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.pretraining import RUN_INFO
-from bertcore.tracking import Tracker, TrackingConfig
-from stages.pretrain import tracking_uri
+from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.training.pretrain import RUN_INFO
+from stages.repo import tracking_uri
 from stages.report import track_report
 
 

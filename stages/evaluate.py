@@ -15,14 +15,14 @@ from pathlib import Path
 
 import click
 
-from bertcore.batches import eval_batches
-from bertcore.devices import resolve_device, resolve_precision
-from bertcore.errors import BertError
-from bertcore.evaluation import EvalConfig, evaluate
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.pretraining import RUN_INFO
-from bertcore.sample_store import SampleStore, check_vocab
-from bertcore.tracking import Tracker, TrackingConfig
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.data.samples.store import SampleStore, check_vocab
+from bertcore.training.batches import eval_batches
+from bertcore.training.devices import resolve_device, resolve_precision
+from bertcore.training.evaluation import EvalConfig, evaluate
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.pretrain import RUN_INFO
 from stages.options import (
     file_option,
     pretrained_option,
@@ -31,7 +31,7 @@ from stages.options import (
     vocab_option,
 )
 from stages.params import load_params, parse_section
-from stages.pretrain import load_pretrained, tracking_uri
+from stages.repo import load_pretrained, tracking_uri
 from stages.report import track_report, write_report
 
 log = logging.getLogger("bert.evaluate")

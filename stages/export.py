@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import click
 
-from bertcore.atomic import atomic_dir
-from bertcore.errors import BertError
-from bertcore.hf import export_hf
+from bertcore.common.atomic import atomic_dir
+from bertcore.common.errors import BertError
+from bertcore.model.hf import export_hf
 from stages.options import folder_option, pretrained_option, stage_options, vocab_option
 from stages.params import load_params
-from stages.pretrain import load_pretrained
+from stages.repo import load_pretrained
 
 
 @click.command()

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir
-from bertcore.devices import resolve_device
-from bertcore.dotted import flatten
-from bertcore.errors import BertError
-from bertcore.finetune import FinetuneConfig, finetune_report, run_comparison
-from bertcore.hf import export_hf_classifier
-from bertcore.tasks import (
+from bertcore.common.atomic import atomic_dir
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import TrackingConfig
+from bertcore.data.vocab.files import load_tokenizer
+from bertcore.downstream.finetune import FinetuneConfig, finetune_report, run_comparison
+from bertcore.downstream.tasks import (
     BUILTIN_WORD_ORDER,
     WORD_ORDER_DESCRIPTION,
     encode_examples,
@@ -32,8 +32,8 @@ from bertcore.tasks import (
     split_examples,
     word_order_task,
 )
-from bertcore.tracking import TrackingConfig
-from bertcore.vocab import load_tokenizer
+from bertcore.model.hf import export_hf_classifier
+from bertcore.training.devices import resolve_device
 from stages.downstream import DownstreamTracking
 from stages.options import (
     corpus_option,
@@ -44,7 +44,7 @@ from stages.options import (
     vocab_option,
 )
 from stages.params import load_params, parse_section
-from stages.pretrain import load_pretrained
+from stages.repo import load_pretrained
 from stages.report import write_report
 
 log = logging.getLogger("bert.finetune")

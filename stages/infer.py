@@ -11,24 +11,16 @@ from pathlib import Path
 
 import click
 
-from bertcore.errors import BertError
+from bertcore.common.errors import BertError
 
 MASK, CLS, SEP = "[MASK]", "[CLS]", "[SEP]"
 
 model_option = click.option(
-    "--model",
-    "model_dir",
-    required=True,
-    metavar="DIR",
-    help="A model dir: our export (models/hf), a saved model, or any BERT in HF format.",
-)
+    "--model", "model_dir", required=True, metavar="DIR",
+    help="A model dir: our export (models/hf), a saved model, or any BERT in HF format.")
 vocab_option = click.option(
-    "--vocab",
-    "vocab_dir",
-    default=None,
-    metavar="DIR",
-    help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab).",
-)
+    "--vocab", "vocab_dir", default=None, metavar="DIR",
+    help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab).")
 
 
 @click.command("fill-mask")
@@ -84,10 +76,8 @@ def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str)
                         "give two sentences to score")
     limit = model.config.max_position_embeddings - 3
     if len(a) + len(b) > limit:
-        notice(
-            f"the pair has {len(a) + len(b) + 3} tokens; the model takes {limit + 3}: "
-            "truncated (longest sentence first)"
-        )
+        notice(f"the pair has {len(a) + len(b) + 3} tokens; the model takes {limit + 3}: "
+               "truncated (longest sentence first)")
         while len(a) + len(b) > limit:
             (a if len(a) >= len(b) else b).pop()
     cls, sep = special_id(tokenizer, CLS), special_id(tokenizer, SEP)
@@ -102,7 +92,7 @@ def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str)
 # ------------------------------------------------------------------------------- helpers
 def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
     """The model in eval mode and its tokenizer, or a one-line error saying what is missing."""
-    from bertcore import hf
+    from bertcore.model import hf
 
     directory = Path(model_dir)
     if not directory.is_dir():

@@ -1,12 +1,12 @@
 """`bert pretrain`: MLM + NSP pretraining on the samples, resumable, tracked in MLflow.
 
 Reads the sections model, masking, train, eval (batch size and seed of the periodic
-evaluation) and tracking, and hands them to `bertcore.pretraining`; `model.init_from` starts
+evaluation) and tracking, and hands them to `bertcore.training.pretrain`; `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
 extends the run); otherwise starts fresh and says why. `train.max_minutes` ends the run
-early when its steps would not fit in the time (see `bertcore.budget`). With
+early when its steps would not fit in the time (see `bertcore.training.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
 started by torchrun, it joins the process group.
 """
@@ -21,53 +21,22 @@ from pathlib import Path
 
 import click
 
-from bertcore.dotted import flatten
-from bertcore.errors import BertError
-from bertcore.evaluation import EvalConfig
-from bertcore.hf import load_model
-from bertcore.masking import MaskingConfig
-from bertcore.model import ModelParams
-from bertcore.pretraining import PretrainConfig, PretrainPaths, RunLabels, run_pretraining
-from bertcore.tracking import TrackingConfig, git_commit, resolve_uri, sqlite_uri
-from bertcore.train import TrainConfig
-from bertcore.vocab import VOCAB_FILE, read_vocab
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import TrackingConfig, git_commit
+from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
+from bertcore.model.config import ModelParams
+from bertcore.training.config import TrainConfig
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.masking import MaskingConfig
+from bertcore.training.pretrain import PretrainConfig, PretrainPaths, RunLabels, run_pretraining
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import load_params, parse_section
+from stages.repo import repo_root, tracking_uri
 from stages.report import details_file
 
 log = logging.getLogger("bert.pretrain")
-
-
-# ------------------------------------------------------------------------ where things live
-def repo_root(start: str | os.PathLike | None = None) -> Path:
-    """The repository the pipeline runs in. `dvc exp run --temp/--queue` runs stages in a
-    copy under `<repo>/.dvc/tmp/exps/...`: the real repo is the one above that copy (what is
-    written inside the copy is thrown away)."""
-    here = Path(start or os.environ.get("DVC_ROOT") or Path.cwd()).resolve()
-    parts = here.parts
-    for i in range(len(parts) - 2):
-        if parts[i : i + 3] == (".dvc", "tmp", "exps"):
-            return Path(*parts[:i])
-    for candidate in (here, *here.parents):
-        if (candidate / ".dvc").is_dir() or (candidate / ".git").exists():
-            return candidate
-    return here
-
-
-def tracking_uri(config: TrackingConfig) -> str:
-    """tracking.uri, else $MLFLOW_TRACKING_URI, else mlflow.db at the repo root."""
-    return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
-
-
-def load_pretrained(model_dir: str | Path, vocab_dir: str | Path):
-    """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
-    model = load_model(model_dir)
-    tokens = read_vocab(vocab_dir)
-    if model.config.vocab_size != len(tokens):
-        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
-                        f"vocabulary in {vocab_dir} {len(tokens)}: rerun `bert pretrain`")
-    return model, tokens
 
 
 # ---------------------------------------------------------------------------------- command

@@ -16,18 +16,18 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir
-from bertcore.devices import resolve_device
-from bertcore.dotted import flatten
-from bertcore.errors import BertError
-from bertcore.evaluation import EvalConfig
-from bertcore.hf import export_hf
-from bertcore.masking import MaskingConfig, VocabSpec
-from bertcore.prune import PruneConfig
-from bertcore.pruning import VAL_KEYS, PruneData, prune_report, run_pruning
-from bertcore.sample_store import SampleStore, check_vocab
-from bertcore.tracking import TrackingConfig
-from bertcore.train import TrainConfig
+from bertcore.common.atomic import atomic_dir
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import TrackingConfig
+from bertcore.data.samples.store import SampleStore, check_vocab
+from bertcore.downstream.heads import PruneConfig
+from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
+from bertcore.model.hf import export_hf
+from bertcore.training.config import TrainConfig
+from bertcore.training.devices import resolve_device
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.masking import MaskingConfig, VocabSpec
 from stages.downstream import DownstreamTracking
 from stages.options import (
     file_option,
@@ -38,7 +38,7 @@ from stages.options import (
     vocab_option,
 )
 from stages.params import load_params, parse_section
-from stages.pretrain import load_pretrained
+from stages.repo import load_pretrained
 from stages.report import write_report
 
 

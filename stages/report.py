@@ -17,8 +17,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.atomic import write_json
-from bertcore.dotted import flatten
+from bertcore.common.atomic import write_json
+from bertcore.common.dotted import flatten
 
 DETAILS_SUFFIX = "_details"
 
@@ -49,7 +49,7 @@ def scalar_leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]
 
 def track_report(tracker: Any, files: tuple[Path, Path], results: Mapping[str, float],
                  details: Mapping[str, Any], step: int, tag_prefix: str = "") -> None:
-    """Log a report into an MLflow run (a `bertcore.tracking.Tracker`): `results` as
+    """Log a report into an MLflow run (a `bertcore.common.tracking.Tracker`): `results` as
     one-point metrics, the scalars of `details` as tags, both files as artifacts."""
     tracker.log_results(results, step=step)
     tracker.set_tags(scalar_leaves(details, tag_prefix))

@@ -8,11 +8,12 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir, write_json
-from bertcore.corpus.parts import read_parts
-from bertcore.errors import BertError
-from bertcore.samples import SamplesConfig, build_samples
-from bertcore.vocab import load_tokenizer, vocab_fingerprint
+from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.errors import BertError
+from bertcore.data.corpus.parts import read_parts
+from bertcore.data.samples.build import build_samples
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
 from stages.options import (
     corpus_option,
     file_option,

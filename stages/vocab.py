@@ -9,22 +9,14 @@ from pathlib import Path
 
 import click
 
-from bertcore.atomic import atomic_dir, write_json
-from bertcore.errors import BertError
-from bertcore.vocab import (
-    AUTO,
-    AUTO_MIN_COUNT,
-    TRAIN,
-    VocabConfig,
-    auto_vocab_size,
-    casing_rules,
-    files_sha256,
-    line_batches,
-    save_vocab,
-    train_tokenizer,
-    vocab_coverage,
-)
-from bertcore.vocab_source import load_source_vocabulary
+from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.digests import fingerprint_files
+from bertcore.common.errors import BertError
+from bertcore.data.vocab.config import AUTO, AUTO_MIN_COUNT, TRAIN, VocabConfig
+from bertcore.data.vocab.coverage import vocab_coverage
+from bertcore.data.vocab.existing import load_source_vocabulary
+from bertcore.data.vocab.files import casing_rules, save_vocab
+from bertcore.data.vocab.training import auto_vocab_size, line_batches, train_tokenizer
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import corpus_option, file_option, folder_option, stage_options
 from stages.params import load_params, parse_section
@@ -60,7 +52,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
         source = load_source_vocabulary(config.source, config)
         warn_unless_a_dep("vocab.source", config.source, source.files)
         tokenizer = source.tokenizer
-        origin = {"source": config.source, "source_sha256": files_sha256(source.files),
+        origin = {"source": config.source, "source_sha256": fingerprint_files(source.files),
                   "casing_from": source.rules_from}
     coverage = vocab_coverage(tokenizer, train)
     with atomic_dir(out_dir) as staging:

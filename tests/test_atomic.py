@@ -7,7 +7,7 @@ import stat
 
 import pytest
 
-from bertcore.atomic import atomic_dir, atomic_file, write_json
+from bertcore.common.atomic import atomic_dir, atomic_file, write_json
 
 
 def test_atomic_dir_replaces_on_success_and_keeps_old_on_failure(tmp_path):

@@ -7,23 +7,23 @@ import numpy as np
 import pytest
 import torch
 
-from bertcore.batches import PretrainingBatches, epoch_order, eval_batches
-from bertcore.errors import BertError, ConfigError
-from bertcore.masking import (
+from bertcore.common.errors import BertError, ConfigError
+from bertcore.data.samples.store import SampleStore
+from bertcore.training.batches import PretrainingBatches, epoch_order, eval_batches
+from bertcore.training.masking import (
     IGNORE_INDEX,
     MaskingConfig,
     PretrainingCollator,
     VocabSpec,
     slots_to_labels,
 )
-from bertcore.sample_store import SampleStore
 
 VOCAB_SIZE = 5000
 
 
 class ListStore:
-    """Stand-in for bertcore.sample_store.SampleStore. Sample i carries 5 + i at position 1 (never
-    lost: masking only replaces it in the inputs, and the label keeps the original)."""
+    """Stand-in for bertcore.data.samples.store.SampleStore. Sample i carries 5 + i at position 1
+    (never lost: masking only replaces it in the inputs, and the label keeps the original)."""
 
     def __init__(self, count: int, seed: int = 0):
         rng = np.random.default_rng(seed)
@@ -211,8 +211,8 @@ def test_eval_batches_are_sequential_fixed_and_shardable(store):
 
 
 def test_works_over_the_on_disk_sample_store(tmp_path, store):
-    """The same batches from bertcore.sample_store.SampleStore (memory-mapped, reopened by path in
-    DataLoader workers) as from the in-memory stand-in holding the same samples."""
+    """The same batches from bertcore.data.samples.store.SampleStore (memory-mapped, reopened by
+    path in DataLoader workers) as from the in-memory stand-in holding the same samples."""
     split = tmp_path / "train"
     split.mkdir()
     ids = [sample[0] for sample in store.samples]

@@ -16,18 +16,18 @@ from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.batches import PretrainingBatches
-from bertcore.budget import StepTiming, TimeBudget, planned_steps
-from bertcore.checkpoint import CheckpointDir
-from bertcore.distributed import Distributed
-from bertcore.errors import ConfigError
-from bertcore.fit import fit
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining
-from bertcore.sample_store import SampleStore
-from bertcore.train import TrainConfig
-from bertcore.trainer import Trainer
-from bertcore.vocab import read_vocab
+from bertcore.common.errors import ConfigError
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.files import read_vocab
+from bertcore.model.bert import BertForPretraining
+from bertcore.training.batches import PretrainingBatches
+from bertcore.training.budget import StepTiming, TimeBudget, planned_steps
+from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.config import TrainConfig
+from bertcore.training.distributed import Distributed
+from bertcore.training.loop import fit
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.step import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -210,7 +210,7 @@ def bert(*args: str, cwd: Path):
 def test_the_stage_records_a_budget_run_and_its_rerun_is_exact(data, tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 
-    from bertcore.tracking import sqlite_uri
+    from bertcore.common.tracking import sqlite_uri
 
     train = {"max_steps": 8, "warmup_steps": 3, "log_every": 1, "eval_every": 0,
              "checkpoint_every": 4}

@@ -17,18 +17,12 @@ import torch
 from conftest import REPO
 from tiny_pretrain import tiny_config
 
-from bertcore.checkpoint import (
-    CheckpointDir,
-    capture_rng_state,
-    changed_fingerprints,
-    fingerprint_files,
-    fingerprint_params,
-    restore_rng_state,
-)
-from bertcore.errors import BertError
-from bertcore.hf import load_model
-from bertcore.lock import FolderInUseError, lock_path
-from bertcore.model import BertForPretraining
+from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
+from bertcore.common.errors import BertError
+from bertcore.common.lock import FolderInUseError, lock_path
+from bertcore.model.bert import BertForPretraining
+from bertcore.model.hf import load_model
+from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
 
 FPS = {"params": "a" * 64, "vocab": "b" * 64, "samples": "c" * 64}
 
@@ -168,7 +162,7 @@ def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
     # truncated weights
     weights = root / "step-00000006" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with caplog.at_level("WARNING", logger="bertcore.checkpoint"):
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
         assert checkpoints.latest().step == 4
     (line,) = [r.getMessage() for r in caplog.records]
     assert "step-00000006 is damaged (model.safetensors does not match its checksum)" in line
@@ -179,7 +173,7 @@ def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
     overwrite(root / "step-00000004" / "trainer.pt", 2048, b"\xff" * 4096)
     (root / "step-00000002" / "train_log.tsv").unlink()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="bertcore.checkpoint"):
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
         assert checkpoints.latest() is None
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and all("no intact one is left" in m for m in messages)
@@ -213,8 +207,8 @@ def test_a_checkpoint_from_before_checksums_is_still_resumed(tmp_path):
 
 HOLD = """
 import os, sys, time
-from bertcore.atomic import atomic_dir
-from bertcore.checkpoint import CheckpointDir
+from bertcore.common.atomic import atomic_dir
+from bertcore.training.checkpoint import CheckpointDir
 what, path, then = sys.argv[1:4]
 context = CheckpointDir(path).lock() if what == "lock" else atomic_dir(path)
 context.__enter__()
@@ -269,7 +263,7 @@ def test_the_lock_keeps_a_second_run_out_and_is_taken_over_from_a_dead_one(tmp_p
     # SIGKILL leaves the lock file behind; the OS released the lock itself
     hold("lock", root, "die")
     assert lock_path(root).is_file()
-    with caplog.at_level("INFO", logger="bertcore.lock"), CheckpointDir(root).lock():
+    with caplog.at_level("INFO", logger="bertcore.common.lock"), CheckpointDir(root).lock():
         assert json.loads(lock_path(root).read_text())["pid"] == os.getpid()
     assert "taking over" in caplog.text
     assert not lock_path(root).exists()

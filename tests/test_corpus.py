@@ -9,11 +9,11 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 
-from bertcore.corpus import CorpusConfig, TextCleaner, build_corpus, split_sentences
-from bertcore.corpus.pythondocs import PythonDocsSource, readable_prose, stdlib_modules
-from bertcore.corpus.sentences import SentenceSplitter
-from bertcore.corpus.sources import detect_format
-from bertcore.errors import BertError, ConfigError
+from bertcore.common.errors import BertError, ConfigError
+from bertcore.data.corpus import CorpusConfig, TextCleaner, build_corpus, split_sentences
+from bertcore.data.corpus.pythondocs import PythonDocsSource, readable_prose, stdlib_modules
+from bertcore.data.corpus.sentences import SentenceSplitter
+from bertcore.data.corpus.sources import detect_format
 
 
 def build(tmp_path: Path, source, **config):
@@ -283,7 +283,7 @@ def test_builtin_python_docs_default(tmp_path):
 
 
 def test_digest_set_membership_across_merges():
-    from bertcore.corpus.writer import DigestSet
+    from bertcore.data.corpus.writer import DigestSet
 
     seen = DigestSet(pending_limit=8)
     keys = [(i * 0x9E3779B97F4A7C15) % (1 << 64) for i in range(100)]

@@ -115,7 +115,7 @@ def test_an_unreadable_folder_is_one_line_like_an_unreadable_file(tmp_path):
 
 
 def test_the_corpus_modules_import_each_other_in_one_direction():
-    """No import cycle among bertcore.corpus modules (imports inside functions count too)."""
+    """No import cycle among bertcore.data.corpus modules (imports inside functions count too)."""
     package = REPO / "bertcore" / "corpus"
     graph = {}
     for path in package.glob("*.py"):
@@ -124,7 +124,7 @@ def test_the_corpus_modules_import_each_other_in_one_direction():
         names |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.Import)
                   for alias in node.names}
         graph[path.stem] = {n.rsplit(".", 1)[1] for n in names
-                            if n and n.startswith("bertcore.corpus.")}
+                            if n and n.startswith("bertcore.data.corpus.")}
 
     def reaches(start: str, goal: str, seen: set) -> bool:
         return any(n == goal or (n not in seen and reaches(n, goal, seen | {n}))

@@ -20,13 +20,13 @@ from conftest import ONE_THREAD, REPO, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
-from bertcore.batches import eval_batches
-from bertcore.distributed import Distributed
-from bertcore.evaluation import evaluate
-from bertcore.fit import fit
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.sample_store import SampleStore
-from bertcore.vocab import read_vocab
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.files import read_vocab
+from bertcore.training.batches import eval_batches
+from bertcore.training.distributed import Distributed
+from bertcore.training.evaluation import evaluate
+from bertcore.training.loop import fit
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
              warmup_steps=2)

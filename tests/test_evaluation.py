@@ -12,10 +12,10 @@ import torch
 import torch.nn.functional as F
 from tiny_pretrain import tiny_config
 
-from bertcore.batches import eval_batches
-from bertcore.evaluation import evaluate
-from bertcore.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining
+from bertcore.model.bert import BertForPretraining
+from bertcore.training.batches import eval_batches
+from bertcore.training.evaluation import evaluate
+from bertcore.training.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
 
 VOCAB = 48
 FREQUENT, SECOND = 7, 8  # the most frequent token, and the one the model is pushed towards

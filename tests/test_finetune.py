@@ -14,16 +14,12 @@ import yaml
 from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, tiny_config
 
-from bertcore.batches import PretrainingBatches
-from bertcore.classifier import BertForSequenceClassification
-from bertcore.errors import BertError, ConfigError
-from bertcore.finetune import FinetuneConfig, build_classifier, scores
-from bertcore.fit import fit
-from bertcore.hf import export_hf_classifier, load_model, save_model
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import BertForPretraining
-from bertcore.sample_store import SampleStore
-from bertcore.tasks import (
+from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.tracking import Tracker, sqlite_uri
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.files import load_tokenizer, read_vocab
+from bertcore.downstream.finetune import FinetuneConfig, build_classifier, scores
+from bertcore.downstream.tasks import (
     Example,
     encode_examples,
     label_names,
@@ -32,10 +28,14 @@ from bertcore.tasks import (
     swap_two_words,
     word_order_task,
 )
-from bertcore.tracking import Tracker, sqlite_uri
-from bertcore.train import TrainConfig
-from bertcore.trainer import Trainer
-from bertcore.vocab import load_tokenizer, read_vocab
+from bertcore.model.bert import BertForPretraining
+from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.hf import export_hf_classifier, load_model, save_model
+from bertcore.training.batches import PretrainingBatches
+from bertcore.training.config import TrainConfig
+from bertcore.training.loop import fit
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.step import Trainer
 
 transformers = pytest.importorskip("transformers")
 

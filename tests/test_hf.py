@@ -11,10 +11,12 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from bertcore.errors import BertError
-from bertcore.hf import export_hf, from_hf_state_dict, load_model, save_model
-from bertcore.model import BertConfig, BertForPretraining
-from bertcore.vocab import VocabConfig, save_vocab, train_tokenizer
+from bertcore.common.errors import BertError
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import save_vocab
+from bertcore.data.vocab.training import train_tokenizer
+from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.hf import export_hf, from_hf_state_dict, load_model, save_model
 
 transformers = pytest.importorskip("transformers")
 
@@ -185,7 +187,7 @@ def test_legacy_names_are_understood():
     the decoder bias under its tied name."""
     torch.manual_seed(3)
     model = BertForPretraining(tiny_config(num_hidden_layers=1))
-    from bertcore.hf import to_hf_state_dict
+    from bertcore.model.hf import to_hf_state_dict
 
     hf = to_hf_state_dict(model.state_dict(), 1)
     legacy = {}

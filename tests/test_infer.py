@@ -13,9 +13,11 @@ import torch
 from click.testing import CliRunner
 from conftest import assert_one_line_error, run_bert
 
-from bertcore.hf import export_hf
-from bertcore.model import BertConfig, BertForPretraining
-from bertcore.vocab import VocabConfig, save_vocab, train_tokenizer
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import save_vocab
+from bertcore.data.vocab.training import train_tokenizer
+from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.hf import export_hf
 from stages.cli import cli
 
 DOCUMENT = [

@@ -17,16 +17,17 @@ import yaml
 from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from tiny_pretrain import TINY_MODEL, build_data, tiny_params, write_corpus
 
-from bertcore.batches import PretrainingBatches
-from bertcore.checkpoint import CheckpointDir
-from bertcore.errors import BertError
-from bertcore.hf import load_model
-from bertcore.init_model import InitModel
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import IGNORE_INDEX, BertForPretraining, ModelParams
-from bertcore.sample_store import SampleStore
-from bertcore.tracking import sqlite_uri
-from bertcore.vocab import read_vocab
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import sqlite_uri
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.files import read_vocab
+from bertcore.model.bert import IGNORE_INDEX, BertForPretraining
+from bertcore.model.config import ModelParams
+from bertcore.model.hf import load_model
+from bertcore.model.init_from import InitModel
+from bertcore.training.batches import PretrainingBatches
+from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 transformers = pytest.importorskip("transformers")
 
@@ -187,7 +188,7 @@ def test_weights_a_folder_lacks_start_as_in_a_fresh_model(data, tmp_path, caplog
     folder = hf_bert(tmp_path / "bert", data / "vocab", kind=kind, seed=1, bin_file=bin_file)
     theirs = getattr(transformers, kind).from_pretrained(folder)
     init = InitModel.open(ModelParams(init_from=str(folder)))
-    with caplog.at_level("WARNING", logger="bertcore.hf"):
+    with caplog.at_level("WARNING", logger="bertcore.model.hf"):
         torch.manual_seed(11)
         model = init.load()
     torch.manual_seed(11)

@@ -1,4 +1,4 @@
-"""The local attention init (bertcore.local_init): fresh heads look at their neighbours, and
+"""The local attention init (bertcore.model.local_init): fresh heads look at their neighbours, and
 that is what makes a small model learn from neighbours quickly."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from conftest import ONE_THREAD, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
-from bertcore.local_init import SHIFTS, init_local_attention
-from bertcore.model import IGNORE_INDEX, BertConfig, BertForPretraining
+from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertForPretraining
+from bertcore.model.local_init import SHIFTS, init_local_attention
 
 VOCAB = 60
 

@@ -6,15 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from bertcore.errors import ConfigError
-from bertcore.hf import to_hf_state_dict
-from bertcore.masking import labels_to_slots
-from bertcore.model import (
-    BertConfig,
-    BertForPretraining,
-    ModelParams,
-    pretraining_loss,
-)
+from bertcore.common.errors import ConfigError
+from bertcore.model.bert import BertConfig, BertForPretraining, pretraining_loss
+from bertcore.model.config import ModelParams
+from bertcore.model.hf import to_hf_state_dict
+from bertcore.training.masking import labels_to_slots
 from stages.params import parse_section
 
 transformers = pytest.importorskip("transformers")

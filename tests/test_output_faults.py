@@ -18,8 +18,8 @@ from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, write_params
 from unprivileged import without_root_powers
 
-from bertcore.atomic import NoSpaceError, atomic_dir, atomic_file
-from bertcore.checkpoint import CheckpointDir
+from bertcore.common.atomic import NoSpaceError, atomic_dir, atomic_file
+from bertcore.training.checkpoint import CheckpointDir
 
 # Runs `bert ARGS` with a tmpfs of SIZE mounted on MOUNT (in a user and mount namespace of
 # its own: no root needed), after copying SEED into it; then copies what is left on the
@@ -151,7 +151,7 @@ def test_full_disk_errors_become_no_space_errors(tmp_path, monkeypatch):
 
 KILLED_WHILE_WRITING = """
 import os, sys
-from bertcore.atomic import atomic_dir
+from bertcore.common.atomic import atomic_dir
 writing = atomic_dir(sys.argv[1])
 staging = writing.__enter__()
 (staging / "half.npy").write_bytes(bytes(1000))

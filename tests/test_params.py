@@ -9,18 +9,18 @@ from typing import Literal
 import pytest
 from conftest import REPO, assert_one_line_error, run_bert
 
-from bertcore.corpus import CorpusConfig
-from bertcore.dotted import flatten
-from bertcore.errors import ConfigError, require
-from bertcore.evaluation import EvalConfig
-from bertcore.finetune import FinetuneConfig
-from bertcore.masking import MaskingConfig
-from bertcore.model import ModelParams
-from bertcore.prune import PruneConfig
-from bertcore.samples import SamplesConfig
-from bertcore.tracking import TrackingConfig
-from bertcore.train import TrainConfig
-from bertcore.vocab import VocabConfig
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import ConfigError, require
+from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus import CorpusConfig
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.downstream.finetune import FinetuneConfig
+from bertcore.downstream.heads import PruneConfig
+from bertcore.model.config import ModelParams
+from bertcore.training.config import TrainConfig
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.masking import MaskingConfig
 from stages.params import load_params, parse_section
 
 

@@ -16,11 +16,11 @@ import pytest
 from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.checkpoint import CheckpointDir
-from bertcore.hf import save_model
-from bertcore.lock import lock_path
-from bertcore.model import BertForPretraining
-from bertcore.vocab import read_vocab
+from bertcore.common.lock import lock_path
+from bertcore.data.vocab.files import read_vocab
+from bertcore.model.bert import BertForPretraining
+from bertcore.model.hf import save_model
+from bertcore.training.checkpoint import CheckpointDir
 
 
 def bert(*args: str, cwd: Path, check: bool = False):

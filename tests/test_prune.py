@@ -10,10 +10,8 @@ import pytest
 import torch
 from safetensors.torch import load_file, save_file
 
-from bertcore.errors import ConfigError
-from bertcore.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
-from bertcore.model import BertConfig, BertForPretraining
-from bertcore.prune import (
+from bertcore.common.errors import ConfigError
+from bertcore.downstream.heads import (
     PruneConfig,
     choose_heads,
     head_gate_gradients,
@@ -22,6 +20,8 @@ from bertcore.prune import (
     prune_by_importance,
     prune_heads,
 )
+from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 

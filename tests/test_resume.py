@@ -13,21 +13,17 @@ import pytest
 from conftest import ONE_THREAD, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.checkpoint import CheckpointDir, fingerprint_files
-from bertcore.model import BertForPretraining
-from bertcore.resume import plan_resume, run_fingerprints, samples_fingerprint
-from bertcore.samples import SamplesConfig, build_samples
-from bertcore.schedule import learning_rate
-from bertcore.tracking import sqlite_uri
-from bertcore.vocab import (
-    VocabConfig,
-    line_batches,
-    load_tokenizer,
-    read_vocab,
-    save_vocab,
-    train_tokenizer,
-    vocab_fingerprint,
-)
+from bertcore.common.digests import fingerprint_files
+from bertcore.common.tracking import sqlite_uri
+from bertcore.data.samples.build import build_samples
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
+from bertcore.data.vocab.training import line_batches, train_tokenizer
+from bertcore.model.bert import BertForPretraining
+from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.resume import plan_resume, run_fingerprints, samples_fingerprint
+from bertcore.training.schedule import learning_rate
 from stages.pretrain import torchrun_command
 
 

@@ -12,21 +12,16 @@ import numpy as np
 import pytest
 from conftest import assert_one_line_error, run_bert
 
-import bertcore.sample_store as sample_store
-import bertcore.samples as samples_module
-from bertcore.errors import BertError
-from bertcore.nsp import pair_document, truncation
-from bertcore.sample_store import SampleStore, arrays_sha256_of_files, check_vocab, read_meta
-from bertcore.samples import VAL_MAX_PASSES, SamplesConfig, build_samples
-from bertcore.vocab import (
-    CLS_ID,
-    SEP_ID,
-    VocabConfig,
-    load_tokenizer,
-    save_vocab,
-    train_tokenizer,
-    vocab_fingerprint,
-)
+import bertcore.data.samples.build as samples_module
+import bertcore.data.samples.store as sample_store
+from bertcore.common.errors import BertError
+from bertcore.data.samples.build import VAL_MAX_PASSES, build_samples
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.samples.pairing import pair_document, truncation
+from bertcore.data.samples.store import SampleStore, arrays_sha256_of_files, check_vocab, read_meta
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import CLS_ID, SEP_ID, load_tokenizer, save_vocab, vocab_fingerprint
+from bertcore.data.vocab.training import train_tokenizer
 
 PROSE = (
     "the quick brown fox jumps over a lazy dog while children play in the old park near "

@@ -17,12 +17,15 @@ import yaml
 from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
-from bertcore.corpus import CorpusConfig, build_corpus
-from bertcore.corpus.parts import neighbour_flags, plan_parts, read_parts
-from bertcore.errors import BertError
-from bertcore.sample_store import SampleStore
-from bertcore.samples import SamplesConfig, _check_random_b_sources, build_samples
-from bertcore.vocab import VocabConfig, load_tokenizer, save_vocab, train_tokenizer
+from bertcore.common.errors import BertError
+from bertcore.data.corpus import CorpusConfig, build_corpus
+from bertcore.data.corpus.parts import neighbour_flags, plan_parts, read_parts
+from bertcore.data.samples.build import _check_random_b_sources, build_samples
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import load_tokenizer, save_vocab
+from bertcore.data.vocab.training import train_tokenizer
 
 
 def prose(n_sentences: int, seed: int, per_paragraph: int = 6) -> str:

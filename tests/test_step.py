@@ -14,8 +14,8 @@ from conftest import ONE_THREAD, run_bert
 from test_train import make_trainer
 from tiny_pretrain import build_data, write_params
 
-from bertcore.fit import NonFiniteLossError, fit
-from bertcore.model import pretraining_loss
+from bertcore.model.bert import pretraining_loss
+from bertcore.training.loop import NonFiniteLossError, fit
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -15,9 +15,9 @@ from mlflow.tracking import MlflowClient
 from tiny_pretrain import build_data, write_params
 from unprivileged import without_root_powers
 
-from bertcore.errors import BertError
-from bertcore.tracking import Tracker, resolve_uri, sqlite_uri
-from stages.pretrain import repo_root
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import Tracker, resolve_uri, sqlite_uri
+from stages.repo import repo_root
 
 
 @pytest.fixture(scope="module")
@@ -133,7 +133,7 @@ def test_a_store_lost_mid_run_warns_once_and_training_goes_on(store, tmp_path, m
     tracker.log_metrics({"x": 1.0}, step=1)
     # the store goes away: from now on the client talks to a server that does not answer
     tracker.client = MlflowClient(tracking_uri="http://127.0.0.1:9")
-    with caplog.at_level(logging.WARNING, logger="bertcore.tracking"):
+    with caplog.at_level(logging.WARNING, logger="bertcore.common.tracking"):
         tracker.log_metrics({"x": 2.0}, step=2)
         tracker.log_metrics({"x": 3.0}, step=3)
         tracker.log_artifacts(tmp_path, "nothing")

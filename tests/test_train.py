@@ -16,19 +16,19 @@ import torch.nn.functional as F
 from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.batches import PretrainingBatches, micro_batches_of
-from bertcore.checkpoint import CheckpointDir
-from bertcore.distributed import Distributed
-from bertcore.errors import ConfigError
-from bertcore.fit import NonFiniteLossError, fit
-from bertcore.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.model import IGNORE_INDEX, BertForPretraining
-from bertcore.sample_store import SampleStore
-from bertcore.schedule import linear_warmup_decay
-from bertcore.tracking import sqlite_uri
-from bertcore.train import TrainConfig
-from bertcore.trainer import Trainer
-from bertcore.vocab import read_vocab
+from bertcore.common.errors import ConfigError
+from bertcore.common.tracking import sqlite_uri
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.vocab.files import read_vocab
+from bertcore.model.bert import IGNORE_INDEX, BertForPretraining
+from bertcore.training.batches import PretrainingBatches, micro_batches_of
+from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.config import TrainConfig
+from bertcore.training.distributed import Distributed
+from bertcore.training.loop import NonFiniteLossError, fit
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.schedule import linear_warmup_decay
+from bertcore.training.step import Trainer
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
 

@@ -11,20 +11,18 @@ import pytest
 import yaml
 from conftest import assert_one_line_error, run_bert
 
-from bertcore.errors import BertError
-from bertcore.vocab import (
-    AUTO_RANGE,
+from bertcore.common.errors import BertError
+from bertcore.data.vocab.config import AUTO_RANGE, VocabConfig
+from bertcore.data.vocab.coverage import vocab_coverage
+from bertcore.data.vocab.existing import load_source_vocabulary
+from bertcore.data.vocab.files import (
     SPECIAL_TOKENS,
-    VocabConfig,
-    auto_vocab_size,
     load_tokenizer,
     read_vocab,
     save_vocab,
-    train_tokenizer,
-    vocab_coverage,
     vocab_fingerprint,
 )
-from bertcore.vocab_source import load_source_vocabulary
+from bertcore.data.vocab.training import auto_vocab_size, train_tokenizer
 
 PROSE = (
     "the quick brown fox jumps over a lazy dog while children play in the old park "
@@ -345,9 +343,10 @@ def test_cjk_vocabulary_and_coverage(tmp_path):
 
 
 def test_samples_use_the_source_ids_of_cls_and_sep(tmp_path):
-    from bertcore.masking import VocabSpec
-    from bertcore.sample_store import SampleStore
-    from bertcore.samples import SamplesConfig, build_samples
+    from bertcore.data.samples.build import build_samples
+    from bertcore.data.samples.config import SamplesConfig
+    from bertcore.data.samples.store import SampleStore
+    from bertcore.training.masking import VocabSpec
 
     out, ours = from_source(tmp_path, save_source(tmp_path / "source"))
     corpus = tmp_path / "corpus"

@@ -9,9 +9,12 @@ from pathlib import Path
 
 import yaml
 
-from bertcore.model import BertConfig
-from bertcore.samples import SamplesConfig, build_samples
-from bertcore.vocab import VocabConfig, line_batches, save_vocab, train_tokenizer, vocab_fingerprint
+from bertcore.data.samples.build import build_samples
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import save_vocab, vocab_fingerprint
+from bertcore.data.vocab.training import line_batches, train_tokenizer
+from bertcore.model.bert import BertConfig
 
 TOPICS = {
     "farm": "cow horse sheep barn field tractor farmer hay",

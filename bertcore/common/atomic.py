@@ -1,0 +1,245 @@
+"""Outputs that appear whole or not at all.
+
+Every output is written next to its final path under a temporary name and renamed into
+place once complete, so an interrupted run never leaves a half-written output that looks
+finished, and a failed run never destroys the previous finished output.
+
+Temporary names say who owns them: `.<name>.tmp-<host>-<pid>-<random>`. A process killed
+with SIGKILL (or by the OOM killer) cannot clean up, so the next write of the same output
+removes the temporaries of processes that are gone (same host only: a live process's
+temporary is never touched). A full disk is a `NoSpaceError`, one line for the user.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import logging
+import os
+import re
+import secrets
+import shutil
+import socket
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+
+from bertcore.common.errors import BertError
+
+log = logging.getLogger(__name__)
+
+_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
+# Names of earlier versions, without an owner (tmp) or without a host (old): from a run of an
+# earlier version, long gone, or at worst racing with one.
+_LEGACY = re.compile(r"^\.(?P<name>.+)\.(?:(?P<tmp>tmp)-[a-z0-9_]+|(?P<old>old)-(?P<pid>\d+))$")
+_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
+# Some libraries lose the errno of a failed write (numpy: "N requested and M written", torch:
+# "unexpected pos"): after such an error, this little space left means the disk was full.
+_NEARLY_FULL_BYTES = 1 << 20
+
+
+class NoSpaceError(BertError):
+    """The filesystem of an output is full: nothing was replaced, temporaries are gone."""
+
+    def __init__(self, path: str | os.PathLike, advice: str = "point --out elsewhere"):
+        self.path = Path(path)
+        self.mount = mount_point(self.path)
+        super().__init__(
+            f"no space left on {self.mount} while writing {self.path}; free space or {advice}"
+        )
+
+
+def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
+    """Whether `exc`, raised while writing under `path`, means that its disk is full."""
+    if isinstance(exc, NoSpaceError):
+        return True
+    if not isinstance(exc, Exception) or isinstance(exc, BertError):
+        return False
+    cause: BaseException | None = exc
+    while cause is not None:
+        if isinstance(cause, OSError) and cause.errno in _DISK_FULL:
+            return True
+        if "No space left on device" in str(cause):  # safetensors' Rust I/O errors
+            return True
+        cause = cause.__cause__ or cause.__context__
+    if not isinstance(exc, OSError | RuntimeError):
+        return False
+    try:
+        return shutil.disk_usage(_existing(Path(path))).free < _NEARLY_FULL_BYTES
+    except OSError:
+        return False
+
+
+def mount_point(path: str | os.PathLike) -> Path:
+    """The mount point of the filesystem holding `path` (or its nearest existing parent)."""
+    path = _existing(Path(path)).resolve()
+    while not os.path.ismount(path) and path != path.parent:
+        path = path.parent
+    return path
+
+
+def _existing(path: Path) -> Path:
+    path = Path(os.path.abspath(path))
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    return path
+
+
+# ------------------------------------------------------------------------------ temporaries
+def _host() -> str:
+    return re.sub(r"[^A-Za-z0-9._]", "_", socket.gethostname()) or "localhost"
+
+
+def _prefix(final: Path, kind: str = "tmp") -> str:
+    return f".{final.name}.{kind}-{_host()}-{os.getpid()}-"
+
+
+def _alive(pid: int) -> bool:
+    if pid == os.getpid():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except OSError:  # EPERM: it exists, under another user
+        return True
+    return True
+
+
+def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None) -> None:
+    """Remove the temporaries in `folder` (of output `name`, or of any) whose process is gone.
+
+    A `.old-` copy is a finished output moved aside for its replacement: if the process died
+    between the two renames, the output is missing and the copy is put back instead."""
+    folder = Path(folder)
+    if not folder.is_dir():
+        return
+    host = _host()
+    for entry in folder.iterdir():
+        match = _TEMPORARY.match(entry.name)
+        if match:
+            kind, owner, pid = match["kind"], match["host"], match["pid"]
+        elif legacy := _LEGACY.match(entry.name):
+            match, kind, owner, pid = legacy, legacy["tmp"] or legacy["old"], host, legacy["pid"]
+        else:
+            continue
+        if (name is not None and match["name"] != name) or owner != host:
+            continue
+        if pid is not None and _alive(int(pid)):
+            continue
+        final = folder / match["name"]
+        if kind == "old" and not os.path.lexists(final):
+            log.warning("restoring %s from %s (left by a process that died while replacing "
+                        "it)", final, entry.name)
+            os.replace(entry, final)
+            continue
+        log.info("removing %s, left by process %s that is gone", entry, pid or "?")
+        with contextlib.suppress(OSError):
+            if entry.is_dir() and not entry.is_symlink():
+                shutil.rmtree(entry)
+            else:
+                entry.unlink()
+
+
+# --------------------------------------------------------------------------------- outputs
+def _default_mode(is_dir: bool) -> int:
+    """The mode a plain mkdir/open would give (mkdtemp/mkstemp use 0700/0600)."""
+    umask = os.umask(0)
+    os.umask(umask)
+    return (0o777 if is_dir else 0o666) & ~umask
+
+
+def _replace(tmp: Path, final: Path) -> None:
+    """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
+    if final.is_dir() and not final.is_symlink():
+        old = final.with_name(f"{_prefix(final, 'old')}{secrets.token_hex(4)}")
+        os.replace(final, old)
+        os.replace(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        os.replace(tmp, final)
+
+
+@contextlib.contextmanager
+def atomic_dir(
+    final: str | os.PathLike, advice: str = "point --out elsewhere"
+) -> Iterator[Path]:
+    """Yield an empty staging directory that becomes `final` when the block succeeds.
+
+    A full disk raises NoSpaceError (`advice` says where else to write)."""
+    final = Path(final)
+    with _creating(final, advice):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final.parent, final.name)
+        tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=final.parent))
+    os.chmod(tmp, _default_mode(is_dir=True))
+    try:
+        yield tmp
+        _fsync_dir(tmp)
+        _replace(tmp, final)
+        _fsync_dir(final.parent)
+    except Exception as exc:
+        if is_disk_full(exc, tmp):
+            raise NoSpaceError(final, advice) from None
+        raise
+    finally:
+        if tmp.exists():
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Iterator:
+    """Open a staging file that replaces `final` when the block succeeds."""
+    final = Path(final)
+    with _creating(final):
+        final.parent.mkdir(parents=True, exist_ok=True)
+        remove_stale_temporaries(final.parent, final.name)
+        fd, name = tempfile.mkstemp(prefix=_prefix(final), dir=final.parent)
+    tmp = Path(name)
+    os.chmod(tmp, _default_mode(is_dir=False))
+    try:
+        with os.fdopen(fd, mode, **open_kwargs) as handle:
+            yield handle
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, final)
+    except Exception as exc:
+        if is_disk_full(exc, tmp):
+            raise NoSpaceError(final) from None
+        raise
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+
+
+@contextlib.contextmanager
+def _creating(final: Path, advice: str = "point --out elsewhere") -> Iterator[None]:
+    """Where an output cannot even begin (no permission, a read-only or full disk): one line."""
+    try:
+        yield
+    except OSError as exc:
+        if exc.errno in _DISK_FULL:
+            raise NoSpaceError(final, advice) from None
+        if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
+            raise BertError(f"cannot write {final}: {exc.strerror} in {final.parent}; fix its "
+                            f"permissions or {advice}") from None
+        raise
+
+
+def write_json(path: str | os.PathLike, data: object, sort_keys: bool = True) -> None:
+    """Write `data` as indented JSON, atomically (`sort_keys=False`: in the dict's order, e.g.
+    headline metrics first)."""
+    import json
+
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        json.dump(data, handle, indent=2, sort_keys=sort_keys)
+        handle.write("\n")
+
+
+def _fsync_dir(path: Path) -> None:
+    with contextlib.suppress(OSError):
+        fd = os.open(path, os.O_RDONLY)
+        try:
+            os.fsync(fd)
+        finally:
+            os.close(fd)

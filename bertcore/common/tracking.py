@@ -1,0 +1,326 @@
+"""MLflow, behind one small class: the only module that imports mlflow.
+
+A `Tracker` is one MLflow run. It is opened before any training (an unreachable store is a
+`BertError` then, so the user learns it in seconds, not after hours), it logs metrics with
+their step, and it never kills training afterwards: if the store goes away mid-run, the
+first failed call logs a warning and the tracker goes quiet, while the local TSV record
+stays complete.
+
+What is a metric: the curves (`train/...`, `val/...`, `lr`), and a run's final results as
+one point each, named so that `mlflow ui` shows them after the curves (`log_results`).
+Counts, baselines and settings are tags, params or JSON artifacts: logged as metrics they
+would be a page of one-point charts before the curves.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import subprocess
+import tempfile
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from bertcore.common.errors import BertError, require
+
+log = logging.getLogger(__name__)
+
+# MLflow retries a failed HTTP call 7 times with exponential backoff (minutes). A training
+# loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast.
+_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+_MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+
+
+@dataclass
+class TrackingConfig:
+    """Where and how a pretrain run is recorded in MLflow."""
+
+    uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else the default the stage passes
+    experiment: str = "bert-pretrain"
+    log_checkpoints: Literal["none", "last", "all"] = "last"
+    enabled: bool = True
+
+    def __post_init__(self):
+        require(bool(self.experiment.strip()), "experiment", self.experiment, "a non-empty name")
+        require(self.uri is None or bool(self.uri.strip()), "uri", self.uri, "null or a URI")
+
+
+def resolve_uri(configured: str | None, default: str) -> str:
+    """The tracking URI: the configured one, else $MLFLOW_TRACKING_URI, else `default`."""
+    return configured or os.environ.get("MLFLOW_TRACKING_URI") or default
+
+
+def sqlite_uri(path: str | os.PathLike) -> str:
+    """`sqlite:///` URI of a database file (absolute, so any working directory agrees)."""
+    return f"sqlite:///{Path(path).resolve()}"
+
+
+def git_commit(repo: str | os.PathLike) -> str | None:
+    """The commit checked out in `repo` (None outside git)."""
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None
+
+
+def _check_reachable(uri: str) -> None:
+    """Fail in seconds when an HTTP tracking server does not answer at all."""
+    if not uri.startswith(("http://", "https://")):
+        return
+    try:
+        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
+    except urllib.error.HTTPError:
+        return  # it answered (perhaps 401/404): reachable; MLflow's own calls will tell more
+    except (urllib.error.URLError, OSError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise BertError(
+            f"MLflow tracking server {uri} is unreachable ({reason}): start it, or set "
+            "tracking.uri (or MLFLOW_TRACKING_URI) to a reachable store"
+        ) from None
+
+
+def _check_writable(uri: str) -> None:
+    """Fail at once when a SQLite store cannot be written (MLflow would retry, then fail
+    with a database traceback). SQLite writes the database file and a journal beside it."""
+    if not uri.startswith("sqlite:///"):
+        return
+    database = Path(uri[len("sqlite:///") :])
+    problem = None
+    try:
+        if database.exists():
+            with open(database, "r+b"):
+                pass
+    except OSError as exc:
+        problem = f"{database} is read-only ({exc.strerror or exc})"
+    if problem is None:
+        try:
+            tempfile.TemporaryFile(dir=database.parent).close()
+        except OSError as exc:
+            problem = f"its folder {database.parent} is not writable ({exc.strerror or exc})"
+    if problem:
+        raise BertError(
+            f"MLflow tracking store {uri} cannot be written: {problem}; make it writable, point "
+            "tracking.uri (or MLFLOW_TRACKING_URI) elsewhere, or set tracking.enabled: false"
+        )
+
+
+class Tracker:
+    """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make."""
+
+    def __init__(self, client: Any, run_id: str, uri: str):
+        self.client = client
+        self.run_id = run_id
+        self.uri = uri
+        self.lost = False
+
+    @classmethod
+    def start(
+        cls,
+        uri: str,
+        experiment: str,
+        *,
+        run_id: str | None = None,
+        run_name: str | None = None,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Tracker:
+        """Open run `run_id` (a resumed run) or a new run; raise BertError if the store fails.
+
+        `params` are logged only on a new run: MLflow forbids changing a logged param, and a
+        resumed run already has them.
+        """
+        for key, value in _HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        _check_reachable(uri)
+        _check_writable(uri)
+        from mlflow.entities import Param, RunTag
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            run = None
+            if run_id:
+                try:
+                    run = client.get_run(run_id)
+                except MlflowException:
+                    log.warning("MLflow run %s not found in %s: starting a new run", run_id, uri)
+            if run is not None and run.info.lifecycle_stage != "active":
+                log.warning("MLflow run %s was deleted: starting a new run", run_id)
+                run = None
+            if run is None:
+                found = client.get_experiment_by_name(experiment)
+                if found is not None and found.lifecycle_stage != "active":
+                    client.restore_experiment(found.experiment_id)
+                experiment_id = (
+                    found.experiment_id
+                    if found
+                    else client.create_experiment(experiment, _artifact_location(uri))
+                )
+                run = client.create_run(experiment_id, run_name=run_name)
+                log_params = [
+                    Param(key, _param_value(value)) for key, value in (params or {}).items()
+                ]
+            else:
+                client.update_run(run.info.run_id, status="RUNNING")
+                log_params = []
+            run_tags = [RunTag(key, str(value)) for key, value in (tags or {}).items() if value]
+            for start in range(0, max(len(log_params), 1), 100):  # MLflow takes 100 per batch
+                client.log_batch(
+                    run.info.run_id,
+                    params=log_params[start : start + 100],
+                    tags=run_tags if start == 0 else [],
+                )
+        except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
+            raise BertError(
+                f"MLflow tracking store {uri} failed: {_first_line(exc)} (fix tracking.uri or "
+                "MLFLOW_TRACKING_URI)"
+            ) from None
+        return cls(client, run.info.run_id, uri)
+
+    @classmethod
+    def attach(cls, uri: str, run_id: str) -> Tracker | None:
+        """The existing run `run_id`, to add to it (evaluation after training); None, with a
+        warning, when the store no longer has it. An unreachable store is a BertError."""
+        for key, value in _HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, value)
+        _check_reachable(uri)
+        _check_writable(uri)
+        from mlflow.exceptions import MlflowException
+        from mlflow.tracking import MlflowClient
+
+        client = MlflowClient(tracking_uri=uri)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as exc:
+            log.warning("MLflow run %s not found in %s (%s): not logged", run_id, uri,
+                        _first_line(exc))
+            return None
+        if run.info.lifecycle_stage != "active":
+            log.warning("MLflow run %s was deleted: not logged", run_id)
+            return None
+        return cls(client, run_id, uri)
+
+    def start_child(
+        self,
+        run_name: str,
+        *,
+        params: Mapping[str, Any] | None = None,
+        tags: Mapping[str, str] | None = None,
+    ) -> Tracker:
+        """A new run nested under this one (MLflow's `mlflow.parentRunId` tag), in the same
+        experiment: `mlflow ui` shows it under this run."""
+        from mlflow.exceptions import MlflowException
+
+        try:
+            run = self.client.get_run(self.run_id)
+            experiment = self.client.get_experiment(run.info.experiment_id).name
+        except MlflowException as exc:
+            raise BertError(
+                f"MLflow tracking store {self.uri} failed: {_first_line(exc)}"
+            ) from None
+        tags = {**(tags or {}), "mlflow.parentRunId": self.run_id}
+        return Tracker.start(self.uri, experiment, run_name=run_name, params=params, tags=tags)
+
+    def _call(self, what: str, func, *args, **kwargs) -> bool:
+        """Run one MLflow call; on the first failure warn and stop logging for this run."""
+        if self.lost:
+            return False
+        try:
+            func(*args, **kwargs)
+            return True
+        except Exception as exc:  # any failure of the store must not stop training
+            self.lost = True
+            log.warning(
+                "MLflow stopped answering (%s: %s); training goes on, the local log stays "
+                "complete, nothing more is sent to run %s",
+                what,
+                _first_line(exc),
+                self.run_id,
+            )
+            return False
+
+    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        batch = [
+            Metric(key, float(value), now, int(step))
+            for key, value in metrics.items()
+            if value is not None
+        ]
+        self._call("log metrics", self.client.log_batch, self.run_id, metrics=batch)
+
+    def log_results(self, results: Mapping[str, float], step: int) -> None:
+        """A run's final numbers (a test accuracy, a speedup): metrics of one point each.
+        MLflow's UI groups charts by the prefix before a '/' (sections sorted by name) and
+        lists names without one last, so results carry no '/': a run's first charts stay
+        its curves (train/..., val/...). Counts, baselines and settings are no metrics at
+        all: tags, params or JSON artifacts."""
+        grouped = sorted(key for key in results if "/" in key)
+        if grouped:
+            raise ValueError(f"result names must not contain '/': {grouped}")
+        self.log_metrics(results, step=step)
+
+    def set_tags(self, tags: Mapping[str, Any]) -> None:
+        """Tags (numbers are shown with 6 significant digits)."""
+        from mlflow.entities import RunTag
+
+        batch = [RunTag(key, _tag_value(value)) for key, value in tags.items()]
+        self._call("set tags", self.client.log_batch, self.run_id, tags=batch)
+
+    def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
+        """Upload a directory's files under `artifact_path` of the run."""
+        self._call(
+            f"upload {artifact_path}",
+            self.client.log_artifacts,
+            self.run_id,
+            str(local_dir),
+            artifact_path,
+        )
+
+    def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
+        """Upload one file under `artifact_path` of the run."""
+        self._call(
+            f"upload {Path(local_file).name}",
+            self.client.log_artifact,
+            self.run_id,
+            str(local_file),
+            artifact_path,
+        )
+
+    def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"] = "FINISHED") -> None:
+        self._call("end run", self.client.set_terminated, self.run_id, status)
+
+
+def _artifact_location(uri: str) -> str | None:
+    """Artifacts of a SQLite store go next to the database file (MLflow's default is
+    `./mlruns` under the current directory, which a `dvc exp run --temp` copy throws away)."""
+    if not uri.startswith("sqlite:///"):
+        return None
+    database = Path(uri[len("sqlite:///") :])
+    return (database.parent / "mlartifacts").resolve().as_uri()
+
+
+def _tag_value(value: Any) -> str:
+    return f"{value:.6g}" if isinstance(value, float) else str(value)
+
+
+def _param_value(value: Any) -> str:
+    text = "null" if value is None else str(value)
+    return text[:_MAX_PARAM_LENGTH]
+
+
+def _first_line(exc: BaseException) -> str:
+    text = str(exc).strip().splitlines()
+    return text[0][:300] if text else type(exc).__name__

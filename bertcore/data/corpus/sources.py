@@ -1,0 +1,409 @@
+"""Where raw text comes from: files, folders and globs of text, JSON Lines, Parquet, a
+Hugging Face dataset, or the built-in Python documentation (`pythondocs`).
+
+A source yields `Document`s (see `documents`): pieces of text, streamed. Folders and `**`
+globs follow links to folders, but never one back into the tree: each file is read once.
+Text files are UTF-8, or UTF-16/UTF-32 when a byte order mark says so.
+"""
+
+from __future__ import annotations
+
+import codecs
+import fnmatch
+import glob
+import io
+import json
+import logging
+import os
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+
+from bertcore.common.errors import BertError
+from bertcore.data.corpus.documents import (
+    Advance,
+    Document,
+    Piece,
+    Source,
+    prose_pieces,
+    record_document,
+)
+from bertcore.data.corpus.pythondocs import BUILTINS
+from bertcore.data.corpus.sentences import split_sentences
+
+logger = logging.getLogger(__name__)
+
+__all__ = ["Document", "Source", "detect_format", "open_source", "record_document",
+           "resolve_files"]
+
+SNIFF_BYTES = 64 << 10  # looked at to detect binary files and the text format
+LINE_CHUNK_BYTES = 1 << 20  # longer lines are read in pieces of this size
+JSONL_SUFFIXES = (".jsonl", ".ndjson")
+PARQUET_SUFFIXES = (".parquet", ".pq")
+_FFFD = "\ufffd".encode()  # a replacement character that was in the file already
+_TERMINAL = tuple(".!?。！？…\"'”’)」』")
+# Byte order marks of the Unicode encodings besides UTF-8 (UTF-32 first: its LE mark starts
+# with UTF-16's), as Windows tools write them.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+
+
+def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
+    """Resolve `spec`; a missing path, an empty folder or a missing package is a BertError."""
+    if spec.startswith("builtin:"):
+        if spec not in BUILTINS:
+            raise BertError(f"unknown built-in corpus {spec!r}; available: {', '.join(BUILTINS)}")
+        return BUILTINS[spec]()
+    if spec.startswith("hf:"):
+        return HubSource(spec, text_field, fmt)
+    return FileSource(resolve_files(spec), text_field, fmt)
+
+
+def resolve_files(spec: str) -> list[Path]:
+    """The files named by a path, a folder (walked recursively) or a glob, sorted."""
+    pattern = os.path.expanduser(spec)
+    if glob.has_magic(pattern):
+        matches = _glob(pattern)
+        if not matches:
+            raise BertError(f"corpus source {spec!r} matches no files")
+    elif os.path.exists(pattern):
+        matches = [pattern]
+    else:
+        raise BertError(
+            f"corpus source not found: {spec} (give a file, folder or glob, "
+            "builtin:python-docs, or hf:NAME[:CONFIG])"
+        )
+    files: list[Path] = []
+    seen: set[str] = set()  # real paths: a file reached twice (links, overlapping matches)
+    for match in matches:
+        path = Path(match)
+        found = _walk(path) if path.is_dir() else [path] if path.is_file() else []
+        for file in found:
+            real = os.path.realpath(file)
+            if real not in seen:
+                seen.add(real)
+                files.append(file)
+    if not files:
+        raise BertError(f"corpus source {spec} is empty: it holds no files")
+    return files
+
+
+def _walk(folder: Path) -> list[Path]:
+    """Files under `folder` in a stable order, skipping hidden ones (.git, .DS_Store)."""
+    return [path for parts, path in _tree(folder) if parts and path.is_file()]
+
+
+def _tree(base: Path) -> Iterator[tuple[tuple[str, ...], Path]]:
+    """(path relative to `base` as parts, path) of `base`, and of every folder and file under
+    it that is not hidden, in a stable order. Links to folders are followed unless they lead
+    to a folder already visited (a loop back into the tree, or a second link to the same
+    folder). An unreadable folder is a BertError, like an unreadable file."""
+    seen = {os.path.realpath(base)}
+    yield (), base
+
+    def unreadable(error: OSError) -> None:
+        raise BertError(f"cannot read folder {error.filename}: {error.strerror or error}; fix "
+                        "its permissions or leave it out of corpus.source")
+
+    for root, dirs, files in os.walk(base, followlinks=True, onerror=unreadable):
+        relative = Path(root).relative_to(base).parts
+        kept = []
+        for name in sorted(dirs):
+            real = os.path.realpath(os.path.join(root, name))
+            if name.startswith(".") or real in seen:
+                continue
+            seen.add(real)
+            kept.append(name)
+        dirs[:] = kept
+        entries = sorted([*kept, *(f for f in files if not f.startswith("."))])
+        for name in entries:
+            yield (*relative, name), Path(root, name)
+
+
+def _glob(pattern: str) -> list[str]:
+    """The paths matching a glob, sorted. `**` (any number of folders) is matched on a walk
+    that never loops (see `_tree`), unlike `glob.glob`, which follows every link."""
+    if "**" not in pattern:
+        return sorted(glob.glob(pattern))
+    parts = Path(pattern).parts
+    fixed = next(i for i, part in enumerate(parts) if glob.has_magic(part))
+    base = Path(*parts[:fixed]) if fixed else Path(".")
+    if not base.is_dir():
+        return []
+    wanted = parts[fixed:]
+    found = [path for relative, path in _tree(base) if _matches(wanted, relative)]
+    return sorted(str(path) for path in found)
+
+
+def _matches(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
+    """Whether path `parts` match glob `pattern` parts, as `glob.glob(recursive=True)` reads
+    them: `**` is zero or more names, and wildcards do not match hidden names."""
+    if not pattern:
+        return not parts
+    head, rest = pattern[0], pattern[1:]
+    if head == "**":
+        return any(_matches(rest, parts[i:]) for i in range(len(parts) + 1))
+    if not parts or (parts[0].startswith(".") and not head.startswith(".")):
+        return False
+    return fnmatch.fnmatchcase(parts[0], head) and _matches(rest, parts[1:])
+
+
+class FileSource(Source):
+    unit = "B"
+
+    def __init__(self, files: list[Path], text_field: str, fmt: str):
+        self.files = files
+        self.text_field = text_field
+        self.format = fmt
+        self.total = sum(path.stat().st_size for path in files)
+
+    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+        for path in self.files:
+            counts["files"] += 1
+            name = path.name.lower()
+            try:
+                if name.endswith(PARQUET_SUFFIXES):
+                    yield from parquet_documents(path, self.text_field, self.format, counts)
+                    advance(path.stat().st_size)
+                elif name.endswith(JSONL_SUFFIXES):
+                    yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
+                else:
+                    yield from text_file_documents(path, self.format, counts, advance)
+            except OSError as exc:
+                raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def text_file_documents(
+    path: Path, fmt: str, counts: Counter, advance: Advance
+) -> Iterator[Document]:
+    """A prose file is one document; a one-sentence-per-line file holds many, blank-separated."""
+    with open(path, "rb") as handle:
+        head = handle.read(SNIFF_BYTES)
+        if not head:
+            counts["empty_files"] += 1
+            return
+        encoding = next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
+        if encoding == "utf-8" and b"\0" in head:
+            logger.warning("skipping binary file %s (UTF-16 or UTF-32 text needs a byte order "
+                           "mark, or conversion to UTF-8)", path)
+            counts["binary_files"] += 1
+            advance(path.stat().st_size)
+            return
+        if fmt == "auto":
+            fmt = detect_format(head.decode(encoding, "replace"))
+            logger.debug("%s: format %s", path, fmt)
+        handle.seek(0)
+        if encoding == "utf-8":
+            lines = _decoded_lines(handle, counts, advance, path)
+        else:
+            lines = _wide_lines(handle, encoding, counts, advance, path)
+        if fmt == "prose":
+            yield Document(str(path), prose_pieces(lines))
+        else:
+            yield from _line_documents(lines, str(path))
+
+
+def detect_format(sample: str) -> str:
+    """"lines" when the sample reads as one sentence per line, else "prose".
+
+    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
+    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
+    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
+    its lines; one-sentence paragraphs make blocks of one line.
+    """
+    lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
+    lines = [line.strip() for line in lines][:400]
+    text_lines = [line for line in lines if line]
+    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
+    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
+        return "prose"
+    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
+    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
+    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
+
+
+def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Iterator[Piece]:
+    """(text, complete) per line of a binary file; a long line comes in several pieces.
+
+    Invalid UTF-8 becomes U+FFFD and is counted (`invalid_utf8_sequences`)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    invalid = 0
+    while raw := _read_line(handle, path):
+        advance(len(raw))
+        complete = raw.endswith(b"\n")
+        text = decoder.decode(raw, final=False)
+        if "\ufffd" in text:
+            invalid += max(0, text.count("\ufffd") - raw.count(_FFFD))
+        yield (text.rstrip("\r\n") if complete else text), complete
+    rest = decoder.decode(b"", final=True)
+    if rest:
+        invalid += rest.count("\ufffd")
+        yield rest, True
+    if invalid:
+        logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", path, invalid)
+        counts["invalid_utf8_sequences"] += invalid
+
+
+def _wide_lines(handle, encoding: str, counts: Counter, advance: Advance,
+                path: Path) -> Iterator[Piece]:
+    """(text, complete) per line of a UTF-16/UTF-32 file with a byte order mark."""
+    width = 2 if encoding == "utf-16" else 4
+    text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
+    invalid = 0
+    while line := _read_line(text, path):
+        advance(len(line) * width)
+        invalid += line.count("\ufffd")
+        complete = line.endswith(("\n", "\r"))
+        yield (line.rstrip("\r\n") if complete else line), complete
+    if invalid:
+        logger.warning("%s: %d invalid %s sequences replaced by U+FFFD", path, invalid,
+                       encoding.upper())
+        counts["invalid_utf8_sequences"] += invalid
+
+
+def _read_line(handle, path: Path) -> bytes:
+    try:
+        return handle.readline(LINE_CHUNK_BYTES)
+    except (OSError, UnicodeError) as exc:  # a disk or network error halfway through the file
+        raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
+
+
+def _line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
+    """One sentence per line, blank lines between documents."""
+    marked = _mark_blank(lines)
+    for text, complete, blank in marked:
+        if blank:
+            continue
+        pieces = _until_blank(marked, (text, complete))
+        yield Document(origin, pieces, split_sentences=False)
+        for _ in pieces:  # the consumer normally read them all
+            pass
+
+
+def _mark_blank(lines: Iterable[Piece]) -> Iterator[tuple[str, bool, bool]]:
+    at_line_start = True
+    for text, complete in lines:
+        yield text, complete, at_line_start and complete and (not text or text.isspace())
+        at_line_start = complete
+
+
+def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iterator[Piece]:
+    yield first
+    for text, complete, blank in marked:
+        if blank:
+            return
+        yield text, complete
+
+
+def jsonl_documents(
+    path: Path, field: str, fmt: str, counts: Counter, advance: Advance
+) -> Iterator[Document]:
+    with open(path, "rb") as handle:
+        for number, raw in enumerate(handle, 1):
+            advance(len(raw))
+            if not raw.strip():
+                continue
+            line = raw.decode("utf-8", "replace")
+            if "\ufffd" in line:
+                counts["invalid_utf8_sequences"] += line.count("\ufffd") - raw.count(_FFFD)
+            try:
+                record = json.loads(line)
+            except ValueError:
+                counts["invalid_json_lines"] += 1
+                logger.debug("%s:%d: not JSON", path, number)
+                continue
+            yield from _text_of(record, field, f"{path}:{number}", fmt, counts)
+
+
+def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Document]:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    try:
+        table = pq.ParquetFile(path)
+    except (pa.ArrowException, OSError) as exc:
+        raise BertError(f"{path} is not a readable Parquet file ({exc})") from None
+    schema = table.schema_arrow
+    columns = schema.names
+    if field not in columns:
+        raise BertError(
+            f"{path} has no column {field!r} (columns: {', '.join(columns)}); "
+            "set corpus.text_field"
+        )
+    column_type = schema.field(field).type
+    if not _is_text(column_type):
+        text_columns = [f.name for f in schema if _is_text(f.type)]
+        others = f" (text columns: {', '.join(text_columns)})" if text_columns else ""
+        raise BertError(
+            f"{path}: column {field!r} holds {column_type}, not text; set corpus.text_field "
+            f"to a column of strings{others}"
+        )
+    row = 0
+    try:
+        for batch in table.iter_batches(batch_size=1024, columns=[field]):
+            for value in batch.column(0).to_pylist():
+                row += 1
+                yield from _text_of({field: value}, field, f"{path}[{row}]", fmt, counts)
+    except pa.ArrowException as exc:
+        raise BertError(f"{path}: cannot read row {row + 1} and on ({exc})") from None
+
+
+def _is_text(arrow_type) -> bool:
+    """Strings, in any of Arrow's layouts (plain, large, view, dictionary-encoded)."""
+    import pyarrow as pa
+
+    if pa.types.is_dictionary(arrow_type):
+        arrow_type = arrow_type.value_type
+    is_view = getattr(pa.types, "is_string_view", lambda t: False)
+    return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or is_view(
+        arrow_type
+    )
+
+
+def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Document]:
+    text = record.get(field) if isinstance(record, dict) else None
+    if isinstance(text, str):
+        counts["records"] += 1
+        yield record_document(text, origin, fmt)
+    else:
+        counts["records_without_text"] += 1
+
+
+class HubSource(Source):
+    """`hf:NAME[:CONFIG]`: the train split of a Hugging Face dataset, streamed."""
+
+    def __init__(self, spec: str, text_field: str, fmt: str):
+        try:
+            import datasets  # noqa: F401
+        except ImportError:
+            raise BertError(
+                f"corpus source {spec} needs the Hugging Face datasets package: "
+                "pip install datasets (or pip install 'bertpretrain[hf]')"
+            ) from None
+        name, _, config = spec.removeprefix("hf:").partition(":")
+        if not name:
+            raise BertError(f"corpus source {spec!r}: write hf:NAME or hf:NAME:CONFIG")
+        self.name, self.config = name, config or None
+        self.text_field, self.format = text_field, fmt
+
+    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+        import datasets
+
+        try:
+            records = datasets.load_dataset(
+                self.name, self.config, split="train", streaming=True
+            )
+            for number, record in enumerate(records):
+                advance(1)
+                yield from _text_of(record, self.text_field, f"{self.name}[{number}]",
+                                    self.format, counts)
+        except BertError:
+            raise
+        except Exception as exc:  # network, unknown name, ...: one line for the user
+            first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+            message = f"cannot read hf:{self.name}: {type(exc).__name__}: {first_line}"
+            raise BertError(message) from None

@@ -1,0 +1,190 @@
+"""Writing documents into train.txt / val.txt as they come: split by hash, deduplicated.
+
+Format (Google's `create_pretraining_data.py`): UTF-8, one sentence per line, a blank line
+between documents. A document goes to val when a hash of (seed, its content) falls below
+`val_fraction`, so its split depends on nothing else: adding or reordering documents moves
+no other document. Exact duplicates are recognised by a 64-bit digest of the content, kept in
+a sorted array (8 bytes a document): the only thing that grows with the corpus (with, for a
+small corpus that may be split by parts instead, 5 bytes a document of DocumentRecords).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import tempfile
+from array import array
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+SPLITS = ("train", "val")
+_SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
+
+
+@dataclass
+class SplitStats:
+    documents: int = 0
+    sentences: int = 0
+    characters: int = 0
+
+
+@dataclass
+class _Written:
+    """Where the last document of a split lies in its file, to move it if need be."""
+
+    separator_at: int
+    content_at: int
+    sentences: int
+    characters: int
+
+
+class DigestSet:
+    """A set of 64-bit digests at 8 bytes each: a sorted array plus a small set of recent ones.
+
+    A Python set costs ~80 bytes a member, which at millions of documents is most of the
+    stage's memory; here recent members go to a bounded set, merged into the array in bulk.
+    """
+
+    def __init__(self, pending_limit: int = 1 << 16):
+        self._sorted = np.empty(0, dtype=np.uint64)
+        self._pending: set[int] = set()
+        self._pending_limit = pending_limit
+
+    def __len__(self) -> int:
+        return len(self._sorted) + len(self._pending)
+
+    def __contains__(self, key: int) -> bool:
+        if key in self._pending:
+            return True
+        at = int(np.searchsorted(self._sorted, np.uint64(key)))
+        return at < len(self._sorted) and int(self._sorted[at]) == key
+
+    def add(self, key: int) -> None:
+        self._pending.add(key)
+        if len(self._pending) >= self._pending_limit:
+            recent = np.fromiter(self._pending, dtype=np.uint64, count=len(self._pending))
+            merged = np.concatenate([self._sorted, recent])
+            merged.sort(kind="stable")  # (np.union1d's unique() costs ~10x the memory here)
+            keep = np.ones(len(merged), dtype=bool)
+            keep[1:] = merged[1:] != merged[:-1]
+            self._sorted = merged[keep]
+            self._pending.clear()
+
+
+class DocumentRecords:
+    """The split and sentence count of every document written, in order (5 bytes each), kept
+    while a split by parts may still be wanted (`bertcore.data.corpus.parts`): up to `limit`."""
+
+    def __init__(self, limit: int | None):
+        self.limit = limit
+        self.splits = array("B")
+        self.sentences = array("I")
+        self.complete = limit != 0  # False once `limit` was passed and the records dropped
+
+    def add(self, split: str, sentences: int) -> None:
+        if not self.complete:
+            return
+        if self.limit is not None and len(self.splits) >= self.limit:
+            self.complete = False
+            self.splits, self.sentences = array("B"), array("I")
+            return
+        self.splits.append(SPLITS.index(split))
+        self.sentences.append(min(sentences, 2**32 - 1))
+
+
+class SplitWriter:
+    """`add(sentences)` writes one document and says where it went (or why not).
+
+    `record_limit`: keep the split and sentence count of up to this many documents
+    (None: of all), for a split by parts after the fact; 0: keep none.
+    """
+
+    def __init__(self, out_dir: str | Path, val_fraction: float, seed: int,
+                 record_limit: int | None = 0):
+        self.out_dir = Path(out_dir)
+        self.val_fraction = val_fraction
+        self.seed = seed.to_bytes(8, "little", signed=False)
+        self.stats = {split: SplitStats() for split in SPLITS}
+        self.records = DocumentRecords(record_limit)
+        self.pairable = dict.fromkeys(SPLITS, 0)  # documents of two sentences or more
+        self._files = {split: open(self.out_dir / f"{split}.txt", "w+b") for split in SPLITS}  # noqa: SIM115
+        self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
+        self._seen = DigestSet()
+
+    def add(self, sentences) -> str:
+        """Write one document; returns "train", "val", "empty" or "duplicate"."""
+        digest = hashlib.blake2b(digest_size=16)
+        count = characters = 0
+        with tempfile.SpooledTemporaryFile(_SPOOL_BYTES) as spool:
+            for sentence in sentences:
+                line = sentence.encode("utf-8") + b"\n"
+                digest.update(line)
+                spool.write(line)
+                count += 1
+                characters += len(sentence)
+            if count == 0:
+                return "empty"
+            key = digest.digest()
+            short = int.from_bytes(key[:8], "little")
+            if short in self._seen:
+                return "duplicate"
+            self._seen.add(short)
+            split = self.split_of(key)
+            handle = self._files[split]
+            separator_at = handle.tell()
+            if separator_at:
+                handle.write(b"\n")
+            content_at = handle.tell()
+            spool.seek(0)
+            shutil.copyfileobj(spool, handle)
+        self._last[split] = _Written(separator_at, content_at, count, characters)
+        self._count(split, 1, count, characters)
+        self.records.add(split, count)
+        self.pairable[split] += count >= 2
+        return split
+
+    def split_of(self, digest: bytes) -> str:
+        """val for a share `val_fraction` of digests, chosen by the seed."""
+        mixed = hashlib.blake2b(self.seed + digest, digest_size=8).digest()
+        return "val" if int.from_bytes(mixed, "little") / 2**64 < self.val_fraction else "train"
+
+    def balance(self) -> None:
+        """With two documents or more, leave neither split empty: the last document written
+        to the other split moves over. (Not for a split by parts, which rewrites both.)"""
+        train, val = self.stats["train"].documents, self.stats["val"].documents
+        if train + val >= 2 and val == 0:
+            self._move_last("train", "val")
+        elif train + val >= 2 and train == 0:
+            self._move_last("val", "train")
+
+    def close(self) -> None:
+        for handle in self._files.values():
+            handle.close()
+
+    def _move_last(self, source: str, target: str) -> None:
+        last = self._last[source]
+        assert last is not None
+        handle = self._files[source]
+        handle.seek(last.content_at)
+        content = handle.read()
+        handle.seek(last.separator_at)
+        handle.truncate()
+        self._files[target].write(content)  # the target is empty: no separator
+        self._count(source, -1, -last.sentences, -last.characters)
+        self._count(target, 1, last.sentences, last.characters)
+        self.pairable[source] -= last.sentences >= 2
+        self.pairable[target] += last.sentences >= 2
+
+    def _count(self, split: str, documents: int, sentences: int, characters: int) -> None:
+        stats = self.stats[split]
+        stats.documents += documents
+        stats.sentences += sentences
+        stats.characters += characters
+
+    def __enter__(self) -> SplitWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()

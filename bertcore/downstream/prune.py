@@ -1,0 +1,175 @@
+"""The prune stage's work, outside the command line: score the heads on training sequences,
+prune, measure what it cost (val metrics) and saved (throughput), optionally recover with a
+few pretraining steps, and build the stage's report. The pruning itself is
+`bertcore.downstream.heads`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import copy
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import torch
+
+from bertcore.data.samples.store import SampleStore
+from bertcore.downstream.heads import (
+    PruneConfig,
+    PruneSteps,
+    head_importance,
+    prune_by_importance,
+    recover,
+    throughput,
+)
+from bertcore.model.bert import BertForPretraining
+from bertcore.training.batches import PretrainingBatches, eval_batches
+from bertcore.training.config import TrainConfig
+from bertcore.training.devices import resolve_precision
+from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+
+VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
+THROUGHPUT_KINDS = ("forward_sequences_per_s", "train_step_sequences_per_s")
+
+
+@dataclass
+class PruneData:
+    """The sequences pruning reads: training sequences score the heads and recover the model,
+    the val split only measures."""
+
+    train: SampleStore
+    val: SampleStore
+    vocab: VocabSpec
+    masking: MaskingConfig
+    eval: EvalConfig
+
+
+@dataclass
+class PruneOutcome:
+    """What a pruning run did and measured; the model itself was pruned in place."""
+
+    original: BertForPretraining  # a copy from before
+    steps: PruneSteps
+    before: EvalMetrics
+    pruned: EvalMetrics
+    recovered: EvalMetrics | None
+    speed: dict[str, dict[str, float]]
+    throughput_batch: dict[str, int]  # sequences and tokens of the batch timed
+    seconds: dict[str, float]
+
+    @property
+    def final(self) -> EvalMetrics:
+        """The val metrics of the model as it ends (recovered, if it was)."""
+        return self.recovered or self.pruned
+
+
+def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
+                train: TrainConfig, device: torch.device) -> PruneOutcome:
+    """Prune `model` (on `device`) in place and measure it before and after."""
+    scoring = PretrainingBatches(data.train,
+                                 PretrainingCollator(data.masking, data.vocab, config.seed),
+                                 config.batch_size, 1, seed=config.seed)
+    score_batches = list(_take(scoring, config.batches))  # a seeded subset, fixed masks
+    val = eval_batches(data.val, PretrainingCollator(data.masking, data.vocab,
+                                                     seed=data.eval.seed),
+                       data.eval.batch_size)
+    autocast = resolve_precision("auto", device)
+    seconds = PhaseTimer()
+
+    def val_metrics(m: BertForPretraining) -> EvalMetrics:
+        with seconds("val_metrics"):
+            return evaluate(m, val, device, autocast)
+
+    original = copy.deepcopy(model)
+    before = val_metrics(model)
+    with seconds("importance_and_pruning"):
+        steps = prune_by_importance(
+            model, lambda m: head_importance(m, score_batches, device), config.fraction,
+            config.iterative)
+    pruned = val_metrics(model)
+    with seconds("throughput"):
+        speed = throughput({"before": original, "after": model}, score_batches[0], device,
+                           config.throughput_steps)
+    recovered = None
+    if config.recovery_steps:
+        recovery = PretrainingBatches(
+            data.train, PretrainingCollator(data.masking, data.vocab, seed=config.seed + 1),
+            config.batch_size, 1, seed=config.seed + 1)
+        with seconds("recovery"):
+            recover(model, recovery, train, config.recovery_steps,
+                    config.recovery_learning_rate, device, seed=config.seed)
+        recovered = val_metrics(model)
+    timed = score_batches[0]
+    return PruneOutcome(original, steps, before, pruned, recovered, speed,
+                        {"sequences": int(timed["input_ids"].shape[0]),
+                         "tokens": int(timed["attention_mask"].sum())},
+                        seconds.totals)
+
+
+def prune_report(outcome: PruneOutcome, model: BertForPretraining,
+                 config: PruneConfig) -> tuple[dict[str, Any], dict[str, Any]]:
+    """metrics/prune.json (what pruning cost and saved, compared across runs) and its details
+    (which heads went and why, the settings, the timings): the one place both are built."""
+    original = outcome.original
+    total, after = sum(original.config.heads_per_layer), sum(model.config.heads_per_layer)
+    phases = {"before": outcome.before, "pruned": outcome.pruned, "recovered": outcome.recovered}
+    speed = outcome.speed
+    metrics = {
+        "heads": {"before": total, "after": after, "removed": total - after,
+                  "removed_fraction": (total - after) / total},
+        "val": {key: {phase: getattr(m, key) for phase, m in phases.items() if m is not None}
+                for key in VAL_KEYS},
+        "throughput": {
+            kind: {"before": speed["before"][kind], "after": speed["after"][kind],
+                   "speedup": speed["after"][kind] / speed["before"][kind]}
+            for kind in THROUGHPUT_KINDS
+        },
+        "parameters": {"before": original.num_parameters(), "after": model.num_parameters()},
+        "heads_per_layer": {"before": original.config.heads_per_layer,
+                            "after": model.config.heads_per_layer},
+    }
+    details = {
+        "pruned_heads": {str(k): v for k, v in model.config.pruned_heads.items()},
+        "requested_heads": outcome.steps.requested,
+        "importance": outcome.steps.importance,  # per step, per layer (normalised)
+        "settings": {
+            "fraction": config.fraction,
+            "iterative": config.iterative,
+            "scored_sequences": config.batches * config.batch_size,
+            "recovery_steps": config.recovery_steps,
+            "throughput_batch": outcome.throughput_batch,
+        },
+        "seconds": outcome.seconds,
+    }
+    return metrics, details
+
+
+class PhaseTimer:
+    """`with seconds("name"):` adds the block's wall time to `seconds.totals["name"]`."""
+
+    def __init__(self):
+        self.totals: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def __call__(self, name: str) -> Iterator[None]:
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            elapsed = time.perf_counter() - started
+            self.totals[name] = round(self.totals.get(name, 0.0) + elapsed, 1)
+
+
+def _take(batches: PretrainingBatches, count: int) -> Iterator[dict]:
+    """The first `count` single-micro-batch steps, over as many epochs as it takes."""
+    taken, epoch = 0, 0
+    while True:
+        for (batch,) in batches.iterate(epoch):
+            if taken == count:
+                return
+            yield batch
+            taken += 1
+        epoch += 1

@@ -1,0 +1,258 @@
+"""Labelled data for fine-tuning: a user's file, or the built-in word-order task.
+
+A user's file is JSON Lines (`.jsonl`), `.csv` or `.tsv` (a header row names the columns),
+with a text field, an optional second text field for sentence pairs, and a label field.
+Labels are strings or integers; the class order is the labels' natural order (integers
+numerically, then strings), so `id2label` of an export is predictable.
+
+The built-in task, `builtin:word-order`, is made from held-out text (the corpus's val split,
+which pretraining never saw): is this sentence as written, or with two of its words swapped?
+Every sentence appears twice, once as written and once swapped, both in the same split, so the
+two classes have exactly the same words: no bag of words or word frequency can tell them
+apart, only knowledge of how the language orders its words. Only lower-case alphabetic words
+(not the first) are swapped, so capitals and punctuation give nothing away.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import random
+from collections import Counter
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+
+from bertcore.common.errors import BertError
+
+BUILTIN_WORD_ORDER = "builtin:word-order"
+WORD_ORDER_LABELS = ("original", "swapped")
+WORD_ORDER_DESCRIPTION = (
+    "word-order (built-in): held-out sentences as written vs with two of their words swapped"
+)
+FORMATS = (".jsonl", ".csv", ".tsv")
+MIN_WORDS, MAX_WORDS = 5, 40  # built-in task: sentences short enough never to be truncated
+
+
+@dataclass(frozen=True)
+class Example:
+    text: str
+    pair: str | None
+    label: str
+
+
+# ---------------------------------------------------------------------------- user files
+def read_examples(
+    path: str | Path, text_field: str, pair_field: str | None, label_field: str
+) -> list[Example]:
+    """The examples of a .jsonl / .csv / .tsv file; a one-line BertError for what is unusable."""
+    path = Path(path)
+    if not path.is_file():
+        raise BertError(f"labelled data not found: {path} (set finetune.data)")
+    if path.suffix.lower() not in FORMATS:
+        raise BertError(f"{path}: unknown format; finetune.data must end in {', '.join(FORMATS)}")
+    try:
+        text = path.read_text(encoding="utf-8-sig")
+    except UnicodeDecodeError:
+        raise BertError(f"{path} is not UTF-8 text: convert it, or point at another file") from None
+    if not text.strip():
+        raise BertError(f"{path} is empty: it needs one labelled example per line")
+    rows = _jsonl_rows(path, text) if path.suffix.lower() == ".jsonl" else _table_rows(path, text)
+    examples = []
+    for where, row in rows:
+        if label_field not in row:
+            raise BertError(f"{where}: no label field {label_field!r} (set finetune.label_field; "
+                            f"fields here: {', '.join(map(str, row))})")
+        examples.append(Example(
+            text=_text(row, text_field, where, "text_field"),
+            pair=_text(row, pair_field, where, "text_pair_field") if pair_field else None,
+            label=_label(row[label_field], where),
+        ))
+    if not examples:
+        raise BertError(f"{path} has no examples, only a header: add labelled rows")
+    return examples
+
+
+def _jsonl_rows(path: Path, text: str):
+    for number, line in enumerate(text.splitlines(), 1):
+        if not line.strip():
+            continue
+        where = f"{path}:{number}"
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            raise BertError(f"{where} is not valid JSON: one JSON object per line") from None
+        if not isinstance(row, dict):
+            raise BertError(f"{where} is not a JSON object: one object per line")
+        yield where, row
+
+
+def _table_rows(path: Path, text: str):
+    tsv = path.suffix.lower() == ".tsv"
+    # GLUE's TSVs have quote characters inside the text: no quoting in TSV.
+    reader = csv.reader(text.splitlines(), delimiter="\t" if tsv else ",",
+                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
+    header = next(reader, None) or []
+    for number, values in enumerate(reader, 2):
+        if not any(v.strip() for v in values):
+            continue
+        yield f"{path}:{number}", dict(zip(header, values, strict=False))
+
+
+def _text(row: dict, field: str, where: str, key: str) -> str:
+    if field not in row:
+        raise BertError(f"{where}: no text field {field!r} (set finetune.{key}; fields here: "
+                        f"{', '.join(map(str, row))})")
+    value = row[field]
+    if not isinstance(value, str):
+        raise BertError(f"{where}: field {field!r} is {type(value).__name__} {value!r}, not a "
+                        "string: texts must be strings")
+    return value
+
+
+def _label(value, where: str) -> str:
+    if isinstance(value, bool) or not isinstance(value, str | int):
+        raise BertError(f"{where}: label {value!r} is neither a string nor an integer")
+    label = str(value).strip()
+    if not label:
+        raise BertError(f"{where}: the label is empty")
+    return label
+
+
+def label_names(train: Sequence[Example], test: Sequence[Example] = ()) -> list[str]:
+    """The classes in natural order (integers numerically, then strings); at least two, and
+    every test label seen in training."""
+    counts = Counter(e.label for e in train)
+    if len(counts) < 2:
+        only = next(iter(counts), None)
+        raise BertError(f"the training data has only one class ({only!r}): a classifier needs "
+                        "at least two")
+    unseen = sorted({e.label for e in test} - set(counts))
+    if unseen:
+        raise BertError(f"test label {unseen[0]!r} never appears in the training data: add "
+                        "training examples of it, or remove it from the test data")
+    return sorted(counts, key=_natural)
+
+
+def _natural(label: str):
+    try:
+        return (0, int(label), "")
+    except ValueError:
+        return (1, 0, label)
+
+
+def split_examples(
+    examples: Sequence[Example], test_fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """A seeded split, stratified by label: each class gives round(n * test_fraction) of its
+    examples to the test split, but always keeps at least one for training."""
+    rng = random.Random(seed)
+    train, test = [], []
+    by_label: dict[str, list[Example]] = {}
+    for example in examples:
+        by_label.setdefault(example.label, []).append(example)
+    for label in sorted(by_label):
+        group = by_label[label]
+        rng.shuffle(group)
+        n_test = min(round(len(group) * test_fraction), len(group) - 1)
+        test += group[:n_test]
+        train += group[n_test:]
+    rng.shuffle(train)
+    rng.shuffle(test)
+    if not test:
+        raise BertError(f"finetune.test_fraction={test_fraction} leaves no test examples out of "
+                        f"{len(examples)}: raise it, or give finetune.test_data")
+    return train, test
+
+
+# ------------------------------------------------------------------------- built-in task
+def word_order_task(
+    corpus_text: str | Path, test_fraction: float, seed: int
+) -> tuple[list[Example], list[Example]]:
+    """(train, test) of the built-in word-order task from a corpus file (one sentence per line,
+    blank lines between documents); split by sentence, both versions of a sentence together."""
+    path = Path(corpus_text)
+    if not path.is_file():
+        raise BertError(f"{path} not found: the built-in task needs the corpus (bert corpus)")
+    rng = random.Random(seed)
+    pairs = []
+    for line in path.read_text(encoding="utf-8").splitlines():
+        swapped = swap_two_words(line.strip(), rng)
+        if swapped is not None:
+            pairs.append((Example(line.strip(), None, WORD_ORDER_LABELS[0]),
+                          Example(swapped, None, WORD_ORDER_LABELS[1])))
+    if len(pairs) < 10:
+        raise BertError(f"{path} has only {len(pairs)} sentences of {MIN_WORDS}-{MAX_WORDS} words "
+                        "for the built-in task: use a larger corpus, or set finetune.data")
+    rng.shuffle(pairs)
+    n_test = max(1, min(round(len(pairs) * test_fraction), len(pairs) - 1))
+    test = [e for pair in pairs[:n_test] for e in pair]
+    train = [e for pair in pairs[n_test:] for e in pair]
+    rng.shuffle(train)
+    return train, test
+
+
+def swap_two_words(sentence: str, rng: random.Random) -> str | None:
+    """The sentence with two different lower-case alphabetic words (not the first word)
+    swapped; None when the sentence is too short or too long or has no such pair."""
+    words = sentence.split()
+    if not MIN_WORDS <= len(words) <= MAX_WORDS:
+        return None
+    candidates = [i for i, w in enumerate(words) if i > 0 and w.isalpha() and w.islower()]
+    if len({words[i] for i in candidates}) < 2:
+        return None
+    while True:
+        i, j = rng.sample(candidates, 2)
+        if words[i] != words[j]:
+            break
+    words[i], words[j] = words[j], words[i]
+    return " ".join(words)
+
+
+# ------------------------------------------------------------------------------- encoding
+@dataclass
+class EncodedExamples:
+    """Token ids (unpadded) and class indices; `truncated`: examples cut to the max length."""
+
+    input_ids: list[list[int]]
+    token_type_ids: list[list[int]]
+    labels: list[int]
+    truncated: int
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def batch(self, indices: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
+        """Padded to the longest of these examples."""
+        length = max(len(self.input_ids[i]) for i in indices)
+        ids = torch.full((len(indices), length), pad_id, dtype=torch.long)
+        types = torch.zeros((len(indices), length), dtype=torch.long)
+        mask = torch.zeros((len(indices), length), dtype=torch.long)
+        for row, i in enumerate(indices):
+            n = len(self.input_ids[i])
+            ids[row, :n] = torch.tensor(self.input_ids[i])
+            types[row, :n] = torch.tensor(self.token_type_ids[i])
+            mask[row, :n] = 1
+        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+                "labels": torch.tensor([self.labels[i] for i in indices])}
+
+
+def encode_examples(examples: Sequence[Example], tokenizer, labels: Sequence[str],
+                    max_length: int) -> EncodedExamples:
+    """[CLS] text [SEP] (pair [SEP]) with the `tokenizers` Tokenizer of the vocab stage, cut
+    to `max_length` tokens (the longer text first), counting the examples that were cut."""
+    index = {label: i for i, label in enumerate(labels)}
+    tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
+    try:
+        inputs = [e.text if e.pair is None else (e.text, e.pair) for e in examples]
+        encodings = tokenizer.encode_batch(inputs)
+    finally:
+        tokenizer.no_truncation()
+    return EncodedExamples(
+        input_ids=[e.ids for e in encodings],
+        token_type_ids=[e.type_ids for e in encodings],
+        labels=[index[e.label] for e in examples],
+        truncated=sum(1 for e in encodings if e.overflowing),
+    )

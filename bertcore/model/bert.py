@@ -1,0 +1,441 @@
+"""BERT for pretraining (MLM + NSP): the same function as transformers' BertForPreTraining.
+
+Read top to bottom: the config and its presets, the embeddings, one post-LN encoder layer, the
+pooler and the two heads, then the whole model with its losses. Parameter names are our own
+(short, one fused QKV projection per layer); `bertcore/model/hf.py` is the one place that maps them
+to Hugging Face's `modeling_bert` names.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from functools import partial
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from bertcore.common.errors import BertError, ConfigError, require
+
+IGNORE_INDEX = -100  # label of a position that takes no part in a loss (as in HF and PyTorch)
+
+# hidden_act names as Hugging Face writes them; BERT itself uses the exact (erf) GELU.
+ACTIVATIONS = {
+    "gelu": F.gelu,
+    "gelu_new": partial(F.gelu, approximate="tanh"),
+    "gelu_pytorch_tanh": partial(F.gelu, approximate="tanh"),
+    "relu": F.relu,
+}
+
+
+# ----------------------------------------------------------------------------------- config
+@dataclass
+class BertConfig:
+    """BERT's hyper-parameters, with Hugging Face's field names (config.json round-trips)."""
+
+    vocab_size: int = 30522
+    hidden_size: int = 768
+    num_hidden_layers: int = 12
+    num_attention_heads: int = 12
+    intermediate_size: int = 3072
+    hidden_act: str = "gelu"
+    hidden_dropout_prob: float = 0.1
+    attention_probs_dropout_prob: float = 0.1
+    max_position_embeddings: int = 512
+    type_vocab_size: int = 2
+    initializer_range: float = 0.02
+    layer_norm_eps: float = 1e-12
+    pad_token_id: int = 0
+    # Heads removed by pruning: layer -> original head indices, as transformers 4.x wrote it
+    # in config.json ({"0": [1, 3]}); layer i then has num_attention_heads - len(...) heads.
+    pruned_heads: dict[int, list[int]] = field(default_factory=dict)
+
+    def __post_init__(self):
+        for key in (
+            "vocab_size",
+            "hidden_size",
+            "num_hidden_layers",
+            "num_attention_heads",
+            "intermediate_size",
+            "max_position_embeddings",
+            "type_vocab_size",
+        ):
+            value = getattr(self, key)
+            require(isinstance(value, int) and value > 0, key, value, "a positive integer")
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "hidden_size",
+            self.hidden_size,
+            f"a multiple of num_attention_heads ({self.num_attention_heads})",
+        )
+        act = self.hidden_act
+        require(act in ACTIVATIONS, "hidden_act", act, f"one of {list(ACTIVATIONS)}")
+        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
+            value = getattr(self, key)
+            require(0.0 <= value < 1.0, key, value, "a probability in [0, 1)")
+        require(self.initializer_range > 0, "initializer_range", self.initializer_range, "> 0")
+        require(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "> 0")
+        require(
+            0 <= self.pad_token_id < self.vocab_size,
+            "pad_token_id",
+            self.pad_token_id,
+            f"an id in [0, vocab_size={self.vocab_size})",
+        )
+        self.pruned_heads = self._checked_pruned_heads(self.pruned_heads)
+
+    def _checked_pruned_heads(self, pruned) -> dict[int, list[int]]:
+        """{layer: sorted original head indices}, int keys (JSON gives strings), empty layers
+        dropped; every layer keeps at least one head."""
+        require(isinstance(pruned, dict), "pruned_heads", pruned, "a mapping layer -> heads")
+        layers, heads = self.num_hidden_layers, self.num_attention_heads
+        checked: dict[int, list[int]] = {}
+        for key, values in pruned.items():
+            layer = int(key) if isinstance(key, int | str) and str(key).isdigit() else -1
+            require(0 <= layer < layers, "pruned_heads", pruned, f"layers in [0, {layers})")
+            require(
+                isinstance(values, list | tuple)
+                and all(isinstance(h, int) and 0 <= h < heads for h in values),
+                "pruned_heads",
+                pruned,
+                f"lists of head indices in [0, {heads})",
+            )
+            if values:
+                checked[layer] = sorted(set(values))
+            require(
+                len(checked.get(layer, ())) < heads,
+                "pruned_heads",
+                pruned,
+                "at least one head left in every layer",
+            )
+        return dict(sorted(checked.items()))
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def kept_heads(self, layer: int) -> list[int]:
+        """Original indices of the heads layer `layer` still has, in weight order."""
+        removed = set(self.pruned_heads.get(layer, ()))
+        return [h for h in range(self.num_attention_heads) if h not in removed]
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return [len(self.kept_heads(i)) for i in range(self.num_hidden_layers)]
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> BertConfig:
+        """A preset (see PRESETS), any field overridden; intermediate_size defaults to 4×hidden."""
+        if name not in PRESETS:
+            raise ConfigError("preset", f"{name!r} is unknown; expected one of {list(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown BertConfig field; allowed: {', '.join(known)}")
+        values = {**PRESETS[name], **overrides}
+        values.setdefault("intermediate_size", 4 * values["hidden_size"])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BertConfig:
+        """Build from a config.json (ours or Hugging Face's); keys BERT does not use are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None})
+
+
+# Sizes of the BERT family (Turc et al. 2019 for tiny..medium; Devlin et al. 2018 for base, large).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
+}
+
+
+
+
+# ------------------------------------------------------------------------------- the blocks
+class Embeddings(nn.Module):
+    """Token + position + segment embeddings, then LayerNorm and dropout."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        h = config.hidden_size
+        # padding_idx as in HF: the [PAD] row gets no gradient from the input side.
+        self.tokens = nn.Embedding(config.vocab_size, h, padding_idx=config.pad_token_id)
+        self.positions = nn.Embedding(config.max_position_embeddings, h)
+        self.segments = nn.Embedding(config.type_vocab_size, h)
+        self.norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
+        length = input_ids.shape[1]
+        if token_type_ids is None:
+            segments = self.segments.weight[0]  # every token in segment A
+        else:
+            segments = self.segments(token_type_ids)
+        positions = self.positions.weight[:length]
+        x = self.tokens(input_ids) + segments + positions
+        return self.dropout(self.norm(x))
+
+
+class SelfAttention(nn.Module):
+    """Multi-head self-attention with one fused QKV projection and SDPA.
+
+    A pruned layer has fewer heads (`num_heads`), each still `head_size` wide, so its
+    projections are smaller. `head_gate`, when set, multiplies each head's output: shape
+    [heads] or [batch, heads]; `bertcore.downstream.heads` sets it to ones and reads its gradient
+    (Michel et al. 2019). None (the default) costs nothing."""
+
+    def __init__(self, config: BertConfig, num_heads: int | None = None):
+        super().__init__()
+        self.num_heads = num_heads or config.num_attention_heads
+        self.head_size = config.head_size
+        width = self.num_heads * self.head_size
+        self.qkv = nn.Linear(config.hidden_size, 3 * width)  # rows: [q; k; v], head by head
+        self.out = nn.Linear(width, config.hidden_size)
+        self.dropout_p = config.attention_probs_dropout_prob
+        self.head_gate: torch.Tensor | None = None
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        batch, length, _ = x.shape
+        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_size)
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, L, head_size]
+        y = F.scaled_dot_product_attention(
+            q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
+        )
+        if self.head_gate is not None:
+            y = y * self.head_gate.reshape(-1, self.num_heads, 1, 1).to(y.dtype)
+        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+
+    @torch.no_grad()
+    def keep_heads(self, positions: list[int]) -> None:
+        """Keep only the heads at `positions` (of this layer's current heads): the rows of
+        their query/key/value and the columns of the output projection."""
+        require(len(positions) >= 1, "positions", positions, "at least one head")
+        size, width = self.head_size, self.num_heads * self.head_size
+        cols = torch.tensor([p * size + i for p in positions for i in range(size)])
+        rows = torch.cat([part * width + cols for part in range(3)])
+        qkv, out = self.qkv, self.out
+        self.qkv = nn.Linear(qkv.in_features, len(rows), device=qkv.weight.device,
+                             dtype=qkv.weight.dtype)
+        self.qkv.weight.copy_(qkv.weight[rows])
+        self.qkv.bias.copy_(qkv.bias[rows])
+        self.out = nn.Linear(len(cols), out.out_features, device=out.weight.device,
+                             dtype=out.weight.dtype)
+        self.out.weight.copy_(out.weight[:, cols])
+        self.out.bias.copy_(out.bias)
+        self.num_heads = len(positions)
+        self.head_gate = None
+
+
+class EncoderLayer(nn.Module):
+    """One post-LN Transformer layer: x = LN(x + attention(x)); x = LN(x + FFN(x))."""
+
+    def __init__(self, config: BertConfig, index: int = 0):
+        super().__init__()
+        self.attention = SelfAttention(config, len(config.kept_heads(index)))
+        self.attention_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.ffn_in = nn.Linear(config.hidden_size, config.intermediate_size)
+        self.ffn_out = nn.Linear(config.intermediate_size, config.hidden_size)
+        self.ffn_norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)
+
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask)))
+        return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
+
+
+class Pooler(nn.Module):
+    """tanh(dense(hidden state of [CLS])): the sentence-pair representation NSP reads."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+
+    def forward(self, sequence: torch.Tensor) -> torch.Tensor:
+        return torch.tanh(self.dense(sequence[:, 0]))
+
+
+class MaskedLMHead(nn.Module):
+    """dense, activation, LayerNorm, then the decoder: word embeddings (tied) plus a bias."""
+
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.dense = nn.Linear(config.hidden_size, config.hidden_size)
+        self.act = ACTIVATIONS[config.hidden_act]
+        self.norm = nn.LayerNorm(config.hidden_size, eps=config.layer_norm_eps)
+        self.bias = nn.Parameter(torch.zeros(config.vocab_size))
+
+    def forward(self, hidden: torch.Tensor, word_embeddings: torch.Tensor) -> torch.Tensor:
+        return F.linear(self.norm(self.act(self.dense(hidden))), word_embeddings, self.bias)
+
+
+# -------------------------------------------------------------------------------- the model
+@dataclass
+class PretrainingOutput:
+    """Logits, and with labels the losses as SUMS with their counts, so that the caller can
+    normalise over a global count (gradient accumulation, several processes)."""
+
+    # [B, L, V] without MLM labels; [B, P, V] on the slots of `mlm_positions`; [N, V] on the
+    # N labelled positions of `mlm_labels`
+    mlm_logits: torch.Tensor
+    nsp_logits: torch.Tensor  # [B, 2]; class 0 = "B follows A", 1 = "B is random" (as HF)
+    mlm_loss_sum: torch.Tensor | None = None
+    mlm_count: torch.Tensor | None = None
+    mlm_correct: torch.Tensor | None = None
+    nsp_loss_sum: torch.Tensor | None = None
+    nsp_count: torch.Tensor | None = None
+    nsp_correct: torch.Tensor | None = None
+    loss: torch.Tensor | None = None  # this batch's mean MLM + mean NSP (HF's loss)
+
+
+class BertForPretraining(nn.Module):
+    def __init__(self, config: BertConfig):
+        super().__init__()
+        self.config = config
+        self.embeddings = Embeddings(config)
+        layers = range(config.num_hidden_layers)
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in layers)
+        self.pooler = Pooler(config)
+        self.mlm_head = MaskedLMHead(config)
+        self.nsp_head = nn.Linear(config.hidden_size, 2)
+        self.apply(self._init_weights)
+
+    def _init_weights(self, module: nn.Module) -> None:
+        # BERT's init: normal(0, initializer_range) weights, zero biases, LayerNorm (1, 0).
+        std = self.config.initializer_range
+        if isinstance(module, nn.Linear):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            nn.init.zeros_(module.bias)
+        elif isinstance(module, nn.Embedding):
+            nn.init.normal_(module.weight, mean=0.0, std=std)
+            if module.padding_idx is not None:
+                with torch.no_grad():
+                    module.weight[module.padding_idx].zero_()  # as HF does
+        elif isinstance(module, nn.LayerNorm):
+            nn.init.ones_(module.weight)
+            nn.init.zeros_(module.bias)
+
+    def encode(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """The encoder's last hidden states [B, L, H]; attention_mask is 1 on real tokens, 0 on
+        padding (padding is never attended to)."""
+        if input_ids.shape[1] > self.config.max_position_embeddings:
+            raise BertError(
+                f"a sequence of {input_ids.shape[1]} tokens is longer than the model's "
+                f"max_position_embeddings={self.config.max_position_embeddings}: truncate it"
+            )
+        # [B, 1, 1, L] boolean (True = attend), broadcast by SDPA over heads and queries.
+        mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
+        x = self.embeddings(input_ids, token_type_ids)
+        for layer in self.layers:
+            x = layer(x, mask)
+        return x
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+        mlm_labels: torch.Tensor | None = None,
+        nsp_labels: torch.Tensor | None = None,
+        mlm_positions: torch.Tensor | None = None,
+        mlm_targets: torch.Tensor | None = None,
+    ) -> PretrainingOutput:
+        """MLM labels come in one of two forms. Training passes fixed-size slots, as Google's
+        and NVIDIA's BERT do: `mlm_positions` [B, P] (the masked positions of each sequence,
+        padded with 0) and `mlm_targets` [B, P] (their original ids, IGNORE_INDEX in unused
+        slots); every shape is then known from the input shapes, so a step never waits on the
+        device and compiles as one graph. `mlm_labels` [B, L] (IGNORE_INDEX where nothing is
+        predicted) is Hugging Face's form, for callers that have it; its gather has a
+        data-dependent shape."""
+        sequence = self.encode(input_ids, token_type_ids, attention_mask)
+        nsp_logits = self.nsp_head(self.pooler(sequence))
+        word_embeddings = self.embeddings.tokens.weight
+        # The vocabulary projection, the costliest matmul of the model, runs only on the
+        # positions that are predicted (~15% of the tokens) instead of all of them.
+        if mlm_positions is not None:
+            index = mlm_positions.unsqueeze(-1).expand(-1, -1, sequence.shape[-1])
+            mlm_logits = self.mlm_head(sequence.gather(1, index), word_embeddings)
+            targets = mlm_targets
+        elif mlm_labels is not None:
+            selected = mlm_labels != IGNORE_INDEX
+            mlm_logits = self.mlm_head(sequence[selected], word_embeddings)
+            targets = mlm_labels[selected]
+        else:
+            mlm_logits, targets = self.mlm_head(sequence, word_embeddings), None
+        out = PretrainingOutput(mlm_logits, nsp_logits)
+        if targets is not None:
+            out.mlm_loss_sum, out.mlm_count, out.mlm_correct = _summed_cross_entropy(
+                mlm_logits.flatten(0, -2), targets.flatten()
+            )
+        if nsp_labels is not None:
+            out.nsp_loss_sum, out.nsp_count, out.nsp_correct = _summed_cross_entropy(
+                nsp_logits, nsp_labels
+            )
+        if out.mlm_loss_sum is not None or out.nsp_loss_sum is not None:
+            out.loss = pretraining_loss(out, out.mlm_count, out.nsp_count)
+        return out
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        """AdamW groups: decay on matrices (linear weights, embeddings), none on biases and
+        LayerNorm (Google's BERT excludes exactly "bias" and "LayerNorm")."""
+        decay, no_decay = [], []
+        for param in self.parameters():
+            if param.requires_grad:
+                (decay if param.ndim >= 2 else no_decay).append(param)
+        return [
+            {"params": decay, "weight_decay": weight_decay},
+            {"params": no_decay, "weight_decay": 0.0},
+        ]
+
+    def num_parameters(self) -> int:
+        """Distinct parameters (the tied decoder counts once)."""
+        return sum(p.numel() for p in self.parameters())
+
+
+def _summed_cross_entropy(logits: torch.Tensor, targets: torch.Tensor):
+    """(loss summed over rows, number of rows, number of rows whose argmax is the target),
+    rows whose target is IGNORE_INDEX left out, without a data-dependent shape."""
+    loss_sum = F.cross_entropy(
+        logits.float(), targets, ignore_index=IGNORE_INDEX, reduction="sum"
+    )
+    labelled = targets != IGNORE_INDEX
+    count = labelled.sum()
+    correct = ((logits.detach().argmax(dim=-1) == targets) & labelled).sum()
+    return loss_sum, count, correct
+
+
+def pretraining_loss(
+    out: PretrainingOutput,
+    mlm_denominator,
+    nsp_denominator,
+    mlm_weight: float = 1.0,
+    nsp_weight: float = 1.0,
+) -> torch.Tensor:
+    """mlm_weight * mlm_loss_sum / mlm_denominator + nsp_weight * nsp_loss_sum / nsp_denominator.
+
+    Pass GLOBAL counts (all micro-batches and processes) as denominators, so that gradient
+    accumulation and DDP optimise the same objective as one big batch. A term whose labels
+    were not given counts as zero; so does a term with no labels at all (0 / 0 would be NaN)."""
+    loss = torch.zeros((), device=out.nsp_logits.device)
+    if out.mlm_loss_sum is not None:
+        loss = loss + mlm_weight * out.mlm_loss_sum / _at_least_one(mlm_denominator)
+    if out.nsp_loss_sum is not None:
+        loss = loss + nsp_weight * out.nsp_loss_sum / _at_least_one(nsp_denominator)
+    return loss
+
+
+def _at_least_one(count):
+    return count.clamp_min(1) if isinstance(count, torch.Tensor) else max(count, 1)

@@ -1,0 +1,63 @@
+"""BERT for sequence(-pair) classification, as transformers' BertForSequenceClassification:
+the encoder, the tanh pooler over [CLS], dropout, one linear layer to the labels.
+
+The encoder and pooler have the same parameter names as `BertForPretraining`, so a pretrained
+model's weights load into it by name (its MLM and NSP heads are left behind);
+`bertcore.model.hf.export_hf_classifier` writes it in Hugging Face's format.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from bertcore.common.errors import require
+from bertcore.model.bert import BertConfig, BertForPretraining, Embeddings, EncoderLayer, Pooler
+
+
+class BertForSequenceClassification(nn.Module):
+    def __init__(self, config: BertConfig, labels: list[str]):
+        super().__init__()
+        require(len(labels) >= 2, "labels", labels, "at least two classes")
+        self.config = config
+        self.labels = list(labels)  # class index -> label name (id2label)
+        self.embeddings = Embeddings(config)
+        layers = range(config.num_hidden_layers)
+        self.layers = nn.ModuleList(EncoderLayer(config, i) for i in layers)
+        self.pooler = Pooler(config)
+        self.dropout = nn.Dropout(config.hidden_dropout_prob)  # HF: classifier_dropout=None
+        self.classifier = nn.Linear(config.hidden_size, len(labels))
+        self.apply(self._init_weights)
+
+    # BERT's init and the encoder pass are exactly those of the pretraining model (they only
+    # read config, embeddings and layers), so they are shared rather than copied.
+    _init_weights = BertForPretraining._init_weights
+    encode = BertForPretraining.encode
+
+    @classmethod
+    def from_pretrained_model(
+        cls, pretrained: BertForPretraining, labels: list[str]
+    ) -> BertForSequenceClassification:
+        """Encoder and pooler from `pretrained`; the classifier layer freshly initialised."""
+        model = cls(pretrained.config, labels)
+        encoder = {k: v for k, v in pretrained.state_dict().items()
+                   if k.startswith(("embeddings.", "layers.", "pooler."))}
+        result = model.load_state_dict(encoder, strict=False)
+        assert set(result.missing_keys) == {"classifier.weight", "classifier.bias"}, result
+        return model.to(next(pretrained.parameters()).device)
+
+    def forward(
+        self,
+        input_ids: torch.Tensor,
+        token_type_ids: torch.Tensor | None = None,
+        attention_mask: torch.Tensor | None = None,
+    ) -> torch.Tensor:
+        """Logits [B, num_labels]."""
+        pooled = self.pooler(self.encode(input_ids, token_type_ids, attention_mask))
+        return self.classifier(self.dropout(pooled))
+
+    def param_groups(self, weight_decay: float) -> list[dict]:
+        return BertForPretraining.param_groups(self, weight_decay)
+
+    def num_parameters(self) -> int:
+        return sum(p.numel() for p in self.parameters())

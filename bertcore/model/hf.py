@@ -1,0 +1,421 @@
+"""Weights on disk: our own format, and Hugging Face's `BertForPreTraining` format.
+
+- `save_model` / `load_model`: `model.safetensors` + `config.json` with our parameter names.
+  `load_model` also reads any BERT directory in Hugging Face format (so pretraining can start
+  from a checkpoint the user has on disk).
+- `export_hf`: a directory `transformers.BertForPreTraining.from_pretrained` loads with no
+  missing or unexpected weight: HF names, the tied decoder keys left out as HF leaves them out,
+  plus the tokenizer files. `export_hf_classifier`: the same for
+  `BertForSequenceClassification`, with `id2label`/`label2id`.
+- Pruned heads: transformers 5 has no per-layer head counts, so a pruned model is exported in
+  full shapes with the pruned heads' query/key/value rows and biases and output-projection
+  columns zero (the same function); config.json keeps `pruned_heads` as transformers 4.x
+  wrote it, and `load_model` rebuilds the smaller model from it (from full, zeroed shapes or
+  from 4.x's physically pruned ones).
+
+`hf_name_pairs` is the ONE place that knows HF's `modeling_bert` parameter names. Only
+safetensors are written; a legacy `pytorch_model.bin` is read with `weights_only=True`.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import shutil
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file
+from safetensors.torch import save as safetensors_bytes
+
+from bertcore.common.atomic import atomic_file, write_json
+from bertcore.common.errors import BertError
+from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.classifier import BertForSequenceClassification
+
+log = logging.getLogger(__name__)
+
+WEIGHTS_NAME = "model.safetensors"
+CONFIG_NAME = "config.json"
+TOKENIZER_FILES = (
+    "vocab.txt",
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+)
+FORMAT_KEY = "bertcore_format"  # in our config.json; HF's has model_type instead
+FORMAT_VERSION = 1
+# HF ties these to other tensors and leaves them out of its files.
+HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
+# Buffers older HF checkpoints stored; not weights.
+HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
+HEAD_PREFIXES = ("pooler.", "mlm_head.", "nsp_head.")
+# The parts a BERT file may lack (BertModel, BertForMaskedLM), as a user knows them.
+HEAD_GROUPS = {
+    "pooler.": "the pooler (bert.pooler)",
+    "mlm_head.": "the MLM transform and output bias (cls.predictions)",
+    "nsp_head.": "the NSP head (cls.seq_relationship)",
+}
+
+
+# ------------------------------------------------------------------------- the name mapping
+def hf_name_pairs(num_layers: int) -> list[tuple[str, tuple[str, ...]]]:
+    """(our name, HF names) for every parameter. Several HF names mean that our tensor is
+    theirs concatenated along dim 0 (the fused QKV projection = [query; key; value])."""
+    pairs = [
+        ("embeddings.tokens.weight", ("bert.embeddings.word_embeddings.weight",)),
+        ("embeddings.positions.weight", ("bert.embeddings.position_embeddings.weight",)),
+        ("embeddings.segments.weight", ("bert.embeddings.token_type_embeddings.weight",)),
+    ]
+    for kind in ("weight", "bias"):
+        pairs.append((f"embeddings.norm.{kind}", (f"bert.embeddings.LayerNorm.{kind}",)))
+    for i in range(num_layers):
+        ours, hf = f"layers.{i}.", f"bert.encoder.layer.{i}."
+        for kind in ("weight", "bias"):
+            qkv = tuple(f"{hf}attention.self.{n}.{kind}" for n in ("query", "key", "value"))
+            pairs += [
+                (f"{ours}attention.qkv.{kind}", qkv),
+                (f"{ours}attention.out.{kind}", (f"{hf}attention.output.dense.{kind}",)),
+                (f"{ours}attention_norm.{kind}", (f"{hf}attention.output.LayerNorm.{kind}",)),
+                (f"{ours}ffn_in.{kind}", (f"{hf}intermediate.dense.{kind}",)),
+                (f"{ours}ffn_out.{kind}", (f"{hf}output.dense.{kind}",)),
+                (f"{ours}ffn_norm.{kind}", (f"{hf}output.LayerNorm.{kind}",)),
+            ]
+    for kind in ("weight", "bias"):
+        pairs += [
+            (f"pooler.dense.{kind}", (f"bert.pooler.dense.{kind}",)),
+            (f"mlm_head.dense.{kind}", (f"cls.predictions.transform.dense.{kind}",)),
+            (f"mlm_head.norm.{kind}", (f"cls.predictions.transform.LayerNorm.{kind}",)),
+            (f"nsp_head.{kind}", (f"cls.seq_relationship.{kind}",)),
+        ]
+    pairs.append(("mlm_head.bias", ("cls.predictions.bias",)))
+    return pairs
+
+
+def to_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
+    """Our names -> HF names (also usable on a dict of gradients). Missing names are skipped."""
+    out = {}
+    for ours, hf_names in hf_name_pairs(num_layers):
+        if ours not in tensors:
+            continue
+        tensor = tensors[ours]
+        if len(hf_names) == 1:
+            out[hf_names[0]] = tensor
+        else:
+            for name, part in zip(hf_names, tensor.chunk(len(hf_names), dim=0), strict=True):
+                out[name] = part.contiguous()
+    return out
+
+
+def from_hf_state_dict(
+    tensors: dict[str, torch.Tensor], num_layers: int
+) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
+    """HF names -> ours. Returns (state dict, our names not found, HF names not used).
+
+    Accepts the variants found in the wild: BertModel files without the `bert.` prefix,
+    TF-era LayerNorm `gamma`/`beta`, the tied decoder keys, the position_ids buffer."""
+    tensors = {_normalise_hf_name(name): t for name, t in tensors.items()}
+    if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
+        tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
+    used = set(HF_TIED_KEYS) | set(HF_BUFFERS)
+    out, missing = {}, []
+    for ours, hf_names in hf_name_pairs(num_layers):
+        if not all(name in tensors for name in hf_names):
+            missing.append(ours)
+            continue
+        used.update(hf_names)
+        parts = [tensors[name] for name in hf_names]
+        out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
+    unexpected = sorted(set(tensors) - used)
+    return out, missing, unexpected
+
+
+def _normalise_hf_name(name: str) -> str:
+    if name.startswith(("embeddings.", "encoder.", "pooler.")):
+        name = f"bert.{name}"
+    if ".LayerNorm." in name:
+        name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")
+        name = name.replace(".LayerNorm.beta", ".LayerNorm.bias")
+    return name
+
+
+def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> dict:
+    """config.json for transformers' BertForPreTraining."""
+    return {
+        "architectures": ["BertForPreTraining"],
+        "model_type": "bert",
+        **config.to_dict(),
+        "dtype": str(dtype).removeprefix("torch."),
+        "tie_word_embeddings": True,
+        "classifier_dropout": None,
+        "is_decoder": False,
+        "add_cross_attention": False,
+        "use_cache": True,
+    }
+
+
+# -------------------------------------------------------------------------- save and load
+def save_model(model: BertForPretraining, model_dir: str | Path) -> None:
+    """Write model.safetensors (our names) + config.json into `model_dir` (created if needed).
+    Each file is written atomically; wrap the call in `atomic_dir` for a whole-directory swap."""
+    model_dir = Path(model_dir)
+    model_dir.mkdir(parents=True, exist_ok=True)
+    _write_safetensors(model.state_dict(), model_dir / WEIGHTS_NAME)
+    write_json(model_dir / CONFIG_NAME, {FORMAT_KEY: FORMAT_VERSION, **model.config.to_dict()})
+
+
+def export_hf(
+    model: BertForPretraining, out_dir: str | Path, vocab_dir: str | Path | None = None
+) -> None:
+    """Write a Hugging Face `BertForPreTraining` directory: config.json, model.safetensors
+    (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
+    out_dir = Path(out_dir)
+    tokenizer_files = _tokenizer_files(Path(vocab_dir), model.config) if vocab_dir else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    config = model.config
+    dtype = next(model.parameters()).dtype
+    tensors = to_hf_state_dict(model.state_dict(), config.num_hidden_layers)
+    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
+    write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
+    _write_tokenizer_files(tokenizer_files, out_dir, config)
+
+
+def export_hf_classifier(
+    model: BertForSequenceClassification,
+    out_dir: str | Path,
+    vocab_dir: str | Path | None = None,
+) -> None:
+    """Write a Hugging Face `BertForSequenceClassification` directory (with `id2label` and
+    `label2id` from `model.labels`) and, given `vocab_dir`, its tokenizer files."""
+    out_dir = Path(out_dir)
+    config = model.config
+    tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
+    out_dir.mkdir(parents=True, exist_ok=True)
+    state = model.state_dict()
+    tensors = to_hf_state_dict(state, config.num_hidden_layers)
+    for kind in ("weight", "bias"):
+        tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
+    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
+    settings = hf_config_dict(config, next(model.parameters()).dtype)
+    settings.update(
+        architectures=["BertForSequenceClassification"],
+        id2label={str(i): label for i, label in enumerate(model.labels)},
+        label2id={label: i for i, label in enumerate(model.labels)},
+        problem_type="single_label_classification",
+    )
+    write_json(out_dir / CONFIG_NAME, settings)
+    _write_tokenizer_files(tokenizer_files, out_dir, config)
+
+
+def _write_tokenizer_files(tokenizer_files: list[Path], out_dir: Path, config: BertConfig) -> None:
+    for source in tokenizer_files:
+        if source.name == "tokenizer_config.json":
+            # The tokenizer must not hand transformers more tokens than the model has positions.
+            settings = json.loads(source.read_text(encoding="utf-8"))
+            settings["model_max_length"] = config.max_position_embeddings
+            write_json(out_dir / source.name, settings)
+            continue
+        with atomic_file(out_dir / source.name, "wb") as handle, source.open("rb") as src:
+            shutil.copyfileobj(src, handle)
+
+
+def load_model(
+    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True,
+    config: BertConfig | None = None,
+) -> BertForPretraining:
+    """Load our directory (save_model) or any BERT directory in Hugging Face format.
+
+    With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
+    BertForMaskedLM checkpoint) still loads: those heads keep their fresh init (drawn from
+    torch's global generator, as a new model's), their names are in `model.missing_weights`,
+    and a warning names each group (`missing_groups`). Encoder weights must always be there.
+    `config`: build the model with it instead of config.json's (e.g. other dropout rates)."""
+    model_dir = Path(model_dir)
+    config = config or read_config(model_dir)
+    tensors = read_weights(model_dir)
+    if "embeddings.tokens.weight" in tensors:  # our own names
+        state, unexpected = tensors, []
+    else:
+        state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
+    state = drop_pruned_heads(state, config, model_dir)
+    model = BertForPretraining(config)
+    try:
+        result = model.load_state_dict(state, strict=False)
+    except RuntimeError as exc:  # shapes that disagree with config.json
+        detail = str(exc).strip().splitlines()[-1].strip()
+        raise BertError(f"{model_dir}: weights do not fit its config.json ({detail})") from None
+    bad = next((name for name, t in state.items() if t.is_floating_point()
+                and not torch.isfinite(t).all()), None)
+    if bad is not None:
+        raise BertError(f"weights file {weights_path(model_dir)} is damaged: {bad} holds NaN or "
+                        "infinite values; export or save the model again")
+    missing = list(result.missing_keys)
+    unexpected = sorted(set(unexpected) | set(result.unexpected_keys))
+    if unexpected:
+        log.warning(
+            "%s: ignored %d unknown weights, e.g. %s", model_dir, len(unexpected), unexpected[0]
+        )
+    body_missing = [name for name in missing if not name.startswith(HEAD_PREFIXES)]
+    if body_missing or (strict and missing):
+        raise BertError(
+            f"{model_dir} lacks {len(missing)} weights of a BERT with this config.json, e.g. "
+            f"{(body_missing or missing)[0]}: is it a BERT checkpoint matching its config?"
+        )
+    for group in missing_groups(missing):
+        log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
+    model.missing_weights = missing
+    return model.to(map_location)
+
+
+def missing_groups(missing: list[str]) -> list[str]:
+    """The groups (pooler, MLM transform, NSP head) that the names in `missing` belong to."""
+    return [group for prefix, group in HEAD_GROUPS.items()
+            if any(name.startswith(prefix) for name in missing)]
+
+
+def read_config(model_dir: Path) -> BertConfig:
+    """BertConfig from config.json (ours or HF's), with one-line errors for what is unusable."""
+    path = Path(model_dir) / CONFIG_NAME
+    if not Path(model_dir).is_dir():
+        raise BertError(f"model directory not found: {model_dir}")
+    if not path.is_file():
+        raise BertError(f"no {CONFIG_NAME} in {model_dir}: point at a saved or exported model dir")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError):
+        raise BertError(f"{path} is not valid JSON") from None
+    if FORMAT_KEY not in data and data.get("model_type", "bert") != "bert":
+        raise BertError(f"{path} describes a {data.get('model_type')!r} model, not BERT")
+    if data.get("position_embedding_type", "absolute") != "absolute":
+        raise BertError(f"{path}: only absolute position embeddings are supported")
+    return BertConfig.from_dict(data)
+
+
+def weights_path(model_dir: Path) -> Path:
+    """The weights file of a model dir, or a one-line error saying none is there."""
+    model_dir = Path(model_dir)
+    for name in (WEIGHTS_NAME, f"{WEIGHTS_NAME}.index.json", "pytorch_model.bin"):
+        if (model_dir / name).is_file():
+            return model_dir / name
+    raise BertError(
+        f"no model weights ({WEIGHTS_NAME}) in {model_dir}: export or save a model there"
+    )
+
+
+def weight_files(model_dir: Path) -> list[Path]:
+    """The files holding a model dir's weights: one file, or a shard index and its shards."""
+    path = weights_path(model_dir)
+    if not path.name.endswith(".index.json"):
+        return [path]
+    try:
+        index = json.loads(path.read_text(encoding="utf-8"))
+        shards = sorted(set(index["weight_map"].values()))
+    except (ValueError, KeyError, TypeError, AttributeError):
+        raise BertError(f"{path} is not a valid weights index: export the model again") from None
+    return [path, *(path.parent / shard for shard in shards)]
+
+
+def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
+    """All tensors of a model dir on the CPU: safetensors (single or sharded), or a legacy
+    pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
+    tensors = {}
+    for path in weight_files(model_dir):
+        if not path.name.endswith(".index.json"):
+            tensors.update(_read_weights_file(path))
+    return tensors
+
+
+def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
+    """One file of weights; a truncated or corrupt file is a one-line error naming it."""
+    try:
+        if path.suffix == ".bin":
+            return torch.load(path, map_location="cpu", weights_only=True)
+        return load_file(path)
+    except FileNotFoundError:
+        raise BertError(f"weights file {path} is missing: export or save the model again") from None
+    except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
+        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+        raise BertError(
+            f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
+            "export or save the model again"
+        ) from None
+
+
+# ------------------------------------------------------------------------------ pruned heads
+def _head_rows(config: BertConfig, layer: int) -> torch.Tensor:
+    """Rows of one full-size projection (query, key or value) that the layer's kept heads use."""
+    size = config.head_size
+    return torch.tensor([h * size + i for h in config.kept_heads(layer) for i in range(size)])
+
+
+def zero_pruned_heads(
+    tensors: dict[str, torch.Tensor], config: BertConfig
+) -> dict[str, torch.Tensor]:
+    """HF-named tensors of a pruned model (smaller attention projections) in full shapes: the
+    pruned heads' query/key/value rows and biases and output-projection columns are zero."""
+    out = dict(tensors)
+    full = config.hidden_size
+    for layer in config.pruned_heads:
+        rows = _head_rows(config, layer)
+        prefix = f"bert.encoder.layer.{layer}.attention."
+        for name in [f"{prefix}self.{n}.{k}" for n in ("query", "key", "value")
+                     for k in ("weight", "bias")]:
+            small = out[name]
+            big = small.new_zeros((full, *small.shape[1:]))
+            big[rows] = small
+            out[name] = big
+        small = out[f"{prefix}output.dense.weight"]
+        big = small.new_zeros((small.shape[0], full))
+        big[:, rows] = small
+        out[f"{prefix}output.dense.weight"] = big
+    return out
+
+
+def drop_pruned_heads(
+    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path = "weights"
+) -> dict[str, torch.Tensor]:
+    """Our-named tensors with full-size attention projections (an export with zeroed heads)
+    cut down to the heads config.pruned_heads keeps; already smaller ones are left as they are."""
+    state = dict(state)
+    full = config.hidden_size
+    for layer in config.pruned_heads:
+        qkv_w, qkv_b = f"layers.{layer}.attention.qkv.weight", f"layers.{layer}.attention.qkv.bias"
+        out_w = f"layers.{layer}.attention.out.weight"
+        if qkv_w not in state or state[qkv_w].shape[0] != 3 * full:
+            continue
+        rows = _head_rows(config, layer)
+        qkv_rows = torch.cat([part * full + rows for part in range(3)])
+        dropped = torch.ones(3 * full, dtype=torch.bool)
+        dropped[qkv_rows] = False
+        if state[qkv_w][dropped].any() or state[out_w][:, dropped[:full]].any():
+            log.warning("%s: layer %d's pruned heads have non-zero weights; dropped as "
+                        "config.json's pruned_heads says", source, layer)
+        state[qkv_w] = state[qkv_w][qkv_rows]
+        state[qkv_b] = state[qkv_b][qkv_rows]
+        state[out_w] = state[out_w][:, rows]
+    return state
+
+
+# ------------------------------------------------------------------------------- helpers
+def _write_safetensors(tensors: dict[str, torch.Tensor], path: Path) -> None:
+    cpu = {name: t.detach().to("cpu").contiguous() for name, t in tensors.items()}
+    data = safetensors_bytes(cpu, metadata={"format": "pt"})  # "pt": what transformers expects
+    with atomic_file(path, "wb") as handle:
+        handle.write(data)
+
+
+def _tokenizer_files(vocab_dir: Path, config: BertConfig) -> list[Path]:
+    if not vocab_dir.is_dir():
+        raise BertError(f"vocab directory not found: {vocab_dir}")
+    files = [vocab_dir / name for name in TOKENIZER_FILES if (vocab_dir / name).is_file()]
+    if not any(f.name in ("vocab.txt", "tokenizer.json") for f in files):
+        raise BertError(f"no tokenizer (tokenizer.json or vocab.txt) in {vocab_dir}")
+    vocab_txt = vocab_dir / "vocab.txt"
+    if vocab_txt.is_file():
+        size = sum(1 for _ in vocab_txt.open(encoding="utf-8"))
+        if size > config.vocab_size:
+            raise BertError(
+                f"{vocab_txt} has {size} tokens but the model only {config.vocab_size}: "
+                "export with the vocab the model was trained with"
+            )
+    return files

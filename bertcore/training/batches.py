@@ -1,0 +1,223 @@
+"""The order in which the training loop sees samples, for one or many processes.
+
+Epoch e permutes all n samples with a generator seeded from (seed, e); optimizer step s of the
+epoch takes the global batch perm[s*G:(s+1)*G] (the last partial batch is dropped). The global
+batch is cut into world_size * accumulation equal micro-batches; rank r gets the r-th run of
+`accumulation` of them. The set of samples in each optimizer step, and (see masking.py) their
+masks, therefore depend only on (seed, epoch, step): not on the number of processes or
+DataLoader workers. A position in the data is just (epoch, step), which makes resuming exact.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any, Protocol
+
+import numpy as np
+import torch
+from torch.utils.data import DataLoader, Dataset
+
+from bertcore.common.errors import BertError, require
+from bertcore.training.masking import PretrainingCollator
+
+
+class SampleSource(Protocol):
+    """What batches need from a sample store (bertcore.data.samples.store.SampleStore fits)."""
+
+    def __len__(self) -> int: ...
+
+    def __getitem__(self, index: int) -> tuple[np.ndarray, int, int]: ...
+
+
+class TaggedSamples(Dataset):
+    """Dataset indexed by (epoch, index): returns the sample tagged with the two numbers that
+    seed its masks, ready for PretrainingCollator."""
+
+    def __init__(self, store: SampleSource):
+        self.store = store
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __getitem__(self, key: tuple[int, int]):
+        epoch, index = key
+        ids, segment_b_start, is_random_next = self.store[index]
+        return epoch, index, ids, int(segment_b_start), int(is_random_next)
+
+
+def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray:
+    """The permutation of all samples for `epoch` (int64), the same on every rank."""
+    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed % 2**64, epoch])))
+    return rng.permutation(num_samples)
+
+
+def split_global_batch(
+    global_batch: np.ndarray, world_size: int, accumulation_steps: int, rank: int
+) -> list[list[int]]:
+    """This rank's `accumulation_steps` micro-batches of one global batch."""
+    per_rank = len(global_batch) // world_size
+    micro = per_rank // accumulation_steps
+    mine = global_batch[rank * per_rank : (rank + 1) * per_rank]
+    return [mine[a * micro : (a + 1) * micro].tolist() for a in range(accumulation_steps)]
+
+
+class _MicroBatchSampler:
+    """Lazily yields this rank's micro-batches of (epoch, index) keys from `start_step` on, so a
+    huge epoch is never materialised as Python lists."""
+
+    def __init__(self, batches: PretrainingBatches, epoch: int, start_step: int):
+        self.batches = batches
+        self.epoch = epoch
+        self.start_step = start_step
+
+    def __len__(self) -> int:
+        steps = self.batches.steps_per_epoch - self.start_step
+        return steps * self.batches.accumulation_steps
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        b = self.batches
+        order = epoch_order(len(b.store), b.seed, self.epoch)
+        size = b.global_batch_size
+        for step in range(self.start_step, b.steps_per_epoch):
+            global_batch = order[step * size : (step + 1) * size]
+            for micro in split_global_batch(
+                global_batch, b.world_size, b.accumulation_steps, b.rank
+            ):
+                yield [(self.epoch, index) for index in micro]
+
+
+class PretrainingBatches:
+    """Training batches for one rank: `iterate(epoch, start_step)` yields, per optimizer step,
+    the list of this rank's `accumulation_steps` collated micro-batches."""
+
+    def __init__(
+        self,
+        store: SampleSource,
+        collator: PretrainingCollator,
+        global_batch_size: int,
+        accumulation_steps: int,
+        seed: int,
+        rank: int = 0,
+        world_size: int = 1,
+        num_workers: int = 0,
+        pin_memory: bool = False,
+    ):
+        require(global_batch_size >= 1, "batch_size", global_batch_size, "an integer >= 1")
+        require(
+            accumulation_steps >= 1,
+            "gradient_accumulation_steps",
+            accumulation_steps,
+            "an integer >= 1",
+        )
+        require(world_size >= 1, "world_size", world_size, "an integer >= 1")
+        require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
+        require(num_workers >= 0, "num_workers", num_workers, "an integer >= 0")
+        parts = world_size * accumulation_steps
+        require(
+            global_batch_size % parts == 0,
+            "batch_size",
+            global_batch_size,
+            f"a multiple of processes x gradient_accumulation_steps = {parts}",
+        )
+        if len(store) < global_batch_size:
+            raise BertError(
+                f"only {len(store)} training samples for a batch of {global_batch_size}: "
+                "lower train.batch_size or build more samples"
+            )
+        self.store = store
+        self.collator = collator
+        self.global_batch_size = global_batch_size
+        self.accumulation_steps = accumulation_steps
+        self.seed = int(seed)
+        self.rank = rank
+        self.world_size = world_size
+        self.num_workers = num_workers
+        self.pin_memory = pin_memory
+        self.dataset = TaggedSamples(store)
+
+    @property
+    def micro_batch_size(self) -> int:
+        return self.global_batch_size // (self.world_size * self.accumulation_steps)
+
+    @property
+    def steps_per_epoch(self) -> int:
+        return len(self.store) // self.global_batch_size
+
+    def iterate(self, epoch: int, start_step: int = 0) -> Iterator[list[dict[str, torch.Tensor]]]:
+        """Optimizer steps `start_step .. steps_per_epoch-1` of `epoch`, each as a list of this
+        rank's micro-batches. Resuming at (epoch, start_step) yields exactly what an
+        uninterrupted run would have seen from there on."""
+        require(
+            0 <= start_step <= self.steps_per_epoch,
+            "start_step",
+            start_step,
+            f"0 <= start_step <= steps_per_epoch={self.steps_per_epoch}",
+        )
+        loader = DataLoader(
+            self.dataset,
+            batch_sampler=_MicroBatchSampler(self, epoch, start_step),
+            collate_fn=self.collator,
+            num_workers=self.num_workers,
+            pin_memory=self.pin_memory,
+            # Its own generator: a DataLoader otherwise draws its workers' base seed from the
+            # global torch RNG, shifting the dropout stream of a resumed run.
+            generator=torch.Generator().manual_seed(self.seed),
+        )
+        step: list[dict[str, torch.Tensor]] = []
+        for micro_batch in loader:
+            step.append(micro_batch)
+            if len(step) == self.accumulation_steps:
+                yield step
+                step = []
+
+
+class _EvalSampler:
+    """Consecutive batches of indices (the last may be short); rank r takes every
+    world_size-th batch starting at r."""
+
+    def __init__(self, num_samples, batch_size, epoch, rank, world_size):
+        starts = range(0, num_samples, batch_size)
+        self.starts = starts[rank::world_size]
+        self.num_samples = num_samples
+        self.batch_size = batch_size
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return len(self.starts)
+
+    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
+        for start in self.starts:
+            stop = min(start + self.batch_size, self.num_samples)
+            yield [(self.epoch, index) for index in range(start, stop)]
+
+
+def eval_batches(
+    store: SampleSource,
+    collator: PretrainingCollator,
+    batch_size: int,
+    epoch: int = 0,
+    rank: int = 0,
+    world_size: int = 1,
+    num_workers: int = 0,
+) -> DataLoader[Any]:
+    """All samples in order, with fixed masks (seeded by the collator's seed and `epoch`), so
+    every evaluation scores the same positions. A re-iterable DataLoader with len(); with
+    world_size > 1 each rank gets a disjoint share of the batches."""
+    require(batch_size >= 1, "batch_size", batch_size, "an integer >= 1")
+    require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
+    sampler = _EvalSampler(len(store), batch_size, epoch, rank, world_size)
+    return DataLoader(
+        TaggedSamples(store),
+        batch_sampler=sampler,
+        collate_fn=collator,
+        num_workers=num_workers,
+        generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
+    )
+
+
+def micro_batches_of(batch: dict[str, torch.Tensor], parts: int) -> list[dict]:
+    """Cut one collated batch into `parts` equal micro-batches (tests, benchmarks)."""
+    size = next(iter(batch.values())).shape[0]
+    require(size % parts == 0, "parts", parts, f"a divisor of the batch size {size}")
+    step = size // parts
+    return [{k: v[i * step : (i + 1) * step] for k, v in batch.items()} for i in range(parts)]

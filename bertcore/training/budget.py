@@ -1,0 +1,141 @@
+"""A wall-clock budget for pretraining (`train.max_minutes`), planned as Cramming plans it.
+
+The run times its first steps, then, once, at an early "plan step" P, fixes how many steps fit
+into the budget: total = min(configured total, P + the steps the time left pays for). The
+learning-rate schedule is a function of (step, planned end) and, during the warmup, of the step
+alone (`bertcore.training.schedule`); P is never past the warmup, so every step runs at the rate it
+would have in a run with `max_steps=<planned total>` and no budget: that rerun is the same run,
+bit for bit. (With warmup_steps 0 the one step before the plan runs at the peak rate whatever
+the end, so this holds too.)
+
+- P = min(20, max(1, warmup_steps)); the steps after the first are timed (the first allocates
+  and compiles); with P = 1 the first step itself is timed, which plans conservatively.
+- The plan leaves time for the periodic evaluations (forward passes only: an evaluation of N
+  sequences is costed as N / (3 x batch_size) training steps) and a reserve of 5% of the
+  budget for checkpoints, the final save and noise.
+- The timing is part of the run's state (checkpoint meta): a resumed run re-plans from it, with
+  the current params, instead of measuring again, so it keeps its planned end; a changed
+  `max_minutes` (or `max_steps`) re-plans that end from the same timing, as an extension.
+- The budget counts the training loop (steps, evaluations, checkpoints), not the setup before
+  it or the export after it.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from typing import Any
+
+PROBE_STEPS = 20  # the plan step, at most (and the steps timed after a late start)
+RESERVE = 0.05  # share of the budget kept for checkpoints, the final save and noise
+EVAL_COST = 1 / 3  # an evaluated sequence costs this much of a trained one (forward only)
+
+
+@dataclass(frozen=True)
+class StepTiming:
+    """What the first steps measured: the plan's only input from the clock."""
+
+    plan_step: int  # the plan was made after this step
+    elapsed_s: float  # seconds of training up to the end of plan_step
+    step_s: float  # seconds per optimizer step
+    timed_from: int  # steps timed_from..plan_step were timed (1-based)
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_dict(cls, values: Mapping[str, Any] | None) -> StepTiming | None:
+        if not values:
+            return None
+        try:
+            return cls(int(values["plan_step"]), float(values["elapsed_s"]),
+                       float(values["step_s"]), int(values["timed_from"]))
+        except (KeyError, TypeError, ValueError):
+            return None
+
+
+def planned_steps(configured: int, budget_s: float, timing: StepTiming, eval_s: float = 0.0,
+                  eval_every: int = 0, reserve: float = RESERVE) -> int:
+    """The total steps of a run with `budget_s` seconds, from `timing`: the configured total
+    or fewer, never fewer than the steps already run at the plan. `eval_s`: the estimated
+    seconds of one evaluation (one runs every `eval_every` steps, 0: none, and one at the
+    end)."""
+    left = budget_s * (1 - reserve) - timing.elapsed_s - eval_s
+    per_step = timing.step_s + (eval_s / eval_every if eval_every else 0.0)
+    more = math.floor(left / per_step) if left > 0 and per_step > 0 else 0
+    if per_step <= 0 and left > 0:  # an instant clock: nothing binds
+        more = configured
+    return max(timing.plan_step, min(configured, timing.plan_step + more))
+
+
+@dataclass(frozen=True)
+class TimeBudget:
+    """`train.max_minutes` and what the plan needs to know of the run besides the timing."""
+
+    minutes: float
+    warmup_steps: int
+    batch_size: int  # sequences per optimizer step (global)
+    eval_every: int = 0
+    eval_sequences: int = 0  # sequences of one periodic evaluation (0: no evaluation)
+    clock: Callable[[], float] = time.perf_counter
+
+    @property
+    def seconds(self) -> float:
+        return self.minutes * 60.0
+
+    def plan_step(self, start_step: int) -> int:
+        """The step after which a run that starts (or resumes) at `start_step` without a
+        timing plans: within the warmup; a late start (a budget set on a run past it)
+        times PROBE_STEPS steps first."""
+        early = min(PROBE_STEPS, max(1, self.warmup_steps))
+        return early if start_step < early else start_step + PROBE_STEPS
+
+    def eval_seconds(self, step_s: float) -> float:
+        return step_s * EVAL_COST * self.eval_sequences / max(1, self.batch_size)
+
+    def total(self, configured: int, timing: StepTiming) -> int:
+        """The planned total for the configured total (`max_steps` or `epochs`)."""
+        return planned_steps(configured, self.seconds, timing,
+                             self.eval_seconds(timing.step_s), self.eval_every)
+
+    def describe(self, configured: int, timing: StepTiming) -> str:
+        """One line for the log."""
+        total = self.total(configured, timing)
+        line = (f"time budget {self.minutes:g} min: {timing.step_s:.3g} s/step over steps "
+                f"{timing.timed_from}-{timing.plan_step} -> {total} of {configured} steps "
+                "planned")
+        if total == timing.plan_step < configured:
+            line += (f"; the budget does not fit more than the {total} steps run before the "
+                     "plan: stopping there (raise train.max_minutes)")
+        return line
+
+
+class Stopwatch:
+    """Times the steps of one `fit` call until its plan step (see TimeBudget.plan_step)."""
+
+    def __init__(self, budget: TimeBudget, start_step: int):
+        self.budget = budget
+        self.start_step = start_step
+        self.plan_step = budget.plan_step(start_step)
+        # Time from the end of the first step of this call, unless that leaves nothing.
+        self.timed_from = start_step + 2 if self.plan_step - start_step >= 2 else start_step + 1
+        self.started = budget.clock()
+        self.mark: float = self.started
+
+    def wants_clock(self, step: int) -> bool:
+        """Whether the clock is read after `step` (the device must have finished it)."""
+        return step == self.plan_step or step == self.timed_from - 1 > self.start_step
+
+    def read(self, step: int) -> StepTiming | None:
+        """After `step` (finished on the device): the timing at the plan step, else None."""
+        now = self.budget.clock()
+        if step < self.plan_step:
+            self.mark = now
+            return None
+        steps = self.plan_step - self.timed_from + 1
+        step_s = (now - self.mark) / steps
+        # Steps before this call (a resumed run) are counted at the measured speed.
+        elapsed = now - self.started + self.start_step * step_s
+        return StepTiming(self.plan_step, elapsed, step_s, self.timed_from)

@@ -1,0 +1,42 @@
+"""Where a model runs and in which precision: the device, the autocast dtype."""
+
+from __future__ import annotations
+
+import contextlib
+from typing import Literal
+
+import torch
+
+from bertcore.common.errors import BertError
+from bertcore.training.distributed import Distributed
+
+Precision = Literal["auto", "fp32", "bf16", "fp16"]
+
+
+def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch.device:
+    """`auto`: this process's GPU when CUDA is available, else the CPU."""
+    dist = dist or Distributed()
+    if name == "auto":
+        name = "cuda" if torch.cuda.is_available() else "cpu"
+    device = torch.device(name)
+    if device.type == "cuda":
+        if not torch.cuda.is_available():
+            raise BertError("train.device is cuda but no CUDA GPU is available: use auto or cpu")
+        if device.index is None:
+            device = torch.device("cuda", dist.local_rank)
+    return device
+
+
+def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype | None:
+    """The autocast dtype (None: plain float32). `auto`: bf16 on a CUDA GPU that has it."""
+    if precision == "auto":
+        cuda_bf16 = device.type == "cuda" and torch.cuda.is_bf16_supported()
+        return torch.bfloat16 if cuda_bf16 else None
+    return {"fp32": None, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]
+
+
+def autocast(device: torch.device, dtype: torch.dtype | None):
+    """torch.autocast for `dtype` on `device`, or nothing for plain float32."""
+    if dtype is None:
+        return contextlib.nullcontext()
+    return torch.autocast(device_type=device.type, dtype=dtype)

@@ -1,0 +1,133 @@
+"""Held-out metrics with fixed masks: MLM loss, accuracy and perplexity, NSP loss and accuracy.
+
+The batches come with masks seeded once (see `bertcore.training.batches.eval_batches`), so the
+numbers of two evaluations differ only because the model did. Sums and counts are accumulated over
+all batches (and all processes) before dividing, so the result does not depend on the batch
+size. Two baselines tell whether the model learned anything: always predicting the most
+frequent masked token, and always predicting the more frequent NSP class.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+
+import torch
+
+from bertcore.common.errors import require
+from bertcore.model.bert import IGNORE_INDEX
+from bertcore.training.devices import autocast
+from bertcore.training.distributed import Distributed
+
+
+@dataclass
+class EvalConfig:
+    """The `eval:` section of params.yaml."""
+
+    batch_size: int = 64
+    seed: int = 1234  # seeds the fixed masks of the val split
+    max_batches: int | None = None  # cap for the periodic evaluation during pretraining
+
+    def __post_init__(self):
+        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
+        require(
+            self.max_batches is None or self.max_batches >= 1,
+            "max_batches",
+            self.max_batches,
+            "null or an integer >= 1",
+        )
+
+
+@dataclass
+class EvalMetrics:
+    mlm_loss: float
+    mlm_accuracy: float
+    perplexity: float
+    nsp_loss: float
+    nsp_accuracy: float
+    mlm_baseline_accuracy: float
+    nsp_baseline_accuracy: float
+    mlm_predictions: int
+    sequences: int
+
+    def to_dict(self) -> dict[str, float | int]:
+        return asdict(self)
+
+    def scores(self) -> dict[str, float]:
+        """What the model reached (metrics/eval.json, compared across runs)."""
+        return {key: getattr(self, key) for key in SCORES}
+
+    def context(self) -> dict[str, float | int]:
+        """What the scores are read against: the baselines of a model that learned nothing,
+        and how much was scored (the same for every model on the same val split)."""
+        return {key: getattr(self, key) for key in CONTEXT}
+
+
+SCORES = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
+CONTEXT = ("mlm_baseline_accuracy", "nsp_baseline_accuracy", "mlm_predictions", "sequences")
+
+
+@torch.no_grad()
+def evaluate(
+    model: torch.nn.Module,
+    batches: Iterable[dict[str, torch.Tensor]],
+    device: torch.device | str = "cpu",
+    autocast_dtype: torch.dtype | None = None,
+    dist: Distributed | None = None,
+    max_batches: int | None = None,
+) -> EvalMetrics:
+    """Score `model` (our BertForPretraining) on `batches`; the model is left as it was
+    (train or eval mode). With `dist`, each process scores its share and the sums are added."""
+    device = torch.device(device)
+    dist = dist or Distributed()
+    was_training = model.training
+    model.eval()
+    vocab_size = model.config.vocab_size
+    # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
+    sums = torch.zeros(7, dtype=torch.float64, device=device)
+    label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+    try:
+        for number, batch in enumerate(batches):
+            if max_batches is not None and number >= max_batches:
+                break
+            batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
+            with autocast(device, autocast_dtype):
+                out = model(**batch)
+            # counted without data-dependent shapes: the device is read once, at the end
+            targets = batch["mlm_targets"].flatten()
+            labelled = targets != IGNORE_INDEX
+            sums += torch.stack(
+                [
+                    out.mlm_loss_sum.double(),
+                    out.mlm_count.double(),
+                    out.mlm_correct.double(),
+                    out.nsp_loss_sum.double(),
+                    out.nsp_count.double(),
+                    out.nsp_correct.double(),
+                    (batch["nsp_labels"] == 1).sum().double(),
+                ]
+            )
+            label_counts += torch.bincount(
+                targets.clamp_min(0), weights=labelled.double(), minlength=vocab_size
+            )
+    finally:
+        model.train(was_training)
+    dist.all_reduce_sum(sums)
+    dist.all_reduce_sum(label_counts)
+    mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones = (
+        sums.tolist()
+    )
+    mlm_loss = mlm_loss_sum / max(mlm_count, 1.0)
+    nsp_ones_share = nsp_ones / max(nsp_count, 1.0)
+    return EvalMetrics(
+        mlm_loss=mlm_loss,
+        mlm_accuracy=mlm_correct / max(mlm_count, 1.0),
+        perplexity=math.exp(min(mlm_loss, 700.0)),
+        nsp_loss=nsp_loss_sum / max(nsp_count, 1.0),
+        nsp_accuracy=nsp_correct / max(nsp_count, 1.0),
+        mlm_baseline_accuracy=float(label_counts.max()) / max(mlm_count, 1.0),
+        nsp_baseline_accuracy=max(nsp_ones_share, 1.0 - nsp_ones_share) if nsp_count else 0.0,
+        mlm_predictions=int(mlm_count),
+        sequences=int(nsp_count),
+    )

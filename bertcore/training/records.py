@@ -1,0 +1,121 @@
+"""The record of a training run: two TSV files (one row per logging step, one per
+evaluation) written row by row, mirrored into MLflow when a tracker is given. Their whole text
+also goes into every checkpoint, so a resumed run continues the same files."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bertcore.training.evaluation import EvalMetrics
+
+TRAIN_COLUMNS = (
+    "step",
+    "epoch",
+    "loss",
+    "mlm_loss",
+    "mlm_accuracy",
+    "nsp_loss",
+    "nsp_accuracy",
+    "learning_rate",
+    "grad_norm",
+    "tokens_per_s",
+    "skipped_steps",
+)
+EVAL_COLUMNS = ("step", "mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy")
+TRAIN_LOG = "train_log.tsv"
+EVAL_LOG = "eval_log.tsv"
+
+
+class TsvLog:
+    """A TSV file written row by row (flushed, so a crash keeps every row written so far);
+    its whole text is also kept to be stored in checkpoints."""
+
+    def __init__(self, path: str | Path | None, columns: tuple[str, ...], previous: str | None):
+        self.columns = columns
+        header = "\t".join(columns) + "\n"
+        self.text = previous if previous and previous.startswith(header) else header
+        self.path = Path(path) if path else None
+        if self.path:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self.path.write_text(self.text, encoding="utf-8")
+
+    def rows(self) -> list[dict[str, float]]:
+        """The rows written so far (e.g. restored from a checkpoint), as numbers."""
+        lines = self.text.rstrip("\n").split("\n")[1:]
+        return [
+            {c: float(v) for c, v in zip(self.columns, line.split("\t"), strict=False) if v != ""}
+            for line in lines
+        ]
+
+    def last_row(self) -> dict[str, float]:
+        """The last row written, as numbers; {} if none."""
+        rows = self.rows()
+        return rows[-1] if rows else {}
+
+    def add(self, values: Mapping[str, Any]) -> None:
+        row = "\t".join(_format(values.get(c)) for c in self.columns) + "\n"
+        self.text += row
+        if self.path:
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.write(row)
+
+
+def _format(value: Any) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return f"{value:.8g}"
+    return str(value)
+
+
+class TrainingRecord:
+    """The local record (TSV files) and its mirror in MLflow (optional `tracker`)."""
+
+    def __init__(
+        self,
+        train_path: str | Path | None = None,
+        eval_path: str | Path | None = None,
+        tracker: Any = None,
+        previous: Mapping[str, str] | None = None,
+    ):
+        previous = previous or {}
+        self.train = TsvLog(train_path, TRAIN_COLUMNS, previous.get(TRAIN_LOG))
+        self.eval = TsvLog(eval_path, EVAL_COLUMNS, previous.get(EVAL_LOG))
+        self.tracker = tracker
+
+    def log_train(self, row: Mapping[str, Any], extra: Mapping[str, float] = ()) -> None:
+        self.train.add(row)
+        if self.tracker:
+            metrics = _train_metrics(row)
+            self.tracker.log_metrics({**metrics, **dict(extra), "epoch": row["epoch"]},
+                                     step=row["step"])
+
+    def log_eval(self, step: int, metrics: EvalMetrics) -> None:
+        values = metrics.to_dict()
+        self.eval.add({"step": step, **values})
+        if self.tracker:
+            keys = EVAL_COLUMNS[1:]
+            self.tracker.log_metrics({f"val/{k}": values[k] for k in keys}, step=step)
+
+    def texts(self) -> dict[str, str]:
+        return {TRAIN_LOG: self.train.text, EVAL_LOG: self.eval.text}
+
+    def replay(self) -> None:
+        """Send every row recorded so far to the tracker: a new MLflow run that continues an
+        earlier one (an extended run) then shows the whole curve from step 1."""
+        if not self.tracker:
+            return
+        for row in self.train.rows():
+            metrics = _train_metrics(row)
+            self.tracker.log_metrics({**metrics, "epoch": row.get("epoch")}, step=int(row["step"]))
+        for row in self.eval.rows():
+            self.tracker.log_metrics({f"val/{k}": row.get(k) for k in EVAL_COLUMNS[1:]},
+                                     step=int(row["step"]))
+
+
+def _train_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+    """A train row under its MLflow names: `train/<column>`, and `lr` for the learning rate."""
+    return {("lr" if k == "learning_rate" else f"train/{k}"): v
+            for k, v in row.items() if k not in ("step", "epoch")}

@@ -1,0 +1,341 @@
+"""One optimizer step, without the host ever waiting on the device.
+
+One optimizer step consumes one global batch of `batch_size` sequences, cut into
+`gradient_accumulation_steps` micro-batches on each of the `world_size` processes. Both losses
+are divided by their counts over the WHOLE step (all micro-batches, all processes), so
+accumulation and DDP compute the gradient of one big batch.
+
+On a GPU the CPU runs ahead of the device; a step must not make it wait (`.item()`, `float(t)`,
+`bool(t)`, a data-dependent shape). So everything a step computes stays on the device: the
+global counts that divide the losses, the gradient norm, whether the step was finite, and the
+metrics, which are summed into device tensors and read back in one transfer by
+`read_counters()` on the steps that log, evaluate or checkpoint (see `bertcore.training.loop`).
+
+A step whose loss or gradient is not finite is skipped without a branch on the host: fused
+AdamW takes a `found_inf` tensor and leaves weights, moments and its step count untouched
+when it is set (as it does for GradScaler), and the metrics of the step are masked out.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.nn.parallel import DistributedDataParallel
+
+from bertcore.model.bert import IGNORE_INDEX, BertForPretraining, pretraining_loss
+from bertcore.training.batches import PretrainingBatches
+from bertcore.training.budget import StepTiming
+from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
+from bertcore.training.config import TrainConfig
+from bertcore.training.devices import autocast, resolve_device, resolve_precision
+from bertcore.training.distributed import Distributed
+from bertcore.training.schedule import learning_rate as scheduled_rate
+
+log = logging.getLogger(__name__)
+
+# The sums of a logging window (finite steps only), in the order of Trainer.window.
+WINDOW = (
+    "mlm_loss_sum",
+    "mlm_count",
+    "mlm_correct",
+    "nsp_loss_sum",
+    "nsp_count",
+    "nsp_correct",
+    "grad_norm_sum",
+    "good_steps",
+    "tokens",
+)
+# The run's counters, in the order of Trainer.totals.
+TOTALS = ("skipped_steps", "nonfinite_in_a_row", "worst_nonfinite_run", "tokens_seen",
+          "stop_votes")
+# What a StepResult holds, in the order of its device tensor.
+STEP_VALUES = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "grad_norm",
+               "tokens", "skipped")
+
+
+@dataclass
+class StepResult:
+    """One optimizer step, summed over all micro-batches and processes. The numbers stay on
+    the device until one of them is read (which waits for the step to finish)."""
+
+    step: int  # steps done after this one
+    learning_rate: float
+    values: torch.Tensor = field(repr=False)  # STEP_VALUES, on the device
+    _read: dict[str, float] | None = field(default=None, repr=False)
+
+    def _value(self, name: str) -> float:
+        if self._read is None:
+            self._read = dict(zip(STEP_VALUES, self.values.tolist(), strict=True))
+        return self._read[name]
+
+    loss = property(lambda self: self._value("loss"))
+    mlm_loss = property(lambda self: self._value("mlm_loss"))
+    mlm_accuracy = property(lambda self: self._value("mlm_accuracy"))
+    nsp_loss = property(lambda self: self._value("nsp_loss"))
+    nsp_accuracy = property(lambda self: self._value("nsp_accuracy"))
+    grad_norm = property(lambda self: self._value("grad_norm"))
+    tokens = property(lambda self: int(self._value("tokens")))  # non-padding, global batch
+    skipped = property(lambda self: bool(self._value("skipped")))
+
+
+class Trainer:
+    """The model, its fused AdamW, schedule and scaler, and the device counters of a run."""
+
+    def __init__(
+        self,
+        model: BertForPretraining,
+        config: TrainConfig,
+        batches: PretrainingBatches,
+        *,
+        device: torch.device | str | None = None,
+        dist: Distributed | None = None,
+    ):
+        self.config = config
+        self.dist = dist or Distributed()
+        self.device = torch.device(device) if device is not None else resolve_device(
+            config.device, self.dist
+        )
+        self.batches = batches
+        self.total_steps = config.total_steps(batches.steps_per_epoch)  # a budget may lower it
+        self.step_timing: StepTiming | None = None  # what a time budget planned from
+        self.autocast_dtype = resolve_precision(config.precision, self.device)
+        self.raw_model = model.to(self.device)
+        self.model: torch.nn.Module = self.raw_model
+        if self.dist.enabled:
+            device_ids = [self.device.index] if self.device.type == "cuda" else None
+            self.model = DistributedDataParallel(self.raw_model, device_ids=device_ids)
+        if config.compile:
+            self.model = torch.compile(self.model)
+        # Fused AdamW (CPU and CUDA): one kernel, and it skips a step on `found_inf`.
+        self.optimizer = torch.optim.AdamW(
+            self.raw_model.param_groups(config.weight_decay),
+            lr=config.learning_rate,
+            betas=tuple(config.adam_betas),
+            eps=config.adam_epsilon,
+            fused=True,
+        )
+        fp16 = self.autocast_dtype == torch.float16
+        self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
+        self.step = 0
+        self.window = torch.zeros(len(WINDOW), dtype=torch.float64, device=self.device)
+        self.totals = torch.zeros(len(TOTALS), dtype=torch.int64, device=self.device)
+        self._stop_flag = torch.zeros((), dtype=torch.float64, device=self.device)
+
+    def learning_rate(self, step: int) -> float:
+        """The rate of optimizer step `step` (0-based), on the current plan's schedule."""
+        cfg = self.config
+        return scheduled_rate(cfg.learning_rate, step, cfg.warmup_steps, self.total_steps)
+
+    # ----------------------------------------------------------------------- one step
+    def accumulate_gradients(
+        self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False
+    ) -> tuple[torch.Tensor, torch.Tensor]:
+        """Forward and backward over this process's micro-batches, leaving in `.grad` the
+        gradient of the whole global batch's loss. Returns two device tensors, summed over
+        all processes: counts [mlm, nsp, tokens, stop votes] and sums [mlm loss, mlm correct,
+        nsp loss, nsp correct]. `stop`: this process wants to stop (a sticky vote)."""
+        cfg, dist, device = self.config, self.dist, self.device
+        self.model.train()
+        batches = [
+            {k: v.to(device, non_blocking=True) for k, v in mb.items()} for mb in micro_batches
+        ]
+        if stop:
+            self._stop_flag.fill_(1.0)  # a kernel with a constant: no transfer, no wait
+        # Global counts first: every micro-batch's loss is divided by the whole step's counts.
+        local = [
+            torch.stack([(mb["mlm_targets"] != IGNORE_INDEX).sum(),
+                         (mb["nsp_labels"] != IGNORE_INDEX).sum(),
+                         mb["attention_mask"].sum()])
+            for mb in batches
+        ]
+        counts = torch.cat([torch.stack(local).sum(0).double(), self._stop_flag[None]])
+        dist.all_reduce_sum(counts)
+        mlm_den, nsp_den = counts[0].float().clamp_min(1), counts[1].float().clamp_min(1)
+
+        sums = torch.zeros(4, dtype=torch.float64, device=device)
+        for index, mb in enumerate(batches):
+            last = index == len(batches) - 1
+            sync = contextlib.nullcontext()
+            if isinstance(self.model, DistributedDataParallel) and not last:
+                sync = self.model.no_sync()  # all-reduce the gradients once, after the last
+            with sync:
+                with autocast(device, self.autocast_dtype):
+                    out = self.model(**mb)
+                loss = pretraining_loss(out, mlm_den, nsp_den, cfg.mlm_weight, cfg.nsp_weight)
+                # DDP averages gradients over processes; the global denominators already did.
+                loss = loss * dist.world_size
+                (self.scaler.scale(loss) if self.scaler else loss).backward()
+            sums += torch.stack(
+                [out.mlm_loss_sum, out.mlm_correct, out.nsp_loss_sum, out.nsp_correct]
+            ).detach().double()
+        dist.all_reduce_sum(sums)
+        return counts, sums
+
+    def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False):
+        """One optimizer step over this process's micro-batches (see accumulate_gradients)."""
+        cfg = self.config
+        counts, sums = self.accumulate_gradients(micro_batches, stop)
+        mlm_den, nsp_den = counts[0].clamp_min(1), counts[1].clamp_min(1)
+        mlm_loss, nsp_loss = sums[0] / mlm_den, sums[2] / nsp_den
+        total_loss = cfg.mlm_weight * mlm_loss + cfg.nsp_weight * nsp_loss
+
+        if self.scaler:
+            self.scaler.unscale_(self.optimizer)
+        grad_norm = torch.nn.utils.clip_grad_norm_(
+            self.raw_model.parameters(), cfg.max_grad_norm
+        ).double()
+        loss_finite = torch.isfinite(total_loss)
+        good = loss_finite & torch.isfinite(grad_norm)
+        rate = self.learning_rate(self.step)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
+        self.optimizer.found_inf = (~good).float()  # fused AdamW: skip the update when set
+        self.optimizer.step()
+        if self.scaler:
+            self.scaler.update()  # its own overflow check (in unscale_) sets the next scale
+        self.optimizer.zero_grad(set_to_none=True)
+        self.step += 1
+
+        # The counters, on the device. With fp16 an overflowing gradient is the scaler's
+        # normal business; a non-finite loss (or gradient without a scaler) is a sick run.
+        skipped = ~good
+        sick = ~loss_finite if self.scaler else skipped
+        skipped_steps, in_a_row, worst, tokens_seen, _ = self.totals.unbind()
+        in_a_row = torch.where(sick, in_a_row + 1, torch.where(skipped, in_a_row, 0))
+        self.totals = torch.stack([skipped_steps + skipped.long(), in_a_row,
+                                   torch.maximum(worst, in_a_row),
+                                   tokens_seen + counts[2].long(), counts[3].long()])
+        tokens = counts[2]
+        step_sums = torch.stack([sums[0], counts[0], sums[1], sums[2], counts[1], sums[3],
+                                 grad_norm, torch.ones_like(grad_norm), tokens])
+        self.window += torch.where(good, step_sums, 0.0)  # NaN never reaches the window
+        values = torch.stack([total_loss, mlm_loss, sums[1] / mlm_den, nsp_loss,
+                              sums[3] / nsp_den, grad_norm, tokens, skipped.double()])
+        return StepResult(step=self.step, learning_rate=rate, values=values.detach())
+
+    # ------------------------------------------------------------- reading the device
+    def synchronize(self) -> None:
+        """Wait until the device has finished the queued work (to read a clock)."""
+        if self.device.type == "cuda":
+            torch.cuda.synchronize(self.device)
+        elif self.device.type == "mps":
+            torch.mps.synchronize()
+
+    def read_counters(self) -> dict[str, float]:
+        """The window's sums and the run's counters, in one transfer (the host waits here:
+        call it on logging, evaluation and checkpoint steps only). Resets the worst run of
+        non-finite steps seen since the last call."""
+        both = torch.cat([self.window, self.totals.double()]).tolist()
+        self.totals[2] = self.totals[1]
+        return dict(zip(WINDOW + TOTALS, both, strict=True))
+
+    def take_window(self, counters: Mapping[str, float]) -> dict[str, float]:
+        """Means over the steps since the last call (finite steps only) from `counters` (as
+        read by read_counters), then reset the window."""
+        self.window.zero_()
+        w = counters
+        steps = max(w["good_steps"], 1.0)
+        mlm_den, nsp_den = max(w["mlm_count"], 1.0), max(w["nsp_count"], 1.0)
+        mlm_loss, nsp_loss = w["mlm_loss_sum"] / mlm_den, w["nsp_loss_sum"] / nsp_den
+        return {
+            "loss": self.config.mlm_weight * mlm_loss + self.config.nsp_weight * nsp_loss,
+            "mlm_loss": mlm_loss,
+            "mlm_accuracy": w["mlm_correct"] / mlm_den,
+            "nsp_loss": nsp_loss,
+            "nsp_accuracy": w["nsp_correct"] / nsp_den,
+            "grad_norm": w["grad_norm_sum"] / steps,
+            "tokens": w["tokens"],
+        }
+
+    def _total(self, name: str) -> int:
+        return int(self.totals[TOTALS.index(name)])  # reads the device
+
+    @property
+    def skipped_steps(self) -> int:
+        return self._total("skipped_steps")
+
+    @property
+    def nonfinite_in_a_row(self) -> int:
+        return self._total("nonfinite_in_a_row")
+
+    @property
+    def tokens_seen(self) -> int:
+        return self._total("tokens_seen")
+
+    @property
+    def epoch(self) -> int:
+        return self.step // self.batches.steps_per_epoch
+
+    # --------------------------------------------------------------------- state
+    def state_dict(self) -> dict[str, Any]:
+        """Everything but the weights and the RNG states, as plain data."""
+        totals = dict(zip(TOTALS, self.totals.tolist(), strict=True))
+        return {
+            "optimizer": self.optimizer.state_dict(),
+            "scaler": self.scaler.state_dict() if self.scaler else None,
+            "step": self.step,
+            "total_steps": self.total_steps,
+            "skipped_steps": totals["skipped_steps"],
+            "nonfinite_in_a_row": totals["nonfinite_in_a_row"],
+            "tokens_seen": totals["tokens_seen"],
+            "window": self.window.cpu().clone(),
+            "world_size": self.dist.world_size,
+        }
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        """Restore a state_dict; the schedule follows this trainer's own `total_steps` (a run
+        whose length changed resumes on the re-planned schedule)."""
+        self.optimizer.load_state_dict(state["optimizer"])
+        if self.scaler is not None and state.get("scaler"):
+            self.scaler.load_state_dict(state["scaler"])
+        self.step = int(state["step"])
+        in_a_row = int(state["nonfinite_in_a_row"])
+        self.totals = torch.tensor(
+            [int(state["skipped_steps"]), in_a_row, in_a_row, int(state["tokens_seen"]), 0],
+            dtype=torch.int64, device=self.device,
+        )
+        self.window = state["window"].clone().double().to(self.device)
+
+    # ----------------------------------------------------------------- checkpoints
+    def save_checkpoint(
+        self, checkpoints: CheckpointDir, meta: Mapping[str, Any], texts: Mapping[str, str]
+    ) -> Path | None:
+        """Every process hands its RNG state to rank 0, which commits the checkpoint once all
+        processes have finished the step; returns the folder (None on other ranks)."""
+        rng = self.dist.all_gather_objects(capture_rng_state())
+        self.dist.barrier()
+        path = None
+        if self.dist.is_main:
+            state = {**self.state_dict(), "rng": rng}
+            position = {"step": self.step, "epoch": self.epoch, "total_steps": self.total_steps,
+                        "step_in_epoch": self.step % self.batches.steps_per_epoch}
+            if self.step_timing is not None:  # a budget run resumes its plan from it
+                position["step_timing"] = self.step_timing.to_dict()
+            path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts)
+        self.dist.barrier()
+        return path
+
+    def resume_from(self, checkpoint) -> None:
+        """Load weights, optimizer, scaler, counters, the timing of a time budget's plan and
+        this process's RNG state."""
+        checkpoint.load_model(self.raw_model)
+        self.step_timing = StepTiming.from_dict(checkpoint.meta.get("step_timing"))
+        state = checkpoint.load_state()
+        self.load_state_dict(state)
+        rng = state.get("rng") or []
+        if len(rng) == self.dist.world_size:
+            restore_rng_state(rng[self.dist.rank])
+        else:
+            log.warning(
+                "checkpoint was written by %d processes, this run has %d: the data order and "
+                "masks resume exactly, dropout draws new random numbers",
+                len(rng),
+                self.dist.world_size,
+            )
+            torch.manual_seed(self.config.seed + 1000 * self.step + self.dist.rank)
