@@ -1,0 +1,102 @@
+"""The layout's two rules, checked on the source: bertcore's imports point one way (common <-
+data <- model <- training <- downstream), and every stage's deps in dvc.yaml cover the bertcore
+code the stage runs, so `dvc repro` reruns a stage whenever that code changes."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import yaml
+
+from stages.cli import COMMANDS
+
+ROOT = Path(__file__).resolve().parents[1]
+# Lower first: a module may import from its own package and the ones before it.
+ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", "downstream")
+
+
+def module_file(name: str) -> Path | None:
+    path = ROOT.joinpath(*name.split("."))
+    if (path / "__init__.py").is_file():
+        return path / "__init__.py"
+    return path.with_suffix(".py") if path.with_suffix(".py").is_file() else None
+
+
+def imported_modules(name: str) -> set[str]:
+    """The bertcore and stages modules `name` imports anywhere in its body (function-local
+    imports too), with the packages above them (their __init__ runs as well)."""
+    found = set()
+    for node in ast.walk(ast.parse(module_file(name).read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module, *(f"{node.module}.{alias.name}" for alias in node.names)]
+        elif isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        else:
+            continue
+        for full in names:
+            parts = full.split(".")
+            if parts[0] not in ("bertcore", "stages"):
+                continue
+            found.update(m for i in range(1, len(parts) + 1)
+                         if module_file(m := ".".join(parts[:i])))
+    return found
+
+
+def closure(start: str) -> set[str]:
+    seen, todo = set(), [start]
+    while todo:
+        name = todo.pop()
+        if name not in seen:
+            seen.add(name)
+            todo.extend(imported_modules(name))
+    return seen
+
+
+def package_rank(name: str) -> int | None:
+    """Index in ORDER of the package holding bertcore module `name` (None: bertcore itself)."""
+    inner = name.removeprefix("bertcore.")
+    ranks = [i for i, package in enumerate(ORDER)
+             if inner == package or inner.startswith(package + ".")]
+    return ranks[-1] if ranks else None
+
+
+def bertcore_modules() -> list[str]:
+    return sorted(".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+                  for p in (ROOT / "bertcore").rglob("*.py"))
+
+
+def test_every_bertcore_module_lives_in_a_package_of_the_order():
+    loose = [m for m in bertcore_modules() if m != "bertcore" and package_rank(m) is None
+             and m not in ("bertcore.data",)]
+    assert not loose, f"modules outside {ORDER}: {loose}"
+
+
+def test_imports_point_one_way():
+    upward = []
+    for name in bertcore_modules():
+        rank = package_rank(name)
+        for target in imported_modules(name):
+            if target.startswith("stages"):  # the library never reaches into the CLI
+                upward.append(f"{name} -> {target}")
+                continue
+            target_rank = package_rank(target)
+            if rank is not None and target_rank is not None and target_rank > rank:
+                upward.append(f"{name} -> {target}")
+    assert not upward, "imports against the order " + " < ".join(ORDER) + f": {upward}"
+
+
+def test_each_stage_depends_on_the_code_it_runs():
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    assert set(stages) <= set(COMMANDS)
+    for stage, spec in stages.items():
+        deps = [ROOT / d for d in spec.get("deps", []) if d.startswith(("bertcore", "stages"))]
+        assert all(d.exists() for d in deps), (stage, [d for d in deps if not d.exists()])
+        command_module = COMMANDS[stage].partition(":")[0]
+        code = {module_file(m) for m in closure(command_module)
+                if m.startswith("bertcore.") and module_file(m).name != "__init__.py"}
+        code.add(module_file(command_module))
+        uncovered = sorted(str(f.relative_to(ROOT)) for f in code
+                           if not any(f == d or d in f.parents for d in deps))
+        assert not uncovered, f"dvc.yaml: the {stage} stage runs code it does not depend on: " \
+                              f"{uncovered}"
