@@ -16,7 +16,7 @@ from bertcore.data.vocab.config import AUTO, AUTO_MIN_COUNT, TRAIN, VocabConfig
 from bertcore.data.vocab.coverage import vocab_coverage
 from bertcore.data.vocab.existing import load_source_vocabulary
 from bertcore.data.vocab.files import casing_rules, save_vocab
-from bertcore.data.vocab.training import auto_vocab_size, line_batches, train_tokenizer
+from bertcore.data.vocab.training import LineBatches, auto_vocab_size, train_tokenizer
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import corpus_option, file_option, folder_option, stage_options
 from stages.params import load_params, parse_section
@@ -36,18 +36,18 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
     train = Path(corpus_dir) / "train.txt"
     if not train.is_file():
         raise BertError(f"no corpus at {train}: run `bert corpus` first or pass --corpus")
-    if next(line_batches(train, batch_size=1), None) is None:
+    if next(iter(LineBatches(train, batch_size=1)), None) is None:
         raise BertError(f"{train} holds no text: check corpus.source and rerun `bert corpus`")
     if config.source == TRAIN:
         origin = {"source": TRAIN, "casing_from": "vocab.lowercase / vocab.strip_accents"}
         if config.vocab_size == AUTO:
-            size, frequent = auto_vocab_size(line_batches(train), config)
+            size, frequent = auto_vocab_size(LineBatches(train), config)
             config = dataclasses.replace(config, vocab_size=size)
             origin["frequent_words"] = frequent  # seen >= AUTO_MIN_COUNT times in train
             click.echo(f"vocab: vocab_size auto -> {size} ({frequent} words seen >= "
                        f"{AUTO_MIN_COUNT} times in {train})", err=True)
         origin["vocab_size_target"] = config.vocab_size  # the trainer's cap
-        tokenizer = train_tokenizer(line_batches(train), config, show_progress=sys.stderr.isatty())
+        tokenizer = train_tokenizer(LineBatches(train), config, show_progress=sys.stderr.isatty())
     else:
         source = load_source_vocabulary(config.source, config)
         warn_unless_a_dep("vocab.source", config.source, source.files)

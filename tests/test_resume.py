@@ -19,7 +19,7 @@ from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
-from bertcore.data.vocab.training import line_batches, train_tokenizer
+from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertForPretraining
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.resume import plan_resume, run_fingerprints, samples_fingerprint
@@ -124,7 +124,7 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     vocab = tmp_path / "vocab"
     vocab.mkdir()
     config = VocabConfig(vocab_size=90, min_frequency=1)
-    save_vocab(train_tokenizer(line_batches(data / "corpus" / "train.txt"), config), vocab,
+    save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab,
                config)
     for what, fingerprints in (
         ("samples", run_fingerprints(params, data / "vocab", samples, 8)),

@@ -54,6 +54,32 @@ def trained(tmp_path, **config) -> tuple:
     return tokenizer, out
 
 
+
+def test_the_same_lines_train_the_same_vocabulary_byte_for_byte(tmp_path):
+    """tokenizers' trainer numbers the starting characters in the order of a randomly seeded
+    hash map and breaks ties between equal-count merges by those numbers: trained as it is,
+    no two of these vocabularies would be equal. Six trainings in one process (so the hash
+    seeds differ only where the trainer's do), three sizes: equal files every time."""
+    lines = corpus_lines(seed=5)
+    batches = [lines[i : i + 50] for i in range(0, len(lines), 50)]
+    for size in (120, 300, 600):
+        config = VocabConfig(vocab_size=size, min_frequency=1)
+        files = set()
+        for n in range(6):
+            out = tmp_path / f"v{size}-{n}"
+            out.mkdir()
+            save_vocab(train_tokenizer(batches, config), out)
+            files.add(tuple((out / name).read_bytes() for name in ("vocab.txt", "tokenizer.json")))
+        assert len(files) == 1, f"vocab_size {size}: {len(files)} different vocabularies"
+        tokens = files.pop()[0].decode().splitlines()
+        assert tokens[:5] == list(SPECIAL_TOKENS) and len(tokens) == len(set(tokens))
+
+
+def test_training_refuses_lines_it_cannot_read_twice():
+    with pytest.raises(TypeError, match="twice"):
+        train_tokenizer(iter([corpus_lines()]), VocabConfig(vocab_size=100))
+
+
 TEXTS = [
     "The quick brown fox jumps over a lazy dog.",
     "Café naïve résumé Über alles zzzq",

@@ -13,7 +13,7 @@ from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab, vocab_fingerprint
-from bertcore.data.vocab.training import line_batches, train_tokenizer
+from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertConfig
 
 TOPICS = {
@@ -57,7 +57,7 @@ def build_data(root: Path, *, vocab_size: int = 96, max_seq_length: int = 32,
     data = root / "data"
     write_corpus(data / "corpus", train_docs, val_docs)
     vocab_config = VocabConfig(vocab_size=vocab_size, min_frequency=1)
-    tokenizer = train_tokenizer(line_batches(data / "corpus" / "train.txt"), vocab_config)
+    tokenizer = train_tokenizer(LineBatches(data / "corpus" / "train.txt"), vocab_config)
     (data / "vocab").mkdir(parents=True, exist_ok=True)
     save_vocab(tokenizer, data / "vocab", vocab_config)
     samples_config = SamplesConfig(max_seq_length=max_seq_length, dupe_factor=dupe_factor,

@@ -1,6 +1,16 @@
 """Training a WordPiece vocabulary with `tokenizers`, exactly as BERT's tokenizer works: BERT
 normaliser with CJK characters split apart, BERT pre-tokeniser, `##` continuations; and the
-size `vocab_size: auto` picks for a corpus."""
+size `vocab_size: auto` picks for a corpus.
+
+The same lines and settings give the same vocabulary, byte for byte. `tokenizers`' own trainer
+does not (0.23: models/bpe/trainer.rs, which WordPiece training wraps): it gives the starting
+characters and `##x` continuations their ids in the iteration order of a randomly seeded hash
+map, and breaks ties between merges of equal count by those ids, so every run differs a little
+(the order of the `##x` block; at 8000 tokens 2-12 tokens; at 30522 even the size). So training
+takes two passes: the first lists the starting alphabet (a vocabulary of size 1 holds nothing
+else), the second gets it, sorted, as special tokens after the real ones (special tokens take
+their ids first, in the order given), so no id comes from the hash map; the result is then
+rebuilt as a plain WordPiece model whose only special tokens are the real five."""
 
 from __future__ import annotations
 
@@ -55,18 +65,20 @@ def train_tokenizer(
     batches: Iterable[list[str]], config: VocabConfig, *, show_progress: bool = False
 ) -> Tokenizer:
     """Train WordPiece on batches of lines; special tokens get ids 0..4 in SPECIAL_TOKENS order.
-    `config.vocab_size` must be a number here (resolve `auto` with auto_vocab_size first)."""
+    `batches` is read twice (a list, or `LineBatches(path)`; not a one-shot iterator), and
+    `config.vocab_size` must be a number (resolve `auto` with auto_vocab_size first)."""
     if not isinstance(config.vocab_size, int):
         raise ValueError(f"vocab_size {config.vocab_size!r}: resolve it with auto_vocab_size")
+    if iter(batches) is batches:
+        raise TypeError("train_tokenizer reads the lines twice: pass a list or LineBatches(path)")
+    alphabet = _starting_alphabet(batches, config)
+    trained = new_tokenizer(config)
+    trained.train_from_iterator(batches, trainer=_trainer(
+        config.vocab_size, config, [*SPECIAL_TOKENS, *alphabet], show_progress))
     tokenizer = new_tokenizer(config)
-    trainer = trainers.WordPieceTrainer(
-        vocab_size=config.vocab_size,
-        min_frequency=config.min_frequency,
-        special_tokens=list(SPECIAL_TOKENS),
-        continuing_subword_prefix="##",
-        show_progress=show_progress,
-    )
-    tokenizer.train_from_iterator(batches, trainer=trainer)
+    tokenizer.model = models.WordPiece(vocab=trained.get_vocab(), unk_token="[UNK]",
+                                       continuing_subword_prefix="##")
+    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
     for token_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == token_id, token
     tokenizer.post_processor = processors.TemplateProcessing(
@@ -77,17 +89,37 @@ def train_tokenizer(
     return tokenizer
 
 
-def line_batches(path: str | Path, batch_size: int = 2000) -> Iterator[list[str]]:
-    """Stream the non-blank lines of a corpus file in lists of `batch_size`."""
-    batch: list[str] = []
-    with open(path, encoding="utf-8", errors="replace") as handle:
-        for line in handle:
-            line = line.strip()
-            if line:
-                batch.append(line)
-                if len(batch) >= batch_size:
-                    yield batch
-                    batch = []
-    if batch:
-        yield batch
+def _starting_alphabet(batches: Iterable[list[str]], config: VocabConfig) -> list[str]:
+    """Every starting character and `##x` continuation of the words in `batches`, sorted: what
+    the trainer puts in the vocabulary before any merge (so a size of 1 yields just these)."""
+    tokenizer = new_tokenizer(config)
+    tokenizer.train_from_iterator(batches, trainer=_trainer(1, config, SPECIAL_TOKENS, False))
+    return sorted(set(tokenizer.get_vocab()) - set(SPECIAL_TOKENS))
 
+
+def _trainer(size: int, config: VocabConfig, special: Iterable[str],
+             show_progress: bool) -> trainers.WordPieceTrainer:
+    return trainers.WordPieceTrainer(vocab_size=size, min_frequency=config.min_frequency,
+                                     special_tokens=list(special), continuing_subword_prefix="##",
+                                     show_progress=show_progress)
+
+
+class LineBatches:
+    """The non-blank lines of a corpus file in lists of `batch_size`, streamed; every iteration
+    reads the file anew, so training can take two passes without holding the corpus."""
+
+    def __init__(self, path: str | Path, batch_size: int = 2000):
+        self.path, self.batch_size = Path(path), batch_size
+
+    def __iter__(self) -> Iterator[list[str]]:
+        batch: list[str] = []
+        with open(self.path, encoding="utf-8", errors="replace") as handle:
+            for line in handle:
+                line = line.strip()
+                if line:
+                    batch.append(line)
+                    if len(batch) >= self.batch_size:
+                        yield batch
+                        batch = []
+        if batch:
+            yield batch
