@@ -63,6 +63,11 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     tracker = None
     if tracking.enabled and info.get("mlflow_run_id"):
         tracker = Tracker.attach(tracking_uri(tracking), info["mlflow_run_id"])
+    elif tracking.enabled:  # the store is not even asked: say so rather than stay silent
+        log.warning("nothing will be logged to MLflow: %s names no run to log into (%s, "
+                    "which `bert pretrain` writes beside the model, %s); the scores go to %s "
+                    "only", model_dir, RUN_INFO,
+                    "holds no mlflow_run_id" if info else "is missing", out_file)
 
     target = resolve_device(device)
     collator = PretrainingCollator(masking, VocabSpec.from_tokens(tokens), seed=config.seed)
