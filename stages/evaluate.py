@@ -28,6 +28,7 @@ from stages.options import (
     pretrained_option,
     samples_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -46,6 +47,7 @@ log = logging.getLogger("bert.evaluate")
              "NAME_details.json.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
 @stage_options
+@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     params = load_params(params_file, overrides)

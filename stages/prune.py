@@ -35,6 +35,7 @@ from stages.options import (
     pretrained_option,
     samples_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -52,6 +53,7 @@ from stages.report import write_report
              "Heads, parameters, val metrics and throughput before/after (dvc metrics); the "
              "pruned heads, importance and settings go beside it, in NAME_details.json.")
 @stage_options
+@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     params = load_params(params_file, overrides)
