@@ -84,18 +84,21 @@ def _read_yaml(path: Path) -> Any:
         node = loader.get_single_node()
         if node is None:
             return None
-        _refuse_duplicate_keys(node, path, "")
+        _refuse_duplicate_keys(node, path, "", set())
         return loader.construct_document(node)
     finally:
         loader.dispose()
 
 
-def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str) -> None:
+def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str, seen: set[int]) -> None:
     """ConfigError naming the first key written twice under `node` (its dotted name, as in
-    params.yaml) and the lines of both."""
+    params.yaml) and the lines of both. `seen`: the nodes looked at (an alias repeats one)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
     if isinstance(node, yaml.SequenceNode):
         for item in node.value:
-            _refuse_duplicate_keys(item, path, where)
+            _refuse_duplicate_keys(item, path, where, seen)
     if not isinstance(node, yaml.MappingNode):
         return
     lines: dict[str, int] = {}
@@ -108,7 +111,7 @@ def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str) -> None:
                 raise ConfigError(dotted, f"written twice in {path} (lines {lines[key]} and "
                                           f"{line}): keep the one you mean")
             lines[key] = line
-        _refuse_duplicate_keys(value_node, path, dotted)
+        _refuse_duplicate_keys(value_node, path, dotted, seen)
 
 
 def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
