@@ -49,6 +49,7 @@ PARQUET_SUFFIXES = (".parquet", ".pq")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 _TERMINAL = tuple(".!?。！？…\"'”’)」』")
 
+
 def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
     """Resolve `spec`; a missing path, an empty folder or a missing package is a BertError."""
     if spec.startswith("builtin:"):
@@ -180,7 +181,7 @@ def text_file_documents(
     path: Path, fmt: str, counts: Counter, advance: Advance
 ) -> Iterator[Document]:
     """A prose file is one document; a one-sentence-per-line file holds many, blank-separated."""
-    with open_bytes(path, advance) as (handle, advance, tool):
+    with open_bytes(path, advance) as (handle, progress, tool):
         head = read_head(handle, path)
         if not head:
             counts["empty_files"] += 1
@@ -192,16 +193,16 @@ def text_file_documents(
                            else "binary (UTF-16 or UTF-32 text needs a byte order mark, or "
                            "conversion to UTF-8)")
             counts["binary_files"] += 1
-            advance(path.stat().st_size)
+            progress(path.stat().st_size)
             return
         if fmt == "auto":
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
         handle.seek(0)
         if encoding == "utf-8":
-            lines = utf8_lines(handle, Utf8Check(path, tool), counts, advance)
+            lines = utf8_lines(handle, Utf8Check(path, tool), counts, progress)
         else:
-            lines = wide_lines(handle, encoding, path, counts, advance)
+            lines = wide_lines(handle, encoding, path, counts, progress)
         if fmt == "prose":
             yield Document(str(path), prose_pieces(lines))
         else:
@@ -257,11 +258,11 @@ def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iter
 def jsonl_documents(
     path: Path, field: str, fmt: str, counts: Counter, advance: Advance
 ) -> Iterator[Document]:
-    with open_bytes(path, advance) as (handle, advance, tool):
+    with open_bytes(path, advance) as (handle, progress, tool):
         check, number = Utf8Check(path, tool), 0
         while raw := read_line(handle, path, limit=-1):  # a record is parsed whole
             number += 1
-            advance(len(raw))
+            progress(len(raw))
             line = raw.decode("utf-8", "replace")
             counts["invalid_utf8_sequences"] += check.line(raw, line)
             if not raw.strip():
