@@ -49,7 +49,8 @@ def fill_mask(model_dir: str, vocab_dir: str | None, top_k: int, text: str) -> N
     with torch.no_grad():
         sequence = model.encode(input_ids)
         logits = model.mlm_head(sequence[0, positions], model.embeddings.tokens.weight)
-        probs = logits.softmax(dim=-1)
+        # ids past the tokenizer (embeddings padded to a round size) are no token to print
+        probs = logits[:, : tokenizer.get_vocab_size()].softmax(dim=-1)
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     for n, (values, indices) in enumerate(zip(top.values, top.indices, strict=True), start=1):
         click.echo(f"{MASK} {n} of {len(positions)}:")

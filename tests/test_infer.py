@@ -236,3 +236,27 @@ def test_a_vocab_that_does_not_fit_the_model_is_one_line(export_dir, tmp_path):
     (moved / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
     proc = bert_here("fill-mask", "--model", str(bare), "--vocab", str(moved), text)
     assert_one_line_error(proc, f"has [PAD] at id {model_size - 1}", "at 0")
+
+
+def test_a_model_padded_past_its_own_tokenizer_predicts_only_tokens(export_dir, tmp_path):
+    """Some Hugging Face models pad their embeddings to a round size, past their tokenizer:
+    that fits (the ids past it are never predicted); a tokenizer past the model does not."""
+    transformers = pytest.importorskip("transformers")
+    padded = tmp_path / "padded"
+    model = transformers.BertForPreTraining.from_pretrained(export_dir)
+    size = model.config.vocab_size
+    model.resize_token_embeddings(size + 8)
+    model.save_pretrained(padded)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(export_dir / name, padded / name)
+    proc = bert_here("fill-mask", "--model", str(padded), "berlin is the [MASK] of germany.",
+                     "--top-k", "20", check=True)
+    assert len(predictions(proc.stdout)) == 20 and "None" not in proc.stdout
+
+    larger = tmp_path / "larger"  # a tokenizer of more tokens than the model has rows
+    shutil.copytree(export_dir, larger)
+    tokens = (larger / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (larger / "tokenizer.json").unlink()
+    (larger / "vocab.txt").write_text("\n".join([*tokens, "extra"]) + "\n", encoding="utf-8")
+    proc = bert_here("fill-mask", "--model", str(larger), "berlin is the [MASK] of germany.")
+    assert_one_line_error(proc, f"has {size + 1} tokens, its model only {size}")

@@ -1,9 +1,11 @@
 """The tokenizer a model is used with, checked to fit it: the model folder's own (an export, a
 Hugging Face model), or, for a folder without one (`models/pretrained`, a checkpoint), the one
 the user names. A tokenizer that does not fit turns text into ids the model reads as other
-tokens, or into ids it has no embedding for: wrong answers and no error. So a tokenizer that
-differs from the folder's own, that is not the vocabulary the model was trained with, or whose
-size or [PAD] id is not the model's, is a BertError.
+tokens, or into ids it has no embedding for: wrong answers and no error. So a BertError stops
+a tokenizer that differs from the folder's own, that is not the vocabulary the model was
+trained with (where the folder records it), or, named by the user, whose size or [PAD] id is
+not the model's. A folder's own tokenizer may be smaller than its model (embeddings padded to
+a round size, as some Hugging Face models have), never larger.
 """
 
 from __future__ import annotations
@@ -37,14 +39,19 @@ def model_tokenizer(model_dir: Path, vocab_dir: Path | None, config: BertConfig,
     if vocab_dir is None and not own:
         raise BertError(f"no tokenizer (tokenizer.json or vocab.txt) in {model_dir}: export "
                         "with the vocab, or pass --vocab DIR")
-    if own:
-        chosen = _read(model_dir, f"the model folder {model_dir}")
-        if vocab_dir is not None:
-            _require_same(chosen, _read(vocab_dir, f"--vocab {vocab_dir}"), model_dir, vocab_dir)
-        source = model_dir
+    source = model_dir if own else vocab_dir
+    chosen = _read(source, f"the model folder {model_dir}" if own else f"--vocab {vocab_dir}")
+    if own and vocab_dir is not None:
+        _require_same(chosen, _read(vocab_dir, f"--vocab {vocab_dir}"), model_dir, vocab_dir)
+    if trained_with and (source / VOCAB_FILE).is_file():  # that decides
+        if vocab_fingerprint(source) != trained_with:
+            raise BertError(f"the model in {model_dir} was trained with another vocabulary "
+                            f"than the one in {source} (their vocab.txt differ): use the "
+                            "vocabulary it was trained with")
+    elif own:
+        _require_no_larger(chosen.tokenizer, model_dir, config)
     else:
-        chosen, source = _read(vocab_dir, f"--vocab {vocab_dir}"), vocab_dir
-    _require_fit(chosen.tokenizer, source, model_dir, config, trained_with)
+        _require_same_size_and_pad(chosen.tokenizer, vocab_dir, model_dir, config)
     return chosen.tokenizer
 
 
@@ -67,16 +74,16 @@ def _require_same(own: SourceVocabulary, given: SourceVocabulary, model_dir: Pat
                     "leave out --vocab, which is for model folders without a tokenizer")
 
 
-def _require_fit(tokenizer: Tokenizer, source: Path, model_dir: Path, config: BertConfig,
-                 trained_with: str | None) -> None:
-    """The vocabulary the model was trained with when the folder records it (that decides);
-    else one of the model's size with [PAD] where the model has it (the id padding uses)."""
-    if trained_with and (source / VOCAB_FILE).is_file():
-        if vocab_fingerprint(source) == trained_with:
-            return
-        raise BertError(f"the model in {model_dir} was trained with another vocabulary than "
-                        f"the one in {source} (their vocab.txt differ): pass --vocab the "
-                        "vocabulary it was trained with")
+def _require_no_larger(tokenizer: Tokenizer, model_dir: Path, config: BertConfig) -> None:
+    size = tokenizer.get_vocab_size()
+    if size > config.vocab_size:
+        raise BertError(f"the tokenizer in {model_dir} has {size} tokens, its model only "
+                        f"{config.vocab_size}: export the model with its own vocabulary")
+
+
+def _require_same_size_and_pad(tokenizer: Tokenizer, source: Path, model_dir: Path,
+                               config: BertConfig) -> None:
+    """A tokenizer the user names for a model: the model's size, [PAD] where it has it."""
     size = tokenizer.get_vocab_size()
     if size != config.vocab_size:
         raise BertError(f"the tokenizer in {source} has {size} tokens, the model in "
