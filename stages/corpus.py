@@ -7,7 +7,7 @@ import click
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.data.corpus import CorpusConfig, build_corpus
 from stages.dvcdeps import warn_unless_a_dep
-from stages.options import file_option, folder_option, stage_options
+from stages.options import file_option, folder_option, stage_options, stops_at_once
 from stages.params import load_params, parse_section
 
 
@@ -16,6 +16,7 @@ from stages.params import load_params, parse_section
 @file_option("--metrics", "metrics_path", "metrics/corpus.json",
              "Where to write the corpus statistics.")
 @stage_options
+@stops_at_once
 def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
     train and val by document (by parts of documents when they are few)."""

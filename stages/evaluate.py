@@ -28,6 +28,7 @@ from stages.options import (
     pretrained_option,
     samples_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -46,6 +47,7 @@ log = logging.getLogger("bert.evaluate")
              "NAME_details.json.")
 @click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
 @stage_options
+@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     params = load_params(params_file, overrides)
@@ -63,6 +65,11 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     tracker = None
     if tracking.enabled and info.get("mlflow_run_id"):
         tracker = Tracker.attach(tracking_uri(tracking), info["mlflow_run_id"])
+    elif tracking.enabled:  # the store is not even asked: say so rather than stay silent
+        log.warning("nothing will be logged to MLflow: %s names no run to log into (%s, "
+                    "which `bert pretrain` writes beside the model, %s); the scores go to %s "
+                    "only", model_dir, RUN_INFO,
+                    "holds no mlflow_run_id" if info else "is missing", out_file)
 
     target = resolve_device(device)
     collator = PretrainingCollator(masking, VocabSpec.from_tokens(tokens), seed=config.seed)

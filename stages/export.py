@@ -8,7 +8,13 @@ import click
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.errors import BertError
 from bertcore.model.hf import export_hf
-from stages.options import folder_option, pretrained_option, stage_options, vocab_option
+from stages.options import (
+    folder_option,
+    pretrained_option,
+    stage_options,
+    stops_at_once,
+    vocab_option,
+)
 from stages.params import load_params
 from stages.repo import load_pretrained
 
@@ -18,6 +24,7 @@ from stages.repo import load_pretrained
 @vocab_option
 @folder_option("--out", "out_dir", "models/hf", "Where the Hugging Face folder goes.")
 @stage_options
+@stops_at_once
 def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
     params = load_params(params_file, overrides)

@@ -41,6 +41,7 @@ from stages.options import (
     folder_option,
     pretrained_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -60,6 +61,7 @@ log = logging.getLogger("bert.finetune")
              "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
              "data and training go beside it, in NAME_details.json.")
 @stage_options
+@stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
     params = load_params(params_file, overrides)

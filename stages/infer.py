@@ -20,7 +20,8 @@ model_option = click.option(
     help="A model dir: our export (models/hf), a saved model, or any BERT in HF format.")
 vocab_option = click.option(
     "--vocab", "vocab_dir", default=None, metavar="DIR",
-    help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab).")
+    help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab); it "
+         "must fit the model.")
 
 
 @click.command("fill-mask")
@@ -48,7 +49,8 @@ def fill_mask(model_dir: str, vocab_dir: str | None, top_k: int, text: str) -> N
     with torch.no_grad():
         sequence = model.encode(input_ids)
         logits = model.mlm_head(sequence[0, positions], model.embeddings.tokens.weight)
-        probs = logits.softmax(dim=-1)
+        # ids past the tokenizer (embeddings padded to a round size) are no token to print
+        probs = logits[:, : tokenizer.get_vocab_size()].softmax(dim=-1)
         top = probs.topk(min(top_k, probs.shape[-1]), dim=-1)
     for n, (values, indices) in enumerate(zip(top.values, top.indices, strict=True), start=1):
         click.echo(f"{MASK} {n} of {len(positions)}:")
@@ -91,14 +93,17 @@ def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str)
 
 # ------------------------------------------------------------------------------- helpers
 def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
-    """The model in eval mode and its tokenizer, or a one-line error saying what is missing."""
+    """The model in eval mode and its tokenizer, checked to fit it, or a one-line error saying
+    what is missing or what does not fit."""
     from bertcore.model import hf
+    from bertcore.model.tokenizer import model_tokenizer
 
     directory = Path(model_dir)
     if not directory.is_dir():
         raise BertError(f"model directory not found: {model_dir}")
     hf.weights_path(directory)  # fails early, before the tokenizer, with its own message
-    tokenizer = load_tokenizer(Path(vocab_dir) if vocab_dir else directory)
+    tokenizer = model_tokenizer(directory, Path(vocab_dir) if vocab_dir else None,
+                                hf.read_config(directory), trained_with(directory))
     model = hf.load_model(directory, strict=False).eval()
     needed = ("mlm_head.",) if head == "mlm" else ("pooler.", "nsp_head.")
     if any(name.startswith(needed) for name in model.missing_weights):
@@ -106,35 +111,21 @@ def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
     return model, tokenizer
 
 
-def load_tokenizer(directory: Path):
-    """tokenizer.json when there is one; else vocab.txt with BERT's WordPiece settings (and the
-    lowercase / accent flags of tokenizer_config.json, as transformers reads them)."""
-    from tokenizers import Tokenizer
-    from tokenizers.implementations import BertWordPieceTokenizer
+def trained_with(directory: Path) -> str | None:
+    """The fingerprint of the vocabulary our pretraining recorded beside a model: in
+    training.json (models/pretrained) or meta.json (a checkpoint); None for other folders."""
+    from bertcore.training.checkpoint import META_FILE
+    from bertcore.training.pretrain import RUN_INFO
 
-    if not directory.is_dir():
-        raise BertError(f"vocab directory not found: {directory}")
-    if (directory / "tokenizer.json").is_file():
+    for name in (RUN_INFO, META_FILE):
         try:
-            return Tokenizer.from_file(str(directory / "tokenizer.json"))
-        except Exception as exc:  # tokenizers raises plain Exceptions
-            raise BertError(
-                f"{directory / 'tokenizer.json'} is not a valid tokenizer: {exc}"
-            ) from None
-    if (directory / "vocab.txt").is_file():
-        settings = {}
-        if (directory / "tokenizer_config.json").is_file():
-            settings = json.loads((directory / "tokenizer_config.json").read_text(encoding="utf-8"))
-        return BertWordPieceTokenizer(
-            str(directory / "vocab.txt"),
-            lowercase=settings.get("do_lower_case", True),
-            strip_accents=settings.get("strip_accents"),
-            handle_chinese_chars=settings.get("tokenize_chinese_chars", True),
-        )
-    raise BertError(
-        f"no tokenizer (tokenizer.json or vocab.txt) in {directory}: "
-        "export with the vocab, or pass --vocab DIR"
-    )
+            record = json.loads((directory / name).read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            continue
+        fingerprints = record.get("fingerprints") if isinstance(record, dict) else None
+        if isinstance(fingerprints, dict) and isinstance(fingerprints.get("vocab"), str):
+            return fingerprints["vocab"]
+    return None
 
 
 def special_id(tokenizer, token: str) -> int:

@@ -1,11 +1,16 @@
-"""Options shared by the stage commands: `--params FILE`, repeatable `--set key=value`, and
-the folders one stage writes and others read (defaults as in dvc.yaml)."""
+"""Options shared by the stage commands: `--params FILE`, repeatable `--set key=value`, the
+folders one stage writes and others read (defaults as in dvc.yaml), and how a command that
+writes its outputs whole or not at all answers SIGTERM and Ctrl-C (`stops_at_once`)."""
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Callable
 
 import click
+
+from bertcore.common.errors import BertError
+from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 
 
 def stage_options(func: Callable) -> Callable:
@@ -26,6 +31,26 @@ def stage_options(func: Callable) -> Callable:
         help="The params file to read.",
     )(func)
     return func
+
+
+def stops_at_once(func: Callable) -> Callable:
+    """SIGTERM or Ctrl-C stop the command where it is: what it had begun to write is removed
+    on the way out (a worker pool shut down), and the user reads one line; the exit code is
+    128 + the signal's number, as for a process the signal killed. Put it under the options."""
+
+    @functools.wraps(func)
+    def run(*args, **kwargs):
+        try:
+            with interrupt_on_signals():
+                return func(*args, **kwargs)
+        except Interrupted as stop:
+            name = click.get_current_context().info_name
+            error = BertError(f"interrupted by {stop}: nothing was written; rerun `bert {name}` "
+                              "to start again")
+            error.exit_code = stop.exit_code
+            raise error from None
+
+    return run
 
 
 def folder_option(flag: str, dest: str, default: str, help: str) -> Callable:

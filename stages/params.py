@@ -36,11 +36,14 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
     if not path.is_file():
         raise BertError(f"params file not found: {path} (run from the repo root or pass --params)")
     try:
-        params = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+        params = _read_yaml(path)
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         where = f" at line {mark.line + 1}" if mark else ""
         raise BertError(f"{path} is not valid YAML{where}: fix the file") from None
+    if params is None:  # empty or comments only: most likely the wrong file, or a lost one
+        raise BertError(f"{path} holds no settings: write the sections to set, or {{}} to run "
+                        "with every built-in default")
     if not isinstance(params, dict):
         raise BertError(f"{path} must be a mapping of sections ({', '.join(SECTIONS)})")
     unknown = sorted(set(params) - set(SECTIONS))
@@ -71,6 +74,44 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
                                        f"--set {where}=VALUE")
         target[leaf] = value
     return params
+
+
+def _read_yaml(path: Path) -> Any:
+    """The YAML document of `path` (None when it is empty), refusing a key written twice in
+    one mapping: YAML loaders keep the last value, and the user meant one of the two."""
+    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        _refuse_duplicate_keys(node, path, "", set())
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str, seen: set[int]) -> None:
+    """ConfigError naming the first key written twice under `node` (its dotted name, as in
+    params.yaml) and the lines of both. `seen`: the nodes looked at (an alias repeats one)."""
+    if id(node) in seen:
+        return
+    seen.add(id(node))
+    if isinstance(node, yaml.SequenceNode):
+        for item in node.value:
+            _refuse_duplicate_keys(item, path, where, seen)
+    if not isinstance(node, yaml.MappingNode):
+        return
+    lines: dict[str, int] = {}
+    for key_node, value_node in node.value:
+        key = key_node.value if isinstance(key_node, yaml.ScalarNode) else None
+        dotted = f"{where}.{key}" if where else str(key)
+        if key is not None and key_node.tag != "tag:yaml.org,2002:merge":  # `<<:` merges
+            line = key_node.start_mark.line + 1
+            if key in lines:
+                raise ConfigError(dotted, f"written twice in {path} (lines {lines[key]} and "
+                                          f"{line}): keep the one you mean")
+            lines[key] = line
+        _refuse_duplicate_keys(value_node, path, dotted, seen)
 
 
 def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:

@@ -35,6 +35,7 @@ from stages.options import (
     pretrained_option,
     samples_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -52,6 +53,7 @@ from stages.report import write_report
              "Heads, parameters, val metrics and throughput before/after (dvc metrics); the "
              "pruned heads, importance and settings go beside it, in NAME_details.json.")
 @stage_options
+@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     params = load_params(params_file, overrides)
@@ -91,15 +93,26 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
         "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
         "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
     }, details)
+    click.echo(f"prune: {_what_changed(outcome, summary, details, config)} -> {out_dir}",
+               err=True)
+
+
+def _what_changed(outcome, summary: dict, details: dict, config: PruneConfig) -> str:
+    """The heads, parameters, val MLM accuracy and speed, before and after, in words."""
+    heads = summary["heads_per_layer"]
+    if outcome.unchanged:
+        return (f"prune.fraction {config.fraction} of {summary['heads']['before']} heads "
+                f"removes none: the model is written unchanged, with no recovery steps")
     before, pruned, recovered = outcome.before, outcome.pruned, outcome.recovered
-    head_counts = summary["heads_per_layer"]
-    click.echo(
-        f"prune: heads per layer {head_counts['before']} -> {head_counts['after']}, "
+    kind = "train_step_sequences_per_s"
+    rounds = details["speedup_rounds"][kind]
+    noise = (f" (within noise: x{rounds['low']:.2f} to x{rounds['high']:.2f} over rounds "
+             "timed side by side)" if rounds["within_noise"] else "")
+    return (
+        f"heads per layer {heads['before']} -> {heads['after']}, "
         f"{summary['parameters']['before']:,} -> {summary['parameters']['after']:,} parameters; "
         f"val MLM accuracy {before.mlm_accuracy:.4f} -> {pruned.mlm_accuracy:.4f}"
         + (f" -> {recovered.mlm_accuracy:.4f} after {config.recovery_steps} recovery steps"
            if recovered else "")
-        + f"; train step x{throughputs['train_step_sequences_per_s']['speedup']:.2f}"
-        f" -> {out_dir}",
-        err=True,
+        + f"; train step x{summary['throughput'][kind]['speedup']:.2f}{noise}"
     )

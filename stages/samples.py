@@ -19,6 +19,7 @@ from stages.options import (
     file_option,
     folder_option,
     stage_options,
+    stops_at_once,
     vocab_option,
 )
 from stages.params import load_params, parse_section
@@ -35,6 +36,7 @@ METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_l
 @file_option("--metrics", "metrics_file", "metrics/samples.json",
              "Counts and NSP balance, for `dvc metrics`.")
 @stage_options
+@stops_at_once
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""

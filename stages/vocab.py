@@ -18,7 +18,7 @@ from bertcore.data.vocab.existing import load_source_vocabulary
 from bertcore.data.vocab.files import casing_rules, save_vocab
 from bertcore.data.vocab.training import LineBatches, auto_vocab_size, train_tokenizer
 from stages.dvcdeps import warn_unless_a_dep
-from stages.options import corpus_option, file_option, folder_option, stage_options
+from stages.options import corpus_option, file_option, folder_option, stage_options, stops_at_once
 from stages.params import load_params, parse_section
 
 
@@ -28,6 +28,7 @@ from stages.params import load_params, parse_section
 @file_option("--metrics", "metrics_path", "metrics/vocab.json",
              "Where to write the vocabulary's source and its coverage of the train split.")
 @stage_options
+@stops_at_once
 def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
             overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write

@@ -63,6 +63,55 @@ def assert_one_line_error(proc, *fragments: str, code: int | None = None) -> Non
         assert fragment in errors[0], (fragment, errors[0])
 
 
+# `bert ARGS` with one library function wrapped: its Nth call prints PAUSED once it returns
+# and then waits for a signal, so a signal sent when PAUSED appears lands right there.
+_PAUSE_AT = r"""
+import importlib, signal, sys
+module_name, attr, nth, *args = sys.argv[1:]
+module = importlib.import_module(module_name)
+original, calls = getattr(module, attr), []
+
+def paused(*a, **kw):
+    result = original(*a, **kw)
+    calls.append(1)
+    if len(calls) == int(nth):
+        print("PAUSED", file=sys.stderr, flush=True)
+        signal.pause()
+    return result
+
+setattr(module, attr, paused)
+from stages.cli import cli
+cli(args, prog_name="bert")
+"""
+
+
+def run_bert_interrupted(*args: str, at: str, signum: int, cwd: Path, nth: int = 1,
+                         to_group: bool = False) -> subprocess.CompletedProcess:
+    """Run `bert ARGS`, send `signum` once the command has made the `nth` call of `at`
+    ("module:function", the name the command calls it by), and return what it did then.
+    `to_group`: to every process of the command (its workers too), as Ctrl-C in a terminal."""
+    module, _, attr = at.partition(":")
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    command = [sys.executable, "-c", _PAUSE_AT, module, attr, str(nth), *args]
+    proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=to_group)
+    before = []
+    for line in proc.stderr:  # until the marker: then the command is where we want it
+        before.append(line)
+        if line.strip() == "PAUSED":
+            break
+    else:
+        proc.wait(timeout=60)
+        raise AssertionError(f"bert {' '.join(args)} never reached {at}:\n{''.join(before)}")
+    if to_group:
+        os.killpg(proc.pid, signum)
+    else:
+        proc.send_signal(signum)
+    stdout, stderr = proc.communicate(timeout=120)
+    stderr = "".join(line for line in before if line.strip() != "PAUSED") + stderr
+    return subprocess.CompletedProcess(command, proc.returncode, stdout, stderr)
+
+
 def wait_for_lines(path: Path, lines: int, proc: subprocess.Popen, timeout: float = 300) -> None:
     """Wait until the text file `path` (a training log) has more than `lines` lines, while
     `proc` runs: a signal sent then finds steps really done, however slow the machine."""

@@ -142,3 +142,86 @@ def test_ten_megabyte_line_in_bounded_memory(tmp_path):
         peak[name] = int(proc.stdout.split()[-1]) / 1024  # MB
     assert metrics(tmp_path)["sentences"] == 10_000_000 // len(sentence)
     assert peak["big"] - peak["small"] < 40, peak
+
+
+FRENCH = ["Le café était très agréable ce matin-là.", "Où est passé le garçon ?",
+          "Noël à Paris, c'est féerique.", "Elle a déjà lu ce récit deux fois."]
+
+
+def french_documents(n: int) -> str:
+    """`n` documents of three French sentences (four lines with the blank one after)."""
+    return "\n\n".join("\n".join([f"Le récit numéro {i}.", FRENCH[i % 4], FRENCH[(i + 1) % 4]])
+                       for i in range(n)) + "\n"
+
+
+def corpus_text(tmp_path: Path) -> str:
+    return "".join((tmp_path / "data/corpus" / f"{s}.txt").read_text(encoding="utf-8")
+                   for s in ("train", "val"))
+
+
+def test_a_latin1_file_stops_naming_it_and_how_to_convert_it(tmp_path):
+    """Every accented letter of a Latin-1 file would become U+FFFD: one line instead, naming
+    the file, where, and the conversion (no guessing: guessers confuse the Latin encodings)."""
+    (tmp_path / "old.txt").write_bytes(french_documents(50).encode("latin-1"))
+    proc = corpus(tmp_path, source="old.txt")
+    assert_one_line_error(proc, "old.txt is not UTF-8", "line 1", r"Le r\xe9cit",
+                          "iconv -f WINDOWS-1252 -t UTF-8 old.txt > old.utf8.txt", code=1)
+    assert not (tmp_path / "data").exists() or not any((tmp_path / "data").iterdir())
+    subprocess.run(["iconv", "-f", "WINDOWS-1252", "-t", "UTF-8", "-o", "old.utf8.txt",
+                    "old.txt"], cwd=tmp_path, check=True)  # what the message says to do
+    assert corpus(tmp_path, source="old.utf8.txt").returncode == 0
+    assert "Le café était très agréable ce matin-là." in corpus_text(tmp_path)
+
+
+def test_a_few_bad_bytes_in_a_utf8_corpus_stay_a_warning(tmp_path):
+    text = french_documents(400).encode("utf-8")
+    lines = text.split(b"\n")
+    for i in range(0, len(lines), 80):  # 20 damaged lines among 3600 accented characters
+        lines[i] += b" \xff"
+    (tmp_path / "damaged.txt").write_bytes(b"\n".join(lines))
+    english = [f"Sentence {i} of a long English file." for i in range(20000)]
+    for i in range(0, 20000, 2000):  # 10 stray bytes in 20000 ASCII lines: damage, too
+        english[i] += " \x92"
+    (tmp_path / "english.txt").write_bytes("\n".join(english).encode("latin-1"))
+    for name, count in (("damaged.txt", 20), ("english.txt", 10)):
+        proc = corpus(tmp_path, source=name)
+        assert proc.returncode == 0, proc.stderr
+        assert f"{count} invalid UTF-8 sequences replaced by U+FFFD" in proc.stderr
+        assert metrics(tmp_path)["cleaning"]["invalid_utf8_sequences"] == count
+
+
+def test_compressed_files_are_read_as_they_stream(tmp_path):
+    """gzip, bzip2 and xz files (many corpora ship so) give the corpus of their text, whatever
+    their names; archives of files are skipped, saying to unpack them."""
+    import bz2
+    import gzip
+    import lzma
+    import zipfile
+
+    plain = french_documents(30).encode("utf-8")
+    (tmp_path / "plain").mkdir()
+    (tmp_path / "plain" / "a.txt").write_bytes(plain)
+    assert corpus(tmp_path, source="plain").returncode == 0
+    expected = corpus_text(tmp_path)
+    for name, packed in (("a.txt.gz", gzip.compress(plain, mtime=0)),
+                         ("a.txt.bz2", bz2.compress(plain)), ("a.xz", lzma.compress(plain))):
+        folder = tmp_path / name.replace(".", "_")
+        folder.mkdir()
+        (folder / name).write_bytes(packed)
+        proc = corpus(tmp_path, source=folder.name)
+        assert proc.returncode == 0, proc.stderr
+        assert corpus_text(tmp_path) == expected and "skipping" not in proc.stderr
+        assert metrics(tmp_path)["input"]["bytes"] == len(packed)  # the bytes on disk
+    records = "".join(json.dumps({"text": t}) + "\n" for t in FRENCH).encode("utf-8")
+    (tmp_path / "books.jsonl.gz").write_bytes(gzip.compress(records))
+    assert corpus(tmp_path, source="books.jsonl.gz").returncode == 0
+    assert metrics(tmp_path)["input"]["records"] == 4
+
+    with zipfile.ZipFile(tmp_path / "texts.zip", "w") as archive:
+        archive.writestr("a.txt", plain)
+    proc = corpus(tmp_path, source="texts.zip")
+    assert "skipping texts.zip: a zip archive (unzip it), not text" in proc.stderr
+    assert_one_line_error(proc, "only binary files", code=1)
+    (tmp_path / "old.txt.gz").write_bytes(gzip.compress(french_documents(9).encode("latin-1")))
+    assert_one_line_error(corpus(tmp_path, source="old.txt.gz"), "old.txt.gz is not UTF-8",
+                          "gzip -dc old.txt.gz | iconv -f WINDOWS-1252 -t UTF-8 > old.utf8.txt")

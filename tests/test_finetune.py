@@ -303,7 +303,7 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
     details = json.loads((workdir / "metrics" / "prune_details.json").read_text())
     assert list(details) == ["pruned_heads", "requested_heads", "importance", "settings",
-                             "seconds"]
+                             "seconds", "speedup_rounds"]
     assert sum(len(heads) for heads in details["pruned_heads"].values()) == 2
     assert metrics["heads_per_layer"] == {"before": [2, 2], "after": [1, 1]}
     assert metrics["parameters"]["before"] - metrics["parameters"]["after"] == 2 * (4 * 64 * 32
@@ -314,6 +314,9 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
         speed = metrics["throughput"][kind]
         assert speed["before"] > 0 and speed["speedup"] == pytest.approx(
             speed["after"] / speed["before"])
+        rounds = details["speedup_rounds"][kind]
+        assert rounds["low"] <= rounds["high"]
+        assert rounds["within_noise"] == (rounds["low"] <= 1 <= rounds["high"])
 
     folder = workdir / "models" / "pruned"
     ours = load_model(folder).eval()
@@ -341,6 +344,27 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert child.data.tags["settings.recovery_steps"] == "5"
     assert client.get_run(parent_id).data.metrics["prune_val_mlm_accuracy"] == pytest.approx(
         metrics["val"]["mlm_accuracy"]["recovered"])
+
+
+def test_prune_with_no_head_to_remove_writes_the_model_unchanged(workdir, tmp_path):
+    """prune.fraction 0 (or too small for one head): no recovery steps, the pretrained
+    weights written as they were, and a speed ratio of exactly 1 (one model, timed once)."""
+    out, metrics_file = tmp_path / "pruned", tmp_path / "prune.json"
+    proc = run_bert("prune", "--set", "prune.fraction=0", "--out", str(out), "--metrics",
+                    str(metrics_file), cwd=workdir, env=ONE_THREAD, check=True)
+    assert "removes none: the model is written unchanged, with no recovery steps" in proc.stderr
+    metrics = json.loads(metrics_file.read_text())
+    details = json.loads((tmp_path / "prune_details.json").read_text())
+    assert metrics["heads"]["removed"] == 0 and details["pruned_heads"] == {}
+    assert set(metrics["val"]["mlm_accuracy"]) == {"before", "pruned"}  # nothing recovered
+    assert details["settings"]["recovery_steps"] == 0 and "recovery" not in details["seconds"]
+    for kind in ("forward_sequences_per_s", "train_step_sequences_per_s"):
+        assert metrics["throughput"][kind]["speedup"] == 1.0
+        assert details["speedup_rounds"][kind]["within_noise"]
+    pretrained = load_model(workdir / "models" / "pretrained").state_dict()
+    written = load_model(out).state_dict()
+    assert written.keys() == pretrained.keys()
+    assert all(torch.equal(written[name], pretrained[name]) for name in pretrained)
 
 
 def _artifacts(client, run_id: str, folder: Path) -> dict[str, dict]:

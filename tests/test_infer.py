@@ -190,3 +190,73 @@ def test_empty_sentences_are_one_line(export_dir, tmp_path):
     assert_one_line_error(proc, "SENTENCE_B is empty")
     proc = bert_here("fill-mask", "--model", str(export_dir), "")
     assert_one_line_error(proc, "no [MASK]")
+
+
+def other_vocab(folder, sentences: list[str], size: int):
+    """A vocabulary trained on other text: another size, other ids."""
+    config = VocabConfig(vocab_size=size, min_frequency=1)
+    folder.mkdir()
+    save_vocab(train_tokenizer([sentences], config), folder, config)
+    return folder
+
+
+def test_a_vocab_that_does_not_fit_the_model_is_one_line(export_dir, tmp_path):
+    """--vocab is for model folders without a tokenizer; one that is not the model's gives
+    wrong tokens (or none) for the model's ids, with no error: it must stop."""
+    small = other_vocab(tmp_path / "small", ["a tiny corpus about cats and mats."] * 3, 40)
+    text = "berlin is the [MASK] of germany."
+    # the folder's own tokenizer and another one: a conflict, said so
+    proc = bert_here("fill-mask", "--model", str(export_dir), "--vocab", str(small), text)
+    assert_one_line_error(proc, f"{export_dir} has its own tokenizer", "leave out --vocab")
+    assert not predictions(proc.stdout)
+    # the same tokenizer as the folder's own is no conflict
+    same = tmp_path / "same"
+    shutil.copytree(export_dir, same, ignore=shutil.ignore_patterns("model.safetensors",
+                                                                    "config.json"))
+    proc = bert_here("fill-mask", "--model", str(export_dir), "--vocab", str(same), text,
+                     check=True)
+    assert predictions(proc.stdout)[0][1] == "capital"
+
+    bare = tmp_path / "bare"  # a model folder without a tokenizer (a Hugging Face save)
+    bare.mkdir()
+    for name in ("config.json", "model.safetensors"):
+        shutil.copy(export_dir / name, bare / name)
+    model_size = len((export_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    for command in (("fill-mask", text), ("nsp", "the cat sat.", "the dog slept.")):
+        proc = bert_here(command[0], "--model", str(bare), "--vocab", str(small), *command[1:])
+        assert_one_line_error(proc, f"the tokenizer in {small} has 40 tokens",
+                              f"the model in {bare} {model_size}")
+        assert "P(B follows A)" not in proc.stdout and not predictions(proc.stdout)
+
+    # the model's size but [PAD] elsewhere: ids the model pads with mean another token
+    moved = tmp_path / "moved"
+    moved.mkdir()
+    tokens = (export_dir / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    tokens[0], tokens[-1] = tokens[-1], tokens[0]
+    (moved / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    proc = bert_here("fill-mask", "--model", str(bare), "--vocab", str(moved), text)
+    assert_one_line_error(proc, f"has [PAD] at id {model_size - 1}", "at 0")
+
+
+def test_a_model_padded_past_its_own_tokenizer_predicts_only_tokens(export_dir, tmp_path):
+    """Some Hugging Face models pad their embeddings to a round size, past their tokenizer:
+    that fits (the ids past it are never predicted); a tokenizer past the model does not."""
+    transformers = pytest.importorskip("transformers")
+    padded = tmp_path / "padded"
+    model = transformers.BertForPreTraining.from_pretrained(export_dir)
+    size = model.config.vocab_size
+    model.resize_token_embeddings(size + 8)
+    model.save_pretrained(padded)
+    for name in ("vocab.txt", "tokenizer.json", "tokenizer_config.json"):
+        shutil.copy(export_dir / name, padded / name)
+    proc = bert_here("fill-mask", "--model", str(padded), "berlin is the [MASK] of germany.",
+                     "--top-k", "20", check=True)
+    assert len(predictions(proc.stdout)) == 20 and "None" not in proc.stdout
+
+    larger = tmp_path / "larger"  # a tokenizer of more tokens than the model has rows
+    shutil.copytree(export_dir, larger)
+    tokens = (larger / "vocab.txt").read_text(encoding="utf-8").splitlines()
+    (larger / "tokenizer.json").unlink()
+    (larger / "vocab.txt").write_text("\n".join([*tokens, "extra"]) + "\n", encoding="utf-8")
+    proc = bert_here("fill-mask", "--model", str(larger), "berlin is the [MASK] of germany.")
+    assert_one_line_error(proc, f"has {size + 1} tokens, its model only {size}")

@@ -106,7 +106,7 @@ SECTIONS_WITHOUT_KEYS = {"export"}
 
 
 def test_the_shipped_params_are_the_code_defaults():
-    """One source of truth: an empty params.yaml runs the stages as the shipped one does."""
+    """One source of truth: a params file of `{}` runs the stages as the shipped one does."""
     shipped = load_params(REPO / "params.yaml")
     assert set(shipped) == set(SECTION_CONFIGS) | SECTIONS_WITHOUT_KEYS, "a section's class?"
     assert all(not shipped[name] for name in SECTIONS_WITHOUT_KEYS)
@@ -117,3 +117,35 @@ def test_the_shipped_params_are_the_code_defaults():
         differ.update({f"{section}.{key}": (value, default[key])
                        for key, value in from_file.items() if default[key] != value})
     assert not differ, differ
+
+
+def test_a_key_written_twice_is_one_line_naming_it_and_both_lines(tmp_path):
+    """YAML loaders keep the last of two values; the user meant one of them: stop, before
+    anything is run or replaced."""
+    (tmp_path / "other.yaml").write_text(
+        "train:\n  batch_size: 32\n  max_steps: 5\n  batch_size: 8\n", encoding="utf-8")
+    proc = run_bert("pretrain", "--params", "other.yaml", cwd=tmp_path)
+    assert_one_line_error(proc, "train.batch_size", "written twice", "other.yaml",
+                          "lines 2 and 4", code=2)
+    assert not (tmp_path / "models").exists()
+
+    write(tmp_path, "corpus:\n  source: a.txt\nvocab: {}\ncorpus:\n  source: b.txt\n")
+    proc = run_bert("corpus", cwd=tmp_path)
+    assert_one_line_error(proc, "corpus: written twice", "params.yaml", "lines 1 and 4",
+                          code=2)
+    # the same key in two sections is no repetition
+    write(tmp_path, "train:\n  seed: 1\neval:\n  seed: 2\n")
+    assert load_params(tmp_path / "params.yaml")["eval"] == {"seed": 2}
+
+
+def test_an_empty_params_file_is_refused(tmp_path):
+    """An empty file (or one of comments only) is most likely the wrong file: running every
+    stage with the built-in defaults (the 1.25 M-character built-in corpus) would surprise."""
+    (tmp_path / "empty.yaml").write_text("# nothing here yet\n\n", encoding="utf-8")
+    proc = run_bert("corpus", "--params", "empty.yaml", cwd=tmp_path)
+    assert_one_line_error(proc, "empty.yaml holds no settings", "{}", code=1)
+    assert not (tmp_path / "data").exists()
+    write(tmp_path, "")
+    assert_one_line_error(run_bert("corpus", cwd=tmp_path), "params.yaml holds no settings")
+    write(tmp_path, "{}\n")  # said on purpose: every default
+    assert load_params(tmp_path / "params.yaml") == {}

@@ -171,3 +171,39 @@ def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
     assert_one_line_error(proc, "models/pretrained/model.safetensors is damaged",
                           "holds NaN or infinite values")
     assert not (workdir / "models" / "hf").exists()
+
+
+def test_evaluate_with_no_run_to_log_into_says_nothing_was_logged(workdir):
+    """A model without training.json (saved by hand, copied without it): the scores are
+    written, and the user learns that MLflow got nothing, and why, even with a server that
+    would not have answered."""
+    write_params(workdir / "params.yaml", tracking={"uri": "http://127.0.0.1:9"})
+    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    save_model(model, workdir / "models" / "pretrained")
+    proc = bert("evaluate", cwd=workdir)
+    assert proc.returncode == 0, proc.stderr
+    assert json.loads((workdir / "metrics" / "eval.json").read_text())["mlm_accuracy"] >= 0
+    notice = [line for line in proc.stderr.splitlines() if "MLflow" in line]
+    assert len(notice) == 1, proc.stderr
+    assert "nothing will be logged" in notice[0] and "training.json" in notice[0]
+    assert "metrics/eval.json" in notice[0]
+
+
+def test_fill_mask_on_a_checkpoint_takes_only_the_vocabulary_it_was_trained_with(workdir):
+    """A checkpoint and models/pretrained have no tokenizer but record the fingerprint of
+    their vocabulary: another one, even of the same size with [PAD] in place, is one line."""
+    write_params(workdir / "params.yaml", train={"max_steps": 4, "checkpoint_every": 2,
+                                                  "eval_every": 0},
+                 tracking={"enabled": False})
+    bert("pretrain", cwd=workdir, check=True)
+    tokens = read_vocab(workdir / "data" / "vocab")
+    tokens[10], tokens[11] = tokens[11], tokens[10]  # two ordinary tokens trade ids
+    (workdir / "swapped").mkdir()
+    (workdir / "swapped" / "vocab.txt").write_text("\n".join(tokens) + "\n", encoding="utf-8")
+    text = "the [MASK] sees the cow ."
+    for model in ("models/checkpoints/step-00000004", "models/pretrained"):
+        proc = bert("fill-mask", "--model", model, "--vocab", "swapped", text, cwd=workdir)
+        assert_one_line_error(proc, f"the model in {model} was trained with another "
+                                    "vocabulary than the one in swapped")
+        proc = bert("fill-mask", "--model", model, "--vocab", "data/vocab", text, cwd=workdir)
+        assert proc.returncode == 0 and "[MASK] 1 of 1:" in proc.stdout, proc.stderr

@@ -19,6 +19,7 @@ from bertcore.downstream.heads import (
     normalise_per_layer,
     prune_by_importance,
     prune_heads,
+    speed_ratio,
 )
 from bertcore.model.bert import BertConfig, BertForPretraining
 from bertcore.model.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
@@ -228,3 +229,16 @@ def test_iterative_pruning_rescores_after_each_step_of_ten_percent():
 def test_bad_params_are_config_errors(key, value):
     with pytest.raises(ConfigError, match=key):
         PruneConfig(**{key: value})
+
+
+def test_a_speed_ratio_says_when_it_is_within_the_noise():
+    """Rounds timed side by side: the fastest of each model gives the ratio; when some rounds
+    were faster and some slower, the difference is noise (a busy machine's, not the model's)."""
+    noisy = speed_ratio(before=[100.0, 40.0, 90.0], after=[60.0, 80.0, 95.0])
+    assert noisy["speedup"] == pytest.approx(0.95)
+    assert (noisy["low"], noisy["high"]) == (pytest.approx(0.6), pytest.approx(2.0))
+    assert noisy["within_noise"]
+    faster = speed_ratio(before=[50.0, 45.0, 48.0], after=[100.0, 70.0, 96.0])
+    assert faster["speedup"] == pytest.approx(2.0) and not faster["within_noise"]
+    assert speed_ratio([7.0, 8.0], [7.0, 8.0]) == {"speedup": 1.0, "low": 1.0, "high": 1.0,
+                                                   "within_noise": True}

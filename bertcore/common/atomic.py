@@ -153,8 +153,13 @@ def _replace(tmp: Path, final: Path) -> None:
     """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
     if final.is_dir() and not final.is_symlink():
         old = final.with_name(f"{_prefix(final, 'old')}{secrets.token_hex(4)}")
-        os.replace(final, old)
-        os.replace(tmp, final)
+        try:
+            os.replace(final, old)
+            os.replace(tmp, final)
+        except BaseException:  # a signal (`bertcore.common.interrupt`) between the renames
+            if old.exists() and not os.path.lexists(final):
+                os.replace(old, final)  # the previous output stays, as if nothing happened
+            raise
         shutil.rmtree(old, ignore_errors=True)
     else:
         os.replace(tmp, final)

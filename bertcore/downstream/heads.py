@@ -236,10 +236,10 @@ def throughput(
     rounds: int = 5,
 ) -> dict[str, dict[str, float]]:
     """Sequences per second of an eval forward (no grad) and of a training step (forward,
-    backward, AdamW) for each model on the same batch. Rounds of `steps` steps alternate
-    between the models, and each model's fastest round counts: other work on the machine only
-    ever slows a round down, so the fastest is the best estimate of the model's own speed.
-    The models' weights are not changed (the training steps run on copies)."""
+    backward, AdamW) for each model on the same batch, per round: {name: {kind: [rounds]}}.
+    Rounds of `steps` steps alternate between the models, so round i of every model ran at
+    about the same time (see `speed_ratio`). The models' weights are not changed (the training
+    steps run on copies)."""
     batch = {k: v.to(device) for k, v in batch.items()}
     size = batch["input_ids"].shape[0]
     trainees = {name: copy.deepcopy(m).to(device).train() for name, m in models.items()}
@@ -273,5 +273,18 @@ def throughput(
                 timings[name][kind].append(steps * size / (time.perf_counter() - started))
     for name, model in models.items():
         model.train(modes[name])
-    return {name: {f"{kind}_sequences_per_s": max(values)
-                   for kind, values in kinds.items()} for name, kinds in timings.items()}
+    return {name: {f"{kind}_sequences_per_s": values for kind, values in kinds.items()}
+            for name, kinds in timings.items()}
+
+
+def speed_ratio(before: list[float], after: list[float]) -> dict[str, float | bool]:
+    """How much faster `after` is than `before`, from rounds timed side by side (`throughput`).
+
+    `speedup` compares the fastest rounds: other work on the machine only ever slows a round
+    down, so a model's fastest round is the best estimate of its own speed. `low` and `high`
+    bound the ratios of the rounds run at the same time: on a busy machine they spread, and
+    when they hold 1 (some rounds faster, some slower) the difference is `within_noise`."""
+    ratios = [a / b for a, b in zip(after, before, strict=True)]
+    low, high = min(ratios), max(ratios)
+    return {"speedup": max(after) / max(before), "low": low, "high": high,
+            "within_noise": low <= 1.0 <= high}

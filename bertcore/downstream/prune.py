@@ -22,6 +22,7 @@ from bertcore.downstream.heads import (
     head_importance,
     prune_by_importance,
     recover,
+    speed_ratio,
     throughput,
 )
 from bertcore.model.bert import BertForPretraining
@@ -56,7 +57,7 @@ class PruneOutcome:
     before: EvalMetrics
     pruned: EvalMetrics
     recovered: EvalMetrics | None
-    speed: dict[str, dict[str, float]]
+    speed: dict[str, dict[str, list[float]]]  # model -> kind -> sequences/s per round
     throughput_batch: dict[str, int]  # sequences and tokens of the batch timed
     seconds: dict[str, float]
 
@@ -64,6 +65,11 @@ class PruneOutcome:
     def final(self) -> EvalMetrics:
         """The val metrics of the model as it ends (recovered, if it was)."""
         return self.recovered or self.pruned
+
+    @property
+    def unchanged(self) -> bool:
+        """No head went (`prune.fraction` asked for fewer than one): the model is the original."""
+        return not self.steps.removed
 
 
 def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
@@ -89,9 +95,20 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
         steps = prune_by_importance(
             model, lambda m: head_importance(m, score_batches, device), config.fraction,
             config.iterative)
+    timed = score_batches[0]
+    timed_size = {"sequences": int(timed["input_ids"].shape[0]),
+                  "tokens": int(timed["attention_mask"].sum())}
+    if not steps.removed:
+        # No head to remove: the same model, so the same metrics and speed (timing it twice
+        # would measure only the machine's noise), and nothing to recover from.
+        with seconds("throughput"):
+            speed = throughput({"before": original}, timed, device, config.throughput_steps)
+        speed["after"] = speed["before"]
+        return PruneOutcome(original, steps, before, before, None, speed, timed_size,
+                            seconds.totals)
     pruned = val_metrics(model)
     with seconds("throughput"):
-        speed = throughput({"before": original, "after": model}, score_batches[0], device,
+        speed = throughput({"before": original, "after": model}, timed, device,
                            config.throughput_steps)
     recovered = None
     if config.recovery_steps:
@@ -102,10 +119,7 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
             recover(model, recovery, train, config.recovery_steps,
                     config.recovery_learning_rate, device, seed=config.seed)
         recovered = val_metrics(model)
-    timed = score_batches[0]
-    return PruneOutcome(original, steps, before, pruned, recovered, speed,
-                        {"sequences": int(timed["input_ids"].shape[0]),
-                         "tokens": int(timed["attention_mask"].sum())},
+    return PruneOutcome(original, steps, before, pruned, recovered, speed, timed_size,
                         seconds.totals)
 
 
@@ -116,15 +130,17 @@ def prune_report(outcome: PruneOutcome, model: BertForPretraining,
     original = outcome.original
     total, after = sum(original.config.heads_per_layer), sum(model.config.heads_per_layer)
     phases = {"before": outcome.before, "pruned": outcome.pruned, "recovered": outcome.recovered}
-    speed = outcome.speed
+    ratios = {kind: speed_ratio(outcome.speed["before"][kind], outcome.speed["after"][kind])
+              for kind in THROUGHPUT_KINDS}
     metrics = {
         "heads": {"before": total, "after": after, "removed": total - after,
                   "removed_fraction": (total - after) / total},
         "val": {key: {phase: getattr(m, key) for phase, m in phases.items() if m is not None}
                 for key in VAL_KEYS},
         "throughput": {
-            kind: {"before": speed["before"][kind], "after": speed["after"][kind],
-                   "speedup": speed["after"][kind] / speed["before"][kind]}
+            kind: {"before": max(outcome.speed["before"][kind]),
+                   "after": max(outcome.speed["after"][kind]),
+                   "speedup": ratios[kind]["speedup"]}
             for kind in THROUGHPUT_KINDS
         },
         "parameters": {"before": original.num_parameters(), "after": model.num_parameters()},
@@ -139,10 +155,14 @@ def prune_report(outcome: PruneOutcome, model: BertForPretraining,
             "fraction": config.fraction,
             "iterative": config.iterative,
             "scored_sequences": config.batches * config.batch_size,
-            "recovery_steps": config.recovery_steps,
+            "recovery_steps": config.recovery_steps if outcome.recovered else 0,  # run
             "throughput_batch": outcome.throughput_batch,
         },
         "seconds": outcome.seconds,
+        # the spread of the speedup over rounds timed side by side: 1 inside means noise
+        "speedup_rounds": {kind: {key: ratios[kind][key]
+                                  for key in ("low", "high", "within_noise")}
+                           for kind in THROUGHPUT_KINDS},
     }
     return metrics, details
 

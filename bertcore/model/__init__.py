@@ -1,4 +1,5 @@
 """BERT itself: `bert` (the model, read top to bottom: config, embeddings, layers, heads,
 losses), `config` (the `model:` params section), `local_init` and `init_from` (how its weights
-start), `classifier` (the fine-tuning model) and `hf` (weights on disk, ours and Hugging
-Face's: the one place that maps our parameter names to transformers')."""
+start), `classifier` (the fine-tuning model), `hf` (weights on disk, ours and Hugging
+Face's: the one place that maps our parameter names to transformers') and `tokenizer` (the
+tokenizer a model is used with, checked to fit it)."""

@@ -3,15 +3,13 @@ Hugging Face dataset, or the built-in Python documentation (`pythondocs`).
 
 A source yields `Document`s (see `documents`): pieces of text, streamed. Folders and `**`
 globs follow links to folders, but never one back into the tree: each file is read once.
-Text files are UTF-8, or UTF-16/UTF-32 when a byte order mark says so.
+How the bytes of a file become text lines (compression, encodings): `textfile`.
 """
 
 from __future__ import annotations
 
-import codecs
 import fnmatch
 import glob
-import io
 import json
 import logging
 import os
@@ -30,26 +28,26 @@ from bertcore.data.corpus.documents import (
 )
 from bertcore.data.corpus.pythondocs import BUILTINS
 from bertcore.data.corpus.sentences import split_sentences
+from bertcore.data.corpus.textfile import (
+    Utf8Check,
+    archive_kind,
+    bom_encoding,
+    open_bytes,
+    read_head,
+    read_line,
+    utf8_lines,
+    wide_lines,
+)
 
 logger = logging.getLogger(__name__)
 
 __all__ = ["Document", "Source", "detect_format", "open_source", "record_document",
            "resolve_files"]
 
-SNIFF_BYTES = 64 << 10  # looked at to detect binary files and the text format
-LINE_CHUNK_BYTES = 1 << 20  # longer lines are read in pieces of this size
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
-_FFFD = "\ufffd".encode()  # a replacement character that was in the file already
+COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
 _TERMINAL = tuple(".!?。！？…\"'”’)」』")
-# Byte order marks of the Unicode encodings besides UTF-8 (UTF-32 first: its LE mark starts
-# with UTF-16's), as Windows tools write them.
-_BOMS = (
-    (codecs.BOM_UTF32_LE, "utf-32"),
-    (codecs.BOM_UTF32_BE, "utf-32"),
-    (codecs.BOM_UTF16_LE, "utf-16"),
-    (codecs.BOM_UTF16_BE, "utf-16"),
-)
 
 
 def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
@@ -165,6 +163,8 @@ class FileSource(Source):
         for path in self.files:
             counts["files"] += 1
             name = path.name.lower()
+            for suffix in COMPRESSED_SUFFIXES:  # books.jsonl.gz holds JSON Lines
+                name = name.removesuffix(suffix)
             try:
                 if name.endswith(PARQUET_SUFFIXES):
                     yield from parquet_documents(path, self.text_field, self.format, counts)
@@ -181,26 +181,28 @@ def text_file_documents(
     path: Path, fmt: str, counts: Counter, advance: Advance
 ) -> Iterator[Document]:
     """A prose file is one document; a one-sentence-per-line file holds many, blank-separated."""
-    with open(path, "rb") as handle:
-        head = handle.read(SNIFF_BYTES)
+    with open_bytes(path, advance) as (handle, progress, tool):
+        head = read_head(handle, path)
         if not head:
             counts["empty_files"] += 1
             return
-        encoding = next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
-        if encoding == "utf-8" and b"\0" in head:
-            logger.warning("skipping binary file %s (UTF-16 or UTF-32 text needs a byte order "
-                           "mark, or conversion to UTF-8)", path)
+        encoding = bom_encoding(head)
+        archive = archive_kind(head)
+        if archive or (encoding == "utf-8" and b"\0" in head):
+            logger.warning("skipping %s: %s", path, f"{archive}, not text: unpack it" if archive
+                           else "binary (UTF-16 or UTF-32 text needs a byte order mark, or "
+                           "conversion to UTF-8)")
             counts["binary_files"] += 1
-            advance(path.stat().st_size)
+            progress(path.stat().st_size)
             return
         if fmt == "auto":
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
         handle.seek(0)
         if encoding == "utf-8":
-            lines = _decoded_lines(handle, counts, advance, path)
+            lines = utf8_lines(handle, Utf8Check(path, tool), counts, progress)
         else:
-            lines = _wide_lines(handle, encoding, counts, advance, path)
+            lines = wide_lines(handle, encoding, path, counts, progress)
         if fmt == "prose":
             yield Document(str(path), prose_pieces(lines))
         else:
@@ -224,52 +226,6 @@ def detect_format(sample: str) -> str:
     ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
     inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
     return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
-
-
-def _decoded_lines(handle, counts: Counter, advance: Advance, path: Path) -> Iterator[Piece]:
-    """(text, complete) per line of a binary file; a long line comes in several pieces.
-
-    Invalid UTF-8 becomes U+FFFD and is counted (`invalid_utf8_sequences`)."""
-    decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    invalid = 0
-    while raw := _read_line(handle, path):
-        advance(len(raw))
-        complete = raw.endswith(b"\n")
-        text = decoder.decode(raw, final=False)
-        if "\ufffd" in text:
-            invalid += max(0, text.count("\ufffd") - raw.count(_FFFD))
-        yield (text.rstrip("\r\n") if complete else text), complete
-    rest = decoder.decode(b"", final=True)
-    if rest:
-        invalid += rest.count("\ufffd")
-        yield rest, True
-    if invalid:
-        logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD", path, invalid)
-        counts["invalid_utf8_sequences"] += invalid
-
-
-def _wide_lines(handle, encoding: str, counts: Counter, advance: Advance,
-                path: Path) -> Iterator[Piece]:
-    """(text, complete) per line of a UTF-16/UTF-32 file with a byte order mark."""
-    width = 2 if encoding == "utf-16" else 4
-    text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
-    invalid = 0
-    while line := _read_line(text, path):
-        advance(len(line) * width)
-        invalid += line.count("\ufffd")
-        complete = line.endswith(("\n", "\r"))
-        yield (line.rstrip("\r\n") if complete else line), complete
-    if invalid:
-        logger.warning("%s: %d invalid %s sequences replaced by U+FFFD", path, invalid,
-                       encoding.upper())
-        counts["invalid_utf8_sequences"] += invalid
-
-
-def _read_line(handle, path: Path) -> bytes:
-    try:
-        return handle.readline(LINE_CHUNK_BYTES)
-    except (OSError, UnicodeError) as exc:  # a disk or network error halfway through the file
-        raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def _line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
@@ -302,14 +258,15 @@ def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iter
 def jsonl_documents(
     path: Path, field: str, fmt: str, counts: Counter, advance: Advance
 ) -> Iterator[Document]:
-    with open(path, "rb") as handle:
-        for number, raw in enumerate(handle, 1):
-            advance(len(raw))
+    with open_bytes(path, advance) as (handle, progress, tool):
+        check, number = Utf8Check(path, tool), 0
+        while raw := read_line(handle, path, limit=-1):  # a record is parsed whole
+            number += 1
+            progress(len(raw))
+            line = raw.decode("utf-8", "replace")
+            counts["invalid_utf8_sequences"] += check.line(raw, line)
             if not raw.strip():
                 continue
-            line = raw.decode("utf-8", "replace")
-            if "\ufffd" in line:
-                counts["invalid_utf8_sequences"] += line.count("\ufffd") - raw.count(_FFFD)
             try:
                 record = json.loads(line)
             except ValueError:

@@ -34,6 +34,7 @@ from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
+from bertcore.common.interrupt import ignore_interrupts_in_worker
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable, tokenize_corpus
@@ -318,8 +319,10 @@ class _task_runner:
 
     def __enter__(self):
         if self.workers > 1:
-            # spawn: the parent may hold tokenizers' threads, which do not survive a fork
-            self.pool = multiprocessing.get_context("spawn").Pool(self.workers)
+            # spawn: the parent may hold tokenizers' threads, which do not survive a fork.
+            # On SIGTERM or Ctrl-C the parent stops the pool (__exit__): workers leave it to it.
+            self.pool = multiprocessing.get_context("spawn").Pool(
+                self.workers, initializer=ignore_interrupts_in_worker)
             return lambda func, tasks: self.pool.imap(func, tasks)
         return map
 

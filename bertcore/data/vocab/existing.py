@@ -1,6 +1,7 @@
 """An existing vocabulary (`vocab.source` = a path): a vocab.txt, a tokenizer.json or a
 Hugging Face tokenizer/model folder, read into a tokenizer that works exactly as BERT's, with
-the casing rules it brings (or, for a bare vocab.txt, the configured ones)."""
+the casing rules it brings (or, for a bare vocab.txt, the configured ones). `read_tokenizer`
+is the reading alone, also for the tokenizer of a model (`bertcore.model.tokenizer`)."""
 
 from __future__ import annotations
 
@@ -43,52 +44,66 @@ class SourceVocabulary:
     files: list[Path]  # what was read (their content is fingerprinted in the metrics)
 
 
+CONFIGURED_RULES = "vocab.lowercase / vocab.strip_accents"
+
+
 def load_source_vocabulary(source: str | Path, config: VocabConfig) -> SourceVocabulary:
     """Read `vocab.source`: a vocab.txt (any name not ending in .json), a tokenizer.json, or a
     folder with tokenizer.json and/or vocab.txt (+ tokenizer_config.json).
 
-    Casing rules: from the folder's tokenizer_config.json when there is one (as transformers
-    does: do_lower_case, strip_accents, tokenize_chinese_chars, with BertTokenizer's defaults),
-    else from the tokenizer.json normaliser, else (a bare vocab.txt) from `config`. A warning
-    says when they disagree with `vocab.lowercase` / `vocab.strip_accents`. Raises BertError
-    for a missing or unusable source, or missing special tokens.
+    Casing rules as `read_tokenizer` finds them, a bare vocab.txt taking `config`'s. A
+    warning says when they disagree with `vocab.lowercase` / `vocab.strip_accents`. Raises
+    BertError for a missing or unusable source, or missing special tokens.
     """
     path = Path(source).expanduser()
     if not path.exists():
         raise BertError(f"vocab.source not found: {source} (train, or the path of a vocab.txt, "
                         "a tokenizer.json or a folder holding one)")
+    chosen = CasingRules(config.lowercase, config.strip_accents)
+    vocabulary = read_tokenizer(path, chosen, CONFIGURED_RULES, f"vocab.source {source}")
+    rules = vocabulary.rules
+    if vocabulary.rules_from == CONFIGURED_RULES:
+        _warn_if_casing_looks_wrong(vocabulary.files[0], vocabulary.tokenizer, rules)
+    elif (chosen.lowercase, chosen.strips_accents) != (rules.lowercase, rules.strips_accents):
+        log.warning("vocab: casing and accents come from %s (%s); vocab.lowercase / "
+                    "vocab.strip_accents (%s) are not used", vocabulary.rules_from,
+                    rules.describe(), chosen.describe())
+    _check_special_order(str(source), vocabulary.tokenizer)
+    return vocabulary
+
+
+def read_tokenizer(path: Path, fallback: CasingRules, fallback_from: str,
+                   what: str) -> SourceVocabulary:
+    """A vocab.txt, a tokenizer.json, or a folder holding either (tokenizer.json first),
+    read into a tokenizer that works exactly as BERT's.
+
+    Casing rules: from the folder's tokenizer_config.json when there is one (as transformers
+    does: do_lower_case, strip_accents, tokenize_chinese_chars, with BertTokenizer's
+    defaults), else from the tokenizer.json normaliser, else (a bare vocab.txt) `fallback`,
+    then said to come from `fallback_from`. `what` names the source in errors ("vocab.source
+    X", "--vocab X"). Raises BertError for an unusable source or missing special tokens."""
     config_file = None
     if path.is_dir():
         candidates = [path / TOKENIZER_FILE, path / VOCAB_FILE]
         found = [c for c in candidates if c.is_file()]
         if not found:
-            raise BertError(f"vocab.source {source} holds neither {TOKENIZER_FILE} nor "
-                            f"{VOCAB_FILE}: point it at a tokenizer or model folder")
+            raise BertError(f"{what} holds neither {TOKENIZER_FILE} nor {VOCAB_FILE}: point it "
+                            "at a tokenizer or model folder")
         path = found[0]
         if (path.parent / TOKENIZER_CONFIG_FILE).is_file():
             config_file = path.parent / TOKENIZER_CONFIG_FILE
     if path.suffix == ".json":
         tokenizer, normaliser_rules = _from_tokenizer_json(path)
     else:
-        tokenizer, normaliser_rules = _from_vocab_txt(path), None
+        tokenizer, normaliser_rules = _from_vocab_txt(path, what), None
     files = [path] + ([config_file] if config_file else [])
     if config_file is not None:
         rules, rules_from = _rules_of_config(config_file), str(config_file)
     elif normaliser_rules is not None:
         rules, rules_from = normaliser_rules, f"the normaliser of {path}"
     else:
-        rules = CasingRules(config.lowercase, config.strip_accents)
-        rules_from = "vocab.lowercase / vocab.strip_accents"
-        _warn_if_casing_looks_wrong(path, tokenizer, rules)
-    chosen = CasingRules(config.lowercase, config.strip_accents)
-    from_source = config_file is not None or normaliser_rules is not None
-    if from_source and (chosen.lowercase, chosen.strips_accents) != (
-        rules.lowercase, rules.strips_accents
-    ):
-        log.warning("vocab: casing and accents come from %s (%s); vocab.lowercase / "
-                    "vocab.strip_accents (%s) are not used", rules_from, rules.describe(),
-                    chosen.describe())
-    _check_special_tokens(str(source), tokenizer)
+        rules, rules_from = fallback, fallback_from
+    _require_special_tokens(what, tokenizer)
     _finish(tokenizer, rules)
     return SourceVocabulary(tokenizer, rules, rules_from, files)
 
@@ -135,14 +150,14 @@ def _rules_of_config(path: Path) -> CasingRules:
                        bool(data.get("tokenize_chinese_chars", True)))
 
 
-def _from_vocab_txt(path: Path) -> Tokenizer:
+def _from_vocab_txt(path: Path, what: str) -> Tokenizer:
     """A vocab.txt, one token per line in id order (as transformers reads it)."""
     try:
         with open(path, encoding="utf-8") as handle:
             tokens = [line.rstrip("\n") for line in handle]
     except UnicodeDecodeError:
-        raise BertError(f"{path} is not UTF-8 text: vocab.source needs a vocab.txt (one token "
-                        "per line), a tokenizer.json or a folder") from None
+        raise BertError(f"{path} is not UTF-8 text: {what.split()[0]} needs a vocab.txt (one "
+                        "token per line), a tokenizer.json or a folder") from None
     except OSError as exc:
         raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
     index: dict[str, int] = {}
@@ -174,12 +189,17 @@ def _warn_if_casing_looks_wrong(path: Path, tokenizer: Tokenizer, rules: CasingR
                     "uncased vocabulary", path)
 
 
-def _check_special_tokens(source: str, tokenizer: Tokenizer) -> None:
+def _require_special_tokens(what: str, tokenizer: Tokenizer) -> None:
     vocab = tokenizer.get_vocab()
     missing = [t for t in SPECIAL_TOKENS if t not in vocab]
     if missing:
-        raise BertError(f"vocab.source {source} lacks the special token(s) {' '.join(missing)}: "
-                        f"BERT pretraining needs {' '.join(SPECIAL_TOKENS)}")
+        raise BertError(f"{what} lacks the special token(s) {' '.join(missing)}: BERT needs "
+                        f"{' '.join(SPECIAL_TOKENS)}")
+
+
+def _check_special_order(source: str, tokenizer: Tokenizer) -> None:
+    """Masking treats every id up to the last special token as special (for pretraining)."""
+    vocab = tokenizer.get_vocab()
     last = max(vocab[t] for t in SPECIAL_TOKENS)
     ordinary = [t for t, i in vocab.items() if i < last and not (t.startswith("[")
                                                                    and t.endswith("]"))]

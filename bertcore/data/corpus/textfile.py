@@ -1,0 +1,219 @@
+"""The bytes of a corpus file as text lines: decompressed, decoded, and what happens to bytes
+that do not decode.
+
+- gzip, bzip2 and xz files (known by their first bytes, whatever their name) are read through
+  their decompressor as they stream, so `books.txt.gz` gives the same corpus as `books.txt`.
+  Other archives (zip, zstd, 7z, tar) hold files, not text: they are skipped with a warning
+  that says to unpack them.
+- Text is UTF-8, or UTF-16/UTF-32 when a byte order mark says so.
+- A few invalid UTF-8 sequences in a file become U+FFFD and are counted: a damaged byte should
+  not stop a large corpus. A file whose non-ASCII characters mostly do not decode is in
+  another encoding (Latin-1, Windows-1252, ...), and every accented letter would be lost: it
+  stops the stage with one line naming the file and how to convert it. The encoding is not
+  guessed: the single-byte encodings differ exactly on the accented letters, and a guesser
+  gets them wrong without a sign (charset-normalizer reads French Latin-1 as Windows-1250:
+  "très" becomes "trčs").
+"""
+
+from __future__ import annotations
+
+import bz2
+import codecs
+import contextlib
+import gzip
+import io
+import logging
+import lzma
+import os
+import zlib
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from bertcore.common.errors import BertError
+from bertcore.data.corpus.documents import Advance, Piece
+
+logger = logging.getLogger(__name__)
+
+SNIFF_BYTES = 64 << 10  # looked at to detect binary files and the text format
+LINE_CHUNK_BYTES = 1 << 20  # longer lines are read in pieces of this size
+_FFFD = "\ufffd".encode()  # a replacement character that was in the file already
+# Byte order marks of the Unicode encodings besides UTF-8 (UTF-32 first: its LE mark starts
+# with UTF-16's), as Windows tools write them.
+_BOMS = (
+    (codecs.BOM_UTF32_LE, "utf-32"),
+    (codecs.BOM_UTF32_BE, "utf-32"),
+    (codecs.BOM_UTF16_LE, "utf-16"),
+    (codecs.BOM_UTF16_BE, "utf-16"),
+)
+# Compressed streams, read as they come: (the tool that makes them, opener) by first bytes.
+_GZIP, _XZ = b"\x1f\x8b\x08", b"\xfd7zXZ\x00"
+_BZIP2_BLOCKS = (b"1AY&SY", b"\x17rE8P\x90")  # after "BZh" and a level: data, or end of stream
+# Archives of files: first bytes -> what to unpack them with.
+_ARCHIVES = {
+    b"PK\x03\x04": "a zip archive (unzip it)",
+    b"\x28\xb5\x2f\xfd": "zstd-compressed (zstd -d it)",
+    b"7z\xbc\xaf\x27\x1c": "a 7z archive (7z x it)",
+}
+_DECOMPRESS_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
+
+# A file is taken for another encoding when at least this many sequences are invalid, more
+# than its non-ASCII characters that decode, at one or more per this many lines (rarer ones
+# are damage in a large file, and cost a handful of characters).
+MIN_INVALID = 8
+LINES_PER_INVALID = 1000
+
+
+@contextlib.contextmanager
+def open_bytes(path: Path, advance: Advance) -> Iterator[tuple[BinaryIO, Advance, str | None]]:
+    """(the file's bytes, decompressed if they are gzip, bzip2 or xz; an `advance` that counts
+    the bytes read from disk, whatever it is given, and all of them once the file is closed;
+    the tool that made the compressed file, or None)."""
+    with open(path, "rb") as raw:
+        kind = _compression(raw.read(10))
+        raw.seek(0)
+        if kind is None:
+            yield raw, advance, None
+            return
+        done = 0
+
+        def on_disk(_amount: int = 0) -> None:
+            nonlocal done
+            position = raw.tell()
+            advance(position - done)
+            done = position
+
+        tool, opener = kind
+        try:
+            with opener(raw) as stream:
+                yield stream, on_disk, tool
+        finally:
+            advance(os.fstat(raw.fileno()).st_size - done)
+
+
+def _compression(magic: bytes) -> tuple[str, Callable[[BinaryIO], BinaryIO]] | None:
+    if magic.startswith(_GZIP):
+        return "gzip", gzip.open
+    if magic.startswith(_XZ):
+        return "xz", lzma.open
+    if magic[:3] == b"BZh" and magic[3:4].isdigit() and magic[4:10] in _BZIP2_BLOCKS:
+        return "bzip2", bz2.open
+    return None
+
+
+def archive_kind(head: bytes) -> str | None:
+    """What archive of files `head` starts (the first bytes of a decompressed file), if any."""
+    if head[257:262] == b"ustar":
+        return "a tar archive (tar -xf it)"
+    return next((kind for start, kind in _ARCHIVES.items() if head.startswith(start)), None)
+
+
+def bom_encoding(head: bytes) -> str:
+    """utf-16 or utf-32 when a byte order mark says so, else utf-8."""
+    return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
+
+
+def read_head(handle, path: Path) -> bytes:
+    """The first SNIFF_BYTES of a stream (to tell text from binary, and lines from prose)."""
+    with _reading(path):
+        return handle.read(SNIFF_BYTES)
+
+
+def read_line(handle, path: Path, limit: int = LINE_CHUNK_BYTES) -> bytes:
+    """The next line, or its next `limit` bytes (-1: the whole line); b"" at the end."""
+    with _reading(path):
+        return handle.readline(limit)
+
+
+@contextlib.contextmanager
+def _reading(path: Path) -> Iterator[None]:
+    """A disk or network error halfway through a file, or a damaged compressed file: one line."""
+    try:
+        yield
+    except (UnicodeError, *_DECOMPRESS_ERRORS) as exc:
+        detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+        raise BertError(f"cannot read {path}: {detail}") from None
+
+
+class Utf8Check:
+    """Counts, in one file, the invalid UTF-8 sequences and the non-ASCII characters that
+    decoded, and stops when the file reads as another encoding (see the module's doc)."""
+
+    def __init__(self, path: Path, tool: str | None = None):
+        self.path, self.tool = path, tool
+        self.invalid = self.decoded = self.lines = 0
+        self.first: tuple[int, bytes] | None = None  # line number and bytes of the first
+
+    def line(self, raw: bytes, text: str) -> int:
+        """Count one line (or piece of one) as read and decoded; return its invalid sequences.
+        Raises BertError once the file reads as another encoding."""
+        self.lines += 1
+        if raw.isascii() and "\ufffd" not in text:
+            return 0
+        replaced = text.count("\ufffd")
+        invalid = max(0, replaced - raw.count(_FFFD))
+        self.decoded += len(text) - len(text.encode("ascii", "ignore")) - invalid
+        if invalid:
+            self.invalid += invalid
+            self.first = self.first or (self.lines, raw)
+            if (self.invalid >= MIN_INVALID and self.invalid > self.decoded
+                    and self.invalid * LINES_PER_INVALID >= self.lines):
+                raise BertError(self._not_utf8())
+        return invalid
+
+    def _not_utf8(self) -> str:
+        number, raw = self.first
+        try:
+            raw.decode("utf-8")
+            start = 0
+        except UnicodeDecodeError as exc:
+            start = exc.start
+        sample = raw[max(0, start - 24) : start + 8]
+        plain = self.path.name.removesuffix(".gz").removesuffix(".bz2").removesuffix(".xz")
+        target = self.path.with_name(Path(plain).stem + f".utf8{Path(plain).suffix or '.txt'}")
+        convert = (f"{self.tool} -dc {self.path} | iconv -f WINDOWS-1252 -t UTF-8 > {target}"
+                   if self.tool else f"iconv -f WINDOWS-1252 -t UTF-8 {self.path} > {target}")
+        return (f"{self.path} is not UTF-8: {self.invalid} of the first "
+                f"{self.invalid + self.decoded} non-ASCII characters do not decode (line "
+                f"{number}: {sample!r}); convert it to UTF-8 and point corpus.source at the "
+                f"result, e.g. `{convert}` for Western European text (Latin-1, Windows-1252; "
+                "other encodings need their own -f)")
+
+
+def utf8_lines(handle, check: Utf8Check, counts, advance: Advance) -> Iterator[Piece]:
+    """(text, complete) per line of a binary stream; a long line comes in several pieces.
+
+    Invalid UTF-8 becomes U+FFFD and is counted (`invalid_utf8_sequences`), or stops the
+    stage when the file is in another encoding (`Utf8Check`)."""
+    decoder = codecs.getincrementaldecoder("utf-8")("replace")
+    invalid = 0
+    while raw := read_line(handle, check.path):
+        advance(len(raw))
+        complete = raw.endswith(b"\n")
+        text = decoder.decode(raw, final=False)
+        invalid += check.line(raw, text)
+        yield (text.rstrip("\r\n") if complete else text), complete
+    rest = decoder.decode(b"", final=True)
+    if rest:
+        invalid += check.line(b"", rest)
+        yield rest, True
+    if invalid:
+        logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line %d)",
+                       check.path, invalid, check.first[0])
+        counts["invalid_utf8_sequences"] += invalid
+
+
+def wide_lines(handle, encoding: str, path: Path, counts, advance: Advance) -> Iterator[Piece]:
+    """(text, complete) per line of a UTF-16/UTF-32 stream with a byte order mark."""
+    width = 2 if encoding == "utf-16" else 4
+    text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
+    invalid = 0
+    while line := read_line(text, path):
+        advance(len(line) * width)
+        invalid += line.count("\ufffd")
+        complete = line.endswith(("\n", "\r"))
+        yield (line.rstrip("\r\n") if complete else line), complete
+    if invalid:
+        logger.warning("%s: %d invalid %s sequences replaced by U+FFFD", path, invalid,
+                       encoding.upper())
+        counts["invalid_utf8_sequences"] += invalid

@@ -1,0 +1,96 @@
+"""The tokenizer a model is used with, checked to fit it: the model folder's own (an export, a
+Hugging Face model), or, for a folder without one (`models/pretrained`, a checkpoint), the one
+the user names. A tokenizer that does not fit turns text into ids the model reads as other
+tokens, or into ids it has no embedding for: wrong answers and no error. So a BertError stops
+a tokenizer that differs from the folder's own, that is not the vocabulary the model was
+trained with (where the folder records it), or, named by the user, whose size or [PAD] id is
+not the model's. A folder's own tokenizer may be smaller than its model (embeddings padded to
+a round size, as some Hugging Face models have), never larger.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tokenizers import Tokenizer
+
+from bertcore.common.errors import BertError
+from bertcore.data.vocab.existing import SourceVocabulary, read_tokenizer
+from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, CasingRules, vocab_fingerprint
+from bertcore.model.bert import BertConfig
+
+# transformers' BertTokenizer defaults, for a bare vocab.txt without tokenizer_config.json
+BERT_DEFAULT_RULES = CasingRules(lowercase=True, strip_accents=None)
+_DEFAULTS_FROM = "BertTokenizer's defaults"
+
+
+def has_tokenizer(folder: Path) -> bool:
+    return any((folder / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE))
+
+
+def model_tokenizer(model_dir: Path, vocab_dir: Path | None, config: BertConfig,
+                    trained_with: str | None = None) -> Tokenizer:
+    """The tokenizer for the model in `model_dir` (whose config is `config`).
+
+    `vocab_dir` is for a model folder without a tokenizer; given for one that has its own, it
+    must hold the same tokenizer. `trained_with`: the fingerprint of the vocabulary the model
+    was trained with (`vocab_fingerprint`), when the folder records one."""
+    own = has_tokenizer(model_dir)
+    if vocab_dir is None and not own:
+        raise BertError(f"no tokenizer (tokenizer.json or vocab.txt) in {model_dir}: export "
+                        "with the vocab, or pass --vocab DIR")
+    source = model_dir if own else vocab_dir
+    chosen = _read(source, f"the model folder {model_dir}" if own else f"--vocab {vocab_dir}")
+    if own and vocab_dir is not None:
+        _require_same(chosen, _read(vocab_dir, f"--vocab {vocab_dir}"), model_dir, vocab_dir)
+    if trained_with and (source / VOCAB_FILE).is_file():  # that decides
+        if vocab_fingerprint(source) != trained_with:
+            raise BertError(f"the model in {model_dir} was trained with another vocabulary "
+                            f"than the one in {source} (their vocab.txt differ): use the "
+                            "vocabulary it was trained with")
+    elif own:
+        _require_no_larger(chosen.tokenizer, model_dir, config)
+    else:
+        _require_same_size_and_pad(chosen.tokenizer, vocab_dir, model_dir, config)
+    return chosen.tokenizer
+
+
+def _read(folder: Path, what: str) -> SourceVocabulary:
+    if not folder.is_dir():
+        raise BertError(f"vocab directory not found: {folder}")
+    return read_tokenizer(folder, BERT_DEFAULT_RULES, _DEFAULTS_FROM, what)
+
+
+def _require_same(own: SourceVocabulary, given: SourceVocabulary, model_dir: Path,
+                  vocab_dir: Path) -> None:
+    """--vocab for a folder with its own tokenizer: the same tokens, ids and casing, or stop."""
+    if own.tokenizer.get_vocab() == given.tokenizer.get_vocab() and (
+            own.rules.lowercase, own.rules.strips_accents) == (
+            given.rules.lowercase, given.rules.strips_accents):
+        return
+    raise BertError(f"{model_dir} has its own tokenizer ({own.tokenizer.get_vocab_size()} "
+                    f"tokens, {own.rules.describe()}) and --vocab {vocab_dir} holds another "
+                    f"({given.tokenizer.get_vocab_size()} tokens, {given.rules.describe()}): "
+                    "leave out --vocab, which is for model folders without a tokenizer")
+
+
+def _require_no_larger(tokenizer: Tokenizer, model_dir: Path, config: BertConfig) -> None:
+    size = tokenizer.get_vocab_size()
+    if size > config.vocab_size:
+        raise BertError(f"the tokenizer in {model_dir} has {size} tokens, its model only "
+                        f"{config.vocab_size}: export the model with its own vocabulary")
+
+
+def _require_same_size_and_pad(tokenizer: Tokenizer, source: Path, model_dir: Path,
+                               config: BertConfig) -> None:
+    """A tokenizer the user names for a model: the model's size, [PAD] where it has it."""
+    size = tokenizer.get_vocab_size()
+    if size != config.vocab_size:
+        raise BertError(f"the tokenizer in {source} has {size} tokens, the model in "
+                        f"{model_dir} {config.vocab_size}: they do not belong together; use "
+                        "the vocabulary the model was trained with")
+    pad = tokenizer.token_to_id("[PAD]")
+    if pad != config.pad_token_id:
+        raise BertError(f"the tokenizer in {source} has [PAD] at id {pad}, the model in "
+                        f"{model_dir} at {config.pad_token_id}: they do not belong together; "
+                        "use the vocabulary the model was trained with")
