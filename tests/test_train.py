@@ -63,7 +63,7 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
                  samples: int | None = None, world: tuple[int, int] = (0, 1),
                  **train) -> Trainer:
     """What the pretrain stage builds, on the tiny data, float32 on the CPU. `world`:
-    (rank, world_size) of this process in an initialised process group."""
+    (rank, world_size) of this process in an initialised process group (if any)."""
     config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
                             "warmup_steps": 2, "log_every": 1, "eval_every": 0,
                             "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
@@ -80,7 +80,10 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
     batches = PretrainingBatches(store, collator,
                                  config.batch_size, config.gradient_accumulation_steps,
                                  seed=config.seed, rank=rank, world_size=world_size)
-    return Trainer(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
+    # in a process group (even of one process) the trainer wraps the model in DDP
+    joined = torch.distributed.is_initialized()
+    return Trainer(net, config, batches, device="cpu",
+                   dist=Distributed(rank, world_size, initialized=joined))
 
 
 def test_schedule_warms_up_then_decays_to_zero():
