@@ -86,9 +86,11 @@ def test_two_processes_optimise_like_one(data, tmp_path):
     assert one["eval"]["sequences"] == len(SampleStore(data / "samples" / "val"))
 
 
-def test_compile_fullgraph_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch):
+@pytest.mark.parametrize("mode", ["fullgraph", True])
+def test_compiled_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch, mode):
     # DDP's own forward breaks the graph, so fullgraph must compile the model inside DDP;
-    # with accumulation, DDP's no_sync still skips the all-reduce of the first micro-batch
+    # compiled either way, with accumulation DDP's no_sync still skips the all-reduce of the
+    # first micro-batch
     from test_train import make_trainer
 
     eager = make_trainer(data, dropout=0.0, **TRAIN)
@@ -101,7 +103,7 @@ def test_compile_fullgraph_under_ddp_optimises_like_eager(data, tmp_path, monkey
                             world_size=1)
     try:
         torch._dynamo.reset()
-        trainer = make_trainer(data, dropout=0.0, compile="fullgraph", **TRAIN)
+        trainer = make_trainer(data, dropout=0.0, compile=mode, **TRAIN)
         assert trainer.ddp is not None
         all_reduces = []
         trainer.ddp.register_comm_hook(None, lambda state, bucket: (
