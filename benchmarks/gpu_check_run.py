@@ -113,8 +113,12 @@ class StopSignals:
 
     def check(self) -> None:
         """Raise Stop if a stop signal came that another handler took (e.g. the training
-        loop's, which may have let its run finish)."""
-        if self.stopping is not None or self._pipe is None:
+        loop's, which may have let its run finish), or if code on the way swallowed ours."""
+        if self.stopping is not None:
+            if self.stopping.reason != "finishing":
+                raise self.stopping
+            return
+        if self._pipe is None:
             return
         try:
             received = os.read(self._pipe[0], 1024)

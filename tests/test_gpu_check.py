@@ -334,6 +334,20 @@ def test_signals_raise_stop_once_even_when_another_handler_took_them():
         run_parts(parts, record, signals, say=lambda line: None)
     assert taken == [signal.SIGTERM]
     assert {n: o.status for n, o in record.parts.items()} == {"a": "ok", "b": "not_run"}
+    # a part whose code swallows our Stop (`except BaseException`): the next boundary raises it
+    def swallowing() -> str:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        except BaseException:  # as careless code might
+            return "carried on"
+
+    record = CheckRecord("gpu_check", Deadline(600))
+    parts = [Part("a", swallowing, lambda: 1), Part("b", lambda: "", lambda: 1)]
+    record.plan(["a", "b"])
+    with StopSignals(record.deadline) as signals, pytest.raises(Stop, match="SIGTERM"):
+        run_parts(parts, record, signals, say=lambda line: None)
+    assert {n: o.status for n, o in record.parts.items()} == {"a": "ok", "b": "not_run"}
     with StopSignals(Deadline(0.05)), pytest.raises(Stop, match="deadline"):
         time.sleep(30)  # SIGALRM at the deadline interrupts whatever runs
 
