@@ -205,7 +205,8 @@ def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
                         check=True)
     assert "graph break" not in compiled.stderr.lower(), compiled.stderr
     with_compile = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())
-    # the same run in eager mode (another folder: compile is not part of the fingerprint)
+    # the same run in eager mode, in another folder (train.compile is part of the params
+    # fingerprint: here it would start fresh over the compiled run's checkpoints)
     eager_dir = tmp_path / "eager"
     eager_dir.mkdir()
     os.symlink(data, eager_dir / "data")
