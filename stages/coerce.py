@@ -41,7 +41,11 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
                 return coerce(key, value, arg)
             except ConfigError as exc:
                 errors.append(exc.problem)
-        raise ConfigError(key, errors[0] if len(errors) == 1 else f"{value!r} fits none of {args}")
+        if len(errors) == 1:
+            raise ConfigError(key, errors[0])
+        forms = [describe(arg) for arg in args if arg is not type(None)]
+        forms += ["null"] if type(None) in args else []
+        raise ConfigError(key, f"{value!r} is not allowed; expected {' or '.join(forms)}")
     if origin is Literal:
         if value not in args:
             raise ConfigError(key, f"{value!r} is not allowed; expected one of {list(args)}")
@@ -96,3 +100,11 @@ def coerce(key: str, value: Any, annotation: Any) -> Any:
             return value
         raise ConfigError(key, f"expected a string, got {value!r}")
     return value
+
+
+def describe(annotation: Any) -> str:
+    """What a value of `annotation` looks like in params.yaml, for a message."""
+    if typing.get_origin(annotation) is Literal:
+        return " or ".join(str(arg) for arg in typing.get_args(annotation))
+    names = {bool: "true or false", int: "an integer", float: "a number", str: "a string"}
+    return names.get(annotation, getattr(annotation, "__name__", str(annotation)))

@@ -14,7 +14,8 @@ from tiny_pretrain import tiny_config
 
 from bertcore.model.bert import BertForPretraining
 from bertcore.training.batches import eval_batches
-from bertcore.training.evaluation import evaluate
+from bertcore.training.distributed import Distributed
+from bertcore.training.evaluation import EvalSums, evaluate
 from bertcore.training.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
 
 VOCAB = 48
@@ -130,3 +131,24 @@ def test_bf16_evaluation_is_close_to_float32_but_not_float32(model):
     for name in ("mlm_loss", "nsp_loss"):
         assert half[name] != full[name], name  # autocast was on
         assert half[name] == pytest.approx(full[name], rel=1e-2), name
+
+
+def test_scoring_a_batch_never_reads_the_device(model):
+    # On a GPU a read (.item(), a shape that depends on values, as torch.bincount's) makes the
+    # host wait on every batch. Fake tensors carry shapes but no values: any such read raises.
+    from torch._subclasses.fake_tensor import FakeTensorMode
+
+    batch = next(iter(batches(8)))
+    with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake:
+        fake_batch = {k: fake.from_tensor(v) for k, v in batch.items()}
+        sums = EvalSums(VOCAB, torch.device("cpu"))
+        out = model(**fake_batch)
+        sums.add(out, fake_batch)
+        sums.add(out, fake_batch)
+    # and the same code on real tensors gives the numbers evaluate reads
+    real = EvalSums(VOCAB, torch.device("cpu"))
+    with torch.no_grad():
+        real.add(model.eval()(**batch), batch)
+    model.train()
+    expected = evaluate(model, [batch]).to_dict()
+    assert real.read(Distributed()).to_dict() == pytest.approx(expected, rel=1e-6)

@@ -32,6 +32,7 @@ class Example:
     flag: bool = False
     mode: Literal["a", "b"] = "a"
     limit: int | None = None
+    compile: bool | Literal["fullgraph"] = False
 
     def __post_init__(self):
         require(self.size > 0, "size", self.size, "a positive integer")
@@ -46,9 +47,13 @@ def write(tmp_path, text):
 
 def test_section_types_and_overrides(tmp_path):
     path = write(tmp_path, "train:\n  size: 4\n  rate: 1e-2\n")
-    params = load_params(path, ["train.flag=true", "train.mode=b", "train.limit=7"])
+    params = load_params(path, ["train.flag=true", "train.mode=b", "train.limit=7",
+                                "train.compile=fullgraph"])
     cfg = parse_section(params, "train", Example)
-    assert cfg == Example(size=4, rate=0.01, flag=True, mode="b", limit=7)
+    assert cfg == Example(size=4, rate=0.01, flag=True, mode="b", limit=7, compile="fullgraph")
+    for text, expected in (("true", True), ("false", False), ("fullgraph", "fullgraph")):
+        params = load_params(path, [f"train.compile={text}"])
+        assert parse_section(params, "train", Example).compile == expected
     assert flatten(params)["train.rate"] == "1e-2"  # YAML 1.1 keeps 1e-2 a string; parsing fixes it
 
 
@@ -61,6 +66,9 @@ def test_section_types_and_overrides(tmp_path):
         ("train.rate=2", "train.rate: 2.0 is not allowed"),
         ("train.mode=c", "train.mode: 'c' is not allowed; expected one of ['a', 'b']"),
         ("train.flag=maybe", "train.flag: expected true or false"),
+        ("train.compile=FULLGRAPH",
+         "train.compile: 'FULLGRAPH' is not allowed; expected true or false or fullgraph"),
+        ("train.limit=x", "train.limit: expected an integer, got 'x'"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, override, fragment):

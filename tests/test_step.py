@@ -14,8 +14,11 @@ from conftest import ONE_THREAD, run_bert
 from test_train import make_trainer
 from tiny_pretrain import build_data, write_params
 
+from bertcore.common.errors import ConfigError
 from bertcore.model.bert import pretraining_loss
+from bertcore.training.config import TrainConfig
 from bertcore.training.loop import NonFiniteLossError, fit
+from bertcore.training.step import compile_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -145,7 +148,7 @@ def test_forward_and_loss_compile_as_one_graph(data):
         mlm = (batch["mlm_targets"] != -100).sum()
         return pretraining_loss(out, mlm, batch["nsp_labels"].numel(), 1.0, 0.5)
 
-    # Without fullgraph (as train.compile runs) a data-dependent shape is a graph break...
+    # Without fullgraph (as train.compile: true runs) a data-dependent shape is a graph break...
     torch._dynamo.reset()
     explained = torch._dynamo.explain(loss_of)(model, batch)
     assert explained.graph_break_count == 0, explained.break_reasons
@@ -163,6 +166,32 @@ def test_forward_and_loss_compile_as_one_graph(data):
         torch.testing.assert_close(grad, p.grad)
 
 
+def test_compile_fullgraph_fails_on_a_graph_break_that_true_runs_around(data):
+    # a graph break planted in the model: what a torch or model change could bring
+    trainer = make_trainer(data, dropout=0.0, compile="fullgraph")
+    micro_batches = next(trainer.batches.iterate(epoch=0))
+    trainer.raw_model.layers[0].register_forward_hook(
+        lambda module, args, out: torch._dynamo.graph_break() or out)
+    torch._dynamo.reset()
+    with pytest.raises(torch._dynamo.exc.Unsupported, match="graph_break"):
+        trainer.train_step(micro_batches)
+    # train.compile: true splits the graph there and runs the pieces (aot_eager: no codegen)
+    torch._dynamo.reset()
+    pieces = compile_model(trainer.raw_model, True, backend="aot_eager")
+    batch = micro_batches[0]
+    torch.testing.assert_close(pieces(**batch).loss, trainer.raw_model(**batch).loss)
+    assert compile_model(trainer.raw_model, False) is trainer.raw_model
+    # fullgraph compiles what true compiles: a checkpoint of one resumes under the other, and
+    # checkpoints made before fullgraph existed keep the fingerprint of their false or true
+    fingerprint = {mode: TrainConfig(compile=mode).resumable_params()
+                   for mode in (False, True, "fullgraph")}
+    assert fingerprint["fullgraph"] == fingerprint[True] != fingerprint[False]
+    assert fingerprint[True]["compile"] is True and fingerprint[False]["compile"] is False
+    assert TrainConfig(compile="fullgraph").optimisation_params()["compile"] == "fullgraph"
+    with pytest.raises(ConfigError, match="compile"):
+        TrainConfig(compile="full")
+
+
 def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     (tmp_path / "data").symlink_to(data)
     # no dropout: Inductor draws its own random numbers, so dropout masks would differ
@@ -176,7 +205,8 @@ def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
                         check=True)
     assert "graph break" not in compiled.stderr.lower(), compiled.stderr
     with_compile = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())
-    # the same run in eager mode (another folder: compile is not part of the fingerprint)
+    # the same run in eager mode, in another folder (train.compile is part of the params
+    # fingerprint: here it would start fresh over the compiled run's checkpoints)
     eager_dir = tmp_path / "eager"
     eager_dir.mkdir()
     os.symlink(data, eager_dir / "data")

@@ -25,6 +25,7 @@ from bertcore.training.batches import PretrainingBatches, micro_batches_of
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
+from bertcore.training.evaluation import EvalMetrics
 from bertcore.training.loop import NonFiniteLossError, fit
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.schedule import linear_warmup_decay
@@ -62,7 +63,7 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
                  samples: int | None = None, world: tuple[int, int] = (0, 1),
                  **train) -> Trainer:
     """What the pretrain stage builds, on the tiny data, float32 on the CPU. `world`:
-    (rank, world_size) of this process in an initialised process group."""
+    (rank, world_size) of this process in an initialised process group (if any)."""
     config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
                             "warmup_steps": 2, "log_every": 1, "eval_every": 0,
                             "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
@@ -79,7 +80,10 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
     batches = PretrainingBatches(store, collator,
                                  config.batch_size, config.gradient_accumulation_steps,
                                  seed=config.seed, rank=rank, world_size=world_size)
-    return Trainer(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
+    # in a process group (even of one process) the trainer wraps the model in DDP
+    joined = torch.distributed.is_initialized()
+    return Trainer(net, config, batches, device="cpu",
+                   dist=Distributed(rank, world_size, initialized=joined))
 
 
 def test_schedule_warms_up_then_decays_to_zero():
@@ -240,6 +244,23 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
     # skipped steps left the weights as they were after step 4
     for a, b in zip(model.parameters(), trainer.raw_model.parameters(), strict=True):
         assert torch.equal(a, b)
+
+
+def test_an_evaluation_before_the_first_logged_row_shows_no_train_loss(data, caplog):
+    # eval at steps 2 and 6, train rows at 4 and 8: the first evaluation has no train loss yet
+    trainer = make_trainer(data, max_steps=8, log_every=4, eval_every=2)
+    scores = EvalMetrics(mlm_loss=2.5, mlm_accuracy=0.25, perplexity=12.2, nsp_loss=0.7,
+                         nsp_accuracy=0.5, mlm_baseline_accuracy=0.1,
+                         nsp_baseline_accuracy=0.5, mlm_predictions=10, sequences=4)
+    with caplog.at_level("INFO", logger="bertcore.training.loop"):
+        fit(trainer, evaluate=lambda model: scores, progress=False)
+    lines = [r.getMessage() for r in caplog.records if "val MLM loss" in r.getMessage()]
+    assert [line.split(":")[0] for line in lines] == ["step 2/8", "step 4/8", "step 6/8",
+                                                      "step 8/8"]
+    assert lines[0] == "step 2/8: val MLM loss 2.5000 accuracy 0.2500, NSP accuracy 0.5000"
+    assert all("nan" not in line for line in lines), lines
+    assert all(line.startswith(f"step {n}/8: train loss ") for n, line in
+               zip((4, 6, 8), lines[1:], strict=True)), lines
 
 
 def test_a_tiny_model_overfits_a_tiny_corpus(data):

@@ -9,7 +9,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from bertcore.common.errors import require
 from bertcore.training.devices import Precision
@@ -29,6 +29,10 @@ BOOKKEEPING_KEYS = frozenset(
         "max_restarts",
     }
 )
+# train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
+# the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).
+CompileMode = bool | Literal["fullgraph"]
+
 # The length of a run: changing only these resumes the latest checkpoint with the learning-rate
 # schedule re-planned to the new end (see bertcore.training.resume).
 LENGTH_KEYS = frozenset({"max_steps", "epochs", "max_minutes"})
@@ -59,7 +63,7 @@ class TrainConfig:
     keep_last: int = 2
     max_nonfinite_steps: int = 10  # this many non-finite steps in a row stop the run
     num_workers: int = 0  # DataLoader workers per process
-    compile: bool = False  # torch.compile the model
+    compile: CompileMode = False  # torch.compile the model (fullgraph: fail on a graph break)
     nproc_per_node: int = 1  # >1: the pretrain stage relaunches itself under torchrun
     max_restarts: int = 0  # torchrun restarts after a worker failure (each resumes)
     seed: int = 42
@@ -114,6 +118,8 @@ class TrainConfig:
         require(self.keep_last >= 1, "keep_last", self.keep_last, "an integer >= 1")
         k = self.max_nonfinite_steps
         require(k >= 1, "max_nonfinite_steps", k, "an integer >= 1")
+        require(isinstance(self.compile, bool) or self.compile == "fullgraph", "compile",
+                self.compile, "false, true or fullgraph")
         require(self.num_workers >= 0, "num_workers", self.num_workers, "an integer >= 0")
         require(self.nproc_per_node >= 1, "nproc_per_node", self.nproc_per_node, "an int >= 1")
         require(self.max_restarts >= 0, "max_restarts", self.max_restarts, "an integer >= 0")
@@ -132,4 +138,8 @@ class TrainConfig:
         """The values a checkpoint must share to be resumed (fingerprinted): the optimisation
         without its length, since a run can be extended."""
         values = self.optimisation_params()
+        # fullgraph compiles the same graph as true, it only refuses graph breaks: a run may
+        # switch between the two and resume (and checkpoints made before fullgraph existed
+        # keep their fingerprint)
+        values["compile"] = bool(values["compile"])
         return {k: v for k, v in values.items() if k not in LENGTH_KEYS}

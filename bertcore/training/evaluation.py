@@ -68,6 +68,61 @@ SCORES = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
 CONTEXT = ("mlm_baseline_accuracy", "nsp_baseline_accuracy", "mlm_predictions", "sequences")
 
 
+class EvalSums:
+    """The sums and counts of an evaluation, kept on the device: `add` a scored batch (no
+    host read, no data-dependent shape, so the CPU never waits for the GPU), then `read` them
+    once, added over all processes."""
+
+    # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
+    SIZE = 7
+
+    def __init__(self, vocab_size: int, device: torch.device):
+        self.sums = torch.zeros(self.SIZE, dtype=torch.float64, device=device)
+        # how often each token is a target: the baseline predicts the most frequent one
+        self.label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+
+    def add(self, out, batch: dict[str, torch.Tensor]) -> None:
+        """Add one batch's model output (`out`, with the loss sums) and labels."""
+        targets = batch["mlm_targets"].flatten()
+        labelled = targets != IGNORE_INDEX
+        self.sums += torch.stack(
+            [
+                out.mlm_loss_sum.double(),
+                out.mlm_count.double(),
+                out.mlm_correct.double(),
+                out.nsp_loss_sum.double(),
+                out.nsp_count.double(),
+                out.nsp_correct.double(),
+                (batch["nsp_labels"] == 1).sum().double(),
+            ]
+        )
+        # index_add_ into a fixed-size tensor: bincount would size its output from the
+        # largest target, a read of the device on every batch
+        self.label_counts.index_add_(0, targets.clamp_min(0), labelled.double())
+
+    def read(self, dist: Distributed) -> EvalMetrics:
+        """The metrics over all batches and processes (the host waits for the device here)."""
+        dist.all_reduce_sum(self.sums)
+        dist.all_reduce_sum(self.label_counts)
+        both = torch.cat([self.sums, self.label_counts.max()[None]]).tolist()
+        (mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones,
+         most_frequent) = both
+        mlm_loss = mlm_loss_sum / max(mlm_count, 1.0)
+        nsp_ones_share = nsp_ones / max(nsp_count, 1.0)
+        return EvalMetrics(
+            mlm_loss=mlm_loss,
+            mlm_accuracy=mlm_correct / max(mlm_count, 1.0),
+            perplexity=math.exp(min(mlm_loss, 700.0)),
+            nsp_loss=nsp_loss_sum / max(nsp_count, 1.0),
+            nsp_accuracy=nsp_correct / max(nsp_count, 1.0),
+            mlm_baseline_accuracy=most_frequent / max(mlm_count, 1.0),
+            nsp_baseline_accuracy=(max(nsp_ones_share, 1.0 - nsp_ones_share)
+                                   if nsp_count else 0.0),
+            mlm_predictions=int(mlm_count),
+            sequences=int(nsp_count),
+        )
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
@@ -78,15 +133,13 @@ def evaluate(
     max_batches: int | None = None,
 ) -> EvalMetrics:
     """Score `model` (our BertForPretraining) on `batches`; the model is left as it was
-    (train or eval mode). With `dist`, each process scores its share and the sums are added."""
+    (train or eval mode). With `dist`, each process scores its share and the sums are added.
+    The device is read once, at the end."""
     device = torch.device(device)
     dist = dist or Distributed()
     was_training = model.training
     model.eval()
-    vocab_size = model.config.vocab_size
-    # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
-    sums = torch.zeros(7, dtype=torch.float64, device=device)
-    label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+    sums = EvalSums(model.config.vocab_size, device)
     try:
         for number, batch in enumerate(batches):
             if max_batches is not None and number >= max_batches:
@@ -94,40 +147,7 @@ def evaluate(
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast(device, autocast_dtype):
                 out = model(**batch)
-            # counted without data-dependent shapes: the device is read once, at the end
-            targets = batch["mlm_targets"].flatten()
-            labelled = targets != IGNORE_INDEX
-            sums += torch.stack(
-                [
-                    out.mlm_loss_sum.double(),
-                    out.mlm_count.double(),
-                    out.mlm_correct.double(),
-                    out.nsp_loss_sum.double(),
-                    out.nsp_count.double(),
-                    out.nsp_correct.double(),
-                    (batch["nsp_labels"] == 1).sum().double(),
-                ]
-            )
-            label_counts += torch.bincount(
-                targets.clamp_min(0), weights=labelled.double(), minlength=vocab_size
-            )
+            sums.add(out, batch)
     finally:
         model.train(was_training)
-    dist.all_reduce_sum(sums)
-    dist.all_reduce_sum(label_counts)
-    mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones = (
-        sums.tolist()
-    )
-    mlm_loss = mlm_loss_sum / max(mlm_count, 1.0)
-    nsp_ones_share = nsp_ones / max(nsp_count, 1.0)
-    return EvalMetrics(
-        mlm_loss=mlm_loss,
-        mlm_accuracy=mlm_correct / max(mlm_count, 1.0),
-        perplexity=math.exp(min(mlm_loss, 700.0)),
-        nsp_loss=nsp_loss_sum / max(nsp_count, 1.0),
-        nsp_accuracy=nsp_correct / max(nsp_count, 1.0),
-        mlm_baseline_accuracy=float(label_counts.max()) / max(mlm_count, 1.0),
-        nsp_baseline_accuracy=max(nsp_ones_share, 1.0 - nsp_ones_share) if nsp_count else 0.0,
-        mlm_predictions=int(mlm_count),
-        sequences=int(nsp_count),
-    )
+    return sums.read(dist)

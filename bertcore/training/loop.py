@@ -19,7 +19,6 @@ checkpoint, or end the run. Everything that needs the device's numbers waits for
 from __future__ import annotations
 
 import logging
-import math
 import signal
 import time
 from collections.abc import Callable, Mapping
@@ -141,10 +140,11 @@ def fit(
         if dist.is_main:
             record.log_eval(trainer.step, last_eval)
             e = last_eval
+            # before the first logged row there is no train loss to show: say nothing of it
+            train = f"train loss {last_train['loss']:.4f}; " if "loss" in last_train else ""
             log.info(
-                "step %d/%d: train loss %.4f; val MLM loss %.4f accuracy %.4f, NSP accuracy %.4f",
-                trainer.step, total, last_train.get("loss", math.nan), e.mlm_loss,
-                e.mlm_accuracy, e.nsp_accuracy,
+                "step %d/%d: %sval MLM loss %.4f accuracy %.4f, NSP accuracy %.4f",
+                trainer.step, total, train, e.mlm_loss, e.mlm_accuracy, e.nsp_accuracy,
             )
 
     def log_train(counters: Mapping[str, float], result: StepResult) -> None:

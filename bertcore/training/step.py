@@ -32,7 +32,7 @@ from bertcore.model.bert import IGNORE_INDEX, BertForPretraining, pretraining_lo
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming
 from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.distributed import Distributed
 from bertcore.training.schedule import learning_rate as scheduled_rate
@@ -84,6 +84,16 @@ class StepResult:
     skipped = property(lambda self: bool(self._value("skipped")))
 
 
+def compile_model(model: torch.nn.Module, mode: CompileMode,
+                  backend: str = "inductor") -> torch.nn.Module:
+    """`model` under torch.compile as `train.compile` asks (`mode` true or fullgraph; false
+    leaves it eager). With fullgraph a graph break raises when the first step is traced, so a
+    model or torch version that breaks the graph fails loudly instead of running slower."""
+    if not mode:
+        return model
+    return torch.compile(model, backend=backend, fullgraph=mode == "fullgraph")
+
+
 class Trainer:
     """The model, its fused AdamW, schedule and scaler, and the device counters of a run."""
 
@@ -107,11 +117,15 @@ class Trainer:
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
         self.model: torch.nn.Module = self.raw_model
+        self.ddp: DistributedDataParallel | None = None
+        # DDP's own forward breaks the graph: fullgraph compiles the model inside DDP
+        compile_inside = config.compile == "fullgraph" and self.dist.enabled
         if self.dist.enabled:
             device_ids = [self.device.index] if self.device.type == "cuda" else None
-            self.model = DistributedDataParallel(self.raw_model, device_ids=device_ids)
-        if config.compile:
-            self.model = torch.compile(self.model)
+            inner = compile_model(model, "fullgraph") if compile_inside else model
+            self.model = self.ddp = DistributedDataParallel(inner, device_ids=device_ids)
+        if config.compile and not compile_inside:
+            self.model = compile_model(self.model, config.compile)
         # Fused AdamW (CPU and CUDA): one kernel, and it skips a step on `found_inf`.
         self.optimizer = torch.optim.AdamW(
             self.raw_model.param_groups(config.weight_decay),
@@ -162,8 +176,8 @@ class Trainer:
         for index, mb in enumerate(batches):
             last = index == len(batches) - 1
             sync = contextlib.nullcontext()
-            if isinstance(self.model, DistributedDataParallel) and not last:
-                sync = self.model.no_sync()  # all-reduce the gradients once, after the last
+            if self.ddp is not None and not last:
+                sync = self.ddp.no_sync()  # all-reduce the gradients once, after the last
             with sync:
                 with autocast(device, self.autocast_dtype):
                     out = self.model(**mb)
