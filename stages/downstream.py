@@ -1,25 +1,47 @@
-"""What `finetune` and `prune` share: the pretrained model's run record, and MLflow logging
-beside the pretraining run: a child run with the stage's curves, its results (one point each),
-its details as tags and both report files as artifacts; and the results in the pretraining run
-itself, at its last step, named `<stage>_<result>`."""
+"""What `evaluate`, `finetune` and `prune` share: the pretraining run of the model; and for the
+last two, MLflow logging beside it: a child run with the stage's curves, its results (one point
+each), its details as tags and both report files as artifacts; and the results in the
+pretraining run itself, at its last step, named `<stage>_<result>`."""
 
 from __future__ import annotations
 
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bertcore.common.digests import file_sha256
+from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingConfig
-from bertcore.training.pretrain import RUN_INFO
+from bertcore.model.hf import WEIGHTS_NAME
+from bertcore.training.pretrain import MODEL_TAG, RUN_INFO
 from stages.repo import tracking_uri
 from stages.report import track_report
 
+log = logging.getLogger("bert.downstream")
 
-def run_info(model_dir: str | Path) -> dict[str, Any]:
-    """training.json of a model folder (the MLflow run and step that made it); {} if absent."""
+
+def pretraining_run(tracking: TrackingConfig, model_dir: str | Path
+                    ) -> tuple[Tracker | None, int, str]:
+    """The MLflow run that wrote the model in `model_dir` (found by the sha256 of its weights,
+    which that run carries as a tag), the step it ended at, and, when there is no run to log
+    into, why. With tracking.enabled false: (None, step, "")."""
     path = Path(model_dir) / RUN_INFO
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    step = int(json.loads(path.read_text(encoding="utf-8")).get("step", 0)) if path.is_file() else 0
+    if not tracking.enabled:
+        return None, step, ""
+    weights = Path(model_dir) / WEIGHTS_NAME
+    try:
+        run = Tracker.find(tracking_uri(tracking), MODEL_TAG, file_sha256(weights)) if (
+            weights.is_file()) else None
+    except BertError as error:  # after training, a store that is down costs only the mirror
+        return None, step, str(error)
+    if run is None:
+        return None, step, (f"no MLflow run in {tracking_uri(tracking)} wrote the weights in "
+                            f"{model_dir} (tag {MODEL_TAG}): they were not trained by `bert "
+                            "pretrain` with tracking on, or that run was deleted")
+    return run, step, ""
 
 
 class DownstreamTracking:
@@ -34,15 +56,14 @@ class DownstreamTracking:
         self.step = 0
         if not tracking.enabled:
             return
-        uri = tracking_uri(tracking)
-        info = run_info(model_dir)
-        self.step = int(info.get("step", 0))
-        if info.get("mlflow_run_id"):
-            self.parent = Tracker.attach(uri, info["mlflow_run_id"])
-        if self.parent is not None:
-            self.run = self.parent.start_child(name, params=params)
-        else:
-            self.run = Tracker.start(uri, tracking.experiment, run_name=name, params=params)
+        self.parent, self.step, _ = pretraining_run(tracking, model_dir)
+        try:
+            self.run = self.parent.start_child(name, params=params) if self.parent else (
+                Tracker.start(tracking_uri(tracking), tracking.experiment, run_name=name,
+                              params=params))
+        except BertError as error:  # the results are in the metrics files all the same
+            log.warning("nothing will be logged to MLflow: %s", error)
+            self.parent = None
 
     def log_curve(self, name: str, value: float, step: int) -> None:
         if self.run:

@@ -9,20 +9,20 @@ scores as results at the model's last step (`eval_mlm_accuracy`, ...), the detai
 
 from __future__ import annotations
 
-import json
 import logging
 from pathlib import Path
 
 import click
 
 from bertcore.common.errors import BertError
-from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.common.tracking import TrackingConfig
 from bertcore.data.samples.store import SampleStore, check_vocab
 from bertcore.training.batches import eval_batches
 from bertcore.training.devices import resolve_device, resolve_precision
 from bertcore.training.evaluation import EvalConfig, evaluate
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.pretrain import RUN_INFO
+from bertcore.training.nsp_baseline import bag_of_words_nsp
+from stages.downstream import pretraining_run
 from stages.options import (
     file_option,
     pretrained_option,
@@ -32,7 +32,7 @@ from stages.options import (
     vocab_option,
 )
 from stages.params import load_params, parse_section
-from stages.repo import load_pretrained, tracking_uri
+from stages.repo import load_pretrained
 from stages.report import track_report, write_report
 
 log = logging.getLogger("bert.evaluate")
@@ -60,16 +60,10 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     if not len(store):
         raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
     model, tokens = load_pretrained(model_dir, vocab_dir)
-    info_path = model_dir / RUN_INFO
-    info = json.loads(info_path.read_text(encoding="utf-8")) if info_path.is_file() else {}
-    tracker = None
-    if tracking.enabled and info.get("mlflow_run_id"):
-        tracker = Tracker.attach(tracking_uri(tracking), info["mlflow_run_id"])
-    elif tracking.enabled:  # the store is not even asked: say so rather than stay silent
-        log.warning("nothing will be logged to MLflow: %s names no run to log into (%s, "
-                    "which `bert pretrain` writes beside the model, %s); the scores go to %s "
-                    "only", model_dir, RUN_INFO,
-                    "holds no mlflow_run_id" if info else "is missing", out_file)
+    tracker, step, why_not = pretraining_run(tracking, model_dir)
+    if why_not:  # say so rather than stay silent
+        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
+                    out_file)
 
     target = resolve_device(device)
     collator = PretrainingCollator(masking, VocabSpec.from_tokens(tokens), seed=config.seed)
@@ -79,14 +73,19 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
         target,
         autocast_dtype=resolve_precision("auto", target),
     )
-    files = write_report(out_file, metrics.scores(), metrics.context())
+    context = metrics.context()
+    train_store = samples_dir / "train"
+    if train_store.is_dir() and len(SampleStore(train_store)):  # words alone, no model
+        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(SampleStore(train_store), store)
+    files = write_report(out_file, metrics.scores(), context)
     if tracker:
         track_report(tracker, files, {f"eval_{k}": v for k, v in metrics.scores().items()},
-                     metrics.context(), step=info.get("step", 0), tag_prefix="eval.")
+                     context, step=step, tag_prefix="eval.")
+    words = context.get("nsp_bag_of_words_accuracy")
     click.echo(
         f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
         f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "
-        f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}) "
-        f"-> {out_file}",
+        f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}"
+        + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}",
         err=True,
     )

@@ -22,16 +22,9 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.vocab.files import load_tokenizer
+from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
 from bertcore.downstream.finetune import FinetuneConfig, finetune_report, run_comparison
-from bertcore.downstream.tasks import (
-    BUILTIN_WORD_ORDER,
-    WORD_ORDER_DESCRIPTION,
-    encode_examples,
-    label_names,
-    read_examples,
-    split_examples,
-    word_order_task,
-)
+from bertcore.downstream.tasks import encode_examples, label_names, read_examples, split_examples
 from bertcore.model.hf import export_hf_classifier
 from bertcore.training.devices import resolve_device
 from stages.downstream import DownstreamTracking
@@ -69,13 +62,13 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     tracking = parse_section(params, "tracking", TrackingConfig)
 
     # The data first: its mistakes are found in a second, before anything slow.
-    if config.data == BUILTIN_WORD_ORDER:
+    if config.data in BUILTIN_TASKS:
         if config.test_data:
-            raise BertError(f"finetune.test_data is for a file of your own; {BUILTIN_WORD_ORDER} "
+            raise BertError(f"finetune.test_data is for a file of your own; {config.data} "
                             "makes its own test split (set it to null)")
-        train, test = word_order_task(Path(corpus_dir) / "val.txt", config.test_fraction,
-                                      config.seed)
-        task, description = BUILTIN_WORD_ORDER, WORD_ORDER_DESCRIPTION
+        train, test = builtin_task(config.data, Path(corpus_dir) / "val.txt",
+                                   config.test_fraction, config.seed)
+        task, description = config.data, BUILTIN_TASKS[config.data].description
     else:
         fields = (config.text_field, config.text_pair_field, config.label_field)
         examples = read_examples(config.data, *fields)
@@ -117,9 +110,9 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     gain = result.gain()
     click.echo(
         f"finetune: test accuracy {result.pretrained.test.accuracy:.4f} pretrained vs "
-        f"{result.scratch.test.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; majority "
-        f"class {result.majority.accuracy:.4f}), macro-F1 {result.pretrained.test.macro_f1:.4f} "
-        f"vs {result.scratch.test.macro_f1:.4f} -> {out_dir}",
+        f"{result.scratch.test.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; bag of words "
+        f"{result.bag_of_words.accuracy:.4f}, majority class {result.majority.accuracy:.4f}), "
+        f"macro-F1 {result.pretrained.test.macro_f1:.4f} vs {result.scratch.test.macro_f1:.4f} "
+        f"-> {out_dir}",
         err=True,
     )
-

@@ -152,3 +152,39 @@ def test_scoring_a_batch_never_reads_the_device(model):
     model.train()
     expected = evaluate(model, [batch]).to_dict()
     assert real.read(Distributed()).to_dict() == pytest.approx(expected, rel=1e-6)
+
+
+class PairSamples:
+    """NSP samples as the store gives them, (ids, B's start, is_random_next): a B that follows
+    shares words with its A (the same topic), a random B comes from another topic, unless
+    `topical` is false: then B shares A's words or not whatever its label."""
+
+    def __init__(self, count: int, seed: int, topical: bool = True):
+        rng = np.random.default_rng(seed)
+        self.samples = []
+        for _ in range(count):
+            random_next = int(rng.integers(2))
+            topic, other = rng.choice(10, size=2, replace=False)
+            shares = not random_next if topical else bool(rng.integers(2))
+            a = 10 + 20 * topic + rng.choice(20, size=8)
+            b = 10 + 20 * (topic if shares else other) + rng.choice(20, size=8)
+            ids = np.array([2, *a, 3, *b, 3])
+            self.samples.append((ids, len(a) + 2, random_next))
+        self.input_ids = np.concatenate([ids for ids, _, _ in self.samples])
+
+    def __len__(self) -> int:
+        return len(self.samples)
+
+    def __getitem__(self, i):
+        return self.samples[i]
+
+
+def test_bag_of_words_nsp_reads_the_shared_words_of_a_and_b():
+    """The model-free NSP baseline `bert evaluate` reports: near perfect where a following B
+    shares its A's words, near chance where sharing words says nothing of the label."""
+    from bertcore.training.nsp_baseline import bag_of_words_nsp
+
+    assert bag_of_words_nsp(PairSamples(400, 0), PairSamples(200, 1)) >= 0.95
+    unrelated = bag_of_words_nsp(PairSamples(400, 0, topical=False),
+                                 PairSamples(200, 1, topical=False))
+    assert 0.38 <= unrelated <= 0.62

@@ -17,6 +17,7 @@ from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.lock import lock_path
+from bertcore.common.tracking import sqlite_uri
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertForPretraining
 from bertcore.model.hf import save_model
@@ -174,19 +175,20 @@ def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
 
 
 def test_evaluate_with_no_run_to_log_into_says_nothing_was_logged(workdir):
-    """A model without training.json (saved by hand, copied without it): the scores are
-    written, and the user learns that MLflow got nothing, and why, even with a server that
-    would not have answered."""
-    write_params(workdir / "params.yaml", tracking={"uri": "http://127.0.0.1:9"})
+    """A model saved by hand (no MLflow run wrote its weights), or a tracking server that does
+    not answer: the scores are written, and the user learns that MLflow got nothing, and why."""
     model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
     save_model(model, workdir / "models" / "pretrained")
-    proc = bert("evaluate", cwd=workdir)
-    assert proc.returncode == 0, proc.stderr
-    assert json.loads((workdir / "metrics" / "eval.json").read_text())["mlm_accuracy"] >= 0
-    notice = [line for line in proc.stderr.splitlines() if "MLflow" in line]
-    assert len(notice) == 1, proc.stderr
-    assert "nothing will be logged" in notice[0] and "training.json" in notice[0]
-    assert "metrics/eval.json" in notice[0]
+    for tracking, why in (({"uri": sqlite_uri(workdir / "mlflow.db")}, "wrote the weights"),
+                          ({"uri": "http://127.0.0.1:9"}, "unreachable")):
+        write_params(workdir / "params.yaml", tracking=tracking)
+        proc = bert("evaluate", cwd=workdir)
+        assert proc.returncode == 0, proc.stderr
+        assert json.loads((workdir / "metrics" / "eval.json").read_text())["mlm_accuracy"] >= 0
+        notice = [line for line in proc.stderr.splitlines() if "logged to MLflow" in line]
+        assert len(notice) == 1, proc.stderr
+        assert "nothing will be logged" in notice[0] and why in notice[0], notice
+        assert "metrics/eval.json" in notice[0]
 
 
 def test_fill_mask_on_a_checkpoint_takes_only_the_vocabulary_it_was_trained_with(workdir):

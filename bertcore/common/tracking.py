@@ -211,6 +211,29 @@ class Tracker:
             return None
         return cls(client, run_id, uri)
 
+    @classmethod
+    def find(cls, uri: str, tag: str, value: str) -> Tracker | None:
+        """The latest active run, in any experiment of the store, whose tag `tag` is `value`
+        (e.g. the run that wrote a model, by the sha256 of its weights); None when there is
+        none. An unreachable store is a BertError."""
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+            return None  # no store yet, so no run: do not create one just to look
+        for key, default in _HTTP_DEFAULTS.items():
+            os.environ.setdefault(key, default)
+        _check_reachable(uri)
+        _check_writable(uri)
+        from mlflow.tracking import MlflowClient
+
+        try:
+            client = MlflowClient(tracking_uri=uri)
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
+                                      order_by=["attributes.start_time DESC"], max_results=1)
+        except Exception as exc:  # MlflowException, or the database's own errors
+            raise BertError(f"MLflow tracking store {uri} failed: {_first_line(exc)} (fix "
+                            "tracking.uri or MLFLOW_TRACKING_URI)") from None
+        return cls(client, runs[0].info.run_id, uri) if runs else None
+
     def start_child(
         self,
         run_name: str,

@@ -123,26 +123,21 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
                         seconds.totals)
 
 
-def prune_report(outcome: PruneOutcome, model: BertForPretraining,
-                 config: PruneConfig) -> tuple[dict[str, Any], dict[str, Any]]:
-    """metrics/prune.json (what pruning cost and saved, compared across runs) and its details
-    (which heads went and why, the settings, the timings): the one place both are built."""
+def prune_report(outcome: PruneOutcome, model: BertForPretraining, config: PruneConfig
+                 ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """metrics/prune.json (what pruning cost and saved, compared across runs), its details
+    (which heads went and why, the settings) and the timing (throughput before and after, the
+    seconds of each phase): the one place all three are built. The timing is a measurement of
+    the machine, so it goes to MLflow and the console, never into the files, which are the same
+    bytes for the same params and data."""
     original = outcome.original
     total, after = sum(original.config.heads_per_layer), sum(model.config.heads_per_layer)
     phases = {"before": outcome.before, "pruned": outcome.pruned, "recovered": outcome.recovered}
-    ratios = {kind: speed_ratio(outcome.speed["before"][kind], outcome.speed["after"][kind])
-              for kind in THROUGHPUT_KINDS}
     metrics = {
         "heads": {"before": total, "after": after, "removed": total - after,
                   "removed_fraction": (total - after) / total},
         "val": {key: {phase: getattr(m, key) for phase, m in phases.items() if m is not None}
                 for key in VAL_KEYS},
-        "throughput": {
-            kind: {"before": max(outcome.speed["before"][kind]),
-                   "after": max(outcome.speed["after"][kind]),
-                   "speedup": ratios[kind]["speedup"]}
-            for kind in THROUGHPUT_KINDS
-        },
         "parameters": {"before": original.num_parameters(), "after": model.num_parameters()},
         "heads_per_layer": {"before": original.config.heads_per_layer,
                             "after": model.config.heads_per_layer},
@@ -158,13 +153,18 @@ def prune_report(outcome: PruneOutcome, model: BertForPretraining,
             "recovery_steps": config.recovery_steps if outcome.recovered else 0,  # run
             "throughput_batch": outcome.throughput_batch,
         },
-        "seconds": outcome.seconds,
-        # the spread of the speedup over rounds timed side by side: 1 inside means noise
-        "speedup_rounds": {kind: {key: ratios[kind][key]
-                                  for key in ("low", "high", "within_noise")}
-                           for kind in THROUGHPUT_KINDS},
     }
-    return metrics, details
+    timing = {
+        # sequences/s, best round of each model; the speedup's spread over rounds timed side
+        # by side (low..high): 1 inside it means the difference is noise
+        "throughput": {kind: {"before": max(outcome.speed["before"][kind]),
+                              "after": max(outcome.speed["after"][kind]),
+                              **speed_ratio(outcome.speed["before"][kind],
+                                            outcome.speed["after"][kind])}
+                       for kind in THROUGHPUT_KINDS},
+        "seconds": outcome.seconds,
+    }
+    return metrics, details, timing
 
 
 class PhaseTimer:

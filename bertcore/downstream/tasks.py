@@ -1,16 +1,10 @@
-"""Labelled data for fine-tuning: a user's file, or the built-in word-order task.
+"""Labelled data for fine-tuning from a user's file: reading, splitting, encoding.
 
 A user's file is JSON Lines (`.jsonl`), `.csv` or `.tsv` (a header row names the columns),
 with a text field, an optional second text field for sentence pairs, and a label field.
 Labels are strings or integers; the class order is the labels' natural order (integers
-numerically, then strings), so `id2label` of an export is predictable.
-
-The built-in task, `builtin:word-order`, is made from held-out text (the corpus's val split,
-which pretraining never saw): is this sentence as written, or with two of its words swapped?
-Every sentence appears twice, once as written and once swapped, both in the same split, so the
-two classes have exactly the same words: no bag of words or word frequency can tell them
-apart, only knowledge of how the language orders its words. Only lower-case alphabetic words
-(not the first) are swapped, so capitals and punctuation give nothing away.
+numerically, then strings), so `id2label` of an export is predictable. The built-in tasks,
+made from held-out text, are in `builtin_tasks`.
 """
 
 from __future__ import annotations
@@ -27,13 +21,7 @@ import torch
 
 from bertcore.common.errors import BertError
 
-BUILTIN_WORD_ORDER = "builtin:word-order"
-WORD_ORDER_LABELS = ("original", "swapped")
-WORD_ORDER_DESCRIPTION = (
-    "word-order (built-in): held-out sentences as written vs with two of their words swapped"
-)
 FORMATS = (".jsonl", ".csv", ".tsv")
-MIN_WORDS, MAX_WORDS = 5, 40  # built-in task: sentences short enough never to be truncated
 
 
 @dataclass(frozen=True)
@@ -165,50 +153,6 @@ def split_examples(
         raise BertError(f"finetune.test_fraction={test_fraction} leaves no test examples out of "
                         f"{len(examples)}: raise it, or give finetune.test_data")
     return train, test
-
-
-# ------------------------------------------------------------------------- built-in task
-def word_order_task(
-    corpus_text: str | Path, test_fraction: float, seed: int
-) -> tuple[list[Example], list[Example]]:
-    """(train, test) of the built-in word-order task from a corpus file (one sentence per line,
-    blank lines between documents); split by sentence, both versions of a sentence together."""
-    path = Path(corpus_text)
-    if not path.is_file():
-        raise BertError(f"{path} not found: the built-in task needs the corpus (bert corpus)")
-    rng = random.Random(seed)
-    pairs = []
-    for line in path.read_text(encoding="utf-8").splitlines():
-        swapped = swap_two_words(line.strip(), rng)
-        if swapped is not None:
-            pairs.append((Example(line.strip(), None, WORD_ORDER_LABELS[0]),
-                          Example(swapped, None, WORD_ORDER_LABELS[1])))
-    if len(pairs) < 10:
-        raise BertError(f"{path} has only {len(pairs)} sentences of {MIN_WORDS}-{MAX_WORDS} words "
-                        "for the built-in task: use a larger corpus, or set finetune.data")
-    rng.shuffle(pairs)
-    n_test = max(1, min(round(len(pairs) * test_fraction), len(pairs) - 1))
-    test = [e for pair in pairs[:n_test] for e in pair]
-    train = [e for pair in pairs[n_test:] for e in pair]
-    rng.shuffle(train)
-    return train, test
-
-
-def swap_two_words(sentence: str, rng: random.Random) -> str | None:
-    """The sentence with two different lower-case alphabetic words (not the first word)
-    swapped; None when the sentence is too short or too long or has no such pair."""
-    words = sentence.split()
-    if not MIN_WORDS <= len(words) <= MAX_WORDS:
-        return None
-    candidates = [i for i, w in enumerate(words) if i > 0 and w.isalpha() and w.islower()]
-    if len({words[i] for i in candidates}) < 2:
-        return None
-    while True:
-        i, j = rng.sample(candidates, 2)
-        if words[i] != words[j]:
-            break
-    words[i], words[j] = words[j], words[i]
-    return " ".join(words)
 
 
 # ------------------------------------------------------------------------------- encoding

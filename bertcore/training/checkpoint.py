@@ -36,7 +36,7 @@ import numpy as np
 import torch
 from safetensors.torch import load_model
 
-from bertcore.common.atomic import atomic_dir, remove_stale_temporaries
+from bertcore.common.atomic import atomic_dir, remove_stale_temporaries, write_json
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.lock import folder_lock
@@ -49,12 +49,6 @@ STATE_FILE = "trainer.pt"
 META_FILE = "meta.json"
 DAMAGED_SUFFIX = ".damaged"  # step-00000008.damaged: set aside, never pruned
 _NAME = re.compile(r"^step-(\d+)$")
-
-
-
-
-
-
 
 
 # --------------------------------------------------------------------------------- RNG state
@@ -151,8 +145,6 @@ class Checkpoint:
         return None
 
 
-
-
 def checkpoint_name(step: int) -> str:
     return f"step-{step:08d}"
 
@@ -219,6 +211,32 @@ class CheckpointDir:
                                 f"({exc.strerror}): move it away by hand") from None
             return name
         raise BertError(f"checkpoint {ckpt.path} is damaged: move it away by hand")
+
+    @property
+    def runs_file(self) -> Path:
+        """`.<folder>.runs.json` beside the folder, like its lock: which MLflow run wrote each
+        checkpoint. Not inside the checkpoints, so that the same params and data give the same
+        bytes there (an MLflow run id is random)."""
+        return self.root.parent / f".{self.root.name}.runs.json"
+
+    def run_id(self, ckpt: Checkpoint) -> str | None:
+        """The MLflow run that wrote `ckpt`; None when none is recorded."""
+        try:
+            runs = json.loads(self.runs_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return None
+        return runs.get(ckpt.path.name) if isinstance(runs, dict) else None
+
+    def record_run(self, path: Path, run_id: str) -> None:
+        """Note that MLflow run `run_id` wrote checkpoint `path` (entries of checkpoints
+        that are gone are dropped)."""
+        try:
+            runs = json.loads(self.runs_file.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            runs = {}
+        runs = {name: run for name, run in (runs if isinstance(runs, dict) else {}).items()
+                if (self.root / name).is_dir()}
+        write_json(self.runs_file, {**runs, path.name: run_id})
 
     def lock(self, enabled: bool = True):
         """A context that keeps other runs out of this folder while it lasts (a second run

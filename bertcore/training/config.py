@@ -44,7 +44,7 @@ class TrainConfig:
 
     max_steps: int | None = 1500  # optimizer steps; null: `epochs` passes over the samples
     epochs: float | None = None
-    max_minutes: float | None = 6.0  # wall-clock budget: fewer steps when they would not fit
+    max_minutes: float | None = None  # wall-clock budget: fewer steps when they would not fit
     batch_size: int = 32  # sequences per optimizer step, over all micro-batches and processes
     gradient_accumulation_steps: int = 1
     learning_rate: float = 0.002  # peak, after the warmup

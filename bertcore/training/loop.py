@@ -160,12 +160,12 @@ def fit(
             **{k: window[k] for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss",
                                       "nsp_accuracy", "grad_norm")},
             "learning_rate": result.learning_rate,
-            "tokens_per_s": tokens_per_s,
             "skipped_steps": int(counters["skipped_steps"]),
         }
-        if dist.is_main:
-            record.log_train(last_train,
-                             extra={"tokens_per_s_per_process": tokens_per_s / dist.world_size})
+        if dist.is_main:  # speed: a measurement of the machine, so MLflow's, not the TSV's
+            record.log_train(last_train, extra={
+                "train/tokens_per_s": tokens_per_s,
+                "tokens_per_s_per_process": tokens_per_s / dist.world_size})
         bar.set_postfix(loss=f"{window['loss']:.3f}", lr=f"{result.learning_rate:.2e}",
                         tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 

@@ -11,21 +11,24 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import random
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.data.samples.store import SampleStore, check_vocab, read_meta
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig, BertForPretraining
 from bertcore.model.config import ModelParams
-from bertcore.model.hf import export_hf, save_model
+from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.init_from import InitModel
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.batches import PretrainingBatches, eval_batches
@@ -45,7 +48,11 @@ from bertcore.training.stopping import TrainingInterrupted
 
 log = logging.getLogger(__name__)
 
-RUN_INFO = "training.json"  # in the model folder: which MLflow run and step made it
+# In the model folder: the step that made it and the run's fingerprints. Not the MLflow run:
+# its id is random, and the folder is the same bytes for the same params and data. That run
+# carries the weights' sha256 as the tag MODEL_TAG instead, so a later stage finds it.
+RUN_INFO = "training.json"
+MODEL_TAG = "model.sha256"
 
 
 @dataclass(frozen=True)
@@ -140,7 +147,7 @@ class PretrainReport:
 
 # Of the last logged train row: the numbers compared across runs. The rest of the row
 # (learning rate, gradient norm) is in the log and its curves.
-TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy", "tokens_per_s")
+TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
 
 
 def pretrain_report(result: FitResult, model: BertForPretraining) -> PretrainReport:
@@ -228,12 +235,16 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
         model = BertForPretraining(inputs.model_config)
         if init is None and config.model.local_attention_init:
             init_local_attention(model)
+    # Every generator a checkpoint captures (to resume exactly) starts from the seed too, so
+    # that the same params give the same checkpoint bytes; nothing here draws from Python's or
+    # numpy's global ones, but the libraries underneath may.
     torch.manual_seed(train.seed + 1 + dist.rank)
+    random.seed(train.seed + 1 + dist.rank)
+    np.random.seed(train.seed + 1 + dist.rank)
 
     # MLflow before any training: an unreachable store fails now, in one line.
-    tracker = _open_tracker(config.tracking, labels, plan, fingerprints) if (
+    tracker = _open_tracker(config.tracking, labels, plan, fingerprints, checkpoints) if (
         dist.is_main and config.tracking.enabled and labels is not None) else None
-    run_id = dist.broadcast_object(tracker.run_id if tracker else None)
 
     trainer = Trainer(model, train, batches, device=device, dist=dist)
     resume = plan.checkpoint
@@ -263,12 +274,14 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     if tracker and plan.extends:
         record.replay()  # the new run shows the whole curve
     meta = {"fingerprints": fingerprints, "params": config.optimisation(),
-            "mlflow_run_id": run_id, "world_size": dist.world_size}
+            "world_size": dist.world_size}
     on_checkpoint = None
-    if tracker and config.tracking.log_checkpoints == "all":
+    if tracker:
 
         def on_checkpoint(path: Path) -> None:
-            tracker.log_artifacts(path, f"checkpoints/{path.name}")
+            checkpoints.record_run(path, tracker.run_id)
+            if config.tracking.log_checkpoints == "all":
+                tracker.log_artifacts(path, f"checkpoints/{path.name}")
 
     try:
         result = fit(trainer, record=record, checkpoints=checkpoints, meta=meta,
@@ -283,14 +296,14 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
 
     with atomic_dir(paths.out) as staging:
         save_model(trainer.raw_model, staging)
-        write_json(staging / RUN_INFO, {"mlflow_run_id": run_id, "step": trainer.step,
-                                        "fingerprints": fingerprints})
+        write_json(staging / RUN_INFO, {"step": trainer.step, "fingerprints": fingerprints})
     report = pretrain_report(result, trainer.raw_model)
     write_json(paths.metrics, report.metrics, sort_keys=False)
     write_json(paths.details, report.details, sort_keys=False)
     if tracker:
         # the length of the run: what ran, and where a time budget planned it to end
-        tracker.set_tags({"train.steps_run": result.steps,
+        tracker.set_tags({MODEL_TAG: file_sha256(paths.out / WEIGHTS_NAME),  # see RUN_INFO
+                          "train.steps_run": result.steps,
                           "train.planned_steps": result.planned_steps,
                           **({"train.seconds_per_step": result.step_timing.step_s}
                              if result.step_timing else {})})
@@ -305,12 +318,12 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
 
 
 def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: ResumePlan,
-                  fingerprints: dict[str, str]) -> Tracker:
+                  fingerprints: dict[str, str], checkpoints: CheckpointDir) -> Tracker:
     """The MLflow run: the checkpoint's own when resuming; a new one otherwise. An extended
     run is a new run too (MLflow params cannot change inside a run, and the old run keeps the
     model it ended with), tagged with the run it continues."""
     resume = plan.checkpoint
-    previous_run = resume.meta.get("mlflow_run_id") if resume else None
+    previous_run = checkpoints.run_id(resume) if resume else None
     tags = {**labels.tags, **{f"fingerprint.{k}": v for k, v in fingerprints.items()}}
     if plan.extends:
         tags.update({"extends_run": previous_run, "extended_at_step": resume.step,

@@ -20,9 +20,8 @@ TRAIN_COLUMNS = (
     "nsp_accuracy",
     "learning_rate",
     "grad_norm",
-    "tokens_per_s",
     "skipped_steps",
-)
+)  # no speed: the files are pipeline outputs, the same bytes on any machine (MLflow has it)
 EVAL_COLUMNS = ("step", "mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy")
 TRAIN_LOG = "train_log.tsv"
 EVAL_LOG = "eval_log.tsv"
