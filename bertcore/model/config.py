@@ -20,9 +20,9 @@ class ModelParams:
 
     preset: str = "tiny"
     init_from: str | None = None  # null: random init; or a BERT folder in Hugging Face format
-    # Random init only: heads start on their neighbours (bertcore.model.local_init); false:
-    # BERT's init
-    local_attention_init: bool = True
+    # Random init only: heads start on their neighbours (bertcore.model.local_init). Off: BERT's
+    # own init learns both tasks where the local init gave up NSP (docs/defaults.md)
+    local_attention_init: bool = False
     hidden_size: int | None = None
     num_hidden_layers: int | None = None
     num_attention_heads: int | None = None
