@@ -64,19 +64,34 @@ def assert_one_line_error(proc, *fragments: str, code: int | None = None) -> Non
 
 
 # `bert ARGS` with one library function wrapped: its Nth call prints PAUSED once it returns
-# and then waits for a signal, so a signal sent when PAUSED appears lands right there.
+# and then waits for the signal, so a signal sent when PAUSED appears lands right there. It
+# waits in Python until the command's own handler has run (chained behind a marker): torch's
+# threads may take a process-directed signal, and a handler that only notes it (the training
+# loop's) would then never wake a `signal.pause()` in the main thread.
 _PAUSE_AT = r"""
-import importlib, signal, sys
-module_name, attr, nth, *args = sys.argv[1:]
+import importlib, signal, sys, time
+module_name, attr, nth, signum, *args = sys.argv[1:]
+signum = int(signum)
 module = importlib.import_module(module_name)
-original, calls = getattr(module, attr), []
+original, calls, arrived = getattr(module, attr), [], []
 
 def paused(*a, **kw):
     result = original(*a, **kw)
     calls.append(1)
     if len(calls) == int(nth):
+        handler = signal.getsignal(signum) if signum != signal.SIGKILL else None
+        if handler is not None:
+            def marked(sig, frame):
+                arrived.append(sig)
+                signal.signal(signum, handler)
+                if callable(handler):
+                    handler(sig, frame)
+                elif handler == signal.SIG_DFL:
+                    signal.raise_signal(sig)
+            signal.signal(signum, marked)
         print("PAUSED", file=sys.stderr, flush=True)
-        signal.pause()
+        while not arrived:
+            time.sleep(0.01)
     return result
 
 setattr(module, attr, paused)
@@ -92,7 +107,7 @@ def run_bert_interrupted(*args: str, at: str, signum: int, cwd: Path, nth: int =
     `to_group`: to every process of the command (its workers too), as Ctrl-C in a terminal."""
     module, _, attr = at.partition(":")
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
-    command = [sys.executable, "-c", _PAUSE_AT, module, attr, str(nth), *args]
+    command = [sys.executable, "-c", _PAUSE_AT, module, attr, str(nth), str(int(signum)), *args]
     proc = subprocess.Popen(command, cwd=cwd, env=full_env, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=to_group)
     before = []
