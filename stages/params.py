@@ -4,6 +4,7 @@ naming the dotted key as written in params.yaml."""
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, TypeVar
@@ -22,6 +23,7 @@ SECTIONS = (
     "model",
     "masking",
     "train",
+    "phase2",
     "eval",
     "export",
     "finetune",
@@ -123,3 +125,13 @@ def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
         return from_mapping(cls, data)
     except ConfigError as exc:
         raise exc.in_section(section) from None
+
+
+def parse_keys(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
+    """`parse_section` for a stage that reads only some keys of a section (the fields of
+    `cls`): the other keys are left to the stage that reads the whole section and checks them."""
+    data = params.get(section) or {}
+    if not isinstance(data, Mapping):
+        raise ConfigError(section, f"must be a mapping of keys, got {data!r}")
+    fields = {f.name for f in dataclasses.fields(cls)}
+    return parse_section({section: {k: v for k, v in data.items() if k in fields}}, section, cls)

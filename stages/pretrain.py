@@ -1,7 +1,8 @@
 """`bert pretrain`: MLM + NSP pretraining on the samples, resumable, tracked in MLflow.
 
-Reads the sections model, masking, train, eval (batch size and seed of the periodic
-evaluation) and tracking, and hands them to `bertcore.training.pretrain`; `model.init_from` starts
+Reads the sections model, masking, train, phase2 (BERT's second phase: more steps on longer
+samples, from phase 1's end), eval (batch size and seed of the periodic evaluation) and
+tracking, and hands them to `bertcore.training.pretrain`; `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
@@ -28,8 +29,10 @@ from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelParams
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
+from bertcore.training.inputs import PretrainConfig, PretrainPaths
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.pretrain import PretrainConfig, PretrainPaths, RunLabels, run_pretraining
+from bertcore.training.phases import Phase2Config
+from bertcore.training.pretrain import RunLabels, run_pretraining
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import load_params, parse_section
@@ -64,6 +67,7 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
         train=parse_section(params, "train", TrainConfig),
         eval=parse_section(params, "eval", EvalConfig),
         tracking=parse_section(params, "tracking", TrackingConfig),
+        phase2=parse_section(params, "phase2", Phase2Config),
     )
     if config.model.init_from and "WORLD_SIZE" not in os.environ:
         warn_unless_a_dep("model.init_from", config.model.init_from)

@@ -1,7 +1,12 @@
-"""`bert samples`: NSP training samples (memory-mappable arrays) from the corpus and vocab."""
+"""`bert samples`: NSP training samples (memory-mappable arrays) from the corpus and vocab.
+
+With BERT's second phase on (`phase2.enabled`), it builds the samples again at
+`phase2.max_seq_length`, into `phase2/` inside the output (one more pass over the corpus); the
+files of the first length are the same bytes with it on or off."""
 
 from __future__ import annotations
 
+import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -12,7 +17,8 @@ from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.parts import read_parts
 from bertcore.data.samples.build import build_samples
-from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.samples.config import Phase2Samples, SamplesConfig
+from bertcore.data.samples.store import PHASE2_DIR
 from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
 from stages.options import (
     corpus_option,
@@ -22,7 +28,7 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, parse_section
+from stages.params import load_params, parse_keys, parse_section
 
 SPLITS = ("train", "val")
 METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",
@@ -40,7 +46,9 @@ METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_l
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
-    config = parse_section(load_params(params_file, overrides), "samples", SamplesConfig)
+    params = load_params(params_file, overrides)
+    config = parse_section(params, "samples", SamplesConfig)
+    phase2 = parse_keys(params, "phase2", Phase2Samples)
     corpus_files = {split: Path(corpus_dir) / f"{split}.txt" for split in SPLITS}
     for path in corpus_files.values():
         if not path.is_file():
@@ -50,11 +58,22 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
     started = time.perf_counter()
     parts = read_parts(corpus_dir)  # split by parts: no random B from a neighbouring part
     with atomic_dir(out_dir) as staging:
-        meta = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
-                             parts=parts, progress=sys.stderr.isatty())
-    write_json(metrics_file, {s: {k: meta[s][k] for k in METRIC_KEYS} for s in SPLITS})
-    for split in SPLITS:
-        m = meta[split]
-        click.echo(f"samples {split}: {m['count']} pairs, {m['tokens']} tokens, mean length "
-                   f"{m['mean_length']}, random B {m['nsp_random_fraction']:.1%}", err=True)
+        built = {"": build_samples(corpus_files, tokenizer, staging, config, fingerprint,
+                                   parts=parts, progress=sys.stderr.isatty())}
+        if phase2.enabled:
+            longer = dataclasses.replace(config, max_seq_length=phase2.max_seq_length)
+            built[PHASE2_DIR] = build_samples(corpus_files, tokenizer, staging / PHASE2_DIR,
+                                              longer, fingerprint, parts=parts,
+                                              progress=sys.stderr.isatty())
+    metrics = {s: {k: built[""][s][k] for k in METRIC_KEYS} for s in SPLITS}
+    if phase2.enabled:  # only then: with phase 2 off the file is what it always was
+        metrics[PHASE2_DIR] = {s: {k: built[PHASE2_DIR][s][k] for k in METRIC_KEYS}
+                               for s in SPLITS}
+    write_json(metrics_file, metrics)
+    for meta in built.values():
+        for split in SPLITS:
+            m = meta[split]
+            click.echo(f"samples {split} (length {meta['max_seq_length']}): {m['count']} pairs, "
+                       f"{m['tokens']} tokens, mean length {m['mean_length']}, random B "
+                       f"{m['nsp_random_fraction']:.1%}", err=True)
     click.echo(f"samples: done in {time.perf_counter() - started:.1f}s -> {out_dir}", err=True)

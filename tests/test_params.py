@@ -21,6 +21,7 @@ from bertcore.model.config import ModelParams
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.masking import MaskingConfig
+from bertcore.training.phases import Phase2Config
 from stages.params import load_params, parse_section
 
 
@@ -105,6 +106,7 @@ SECTION_CONFIGS = {
     "model": ModelParams,
     "masking": MaskingConfig,
     "train": TrainConfig,
+    "phase2": Phase2Config,
     "eval": EvalConfig,
     "finetune": FinetuneConfig,
     "prune": PruneConfig,

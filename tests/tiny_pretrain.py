@@ -4,6 +4,7 @@ samples built in-process, and a tiny model config."""
 
 from __future__ import annotations
 
+import dataclasses
 import random
 from pathlib import Path
 
@@ -11,6 +12,7 @@ import yaml
 
 from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.samples.store import PHASE2_DIR
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
@@ -52,8 +54,11 @@ def write_corpus(folder: Path, train_docs: int = 60, val_docs: int = 12, seed: i
 
 
 def build_data(root: Path, *, vocab_size: int = 96, max_seq_length: int = 32,
-               dupe_factor: int = 2, train_docs: int = 60, val_docs: int = 12) -> Path:
-    """data/corpus, data/vocab, data/samples under `root`; returns root/"data"."""
+               dupe_factor: int = 2, train_docs: int = 60, val_docs: int = 12,
+               phase2_length: int | None = None) -> Path:
+    """data/corpus, data/vocab, data/samples under `root`; returns root/"data".
+    `phase2_length`: also the samples of BERT's second phase, at that length, as the samples
+    stage builds them with phase2 on (data/samples/phase2)."""
     data = root / "data"
     write_corpus(data / "corpus", train_docs, val_docs)
     vocab_config = VocabConfig(vocab_size=vocab_size, min_frequency=1)
@@ -63,13 +68,13 @@ def build_data(root: Path, *, vocab_size: int = 96, max_seq_length: int = 32,
     samples_config = SamplesConfig(max_seq_length=max_seq_length, dupe_factor=dupe_factor,
                                    workers=1)
     (data / "samples").mkdir(parents=True, exist_ok=True)
-    build_samples(
-        {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")},
-        tokenizer,
-        data / "samples",
-        samples_config,
-        vocab_fingerprint(data / "vocab"),
-    )
+    corpus = {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")}
+    build_samples(corpus, tokenizer, data / "samples", samples_config,
+                  vocab_fingerprint(data / "vocab"))
+    if phase2_length is not None:
+        longer = dataclasses.replace(samples_config, max_seq_length=phase2_length)
+        build_samples(corpus, tokenizer, data / "samples" / PHASE2_DIR, longer,
+                      vocab_fingerprint(data / "vocab"))
     return data
 
 

@@ -27,7 +27,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -157,6 +157,12 @@ class CheckpointDir:
             raise ValueError("keep_last must be >= 1")
         self.root = Path(root)
         self.keep_last = keep_last
+        self.pinned: set[str] = set()  # names of checkpoints never pruned (see `pin`)
+
+    def pin(self, ckpt: Checkpoint) -> None:
+        """Keep `ckpt` whatever the newer checkpoints are: phase 1's last checkpoint, which
+        BERT's second phase starts from, while phase 2 writes its own."""
+        self.pinned.add(ckpt.path.name)
 
     def all(self) -> list[Checkpoint]:
         """Committed checkpoints, oldest first (a folder without meta.json is not one)."""
@@ -175,12 +181,15 @@ class CheckpointDir:
             found.append(Checkpoint(path, int(match.group(1)), meta))
         return sorted(found, key=lambda c: c.step)
 
-    def latest(self) -> Checkpoint | None:
-        """The newest intact checkpoint. Damaged ones on the way are set aside (renamed
-        `step-N.damaged`), each with one warning; None when no intact one is left."""
+    def latest(self, where: Callable[[Checkpoint], bool] | None = None) -> Checkpoint | None:
+        """The newest intact checkpoint (of those `where` accepts). Damaged ones on the way are
+        set aside (renamed `step-N.damaged`), each with one warning; None when no intact one
+        is left."""
         damaged: list[tuple[Checkpoint, str, str]] = []
         found = None
         for ckpt in reversed(self.all()):
+            if where is not None and not where(ckpt):
+                continue
             problem = ckpt.damage()
             if problem is None:
                 found = ckpt
@@ -279,9 +288,9 @@ class CheckpointDir:
         """Keep the newest `keep_last` checkpoints whose fingerprints are `current`; delete
         the rest (older ones, and those of other params or data, which this run replaces),
         plus staging folders left by processes that died (never a live one's). Checkpoints
-        set aside as damaged are kept."""
+        set aside as damaged are kept, and so are pinned ones."""
         mine = [c for c in self.all() if c.fingerprints == dict(current)]
-        keep = {c.path for c in mine[-self.keep_last :]}
+        keep = {c.path for c in mine[-self.keep_last :]} | {self.root / n for n in self.pinned}
         for ckpt in self.all():
             if ckpt.path not in keep:
                 shutil.rmtree(ckpt.path, ignore_errors=True)

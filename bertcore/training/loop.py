@@ -91,7 +91,7 @@ def fit(
     counters = trainer.read_counters()
     skipped_reported = counters["skipped_steps"]
     window_start, window_tokens_base = started, counters["tokens"]
-    configured = trainer.config.total_steps(spe)
+    configured = trainer.start.step + trainer.config.total_steps(spe)
     if budget is not None and trainer.step_timing is not None:  # resumed: re-plan, not re-time
         total = trainer.total_steps = budget.total(configured, trainer.step_timing)
     stopwatch = None
@@ -156,7 +156,7 @@ def fit(
         step = trainer.step
         last_train = {
             "step": step,
-            "epoch": round(step / spe, 4),
+            "epoch": round(trainer.epochs_done(), 4),
             **{k: window[k] for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss",
                                       "nsp_accuracy", "grad_norm")},
             "learning_rate": result.learning_rate,
@@ -175,7 +175,7 @@ def fit(
                dynamic_ncols=True, disable=disable, leave=False)
     with StopRequest() as stop, bar:
         while trainer.step < total:
-            epoch, start = divmod(trainer.step, spe)
+            epoch, start = trainer.data_position()
             for micro_batches in trainer.batches.iterate(epoch, start):
                 result = trainer.train_step(micro_batches, stop=stop.requested)
                 bar.update(1)

@@ -1,7 +1,9 @@
 """Pretraining end to end, for one process or each process of a torchrun group: open and check
-the inputs, resume or start fresh (`bertcore.training.resume`), open the MLflow run, build the model
+the inputs (`bertcore.training.inputs`), plan where the run (re)starts (`bertcore.training.resume`,
+and across BERT's two phases `bertcore.training.phases`), open the MLflow run, build the model
 (new, or from an existing BERT: `bertcore.model.init_from`), batches and trainer, train
-(`bertcore.training.loop`), then write the final model and metrics.
+(`bertcore.training.loop`) phase 1 and, when it is on, phase 2, then write the final model and
+metrics.
 
 The caller (the pretrain stage) parses the params sections and says where things live and how
 the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline's layout.
@@ -9,10 +11,10 @@ the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import random
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,28 +24,36 @@ import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.digests import file_sha256
-from bertcore.common.errors import BertError
+from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import Tracker, TrackingConfig
-from bertcore.data.samples.store import SampleStore, check_vocab, read_meta
-from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import BertConfig, BertForPretraining
-from bertcore.model.config import ModelParams
+from bertcore.data.samples.store import SampleStore
+from bertcore.model.bert import BertForPretraining
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
-from bertcore.model.init_from import InitModel
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.batches import PretrainingBatches, eval_batches
 from bertcore.training.budget import StepTiming, TimeBudget
-from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
 from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import EvalConfig, evaluate
+from bertcore.training.evaluation import evaluate
+from bertcore.training.inputs import PretrainConfig, PretrainInputs, PretrainPaths
 from bertcore.training.loop import FitResult, fit
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.phases import (
+    PHASE_KEY,
+    PhaseKey,
+    RunPlan,
+    boundary,
+    first_epoch,
+    phase2_fingerprints,
+    phase_of,
+    plan_run,
+    scaled_masking,
+)
 from bertcore.training.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
-from bertcore.training.resume import ResumePlan, plan_resume, run_fingerprints
-from bertcore.training.schedule import learning_rate
-from bertcore.training.step import Trainer
+from bertcore.training.resume import run_fingerprints
+from bertcore.training.step import PhaseStart, Trainer
 from bertcore.training.stopping import TrainingInterrupted
 
 log = logging.getLogger(__name__)
@@ -53,44 +63,7 @@ log = logging.getLogger(__name__)
 # carries the weights' sha256 as the tag MODEL_TAG instead, so a later stage finds it.
 RUN_INFO = "training.json"
 MODEL_TAG = "model.sha256"
-
-
-@dataclass(frozen=True)
-class PretrainPaths:
-    """What pretraining reads (samples, vocab, checkpoints) and writes."""
-
-    samples: Path
-    vocab: Path
-    checkpoints: Path
-    out: Path
-    metrics: Path  # what training reached, compared across runs (dvc exp show)
-    details: Path  # counts beside it (not compared)
-    log: Path
-    eval_log: Path
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """The params sections pretraining reads, parsed and validated."""
-
-    model: ModelParams
-    masking: MaskingConfig
-    train: TrainConfig
-    eval: EvalConfig
-    tracking: TrackingConfig
-
-    def optimisation(self) -> dict[str, Any]:
-        """Everything that defines the optimisation (recorded in checkpoints)."""
-        model = dataclasses.asdict(self.model)
-        if model["init_from"] is None:  # as before init_from existed: older checkpoints resume
-            del model["init_from"]
-        return {"model": model,
-                "masking": dataclasses.asdict(self.masking),
-                "train": self.train.optimisation_params()}
-
-    def resumable(self) -> dict[str, Any]:
-        """The optimisation without the run's length (fingerprinted)."""
-        return {**self.optimisation(), "train": self.train.resumable_params()}
+PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
 @dataclass(frozen=True)
@@ -101,39 +74,6 @@ class RunLabels:
     run_name: str | None = None
     params: dict[str, Any] = field(default_factory=dict)  # flattened params.yaml
     tags: dict[str, Any] = field(default_factory=dict)  # git commit, DVC experiment, ...
-
-
-@dataclass(frozen=True)
-class PretrainInputs:
-    """The opened inputs, all checked before anything slow."""
-
-    train_store: SampleStore
-    val_store: SampleStore
-    tokens: list[str]
-    model_config: BertConfig
-    init: InitModel | None = None  # the BERT to start from (model.init_from)
-
-    @classmethod
-    def open(cls, config: PretrainConfig, paths: PretrainPaths) -> PretrainInputs:
-        meta = read_meta(paths.samples)
-        check_vocab(paths.samples, paths.vocab)
-        tokens = read_vocab(paths.vocab)
-        init = InitModel.open(config.model) if config.model.init_from else None
-        if init is not None:
-            init.check_vocab(tokens, paths.vocab)
-            model_config = init.config
-        else:
-            model_config = config.model.to_config(vocab_size=len(tokens))
-        if meta.get("max_seq_length", 0) > model_config.max_position_embeddings:
-            fix = (" (from model.init_from): lower" if init else
-                   ": raise model.max_position_embeddings or lower")
-            raise BertError(
-                f"samples are up to {meta['max_seq_length']} tokens but the model has "
-                f"max_position_embeddings={model_config.max_position_embeddings}{fix} "
-                "samples.max_seq_length"
-            )
-        return cls(SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
-                   tokens, model_config, init)
 
 
 @dataclass(frozen=True)
@@ -150,9 +90,11 @@ class PretrainReport:
 TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
 
 
-def pretrain_report(result: FitResult, model: BertForPretraining) -> PretrainReport:
+def pretrain_report(result: FitResult, model: BertForPretraining,
+                    second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
-    numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once."""
+    numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
+    `second`: BERT's second phase, when it ran (the result is then the end of it)."""
     metrics = {
         "steps": result.steps,
         "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
@@ -167,6 +109,11 @@ def pretrain_report(result: FitResult, model: BertForPretraining) -> PretrainRep
         "seconds_per_step": round(timing.step_s, 6) if timing else None,
         "timed_steps": f"{timing.timed_from}-{timing.plan_step}" if timing else None,
     }
+    if second is not None:  # only then: with phase 2 off the file is what it always was
+        details["phase2"] = {"first_step": second.start.step + 1,
+                             "steps": second.key.total_steps - second.start.step,
+                             "max_seq_length": second.max_seq_length,
+                             "batch_size": second.train.batch_size}
     val = result.last_eval.to_dict() if result.last_eval else {}
     return PretrainReport(metrics, details, val)
 
@@ -186,6 +133,53 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
         dist.close()
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
+    when it is on (`bertcore.training.phases`)."""
+
+    number: int
+    max_seq_length: int  # of its samples
+    train: TrainConfig
+    masking: MaskingConfig
+    batches: PretrainingBatches
+    val_store: SampleStore
+    start: PhaseStart
+    key: PhaseKey  # its checkpoints' fingerprints and params, and its last step
+    meta: dict[str, Any]  # what its checkpoints record besides their position
+
+
+def _batches(store: SampleStore, masking: MaskingConfig, train: TrainConfig, vocab: VocabSpec,
+             dist: Distributed, device: torch.device) -> PretrainingBatches:
+    return PretrainingBatches(
+        store, PretrainingCollator(masking, vocab, seed=train.seed), train.batch_size,
+        train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
+        world_size=dist.world_size, num_workers=train.num_workers,
+        pin_memory=device.type == "cuda",
+    )
+
+
+def _second_phase(config: PretrainConfig, inputs: PretrainInputs, paths: PretrainPaths,
+                  first: Phase, vocab: VocabSpec, dist: Distributed,
+                  device: torch.device) -> Phase:
+    """Phase 2 of the run, its steps and epochs numbered on from phase 1's."""
+    settings = config.phase2
+    train = settings.train_config(config.train)
+    masking = scaled_masking(config.masking, inputs.max_seq_length, settings.max_seq_length)
+    try:
+        batches = _batches(inputs.phase2_train, masking, train, vocab, dist, device)
+    except ConfigError as exc:  # its batch does not split over the processes
+        raise exc.in_section("phase2") from None
+    steps = first.key.total_steps
+    start = PhaseStart(steps, first_epoch(steps, first.batches.steps_per_epoch))
+    fingerprints = phase2_fingerprints(first.key.fingerprints, settings, paths.phase2_samples)
+    params = {**first.key.params, "phase2": settings.optimisation_params()}
+    meta = {"fingerprints": fingerprints, "params": params, "world_size": dist.world_size,
+            PHASE_KEY: 2}
+    return Phase(2, settings.max_seq_length, train, masking, batches, inputs.phase2_val, start,
+                 PhaseKey(fingerprints, params, start.step + settings.max_steps), meta)
+
+
 def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
               labels: RunLabels | None, dist: Distributed) -> PretrainReport | None:
     train = config.train
@@ -195,12 +189,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     if init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
                  init.path, init.describe())
-    batches = PretrainingBatches(
-        inputs.train_store, PretrainingCollator(config.masking, vocab, seed=train.seed),
-        train.batch_size, train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
-        world_size=dist.world_size, num_workers=train.num_workers,
-        pin_memory=device.type == "cuda",
-    )
+    batches = _batches(inputs.train_store, config.masking, train, vocab, dist, device)
     configured_steps = train.total_steps(batches.steps_per_epoch)
     # The init model's content, hashed once (by rank 0) per start: a resume must not continue
     # a run begun from other weights.
@@ -210,26 +199,42 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
                                     max_minutes=train.max_minutes)
     checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
     budget = None
-    if train.max_minutes is not None:
+    total_steps = configured_steps
+    if train.max_minutes is not None:  # (never with phase 2: PretrainConfig refuses it)
         val_sequences = len(inputs.val_store)
         if config.eval.max_batches is not None:
             val_sequences = min(val_sequences, config.eval.max_batches * config.eval.batch_size)
         budget = TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size,
                             train.eval_every, val_sequences)
-    # A budget run resumed from a checkpoint re-plans its end from the timing it recorded.
-    latest = checkpoints.latest()
-    timing = StepTiming.from_dict(latest.meta.get("step_timing")) if latest else None
-    total_steps = budget.total(configured_steps, timing) if budget and timing else configured_steps
-    plan = plan_resume(latest, fingerprints, config.optimisation(), total_steps)
-    if plan.notice and dist.is_main and not plan.extends:
-        log.warning("%s", plan.notice)
+        # A budget run resumed from a checkpoint re-plans its end from the timing it recorded.
+        latest = checkpoints.latest(where=lambda c: phase_of(c) == 1)
+        timing = StepTiming.from_dict(latest.meta.get("step_timing")) if latest else None
+        total_steps = budget.total(configured_steps, timing) if timing else configured_steps
+    first = Phase(1, inputs.max_seq_length, train, config.masking, batches, inputs.val_store,
+                  PhaseStart(), PhaseKey(fingerprints, config.optimisation(), total_steps),
+                  {"fingerprints": fingerprints, "params": config.optimisation(),
+                   "world_size": dist.world_size})
+    second = _second_phase(config, inputs, paths, first, vocab, dist, device) if (
+        config.phase2.enabled) else None
+    plan = plan_run(checkpoints, first.key, second.key if second else None)
+    if dist.is_main:
+        for notice in plan.notices:
+            log.warning("%s", notice)
+        if plan.resume.notice and not plan.resume.extends:
+            log.warning("%s", plan.resume.notice)
+    resume = plan.resume.checkpoint
+    # Phase 1 ended in an earlier run and phase 2 begins now (turned on since, or its params
+    # changed): this run goes straight to phase 2, from phase 1's last checkpoint.
+    phase1_done = (resume is not None and resume.step == first.key.total_steps
+                   and resume.fingerprints == first.key.fingerprints)
+    starts_phase2 = second is not None and plan.phase == 1 and phase1_done
 
     # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
     # then a different dropout stream per process. From model.init_from (read by rank 0 alone:
     # DDP hands its weights to the others), what the folder lacks starts as in a fresh model
     # of this seed; a resumed run takes its weights from the checkpoint instead.
     torch.manual_seed(train.seed)
-    if init is not None and plan.checkpoint is None and dist.is_main:
+    if init is not None and resume is None and dist.is_main:
         model = init.load()
     else:
         model = BertForPretraining(inputs.model_config)
@@ -243,38 +248,20 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     np.random.seed(train.seed + 1 + dist.rank)
 
     # MLflow before any training: an unreachable store fails now, in one line.
-    tracker = _open_tracker(config.tracking, labels, plan, fingerprints, checkpoints) if (
+    tracker = _open_tracker(config.tracking, labels, plan, checkpoints, first, second,
+                            starts_phase2) if (
         dist.is_main and config.tracking.enabled and labels is not None) else None
-
     trainer = Trainer(model, train, batches, device=device, dist=dist)
-    resume = plan.checkpoint
-    if resume is not None:
-        trainer.resume_from(resume)
-        if dist.is_main:
-            log.info("resuming from %s (step %d of %d)", resume.path, trainer.step, total_steps)
-            if plan.extends:
-                before = learning_rate(train.learning_rate, trainer.step, train.warmup_steps,
-                                       plan.previous_total)
-                log.warning("%s; the learning rate goes from %.3g to %.3g", plan.notice,
-                            before, trainer.learning_rate(trainer.step))
 
-    evaluate_fn = None
-    if len(inputs.val_store):
-        collator = PretrainingCollator(config.masking, vocab, seed=config.eval.seed)
-        val = eval_batches(inputs.val_store, collator, config.eval.batch_size, rank=dist.rank,
+    def evaluator(phase: Phase) -> Callable[[BertForPretraining], Any] | None:
+        if not len(phase.val_store):
+            return None
+        collator = PretrainingCollator(phase.masking, vocab, seed=config.eval.seed)
+        val = eval_batches(phase.val_store, collator, config.eval.batch_size, rank=dist.rank,
                            world_size=dist.world_size)
+        return lambda m: evaluate(m, val, device, trainer.autocast_dtype, dist,
+                                  config.eval.max_batches)
 
-        def evaluate_fn(m):
-            return evaluate(m, val, device, trainer.autocast_dtype, dist,
-                            config.eval.max_batches)
-
-    previous = {name: resume.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)} if resume else None
-    record = TrainingRecord(paths.log if dist.is_main else None,
-                            paths.eval_log if dist.is_main else None, tracker, previous)
-    if tracker and plan.extends:
-        record.replay()  # the new run shows the whole curve
-    meta = {"fingerprints": fingerprints, "params": config.optimisation(),
-            "world_size": dist.world_size}
     on_checkpoint = None
     if tracker:
 
@@ -283,9 +270,35 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
             if config.tracking.log_checkpoints == "all":
                 tracker.log_artifacts(path, f"checkpoints/{path.name}")
 
+    replay = tracker is not None and (plan.resume.extends or starts_phase2)
+    first_eval = evaluator(first)
+
+    def run(phase: Phase, start_from: Checkpoint | None) -> FitResult:
+        nonlocal replay
+        previous = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
+                    if start_from else None)
+        record = TrainingRecord(paths.log if dist.is_main else None,
+                                paths.eval_log if dist.is_main else None, tracker, previous)
+        if replay:
+            record.replay()  # a new run that continues an earlier one shows the whole curve
+            replay = False
+        if phase is second and plan.phase == 1 and first_eval is not None:
+            _close_phase1(record, first_eval, trainer, tracked=not starts_phase2)
+        if tracker and second is not None:
+            tracker.set_tags({PHASE_TAG: phase.number})
+        return fit(trainer, record=record, checkpoints=checkpoints, meta=phase.meta,
+                   evaluate=first_eval if phase is first else evaluator(phase),
+                   on_checkpoint=on_checkpoint,
+                   budget=budget if phase.number == 1 else None)
+
     try:
-        result = fit(trainer, record=record, checkpoints=checkpoints, meta=meta,
-                     evaluate=evaluate_fn, on_checkpoint=on_checkpoint, budget=budget)
+        if plan.phase == 1 and resume is not None:
+            trainer.resume_from(resume)
+            _say_resumed(trainer, plan, first.key.total_steps, dist)
+        if not starts_phase2 and plan.phase == 1:
+            result = run(first, resume)
+        if second is not None:
+            result = run(second, _enter_phase2(trainer, plan, first, second, checkpoints, dist))
     except BaseException as exc:
         if tracker:
             interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
@@ -294,10 +307,12 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     if not dist.is_main:
         return None
 
+    last = second or first
     with atomic_dir(paths.out) as staging:
         save_model(trainer.raw_model, staging)
-        write_json(staging / RUN_INFO, {"step": trainer.step, "fingerprints": fingerprints})
-    report = pretrain_report(result, trainer.raw_model)
+        write_json(staging / RUN_INFO, {"step": trainer.step,
+                                        "fingerprints": last.key.fingerprints})
+    report = pretrain_report(result, trainer.raw_model, second)
     write_json(paths.metrics, report.metrics, sort_keys=False)
     write_json(paths.details, report.details, sort_keys=False)
     if tracker:
@@ -317,21 +332,78 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     return report
 
 
-def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: ResumePlan,
-                  fingerprints: dict[str, str], checkpoints: CheckpointDir) -> Tracker:
+def _close_phase1(record: TrainingRecord, evaluate_fn: Callable[[BertForPretraining], Any],
+                  trainer: Trainer, tracked: bool) -> None:
+    """Phase 1's closing evaluation in the record phase 2 goes on with. The checkpoint phase
+    2 starts from may lack it (written before it, at a checkpoint step); evaluated again on
+    the same weights with the same fixed masks, it is the same row. `tracked`: MLflow has it
+    already (phase 1 ended in this run)."""
+    rows = record.eval.rows()
+    if rows and int(rows[-1]["step"]) == trainer.step:
+        return
+    record.log_eval(trainer.step, evaluate_fn(trainer.raw_model), track=not tracked)
+
+
+def _say_resumed(trainer: Trainer, plan: RunPlan, total_steps: int, dist: Distributed) -> None:
+    if not dist.is_main:
+        return
+    resume = plan.resume
+    phase = ", phase 2" if plan.phase == 2 else ""
+    log.info("resuming from %s (step %d of %d%s)", resume.checkpoint.path, trainer.step,
+             total_steps, phase)
+    if resume.extends:
+        before = trainer.learning_rate(trainer.step, resume.previous_total)
+        log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice, before,
+                    trainer.learning_rate(trainer.step))
+
+
+def _enter_phase2(trainer: Trainer, plan: RunPlan, first: Phase, second: Phase,
+                  checkpoints: CheckpointDir, dist: Distributed) -> Checkpoint:
+    """Switch the trainer to phase 2 and load the checkpoint it goes on from: phase 2's own
+    when resuming it, else phase 1's last, read back from disk even when phase 1 just ended
+    here (so this run and one that turned phase 2 on later are the same bytes). Phase 1's
+    last checkpoint is kept while phase 2 runs."""
+    edge = boundary(checkpoints, first.key)
+    if edge is not None:
+        checkpoints.pin(edge)
+    start_from = plan.resume.checkpoint if plan.phase == 2 else edge
+    if start_from is None:
+        raise BertError(f"phase 1 left no checkpoint at its last step ({first.key.total_steps}) "
+                        "for phase 2 to start from (see the warnings above): run again")
+    trainer.begin_phase(second.train, second.batches, second.start)
+    trainer.resume_from(start_from)
+    if plan.phase == 2:
+        _say_resumed(trainer, plan, second.key.total_steps, dist)
+    elif dist.is_main:
+        log.info("phase 2: steps %d-%d on samples of up to %d tokens (batch %d, learning rate "
+                 "%g), from %s", second.start.step + 1, second.key.total_steps,
+                 second.max_seq_length, second.train.batch_size, second.train.learning_rate,
+                 start_from.path)
+    return start_from
+
+
+def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: RunPlan,
+                  checkpoints: CheckpointDir, first: Phase, second: Phase | None,
+                  starts_phase2: bool) -> Tracker:
     """The MLflow run: the checkpoint's own when resuming; a new one otherwise. An extended
     run is a new run too (MLflow params cannot change inside a run, and the old run keeps the
-    model it ended with), tagged with the run it continues."""
-    resume = plan.checkpoint
+    model it ended with), tagged with the run it continues; so is a run whose phase 2 begins
+    after a phase 1 that ended in an earlier run."""
+    resume = plan.resume.checkpoint
     previous_run = checkpoints.run_id(resume) if resume else None
-    tags = {**labels.tags, **{f"fingerprint.{k}": v for k, v in fingerprints.items()}}
-    if plan.extends:
+    tags = {**labels.tags, **{f"fingerprint.{k}": v for k, v in first.key.fingerprints.items()}}
+    if second is not None:
+        tags.update({f"fingerprint.phase2.{k}": v for k, v in second.key.fingerprints.items()})
+        tags["phase2.first_step"] = second.start.step + 1
+    if plan.resume.extends:
         tags.update({"extends_run": previous_run, "extended_at_step": resume.step,
-                     "extended_from_steps": plan.previous_total})
+                     "extended_from_steps": plan.resume.previous_total})
+    elif starts_phase2:
+        tags.update({"extends_run": previous_run, "extended_at_step": resume.step})
     return Tracker.start(
         labels.tracking_uri,
         tracking.experiment,
-        run_id=None if plan.extends else previous_run,
+        run_id=None if plan.resume.extends or starts_phase2 else previous_run,
         run_name=labels.run_name,
         params=labels.params,
         tags=tags,

@@ -91,10 +91,11 @@ class TrainingRecord:
             self.tracker.log_metrics({**metrics, **dict(extra), "epoch": row["epoch"]},
                                      step=row["step"])
 
-    def log_eval(self, step: int, metrics: EvalMetrics) -> None:
+    def log_eval(self, step: int, metrics: EvalMetrics, track: bool = True) -> None:
+        """A row of the eval log; `track`: mirrored into MLflow (False: it is there already)."""
         values = metrics.to_dict()
         self.eval.add({"step": step, **values})
-        if self.tracker:
+        if self.tracker and track:
             keys = EVAL_COLUMNS[1:]
             self.tracker.log_metrics({f"val/{k}": values[k] for k in keys}, step=step)
 

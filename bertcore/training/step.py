@@ -84,6 +84,16 @@ class StepResult:
     skipped = property(lambda self: bool(self._value("skipped")))
 
 
+@dataclass(frozen=True)
+class PhaseStart:
+    """Where a phase of the run begins: the optimizer steps and the epochs done before it.
+    Phase 1 starts at (0, 0); BERT's second phase numbers its steps and epochs on from phase 1's
+    (see `bertcore.training.phases`)."""
+
+    step: int = 0
+    epoch: int = 0
+
+
 def compile_model(model: torch.nn.Module, mode: CompileMode,
                   backend: str = "inductor") -> torch.nn.Module:
     """`model` under torch.compile as `train.compile` asks (`mode` true or fullgraph; false
@@ -112,6 +122,7 @@ class Trainer:
             config.device, self.dist
         )
         self.batches = batches
+        self.start = PhaseStart()
         self.total_steps = config.total_steps(batches.steps_per_epoch)  # a budget may lower it
         self.step_timing: StepTiming | None = None  # what a time budget planned from
         self.autocast_dtype = resolve_precision(config.precision, self.device)
@@ -141,10 +152,31 @@ class Trainer:
         self.totals = torch.zeros(len(TOTALS), dtype=torch.int64, device=self.device)
         self._stop_flag = torch.zeros((), dtype=torch.float64, device=self.device)
 
-    def learning_rate(self, step: int) -> float:
-        """The rate of optimizer step `step` (0-based), on the current plan's schedule."""
-        cfg = self.config
-        return scheduled_rate(cfg.learning_rate, step, cfg.warmup_steps, self.total_steps)
+    def learning_rate(self, step: int, total_steps: int | None = None) -> float:
+        """The rate of optimizer step `step` (0-based), on the phase's schedule: the current
+        plan's, or one that ends at `total_steps`."""
+        cfg, start = self.config, self.start.step
+        total = self.total_steps if total_steps is None else total_steps
+        return scheduled_rate(cfg.learning_rate, step - start, cfg.warmup_steps, total - start)
+
+    def begin_phase(self, config: TrainConfig, batches: PretrainingBatches,
+                    start: PhaseStart) -> None:
+        """Go on with another phase of the run: its config (batch, schedule, length) and
+        batches, its steps and epochs numbered on from `start`. The model, its wrappers (DDP,
+        torch.compile) and the optimizer stay; load the checkpoint the phase starts from next
+        (`resume_from`)."""
+        self.config, self.batches, self.start = config, batches, start
+        self.total_steps = start.step + config.total_steps(batches.steps_per_epoch)
+        self.step_timing = None
+
+    def data_position(self) -> tuple[int, int]:
+        """(epoch, step within it) of the next step: which batch, and which masks, it draws."""
+        epoch, step = divmod(self.step - self.start.step, self.batches.steps_per_epoch)
+        return self.start.epoch + epoch, step
+
+    def epochs_done(self) -> float:
+        """Passes over the data so far (over phase 1's samples, then over phase 2's)."""
+        return self.start.epoch + (self.step - self.start.step) / self.batches.steps_per_epoch
 
     # ----------------------------------------------------------------------- one step
     def accumulate_gradients(
@@ -284,7 +316,7 @@ class Trainer:
 
     @property
     def epoch(self) -> int:
-        return self.step // self.batches.steps_per_epoch
+        return self.data_position()[0]
 
     # --------------------------------------------------------------------- state
     def state_dict(self) -> dict[str, Any]:
@@ -328,7 +360,7 @@ class Trainer:
         if self.dist.is_main:
             state = {**self.state_dict(), "rng": rng}
             position = {"step": self.step, "epoch": self.epoch, "total_steps": self.total_steps,
-                        "step_in_epoch": self.step % self.batches.steps_per_epoch}
+                        "step_in_epoch": self.data_position()[1]}
             if self.step_timing is not None:  # a budget run resumes its plan from it
                 position["step_timing"] = self.step_timing.to_dict()
             path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts)

@@ -7,6 +7,7 @@ meta.json beside them (see `bertcore.data.samples.build` for how they are built)
     {train,val}/offsets.npy        int64 (n+1,): sequence i = input_ids[offsets[i]:offsets[i+1]]
     {train,val}/segment_b_start.npy  int32 (n,): index of B's first token (= len(A) + 2)
     {train,val}/is_random_next.npy   uint8 (n,): 1 when B is a random segment (NSP label 1)
+    phase2/                        with BERT's second phase on: the same layout at its length
 
 Written by appending (`NpyAppender`, hashing as it writes), read by memory map (`SampleStore`).
 """
@@ -25,6 +26,15 @@ from bertcore.common.errors import BertError
 META_FILE = "meta.json"
 ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
 FORMAT_VERSION = 1
+# The samples of BERT's second phase (params.yaml `phase2`), a samples folder of their own inside
+# phase 1's, so that phase 1's files, and their fingerprint, are the same with it on or off.
+PHASE2_DIR = "phase2"
+
+
+def phase2_samples(samples_dir: str | Path) -> Path | None:
+    """The phase-2 samples folder inside `samples_dir`, when the samples stage built one."""
+    folder = Path(samples_dir) / PHASE2_DIR
+    return folder if (folder / META_FILE).is_file() else None
 
 
 class NpyAppender:

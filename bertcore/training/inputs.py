@@ -1,0 +1,130 @@
+"""What pretraining reads: the params sections (parsed and validated by the caller), the paths,
+and the inputs opened and checked before anything slow (samples of both phases, vocabulary,
+the model's architecture, the BERT to start from)."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.tracking import TrackingConfig
+from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab, read_meta
+from bertcore.data.vocab.files import read_vocab
+from bertcore.model.bert import BertConfig
+from bertcore.model.config import ModelParams
+from bertcore.model.init_from import InitModel
+from bertcore.training.config import TrainConfig
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.masking import MaskingConfig
+from bertcore.training.phases import Phase2Config
+
+
+@dataclass(frozen=True)
+class PretrainPaths:
+    """What pretraining reads (samples, vocab, checkpoints) and writes."""
+
+    samples: Path  # with BERT's second phase, its samples are in samples/PHASE2_DIR
+    vocab: Path
+    checkpoints: Path
+    out: Path
+    metrics: Path  # what training reached, compared across runs (dvc exp show)
+    details: Path  # counts beside it (not compared)
+    log: Path
+    eval_log: Path
+
+    @property
+    def phase2_samples(self) -> Path:
+        return self.samples / PHASE2_DIR
+
+
+@dataclass(frozen=True)
+class PretrainConfig:
+    """The params sections pretraining reads, parsed and validated."""
+
+    model: ModelParams
+    masking: MaskingConfig
+    train: TrainConfig
+    eval: EvalConfig
+    tracking: TrackingConfig
+    phase2: Phase2Config = field(default_factory=Phase2Config)
+
+    def __post_init__(self):
+        if self.phase2.enabled and self.train.max_minutes is not None:
+            raise ConfigError("phase2.enabled", "true needs a fixed phase 1: set "
+                                                "train.max_minutes: null (a time budget would "
+                                                "make the step phase 2 starts at depend on the "
+                                                "machine)")
+
+    def optimisation(self) -> dict[str, Any]:
+        """Everything that defines the optimisation of phase 1 (recorded in checkpoints)."""
+        model = dataclasses.asdict(self.model)
+        if model["init_from"] is None:  # as before init_from existed: older checkpoints resume
+            del model["init_from"]
+        return {"model": model,
+                "masking": dataclasses.asdict(self.masking),
+                "train": self.train.optimisation_params()}
+
+    def resumable(self) -> dict[str, Any]:
+        """Phase 1's optimisation without the run's length (fingerprinted)."""
+        return {**self.optimisation(), "train": self.train.resumable_params()}
+
+
+@dataclass(frozen=True)
+class PretrainInputs:
+    """The opened inputs, all checked before anything slow."""
+
+    train_store: SampleStore
+    val_store: SampleStore
+    max_seq_length: int  # of the samples (phase 1)
+    tokens: list[str]
+    model_config: BertConfig
+    init: InitModel | None = None  # the BERT to start from (model.init_from)
+    phase2_train: SampleStore | None = None  # BERT's second phase, when it is on
+    phase2_val: SampleStore | None = None
+
+    @classmethod
+    def open(cls, config: PretrainConfig, paths: PretrainPaths) -> PretrainInputs:
+        meta = read_meta(paths.samples)
+        check_vocab(paths.samples, paths.vocab)
+        tokens = read_vocab(paths.vocab)
+        init = InitModel.open(config.model) if config.model.init_from else None
+        if init is not None:
+            init.check_vocab(tokens, paths.vocab)
+            model_config = init.config
+        else:
+            model_config = config.model.to_config(vocab_size=len(tokens))
+        positions = model_config.max_position_embeddings
+        if meta.get("max_seq_length", 0) > positions:
+            fix = (" (from model.init_from): lower" if init else
+                   ": raise model.max_position_embeddings or lower")
+            raise BertError(
+                f"samples are up to {meta['max_seq_length']} tokens but the model has "
+                f"max_position_embeddings={positions}{fix} samples.max_seq_length"
+            )
+        inputs = cls(SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
+                     int(meta.get("max_seq_length", 0)), tokens, model_config, init)
+        if not config.phase2.enabled:
+            return inputs
+        length = config.phase2.max_seq_length
+        if length > positions:  # one model for both phases: built for the longer one
+            fix = ("lower phase2.max_seq_length" if init else
+                   "raise model.max_position_embeddings (phase 1 trains with it from its first "
+                   "step) or lower phase2.max_seq_length")
+            owner = "the model of model.init_from" if init else "the model"
+            raise BertError(f"phase2.max_seq_length is {length} but {owner} has "
+                            f"max_position_embeddings={positions}: {fix}")
+        folder = paths.phase2_samples
+        rebuild = "rebuild the samples with `bert samples` (dvc repro does) with phase2 on"
+        if not (folder / "meta.json").is_file():
+            raise BertError(f"phase2.enabled, but {paths.samples} holds no samples of phase 2 "
+                            f"({PHASE2_DIR}/): {rebuild}")
+        check_vocab(folder, paths.vocab)
+        built = read_meta(folder).get("max_seq_length")
+        if built != length:
+            raise BertError(f"the samples of phase 2 in {folder} are up to {built} tokens, "
+                            f"phase2.max_seq_length is {length}: {rebuild}")
+        return dataclasses.replace(inputs, phase2_train=SampleStore(folder / "train"),
+                                   phase2_val=SampleStore(folder / "val"))
