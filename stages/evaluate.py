@@ -1,4 +1,6 @@
 """`bert evaluate`: held-out MLM and NSP metrics of the pretrained model, with fixed masks.
+With BERT's second phase on (samples in `phase2/` of the samples folder), it scores the
+model at both lengths: at the second under `length_<N>` in both files.
 
 Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
 `metrics/eval_details.json` (the baselines they are read against, and how much was scored),
@@ -14,14 +16,16 @@ from pathlib import Path
 
 import click
 
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import SampleStore, check_vocab
+from bertcore.data.samples.store import SampleStore, check_vocab, phase2_samples, read_meta
 from bertcore.training.batches import eval_batches
 from bertcore.training.devices import resolve_device, resolve_precision
-from bertcore.training.evaluation import EvalConfig, evaluate
+from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.nsp_baseline import bag_of_words_nsp
+from bertcore.training.phases import scaled_masking
 from stages.downstream import pretraining_run
 from stages.options import (
     file_option,
@@ -56,9 +60,11 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     tracking = parse_section(params, "tracking", TrackingConfig)
     samples_dir, model_dir = Path(samples_dir), Path(model_dir)
     check_vocab(samples_dir, vocab_dir)
-    store = SampleStore(samples_dir / "val")
-    if not len(store):
+    if not len(SampleStore(samples_dir / "val")):
         raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
+    longer = phase2_samples(samples_dir)
+    if longer is not None:
+        check_vocab(longer, vocab_dir)
     model, tokens = load_pretrained(model_dir, vocab_dir)
     tracker, step, why_not = pretraining_run(tracking, model_dir)
     if why_not:  # say so rather than stay silent
@@ -66,21 +72,21 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
                     out_file)
 
     target = resolve_device(device)
-    collator = PretrainingCollator(masking, VocabSpec.from_tokens(tokens), seed=config.seed)
-    metrics = evaluate(
-        model.to(target),
-        eval_batches(store, collator, config.batch_size),
-        target,
-        autocast_dtype=resolve_precision("auto", target),
-    )
-    context = metrics.context()
-    train_store = samples_dir / "train"
-    if train_store.is_dir() and len(SampleStore(train_store)):  # words alone, no model
-        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(SampleStore(train_store), store)
-    files = write_report(out_file, metrics.scores(), context)
+    model = model.to(target)
+    vocab = VocabSpec.from_tokens(tokens)
+    metrics, context = _score(model, samples_dir, masking, vocab, config.batch_size,
+                              config.seed, target)
+    scores = metrics.scores()
+    if longer is not None:  # BERT's second phase: its length too, with its MLM slots
+        base, length = (read_meta(d)["max_seq_length"] for d in (samples_dir, longer))
+        at_length, context[f"length_{length}"] = _score(
+            model, longer, scaled_masking(masking, base, length), vocab, config.batch_size,
+            config.seed, target)
+        scores[f"length_{length}"] = at_length.scores()
+    files = write_report(out_file, scores, context)
     if tracker:
-        track_report(tracker, files, {f"eval_{k}": v for k, v in metrics.scores().items()},
-                     context, step=step, tag_prefix="eval.")
+        results = {f"eval_{k}".replace(".", "_"): v for k, v in flatten(scores).items()}
+        track_report(tracker, files, results, context, step=step, tag_prefix="eval.")
     words = context.get("nsp_bag_of_words_accuracy")
     click.echo(
         f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
@@ -89,3 +95,23 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
         + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}",
         err=True,
     )
+    for key, value in scores.items():
+        if isinstance(value, dict):  # another length
+            click.echo(f"evaluate ({key.replace('_', ' ')}): MLM accuracy "
+                       f"{value['mlm_accuracy']:.4f}, NSP accuracy {value['nsp_accuracy']:.4f}",
+                       err=True)
+
+
+def _score(model, samples_dir: Path, masking: MaskingConfig, vocab: VocabSpec, batch_size: int,
+           seed: int, device) -> tuple[EvalMetrics, dict]:
+    """The val split of one samples folder, with fixed masks: the metrics, and what they are
+    read against (baselines, counts, the bag-of-words NSP on the words alone)."""
+    collator = PretrainingCollator(masking, vocab, seed=seed)
+    store = SampleStore(samples_dir / "val")
+    metrics = evaluate(model, eval_batches(store, collator, batch_size), device,
+                       autocast_dtype=resolve_precision("auto", device))
+    context = metrics.context()
+    train_store = samples_dir / "train"
+    if train_store.is_dir() and len(SampleStore(train_store)):  # words alone, no model
+        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(SampleStore(train_store), store)
+    return metrics, context
