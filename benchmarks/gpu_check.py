@@ -15,6 +15,8 @@ The parts, the essential ones first; a part starts only if its estimate fits the
   step_s128_compiled  ours compiled (fullgraph) vs transformers compiled
   datapath            host syncs of `fit` fed by pinned batches of the real samples, with the
                       compiled model of step_s128_compiled (eager if it did not run)
+  phase2_cuda         BERT's two phases: samples at 512 too, phase 1 then a short phase 2 at
+                      512 from its end, a checkpoint in each, phase 2 extended (resumed)
   step_s512_eager     step_s128_eager at sequence 512 (BERT's second phase)
   step_s512_compiled  step_s128_compiled at sequence 512
 
@@ -53,6 +55,7 @@ class Sizes:
     ddp_steps: int
     fp16_steps: int
     datapath_steps: int
+    phase2: tuple[int, int, int, int]  # length, steps of each phase, phase 2's batch
     estimate: dict[str, float]  # seconds per part before anything was measured
     overrides: list[str] = field(default_factory=list)
 
@@ -62,16 +65,16 @@ GPU = Sizes(short=StepSizes("base", 30522, 128, 256, warmup=3, rounds=6, per_rou
             long=StepSizes("base", 30522, 512, 64, warmup=3, rounds=6, per_round=3,
                            sync_steps=6),
             matmul=8192, backend="inductor", pretrain=(100, 150), resume_steps=20,
-            ddp_steps=20, fp16_steps=20, datapath_steps=30,
+            ddp_steps=20, fp16_steps=20, datapath_steps=30, phase2=(512, 20, 20, 16),
             estimate=dict(device=10, data=30, pretrain=45, resume=15, ddp=45, step=30,
-                          fp16=20, compile=75, datapath=25))
+                          fp16=20, compile=75, datapath=25, phase2=50))
 DRY = Sizes(short=StepSizes("tiny", 2000, 32, 8, warmup=2, rounds=2, per_round=1,
                             sync_steps=2),
             long=StepSizes("tiny", 2000, 64, 4, warmup=2, rounds=2, per_round=1, sync_steps=2),
             matmul=256, backend="aot_eager", pretrain=(6, 8), resume_steps=4, ddp_steps=4,
-            fp16_steps=4, datapath_steps=4,
+            fp16_steps=4, datapath_steps=4, phase2=(512, 4, 4, 4),
             estimate=dict(device=5, data=15, pretrain=15, resume=10, ddp=20, step=10, fp16=10,
-                          compile=5, datapath=10),
+                          compile=5, datapath=10, phase2=20),
             overrides=["samples.dupe_factor=1", "vocab.vocab_size=2000",
                        "model.hidden_size=32", "model.num_hidden_layers=1",
                        "model.intermediate_size=64", "train.batch_size=8"])
@@ -194,6 +197,9 @@ class DeviceCheck:
             Part(f"{short}_compiled", lambda: self.step(s.short, True),
                  lambda: 2 * self.compile_estimate(False) + e["step"]),
             Part("datapath", self.datapath, fixed(e["datapath"])),
+            Part(f"phase2_{self.kind}", lambda: pipe().phase2(s.phase2[0], s.phase2[1:3],
+                                                             s.phase2[3], s.phase2[1] // 2),
+                 fixed(e["phase2"])),
             Part(f"{long}_eager", lambda: self.step(s.long, False), fixed(e["step"])),
             Part(f"{long}_compiled", lambda: self.step(s.long, True),
                  lambda: 2 * self.compile_estimate(True) + e["step"]),

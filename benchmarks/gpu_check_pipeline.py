@@ -1,6 +1,7 @@
 """The device check's pipeline parts, run in its work folder: the data stages, `bert pretrain` on
 the device with a checkpoint and an extension, a stop-and-resume against a straight run, DDP
-under torchrun, fp16 with a GradScaler, and the host syncs of `fit` over the real data path.
+under torchrun, fp16 with a GradScaler, the host syncs of `fit` over the real data path, and
+BERT's two phases (a short phase 2 at 512 tokens).
 
 `bert ...` runs in this process, through the CLI's own code; a SIGTERM that the training loop
 turned into an interruption comes back as a Stop (see gpu_check_run), and so does one that its
@@ -130,6 +131,33 @@ class Pipeline:
         done = read_json("metrics/ddp.json")
         assert done["steps"] == steps and math.isfinite(done["train"]["loss"]), done
         return f"loss {done['train']['loss']:.3f} at {steps}"
+
+    def phase2(self, length: int, steps: tuple[int, int], batch: int, extend: int) -> str:
+        """BERT's second phase on the device: the samples at `length` too, then phase 1 and
+        phase 2 from its end (`steps` each) with a checkpoint in each, then phase 2 extended by
+        `extend` steps (resumed from its last checkpoint), in a folder of its own."""
+        first, second = steps
+        on = ["--set", "phase2.enabled=true", "--set", f"phase2.max_seq_length={length}",
+              "--set", f"phase2.batch_size={batch}", "--set", "phase2.warmup_steps=2"]
+        run = ["--samples", "data/two_phase_samples", "--checkpoints", "models/phase2_checkpoints",
+               "--out", "models/phase2_pretrained", "--metrics", "metrics/phase2.json",
+               "--log", "metrics/phase2_log.tsv", "--eval-log", "metrics/phase2_eval.tsv",
+               "--set", f"train.max_steps={first}", "--set", f"train.checkpoint_every={first // 2}",
+               "--set", f"train.eval_every={first // 2}"]
+        self.bert("samples", *self.common, *on, "--out", "data/two_phase_samples",
+                  "--metrics", "metrics/two_phase_samples.json")
+        logged = self.bert("pretrain", *self.common, *on, *run,
+                           "--set", f"phase2.max_steps={second}")
+        assert f"phase 2: steps {first + 1}-{first + second}" in logged, logged[-3000:]
+        done = read_json("metrics/phase2.json")
+        assert done["steps"] == first + second and math.isfinite(done["train"]["loss"]), done
+        assert read_json("metrics/phase2_details.json")["skipped_steps"] == 0
+        logged = self.bert("pretrain", *self.common, *on, *run,
+                           "--set", f"phase2.max_steps={second + extend}")
+        total = first + second + extend
+        assert f"step {first + second} of {total}, phase 2" in logged, logged[-3000:]
+        assert read_json("metrics/phase2.json")["steps"] == total
+        return f"loss {done['train']['loss']:.3f} at {first + second} (phase 2 at {length})"
 
     def fp16(self, steps: int) -> str:
         self.bert("pretrain", *self.common, "--checkpoints", "models/fp16_checkpoints",

@@ -40,7 +40,7 @@ SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 ENV = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 # the dry run's parts, in their order (device comes first in every run)
 PARTS = ["data", "pretrain_cpu", "resume_cpu", "ddp_gloo", "step_s32_eager", "fp16",
-         "step_s32_compiled", "datapath", "step_s64_eager", "step_s64_compiled"]
+         "step_s32_compiled", "datapath", "phase2_cpu", "step_s64_eager", "step_s64_compiled"]
 
 
 LAUNCHED: list[subprocess.Popen] = []
