@@ -31,10 +31,15 @@ from bertcore.data.samples.config import Phase2Samples
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.resume import LENGTH, ResumePlan, plan_resume, samples_fingerprint
+from bertcore.training.resume import (
+    LENGTH,
+    PHASE1,
+    ResumePlan,
+    plan_resume,
+    samples_fingerprint,
+)
 
 PHASE_KEY = "phase"  # in a phase-2 checkpoint's meta.json: 2 (phase 1's have no such key)
-PHASE1 = "phase1"  # the fingerprint of phase 1 that a phase-2 checkpoint continues
 
 
 @dataclass(frozen=True)

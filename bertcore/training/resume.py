@@ -25,9 +25,10 @@ from bertcore.training.checkpoint import Checkpoint
 SAMPLE_ARRAYS = ("input_ids", "offsets", "segment_b_start", "is_random_next")
 LENGTH = "length"  # the fingerprint that may change without starting fresh
 INIT_MODEL = "init_model"  # present only for runs that start from an existing model
+PHASE1 = "phase1"  # BERT's second phase: the phase 1 it continues (bertcore.training.phases)
 # How a notice names a fingerprint that changed (others by their key).
 NAMES = {INIT_MODEL: "initial model (the content of model.init_from)",
-         "phase1": "phase 1 (its params, data or length)"}
+         PHASE1: "phase 1 (its params, data or length)"}
 
 
 def samples_fingerprint(samples_dir: str | Path) -> str:
