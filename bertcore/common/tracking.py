@@ -114,6 +114,15 @@ def _check_writable(uri: str) -> None:
         )
 
 
+def _open_store(uri: str) -> None:
+    """Before any MLflow call: HTTP timeouts that fail in seconds, and one line now for a
+    store that cannot answer or be written."""
+    for key, value in _HTTP_DEFAULTS.items():
+        os.environ.setdefault(key, value)
+    _check_reachable(uri)
+    _check_writable(uri)
+
+
 class Tracker:
     """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make."""
 
@@ -139,10 +148,7 @@ class Tracker:
         `params` are logged only on a new run: MLflow forbids changing a logged param, and a
         resumed run already has them.
         """
-        for key, value in _HTTP_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-        _check_reachable(uri)
-        _check_writable(uri)
+        _open_store(uri)
         from mlflow.entities import Param, RunTag
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
@@ -192,10 +198,7 @@ class Tracker:
     def attach(cls, uri: str, run_id: str) -> Tracker | None:
         """The existing run `run_id`, to add to it (evaluation after training); None, with a
         warning, when the store no longer has it. An unreachable store is a BertError."""
-        for key, value in _HTTP_DEFAULTS.items():
-            os.environ.setdefault(key, value)
-        _check_reachable(uri)
-        _check_writable(uri)
+        _open_store(uri)
         from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
@@ -218,10 +221,7 @@ class Tracker:
         none. An unreachable store is a BertError."""
         if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
             return None  # no store yet, so no run: do not create one just to look
-        for key, default in _HTTP_DEFAULTS.items():
-            os.environ.setdefault(key, default)
-        _check_reachable(uri)
-        _check_writable(uri)
+        _open_store(uri)
         from mlflow.tracking import MlflowClient
 
         try:

@@ -9,8 +9,11 @@ a uniform 4.85), while counting left and right neighbours alone predicts 0.32. S
 heads on their neighbours skips that plateau. Val MLM accuracy after 600 steps of the default
 params, BERT's init -> this one: news 0.138 -> 0.221, Python docs 0.132 -> 0.190, six licence
 texts 0.118 -> 0.318, a novel 0.131 -> 0.214, Chinese 0.163 -> 0.303, Node.js docs 0.186 ->
-0.367. The cost: NSP learns less in a short run ([CLS] starts on a few positions instead of
-the whole pair): news, 1500 steps, NSP 0.558 against 0.615 with BERT's init (944 val pairs).
+0.367. The cost, why it is off by default (`model.local_attention_init: false`): NSP stays
+near chance in a short run ([CLS] starts on a few positions instead of the whole pair; news,
+1500 steps, NSP 0.558 against 0.615 with BERT's init on 944 val pairs), and the encoder it
+gives fine-tunes no better than one from scratch (docs/defaults.md). It is kept as an option
+for who wants MLM first, and it was only ever measured on BERT-tiny.
 
 How (only the initial weights change: the architecture is BERT's, training is free to move
 them, and the exported model loads in transformers like any other):
