@@ -19,7 +19,7 @@ import click
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import SampleStore, check_vocab, phase2_samples, read_meta
+from bertcore.data.samples.store import SampleStore, check_vocab, phase2_samples
 from bertcore.training.batches import eval_batches
 from bertcore.training.devices import resolve_device, resolve_precision
 from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate
@@ -59,12 +59,12 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     config = parse_section(params, "eval", EvalConfig)
     tracking = parse_section(params, "tracking", TrackingConfig)
     samples_dir, model_dir = Path(samples_dir), Path(model_dir)
-    check_vocab(samples_dir, vocab_dir)
-    if not len(SampleStore(samples_dir / "val")):
+    base = check_vocab(samples_dir, vocab_dir).get("max_seq_length")
+    val = SampleStore(samples_dir / "val")
+    if not len(val):
         raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
-    longer = phase2_samples(samples_dir)
-    if longer is not None:
-        check_vocab(longer, vocab_dir)
+    longer = phase2_samples(samples_dir)  # BERT's second phase: its samples too
+    length = check_vocab(longer, vocab_dir)["max_seq_length"] if longer else None
     model, tokens = load_pretrained(model_dir, vocab_dir)
     tracker, step, why_not = pretraining_run(tracking, model_dir)
     if why_not:  # say so rather than stay silent
@@ -74,14 +74,13 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     target = resolve_device(device)
     model = model.to(target)
     vocab = VocabSpec.from_tokens(tokens)
-    metrics, context = _score(model, samples_dir, masking, vocab, config.batch_size,
+    metrics, context = _score(model, val, samples_dir, masking, vocab, config.batch_size,
                               config.seed, target)
     scores = metrics.scores()
-    if longer is not None:  # BERT's second phase: its length too, with its MLM slots
-        base, length = (read_meta(d)["max_seq_length"] for d in (samples_dir, longer))
+    if longer is not None:  # at phase 2's length too, with its MLM slots
         at_length, context[f"length_{length}"] = _score(
-            model, longer, scaled_masking(masking, base, length), vocab, config.batch_size,
-            config.seed, target)
+            model, SampleStore(longer / "val"), longer, scaled_masking(masking, base, length),
+            vocab, config.batch_size, config.seed, target)
         scores[f"length_{length}"] = at_length.scores()
     files = write_report(out_file, scores, context)
     if tracker:
@@ -95,23 +94,20 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
         + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}",
         err=True,
     )
-    for key, value in scores.items():
-        if isinstance(value, dict):  # another length
-            click.echo(f"evaluate ({key.replace('_', ' ')}): MLM accuracy "
-                       f"{value['mlm_accuracy']:.4f}, NSP accuracy {value['nsp_accuracy']:.4f}",
-                       err=True)
+    if longer is not None:
+        click.echo(f"evaluate (length {length}): MLM accuracy {at_length.mlm_accuracy:.4f}, "
+                   f"NSP accuracy {at_length.nsp_accuracy:.4f}", err=True)
 
 
-def _score(model, samples_dir: Path, masking: MaskingConfig, vocab: VocabSpec, batch_size: int,
-           seed: int, device) -> tuple[EvalMetrics, dict]:
-    """The val split of one samples folder, with fixed masks: the metrics, and what they are
+def _score(model, val: SampleStore, samples_dir: Path, masking: MaskingConfig, vocab: VocabSpec,
+           batch_size: int, seed: int, device) -> tuple[EvalMetrics, dict]:
+    """The val split `val` of `samples_dir`, with fixed masks: the metrics, and what they are
     read against (baselines, counts, the bag-of-words NSP on the words alone)."""
     collator = PretrainingCollator(masking, vocab, seed=seed)
-    store = SampleStore(samples_dir / "val")
-    metrics = evaluate(model, eval_batches(store, collator, batch_size), device,
+    metrics = evaluate(model, eval_batches(val, collator, batch_size), device,
                        autocast_dtype=resolve_precision("auto", device))
     context = metrics.context()
-    train_store = samples_dir / "train"
-    if train_store.is_dir() and len(SampleStore(train_store)):  # words alone, no model
-        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(SampleStore(train_store), store)
+    train = SampleStore(samples_dir / "train") if (samples_dir / "train").is_dir() else None
+    if train is not None and len(train):  # words alone, no model
+        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(train, val)
     return metrics, context

@@ -102,9 +102,10 @@ def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
     if not directory.is_dir():
         raise BertError(f"model directory not found: {model_dir}")
     hf.weights_path(directory)  # fails early, before the tokenizer, with its own message
-    tokenizer = model_tokenizer(directory, Path(vocab_dir) if vocab_dir else None,
-                                hf.read_config(directory), trained_with(directory))
-    model = hf.load_model(directory, strict=False).eval()
+    config = hf.read_config(directory)
+    tokenizer = model_tokenizer(directory, Path(vocab_dir) if vocab_dir else None, config,
+                                trained_with(directory))
+    model = hf.load_model(directory, strict=False, config=config).eval()
     needed = ("mlm_head.",) if head == "mlm" else ("pooler.", "nsp_head.")
     if any(name.startswith(needed) for name in model.missing_weights):
         raise BertError(f"{model_dir} has no {head.upper()} head weights: use a pretraining model")

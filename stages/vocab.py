@@ -14,7 +14,7 @@ from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import AUTO, AUTO_MIN_COUNT, TRAIN, VocabConfig
 from bertcore.data.vocab.coverage import vocab_coverage
-from bertcore.data.vocab.existing import load_source_vocabulary
+from bertcore.data.vocab.existing import CONFIGURED_RULES, load_source_vocabulary
 from bertcore.data.vocab.files import casing_rules, save_vocab
 from bertcore.data.vocab.training import LineBatches, auto_vocab_size, train_tokenizer
 from stages.dvcdeps import warn_unless_a_dep
@@ -40,7 +40,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
     if next(iter(LineBatches(train, batch_size=1)), None) is None:
         raise BertError(f"{train} holds no text: check corpus.source and rerun `bert corpus`")
     if config.source == TRAIN:
-        origin = {"source": TRAIN, "casing_from": "vocab.lowercase / vocab.strip_accents"}
+        origin = {"source": TRAIN, "casing_from": CONFIGURED_RULES}
         if config.vocab_size == AUTO:
             size, frequent = auto_vocab_size(LineBatches(train), config)
             config = dataclasses.replace(config, vocab_size=size)

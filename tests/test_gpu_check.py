@@ -311,12 +311,23 @@ def test_a_stop_marks_the_running_part_and_leaves_the_rest(tmp_path, raised, sta
 
 
 def test_signals_raise_stop_once_even_when_another_handler_took_them():
-    with StopSignals(Deadline(600)) as signals:
+    with StopSignals(Deadline(600)):
         with pytest.raises(Stop) as info:
             os.kill(os.getpid(), signal.SIGTERM)
             time.sleep(30)  # the handler raises first
         assert info.value.reason == "SIGTERM" and info.value.status == "stopped"
         os.kill(os.getpid(), signal.SIGTERM)  # while stopping: noted only
+
+    def stopped_after(first) -> dict[str, str]:
+        """Run `first`, then a part that does nothing, until SIGTERM stops the check: the
+        statuses of both."""
+        record = CheckRecord("gpu_check", Deadline(600))
+        parts = [Part("a", first, lambda: 1), Part("b", lambda: "", lambda: 1)]
+        record.plan(["a", "b"])
+        with StopSignals(record.deadline) as signals, pytest.raises(Stop, match="SIGTERM"):
+            run_parts(parts, record, signals, say=lambda line: None)
+        return {n: o.status for n, o in record.parts.items()}
+
     # a part whose own handler takes SIGTERM (as the training loop's) and finishes: the check
     # stops after it, not at its deadline
     taken = []
@@ -327,13 +338,8 @@ def test_signals_raise_stop_once_even_when_another_handler_took_them():
         signal.signal(signal.SIGTERM, previous)
         return "finished"
 
-    record = CheckRecord("gpu_check", Deadline(600))
-    parts = [Part("a", finishing_despite_sigterm, lambda: 1), Part("b", lambda: "", lambda: 1)]
-    record.plan(["a", "b"])
-    with StopSignals(record.deadline) as signals, pytest.raises(Stop, match="SIGTERM"):
-        run_parts(parts, record, signals, say=lambda line: None)
+    assert stopped_after(finishing_despite_sigterm) == {"a": "ok", "b": "not_run"}
     assert taken == [signal.SIGTERM]
-    assert {n: o.status for n, o in record.parts.items()} == {"a": "ok", "b": "not_run"}
     # a part whose code swallows our Stop (`except BaseException`): the next boundary raises it
     def swallowing() -> str:
         try:
@@ -342,12 +348,7 @@ def test_signals_raise_stop_once_even_when_another_handler_took_them():
         except BaseException:  # as careless code might
             return "carried on"
 
-    record = CheckRecord("gpu_check", Deadline(600))
-    parts = [Part("a", swallowing, lambda: 1), Part("b", lambda: "", lambda: 1)]
-    record.plan(["a", "b"])
-    with StopSignals(record.deadline) as signals, pytest.raises(Stop, match="SIGTERM"):
-        run_parts(parts, record, signals, say=lambda line: None)
-    assert {n: o.status for n, o in record.parts.items()} == {"a": "ok", "b": "not_run"}
+    assert stopped_after(swallowing) == {"a": "ok", "b": "not_run"}
     with StopSignals(Deadline(0.05)), pytest.raises(Stop, match="deadline"):
         time.sleep(30)  # SIGALRM at the deadline interrupts whatever runs
 

@@ -60,6 +60,11 @@ def sqlite_uri(path: str | os.PathLike) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
 
+def _sqlite_path(uri: str) -> Path | None:
+    """The database file of a `sqlite:///` URI; None for any other store."""
+    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
+
+
 def git_commit(repo: str | os.PathLike) -> str | None:
     """The commit checked out in `repo` (None outside git)."""
     try:
@@ -92,9 +97,9 @@ def _check_reachable(uri: str) -> None:
 def _check_writable(uri: str) -> None:
     """Fail at once when a SQLite store cannot be written (MLflow would retry, then fail
     with a database traceback). SQLite writes the database file and a journal beside it."""
-    if not uri.startswith("sqlite:///"):
+    database = _sqlite_path(uri)
+    if database is None:
         return
-    database = Path(uri[len("sqlite:///") :])
     problem = None
     try:
         if database.exists():
@@ -219,7 +224,8 @@ class Tracker:
         """The latest active run, in any experiment of the store, whose tag `tag` is `value`
         (e.g. the run that wrote a model, by the sha256 of its weights); None when there is
         none. An unreachable store is a BertError."""
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):]).exists():
+        database = _sqlite_path(uri)
+        if database is not None and not database.exists():
             return None  # no store yet, so no run: do not create one just to look
         _open_store(uri)
         from mlflow.tracking import MlflowClient
@@ -329,9 +335,9 @@ class Tracker:
 def _artifact_location(uri: str) -> str | None:
     """Artifacts of a SQLite store go next to the database file (MLflow's default is
     `./mlruns` under the current directory, which a `dvc exp run --temp` copy throws away)."""
-    if not uri.startswith("sqlite:///"):
+    database = _sqlite_path(uri)
+    if database is None:
         return None
-    database = Path(uri[len("sqlite:///") :])
     return (database.parent / "mlartifacts").resolve().as_uri()
 
 

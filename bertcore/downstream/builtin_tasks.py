@@ -156,7 +156,8 @@ def same_document_groups(documents: list[list[str]], rng: random.Random) -> list
         for i, sentence in enumerate(doc):
             far = [j for j in range(len(doc)) if abs(j - i) > 1] or [j for j in range(len(doc))
                                                                      if j != i]
-            other = usable[rng.choice([k for k in range(len(usable)) if k != d])]
+            k = rng.randrange(len(usable) - 1)  # any document but this one (the same draw
+            other = usable[k + (k >= d)]         # as rng.choice of the list without d)
             groups.append([Example(sentence, doc[rng.choice(far)], "same"),
                            Example(sentence, rng.choice(other), "different")])
     return groups

@@ -234,7 +234,7 @@ def throughput(
     device: torch.device,
     steps: int,
     rounds: int = 5,
-) -> dict[str, dict[str, float]]:
+) -> dict[str, dict[str, list[float]]]:
     """Sequences per second of an eval forward (no grad) and of a training step (forward,
     backward, AdamW) for each model on the same batch, per round: {name: {kind: [rounds]}}.
     Rounds of `steps` steps alternate between the models, so round i of every model ran at

@@ -228,22 +228,23 @@ class CheckpointDir:
         bytes there (an MLflow run id is random)."""
         return self.root.parent / f".{self.root.name}.runs.json"
 
-    def run_id(self, ckpt: Checkpoint) -> str | None:
-        """The MLflow run that wrote `ckpt`; None when none is recorded."""
+    def _recorded_runs(self) -> dict[str, str]:
+        """Checkpoint name -> MLflow run id, as recorded ({} when the file is missing or
+        unreadable)."""
         try:
             runs = json.loads(self.runs_file.read_text(encoding="utf-8"))
         except (OSError, ValueError):
-            return None
-        return runs.get(ckpt.path.name) if isinstance(runs, dict) else None
+            return {}
+        return runs if isinstance(runs, dict) else {}
+
+    def run_id(self, ckpt: Checkpoint) -> str | None:
+        """The MLflow run that wrote `ckpt`; None when none is recorded."""
+        return self._recorded_runs().get(ckpt.path.name)
 
     def record_run(self, path: Path, run_id: str) -> None:
         """Note that MLflow run `run_id` wrote checkpoint `path` (entries of checkpoints
         that are gone are dropped)."""
-        try:
-            runs = json.loads(self.runs_file.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            runs = {}
-        runs = {name: run for name, run in (runs if isinstance(runs, dict) else {}).items()
+        runs = {name: run for name, run in self._recorded_runs().items()
                 if (self.root / name).is_dir()}
         write_json(self.runs_file, {**runs, path.name: run_id})
 

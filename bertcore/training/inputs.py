@@ -11,7 +11,7 @@ from typing import Any
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab, read_meta
+from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig
 from bertcore.model.config import ModelParams
@@ -87,8 +87,7 @@ class PretrainInputs:
 
     @classmethod
     def open(cls, config: PretrainConfig, paths: PretrainPaths) -> PretrainInputs:
-        meta = read_meta(paths.samples)
-        check_vocab(paths.samples, paths.vocab)
+        meta = check_vocab(paths.samples, paths.vocab)
         tokens = read_vocab(paths.vocab)
         init = InitModel.open(config.model) if config.model.init_from else None
         if init is not None:
@@ -121,8 +120,7 @@ class PretrainInputs:
         if not (folder / "meta.json").is_file():
             raise BertError(f"phase2.enabled, but {paths.samples} holds no samples of phase 2 "
                             f"({PHASE2_DIR}/): {rebuild}")
-        check_vocab(folder, paths.vocab)
-        built = read_meta(folder).get("max_seq_length")
+        built = check_vocab(folder, paths.vocab).get("max_seq_length")
         if built != length:
             raise BertError(f"the samples of phase 2 in {folder} are up to {built} tokens, "
                             f"phase2.max_seq_length is {length}: {rebuild}")

@@ -117,6 +117,10 @@ def phase_of(checkpoint: Checkpoint) -> int:
     return int(checkpoint.meta.get(PHASE_KEY, 1))
 
 
+def in_phase1(checkpoint: Checkpoint) -> bool:
+    return phase_of(checkpoint) == 1
+
+
 @dataclass(frozen=True)
 class PhaseKey:
     """What identifies a phase's checkpoints and where the phase ends."""
@@ -136,11 +140,12 @@ class RunPlan:
     notices: tuple[str, ...] = ()
 
 
-def plan_run(checkpoints: CheckpointDir, phase1: PhaseKey,
+def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase1: PhaseKey,
              phase2: PhaseKey | None = None) -> RunPlan:
     """The latest phase-2 checkpoint made after this very phase 1 is resumed (or extended,
-    as `plan_resume` decides); failing that, phase 1 resumes or starts as it would alone (a
-    run whose phase 1 is done then goes straight on to phase 2, from its last checkpoint)."""
+    as `plan_resume` decides); failing that, phase 1 resumes from `phase1_latest` (the latest
+    phase-1 checkpoint, looked up once by the caller) or starts as it would alone (a run whose
+    phase 1 is done then goes straight on to phase 2, from its last checkpoint)."""
     notices = []
     if phase2 is not None:
         latest = checkpoints.latest(where=lambda c: phase_of(c) == 2)
@@ -150,16 +155,19 @@ def plan_run(checkpoints: CheckpointDir, phase1: PhaseKey,
         if plan.notice:
             notices.append(plan.notice.replace("starting fresh",
                                                "phase 2 starts over from phase 1's end"))
-    latest = checkpoints.latest(where=lambda c: phase_of(c) == 1)
-    plan = plan_resume(latest, phase1.fingerprints, phase1.params, phase1.total_steps)
+    plan = plan_resume(phase1_latest, phase1.fingerprints, phase1.params, phase1.total_steps)
     return RunPlan(1, plan, tuple(notices))
 
 
+def ends_phase1(checkpoint: Checkpoint | None, phase1: PhaseKey) -> bool:
+    """Whether `checkpoint` is phase 1's last: at its last step, made with its fingerprints."""
+    return (checkpoint is not None and in_phase1(checkpoint)
+            and checkpoint.step == phase1.total_steps
+            and checkpoint.fingerprints == phase1.fingerprints)
+
+
 def boundary(checkpoints: CheckpointDir, phase1: PhaseKey) -> Checkpoint | None:
-    """Phase 1's last checkpoint, which phase 2 starts from: at its last step, made with
-    its fingerprints (None when there is none)."""
-    found = checkpoints.latest(where=lambda c: phase_of(c) == 1)
-    if (found is None or found.step != phase1.total_steps
-            or found.fingerprints != phase1.fingerprints):
-        return None
-    return found
+    """Phase 1's last checkpoint, which phase 2 starts from, read from the folder now (phase 1
+    may have ended in this very run); None when there is none."""
+    found = checkpoints.latest(where=in_phase1)
+    return found if ends_phase1(found, phase1) else None

@@ -45,9 +45,10 @@ from bertcore.training.phases import (
     PhaseKey,
     RunPlan,
     boundary,
+    ends_phase1,
     first_epoch,
+    in_phase1,
     phase2_fingerprints,
-    phase_of,
     plan_run,
     scaled_masking,
 )
@@ -198,6 +199,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
                                     configured_steps, init_model=init_hash,
                                     max_minutes=train.max_minutes)
     checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
+    phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
     budget = None
     total_steps = configured_steps
     if train.max_minutes is not None:  # (never with phase 2: PretrainConfig refuses it)
@@ -207,8 +209,8 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
         budget = TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size,
                             train.eval_every, val_sequences)
         # A budget run resumed from a checkpoint re-plans its end from the timing it recorded.
-        latest = checkpoints.latest(where=lambda c: phase_of(c) == 1)
-        timing = StepTiming.from_dict(latest.meta.get("step_timing")) if latest else None
+        timing = (StepTiming.from_dict(phase1_latest.meta.get("step_timing"))
+                  if phase1_latest else None)
         total_steps = budget.total(configured_steps, timing) if timing else configured_steps
     first = Phase(1, inputs.max_seq_length, train, config.masking, batches, inputs.val_store,
                   PhaseStart(), PhaseKey(fingerprints, config.optimisation(), total_steps),
@@ -216,7 +218,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
                    "world_size": dist.world_size})
     second = _second_phase(config, inputs, paths, first, vocab, dist, device) if (
         config.phase2.enabled) else None
-    plan = plan_run(checkpoints, first.key, second.key if second else None)
+    plan = plan_run(checkpoints, phase1_latest, first.key, second.key if second else None)
     if dist.is_main:
         for notice in plan.notices:
             log.warning("%s", notice)
@@ -225,9 +227,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     resume = plan.resume.checkpoint
     # Phase 1 ended in an earlier run and phase 2 begins now (turned on since, or its params
     # changed): this run goes straight to phase 2, from phase 1's last checkpoint.
-    phase1_done = (resume is not None and resume.step == first.key.total_steps
-                   and resume.fingerprints == first.key.fingerprints)
-    starts_phase2 = second is not None and plan.phase == 1 and phase1_done
+    starts_phase2 = second is not None and plan.phase == 1 and ends_phase1(resume, first.key)
 
     # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
     # then a different dropout stream per process. From model.init_from (read by rank 0 alone:

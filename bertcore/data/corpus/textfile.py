@@ -115,24 +115,25 @@ def bom_encoding(head: bytes) -> str:
 
 def read_head(handle, path: Path) -> bytes:
     """The first SNIFF_BYTES of a stream (to tell text from binary, and lines from prose)."""
-    with _reading(path):
+    try:
         return handle.read(SNIFF_BYTES)
+    except (UnicodeError, *_DECOMPRESS_ERRORS) as exc:
+        raise _read_error(path, exc) from None
 
 
 def read_line(handle, path: Path, limit: int = LINE_CHUNK_BYTES) -> bytes:
-    """The next line, or its next `limit` bytes (-1: the whole line); b"" at the end."""
-    with _reading(path):
-        return handle.readline(limit)
-
-
-@contextlib.contextmanager
-def _reading(path: Path) -> Iterator[None]:
-    """A disk or network error halfway through a file, or a damaged compressed file: one line."""
+    """The next line, or its next `limit` bytes (-1: the whole line); b"" at the end. (Called
+    once a line: a plain try, no context manager.)"""
     try:
-        yield
+        return handle.readline(limit)
     except (UnicodeError, *_DECOMPRESS_ERRORS) as exc:
-        detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
-        raise BertError(f"cannot read {path}: {detail}") from None
+        raise _read_error(path, exc) from None
+
+
+def _read_error(path: Path, exc: Exception) -> BertError:
+    """A disk or network error halfway through a file, or a damaged compressed file: one line."""
+    detail = getattr(exc, "strerror", None) or str(exc) or type(exc).__name__
+    return BertError(f"cannot read {path}: {detail}")
 
 
 class Utf8Check:
@@ -186,21 +187,20 @@ def utf8_lines(handle, check: Utf8Check, counts, advance: Advance) -> Iterator[P
     Invalid UTF-8 becomes U+FFFD and is counted (`invalid_utf8_sequences`), or stops the
     stage when the file is in another encoding (`Utf8Check`)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
-    invalid = 0
     while raw := read_line(handle, check.path):
         advance(len(raw))
         complete = raw.endswith(b"\n")
         text = decoder.decode(raw, final=False)
-        invalid += check.line(raw, text)
+        check.line(raw, text)
         yield (text.rstrip("\r\n") if complete else text), complete
     rest = decoder.decode(b"", final=True)
     if rest:
-        invalid += check.line(b"", rest)
+        check.line(b"", rest)
         yield rest, True
-    if invalid:
+    if check.invalid:  # the file's own check: it counted them all
         logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line %d)",
-                       check.path, invalid, check.first[0])
-        counts["invalid_utf8_sequences"] += invalid
+                       check.path, check.invalid, check.first[0])
+        counts["invalid_utf8_sequences"] += check.invalid
 
 
 def wide_lines(handle, encoding: str, path: Path, counts, advance: Advance) -> Iterator[Piece]:

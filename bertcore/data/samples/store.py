@@ -18,6 +18,7 @@ import hashlib
 import json
 import struct
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -106,17 +107,20 @@ def read_meta(samples_dir: str | Path) -> dict:
         raise BertError(f"{path} is not valid JSON: rerun `bert samples`") from None
 
 
-def check_vocab(samples_dir: str | Path, vocab_dir: str | Path) -> None:
-    """Raise BertError unless the samples were built with the vocabulary in `vocab_dir`."""
+def check_vocab(samples_dir: str | Path, vocab_dir: str | Path) -> dict[str, Any]:
+    """Raise BertError unless the samples were built with the vocabulary in `vocab_dir`;
+    returns their meta.json."""
     from bertcore.data.vocab.files import vocab_fingerprint
 
-    built_with = read_meta(samples_dir).get("vocab_fingerprint")
+    meta = read_meta(samples_dir)
+    built_with = meta.get("vocab_fingerprint")
     current = vocab_fingerprint(vocab_dir)
     if built_with != current:
         raise BertError(
             f"the samples in {samples_dir} were built with another vocabulary than {vocab_dir} "
             f"(fingerprint {str(built_with)[:12]} != {current[:12]}): rerun `bert samples`"
         )
+    return meta
 
 
 class SampleStore:
