@@ -56,10 +56,10 @@ def model_flops(config, batch: int, length: int) -> float:
     every token (padding too) and the vocabulary projection on every token."""
     import torch
 
-    from bertcore.model.bert import BertForPretraining
+    from bertcore.model.bert import BertPretrainingModel
 
     with torch.device("meta"):
-        params = BertForPretraining(config).num_parameters()
+        params = BertPretrainingModel(config).num_parameters()
     lookups = (config.max_position_embeddings + config.type_vocab_size) * config.hidden_size
     per_token = 6 * (params - lookups) + 12 * config.num_hidden_layers * length * config.hidden_size
     return per_token * batch * length

@@ -176,20 +176,20 @@ def tiny_trainer(device, **train):
     """A tiny model on the work folder's data, as the pretrain stage builds it."""
     from bertcore.data.samples.store import SampleStore
     from bertcore.data.vocab.files import read_vocab
-    from bertcore.model.bert import BertConfig, BertForPretraining
+    from bertcore.model.bert import BertConfig, BertPretrainingModel
     from bertcore.training.batches import PretrainingBatches
     from bertcore.training.config import TrainConfig
     from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-    from bertcore.training.step import Trainer
+    from bertcore.training.step import StepRunner
 
     tokens = read_vocab("data/vocab")
     config = TrainConfig(batch_size=8, warmup_steps=2, eval_every=0, checkpoint_every=0,
                          seed=3, **train)
-    model = BertForPretraining(BertConfig.from_preset("tiny", vocab_size=len(tokens)))
+    model = BertPretrainingModel(BertConfig.from_preset("tiny", vocab_size=len(tokens)))
     collator = PretrainingCollator(MaskingConfig(), VocabSpec.from_tokens(tokens), seed=3)
     batches = PretrainingBatches(SampleStore("data/samples/train"), collator, 8, 1, seed=3,
                                  pin_memory=device.type == "cuda")
-    return Trainer(model, config, batches, device=device)
+    return StepRunner(model, config, batches, device=device)
 
 
 def datapath_batches(device, batch_size: int, slots: int):

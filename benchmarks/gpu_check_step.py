@@ -2,7 +2,7 @@
 in one of two named comparisons: eager against eager, or compiled against compiled.
 
 - Same config, weights, batch and masks; fused AdamW, gradient clipping and bf16 autocast on
-  both sides. Ours is the trainer's own step (`Trainer.train_step`).
+  both sides. Ours is the trainer's own step (`StepRunner.train_step`).
 - Compiled: ours with fullgraph=True, so a graph break on this torch fails the check instead of
   running slower; transformers with fullgraph=True too when it traces as one graph, else with
   its graph breaks (said in the figures).
@@ -117,16 +117,16 @@ def new_trainer(config, sizes: StepSizes, bench: Bench, compiled: bool):
     compiled as `train.compile: fullgraph` does, with this run's backend."""
     import torch
 
-    from bertcore.model.bert import BertForPretraining
+    from bertcore.model.bert import BertPretrainingModel
     from bertcore.training.config import TrainConfig
-    from bertcore.training.step import Trainer, compile_model
+    from bertcore.training.step import StepRunner, compile_model
 
     torch.manual_seed(0)
     train = TrainConfig(max_steps=10**6, batch_size=sizes.batch, warmup_steps=0,
                         precision="bf16", learning_rate=1e-4, log_every=10**6, eval_every=0,
                         checkpoint_every=0, device=bench.device.type)
-    trainer = Trainer(BertForPretraining(config), train, SimpleNamespace(steps_per_epoch=10**6),
-                      device=bench.device)
+    trainer = StepRunner(BertPretrainingModel(config), train,
+                         SimpleNamespace(steps_per_epoch=10**6), device=bench.device)
     if compiled:
         trainer.model = compile_model(trainer.raw_model, "fullgraph", bench.backend)
     return trainer

@@ -19,7 +19,7 @@ import time
 
 import torch
 
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import to_hf_state_dict
 from bertcore.training.masking import labels_to_slots
 
@@ -140,7 +140,7 @@ def main() -> None:
 
     torch.manual_seed(0)
     config = BertConfig.from_preset(args.preset, vocab_size=args.vocab_size)
-    ours = BertForPretraining(config)
+    ours = BertPretrainingModel(config)
     hf_config = HFBertConfig(**config.to_dict())
     theirs = BertForPreTraining._from_config(hf_config, attn_implementation="sdpa")
     result = theirs.load_state_dict(

@@ -1,6 +1,6 @@
 """What BERT's second phase costs: one training step of the same model at 128 and at 512 tokens.
 
-The step is the pretraining step itself (`Trainer.train_step`: forward, backward, clipping,
+The step is the pretraining step itself (`StepRunner.train_step`: forward, backward, clipping,
 fused AdamW) on pretraining-like batches (most pairs near the full length, 10% short, MLM slots
 scaled with the length as phase 2 scales them: 40 at 128, 160 at 512). Three shapes:
 
@@ -27,15 +27,15 @@ from types import SimpleNamespace
 import torch
 from model_step import make_batch, ours_inputs
 
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.training.config import TrainConfig
-from bertcore.training.step import Trainer
+from bertcore.training.step import StepRunner
 
 SHAPES = ((128, 32), (512, 8), (512, 32))  # (length, batch)
 SLOTS_AT_128 = 40  # masking.max_predictions_per_seq; phase 2 scales it with the length
 
 
-def step_seconds(trainer: Trainer, batches: list[dict], steps: int) -> list[float]:
+def step_seconds(trainer: StepRunner, batches: list[dict], steps: int) -> list[float]:
     times = []
     for index in range(steps):
         began = time.perf_counter()
@@ -62,8 +62,8 @@ def main() -> None:
     for length, batch in SHAPES:
         torch.manual_seed(0)  # the same weights for every shape
         slots = SLOTS_AT_128 * length // 128
-        trainers[length, batch] = Trainer(
-            BertForPretraining(config), TrainConfig(batch_size=batch, warmup_steps=0),
+        trainers[length, batch] = StepRunner(
+            BertPretrainingModel(config), TrainConfig(batch_size=batch, warmup_steps=0),
             SimpleNamespace(steps_per_epoch=1), device="cpu")
         batches[length, batch] = [
             ours_inputs(make_batch(batch, length, args.vocab, generator, slots), slots)

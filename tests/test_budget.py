@@ -19,7 +19,7 @@ from tiny_pretrain import build_data, tiny_config, write_params
 from bertcore.common.errors import ConfigError
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming, TimeBudget, planned_steps
 from bertcore.training.checkpoint import CheckpointDir
@@ -27,7 +27,7 @@ from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
 from bertcore.training.loop import fit
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.step import Trainer
+from bertcore.training.step import StepRunner
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 
@@ -85,7 +85,7 @@ class FakeClock:
         self.now += self.seconds_per_step
 
 
-def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> Trainer:
+def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> StepRunner:
     """The tiny model with dropout on (the plan must not disturb its random stream);
     `world`: (rank, world_size) in an initialised process group."""
     config = TrainConfig(**{"max_steps": 40, "batch_size": 16, "learning_rate": 3e-3,
@@ -94,7 +94,7 @@ def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> Traine
                             "max_minutes": None, **train})
     tokens = read_vocab(data / "vocab")
     torch.manual_seed(config.seed)
-    net = BertForPretraining(tiny_config(len(tokens), dropout=0.1))
+    net = BertPretrainingModel(tiny_config(len(tokens), dropout=0.1))
     torch.manual_seed(config.seed + 1)
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(tokens), seed=config.seed)
@@ -102,15 +102,15 @@ def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> Traine
     batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator,
                                  config.batch_size, config.gradient_accumulation_steps,
                                  seed=config.seed, rank=rank, world_size=world_size)
-    return Trainer(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
+    return StepRunner(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
 
 
-def budget_of(trainer: Trainer, minutes: float, clock: FakeClock) -> TimeBudget:
+def budget_of(trainer: StepRunner, minutes: float, clock: FakeClock) -> TimeBudget:
     cfg = trainer.config
     return TimeBudget(minutes, cfg.warmup_steps, cfg.batch_size, clock=clock)
 
 
-def run(trainer: Trainer, clock: FakeClock | None = None, **kw):
+def run(trainer: StepRunner, clock: FakeClock | None = None, **kw):
     rates: list[float] = []
 
     def on_step(result):

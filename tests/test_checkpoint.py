@@ -20,19 +20,19 @@ from tiny_pretrain import tiny_config
 from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
 from bertcore.common.errors import BertError
 from bertcore.common.lock import FolderInUseError, lock_path
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import load_model
 from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
 
 FPS = {"params": "a" * 64, "vocab": "b" * 64, "samples": "c" * 64}
 
 
-def tiny_model(seed: int = 0) -> BertForPretraining:
+def tiny_model(seed: int = 0) -> BertPretrainingModel:
     torch.manual_seed(seed)
-    return BertForPretraining(tiny_config(vocab_size=40))
+    return BertPretrainingModel(tiny_config(vocab_size=40))
 
 
-def state_of(model: BertForPretraining) -> dict:
+def state_of(model: BertPretrainingModel) -> dict:
     optimizer = torch.optim.AdamW(model.parameters(), lr=1e-3)
     model(torch.randint(5, 40, (2, 8))).nsp_logits.sum().backward()
     optimizer.step()
@@ -130,10 +130,10 @@ def test_a_checkpoint_of_another_architecture_is_a_clear_error(tmp_path):
     model = tiny_model()
     checkpoints.save(1, model, state_of(model), {"fingerprints": FPS})
     torch.manual_seed(0)
-    bigger = BertForPretraining(tiny_config(vocab_size=40, num_hidden_layers=2))
+    bigger = BertPretrainingModel(tiny_config(vocab_size=40, num_hidden_layers=2))
     with pytest.raises(BertError, match="does not fit the model"):
         checkpoints.latest().load_model(bigger)
-    wider = BertForPretraining(tiny_config(vocab_size=40, hidden_size=64))
+    wider = BertPretrainingModel(tiny_config(vocab_size=40, hidden_size=64))
     with pytest.raises(BertError, match="does not fit the model"):
         checkpoints.latest().load_model(wider)
 

@@ -12,7 +12,7 @@ import torch
 import torch.nn.functional as F
 from tiny_pretrain import tiny_config
 
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import eval_batches
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalSums, evaluate
@@ -44,9 +44,9 @@ class Samples:
 
 
 @pytest.fixture(scope="module")
-def model() -> BertForPretraining:
+def model() -> BertPretrainingModel:
     torch.manual_seed(0)
-    net = BertForPretraining(tiny_config(VOCAB, dropout=0.1))
+    net = BertPretrainingModel(tiny_config(VOCAB, dropout=0.1))
     with torch.no_grad():  # not a constant guess: most, not all, predictions are SECOND
         net.mlm_head.bias[SECOND] += 2.0
     return net
@@ -59,7 +59,7 @@ def batches(batch_size: int):
 
 
 @torch.no_grad()
-def by_hand(model: BertForPretraining, loader, max_batches: int | None = None) -> dict:
+def by_hand(model: BertPretrainingModel, loader, max_batches: int | None = None) -> dict:
     """The metrics from the logits of every position (the MLM head on the whole sequence, not
     on the slots), picked at the masked positions, summed in float64 over all batches."""
     model.eval()

@@ -33,7 +33,7 @@ from bertcore.downstream.tasks import (
     read_examples,
     split_examples,
 )
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
 from bertcore.training.batches import PretrainingBatches
@@ -41,7 +41,7 @@ from bertcore.training.config import TrainConfig
 from bertcore.training.loop import fit
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.pretrain import MODEL_TAG
-from bertcore.training.step import Trainer
+from bertcore.training.step import StepRunner
 
 transformers = pytest.importorskip("transformers")
 
@@ -263,7 +263,7 @@ def test_scores_accuracy_and_macro_f1():
 def test_scratch_control_is_untrained_and_pretrained_copies_the_encoder():
     config = tiny_config(vocab_size=50, dropout=0.0)
     torch.manual_seed(0)
-    pretrained = BertForPretraining(config)
+    pretrained = BertPretrainingModel(config)
     with torch.no_grad():
         for p in pretrained.parameters():
             p.add_(1.0)  # far from any fresh init
@@ -313,12 +313,12 @@ def workdir(tmp_path_factory) -> Path:
     config = TrainConfig(max_steps=300, batch_size=16, learning_rate=3e-3, warmup_steps=20,
                          eval_every=0, checkpoint_every=0, device="cpu", seed=5)
     torch.manual_seed(5)
-    model = BertForPretraining(tiny_config(len(tokens), 0.1, hidden_size=64, num_hidden_layers=2,
+    model = BertPretrainingModel(tiny_config(len(tokens), 0.1, hidden_size=64, num_hidden_layers=2,
                                            num_attention_heads=2, intermediate_size=128))
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(tokens), seed=5)
     batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator, 16, 1, seed=5)
-    fit(Trainer(model, config, batches, device="cpu"), progress=False)
+    fit(StepRunner(model, config, batches, device="cpu"), progress=False)
     save_model(model, root / "models" / "pretrained")
     (root / "models" / "pretrained" / "training.json").write_text(json.dumps({"step": 300}))
     parent = Tracker.start(sqlite_uri(root / "mlflow.db"), "tiny-downstream", run_name="pretrain",

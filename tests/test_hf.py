@@ -15,7 +15,7 @@ from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import export_hf, from_hf_state_dict, load_model, save_model
 
 transformers = pytest.importorskip("transformers")
@@ -74,7 +74,7 @@ class _Records(logging.Handler):
 
 def test_export_loads_in_transformers_with_no_warning_and_same_outputs(tmp_path, vocab_dir):
     torch.manual_seed(0)
-    ours = BertForPretraining(
+    ours = BertPretrainingModel(
         tiny_config(vocab_size=len(vocab_dir.joinpath("vocab.txt").read_text().split()))
     ).eval()
     out = tmp_path / "hf"
@@ -153,7 +153,7 @@ def test_transformers_save_pretrained_imports_into_ours(tmp_path):
 
 def test_save_and_load_ours_round_trips_exactly(tmp_path):
     torch.manual_seed(2)
-    model = BertForPretraining(tiny_config())
+    model = BertPretrainingModel(tiny_config())
     save_model(model, tmp_path / "model")
     assert {p.name for p in (tmp_path / "model").iterdir()} == {"config.json", "model.safetensors"}
     loaded = load_model(tmp_path / "model")
@@ -186,7 +186,7 @@ def test_legacy_names_are_understood():
     """TF-era checkpoints: LayerNorm gamma/beta, a BertModel without the `bert.` prefix,
     the decoder bias under its tied name."""
     torch.manual_seed(3)
-    model = BertForPretraining(tiny_config(num_hidden_layers=1))
+    model = BertPretrainingModel(tiny_config(num_hidden_layers=1))
     from bertcore.model.hf import to_hf_state_dict
 
     hf = to_hf_state_dict(model.state_dict(), 1)
@@ -210,7 +210,7 @@ def test_one_line_errors_for_unusable_dirs(tmp_path, vocab_dir):
     (tmp_path / "empty").mkdir()
     with pytest.raises(BertError, match=r"config\.json"):
         load_model(tmp_path / "empty")
-    model = BertForPretraining(tiny_config(vocab_size=40))
+    model = BertPretrainingModel(tiny_config(vocab_size=40))
     save_model(model, tmp_path / "m")
     (tmp_path / "m" / "model.safetensors").unlink()
     with pytest.raises(BertError, match="no model weights"):

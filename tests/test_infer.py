@@ -16,7 +16,7 @@ from conftest import assert_one_line_error, run_bert
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import export_hf
 from stages.cli import cli
 
@@ -80,7 +80,7 @@ def export_dir(tmp_path_factory):
         hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
-    model = BertForPretraining(config)
+    model = BertPretrainingModel(config)
     optimizer = torch.optim.AdamW(model.param_groups(0.01), lr=3e-3)
     threads = torch.get_num_threads()
     torch.set_num_threads(1)  # tiny matmuls: 2 threads on a busy 2-core box are 20x slower

@@ -21,7 +21,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import IGNORE_INDEX, BertForPretraining
+from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.model.config import ModelParams
 from bertcore.model.hf import load_model
 from bertcore.model.init_from import InitModel
@@ -192,7 +192,7 @@ def test_weights_a_folder_lacks_start_as_in_a_fresh_model(data, tmp_path, caplog
         torch.manual_seed(11)
         model = init.load()
     torch.manual_seed(11)
-    new = BertForPretraining(init.config)
+    new = BertPretrainingModel(init.config)
     notices = [r.getMessage() for r in caplog.records if "fresh init" in r.getMessage()]
     assert len(notices) == len(fresh), notices
     for group in fresh:

@@ -12,7 +12,7 @@ from conftest import ONE_THREAD, assert_one_line_error, run_bert, run_bert_inter
 from tiny_pretrain import build_data, tiny_config
 
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import save_model
 
 
@@ -57,7 +57,7 @@ def test_sigterm_and_ctrl_c_during_samples_with_workers(tmp_path):
 def test_sigterm_during_export_keeps_the_previous_export(tmp_path):
     data = build_data(tmp_path)
     (tmp_path / "params.yaml").write_text("export: {}\n")
-    model = BertForPretraining(tiny_config(len(read_vocab(data / "vocab"))))
+    model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
     save_model(model, tmp_path / "models" / "pretrained")
     run_bert("export", cwd=tmp_path, env=ONE_THREAD, check=True)
     before = tree(tmp_path / "models" / "hf")

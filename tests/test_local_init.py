@@ -11,21 +11,21 @@ from conftest import ONE_THREAD, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
-from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertForPretraining
+from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertPretrainingModel
 from bertcore.model.local_init import SHIFTS, init_local_attention
 
 VOCAB = 60
 
 
-def tiny(heads: int = 2, hidden: int = 64, layers: int = 2) -> BertForPretraining:
+def tiny(heads: int = 2, hidden: int = 64, layers: int = 2) -> BertPretrainingModel:
     config = BertConfig.from_preset("tiny", vocab_size=VOCAB, hidden_size=hidden,
                                     num_attention_heads=heads, num_hidden_layers=layers,
                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0,
                                     max_position_embeddings=64)
-    return BertForPretraining(config)
+    return BertPretrainingModel(config)
 
 
-def attention_by_offset(model: BertForPretraining, input_ids: torch.Tensor) -> torch.Tensor:
+def attention_by_offset(model: BertPretrainingModel, input_ids: torch.Tensor) -> torch.Tensor:
     """[layers, heads, offsets -2..2]: the mean attention weight from position i to i + offset."""
     probs = []
 
@@ -132,7 +132,7 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
     assert proc.returncode == 0, proc.stderr
     saved = load_file(tmp_path / "models" / "pretrained" / "model.safetensors")
     config = json.loads((tmp_path / "models" / "pretrained" / "config.json").read_text())
-    fresh = BertForPretraining(BertConfig.from_dict(config))
+    fresh = BertPretrainingModel(BertConfig.from_dict(config))
     init_local_attention(fresh)
     sinusoids = fresh.embeddings.positions.weight
     positions = saved["embeddings.positions.weight"]

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from bertcore.common.errors import ConfigError
-from bertcore.model.bert import BertConfig, BertForPretraining, pretraining_loss
+from bertcore.model.bert import BertConfig, BertPretrainingModel, pretraining_loss
 from bertcore.model.config import ModelParams
 from bertcore.model.hf import to_hf_state_dict
 from bertcore.training.masking import labels_to_slots
@@ -56,7 +56,7 @@ def random_batch(config: BertConfig, seed: int, batch: int = 4, length: int = 17
     return input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels
 
 
-def hf_twin(model: BertForPretraining, attn_implementation: str):
+def hf_twin(model: BertPretrainingModel, attn_implementation: str):
     """transformers' BertForPreTraining with our model's weights."""
     hf_config = transformers.BertConfig(**model.config.to_dict())
     twin = transformers.BertForPreTraining._from_config(
@@ -86,7 +86,7 @@ def test_presets_have_the_published_sizes():
     base = BertConfig.from_preset("base")
     assert (base.layer_norm_eps, base.initializer_range, base.hidden_act) == (1e-12, 0.02, "gelu")
     with torch.device("meta"):  # sizes only, no memory or init time
-        n = BertForPretraining(BertConfig.from_preset("base")).num_parameters()
+        n = BertPretrainingModel(BertConfig.from_preset("base")).num_parameters()
     assert abs(n - 110_106_428) < 1_000  # BERT-base with its heads, as HF counts it
 
 
@@ -118,7 +118,7 @@ def test_model_params_section_parses_and_names_the_key():
 
 def test_init_follows_bert():
     torch.manual_seed(0)
-    model = BertForPretraining(BertConfig.from_preset("tiny", vocab_size=3000))
+    model = BertPretrainingModel(BertConfig.from_preset("tiny", vocab_size=3000))
     layer = model.layers[0]
     assert abs(model.embeddings.tokens.weight[1:].std().item() - 0.02) < 1e-3
     assert abs(layer.ffn_in.weight.std().item() - 0.02) < 1e-3
@@ -128,7 +128,7 @@ def test_init_follows_bert():
 
 
 def test_param_groups_split_matrices_from_biases_and_layernorm():
-    model = BertForPretraining(random_config(1))
+    model = BertPretrainingModel(random_config(1))
     decay, no_decay = model.param_groups(0.01)
     assert (decay["weight_decay"], no_decay["weight_decay"]) == (0.01, 0.0)
     ids = lambda group: {id(p) for p in group["params"]}  # noqa: E731
@@ -145,7 +145,7 @@ def test_param_groups_split_matrices_from_biases_and_layernorm():
 def test_same_function_as_transformers(seed, attn_implementation):
     torch.manual_seed(seed)
     config = random_config(seed)
-    ours = BertForPretraining(config).eval()
+    ours = BertPretrainingModel(config).eval()
     theirs = hf_twin(ours, attn_implementation)
     input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels = random_batch(config, seed)
 
@@ -189,7 +189,7 @@ def test_static_slots_give_the_losses_and_gradients_of_transformers(seed):
     exactly what HF's [B, L] labels compute: same loss, same gradients."""
     torch.manual_seed(seed)
     config = random_config(seed)
-    ours = BertForPretraining(config).eval()
+    ours = BertPretrainingModel(config).eval()
     theirs = hf_twin(ours, "sdpa")
     input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels = random_batch(config, seed)
     slots = int((mlm_labels != -100).sum(1).max()) + 3  # some slots stay unused
@@ -216,7 +216,7 @@ def test_static_slots_give_the_losses_and_gradients_of_transformers(seed):
 def test_sums_counts_and_correct_counts():
     torch.manual_seed(5)
     config = random_config(5)
-    model = BertForPretraining(config).eval()
+    model = BertPretrainingModel(config).eval()
     input_ids, token_type_ids, attention_mask, mlm_labels, nsp_labels = random_batch(config, 5)
     with torch.no_grad():
         full = model(input_ids, token_type_ids, attention_mask)
@@ -237,7 +237,7 @@ def test_accumulated_micro_batches_with_global_counts_equal_one_batch():
     """Sums + a global denominator: two halves accumulated give the full batch's gradient."""
     torch.manual_seed(6)
     config = random_config(6)
-    model = BertForPretraining(config)
+    model = BertPretrainingModel(config)
     batch = random_batch(config, 6)
     model(*batch).loss.backward()
     whole = [p.grad.clone() for p in model.parameters()]
@@ -254,7 +254,7 @@ def test_accumulated_micro_batches_with_global_counts_equal_one_batch():
 def test_padding_does_not_change_real_tokens():
     torch.manual_seed(7)
     config = random_config(7)
-    model = BertForPretraining(config).eval()
+    model = BertPretrainingModel(config).eval()
     input_ids = torch.randint(5, config.vocab_size, (1, 9))
     padded = torch.cat([input_ids, torch.zeros(1, 6, dtype=torch.long)], dim=1)
     mask = torch.cat([torch.ones(1, 9), torch.zeros(1, 6)], dim=1).long()
@@ -268,7 +268,7 @@ def test_padding_does_not_change_real_tokens():
 def test_a_batch_without_mlm_labels_gives_a_finite_loss():
     torch.manual_seed(8)
     config = random_config(8)
-    model = BertForPretraining(config)
+    model = BertPretrainingModel(config)
     input_ids, token_type_ids, attention_mask, _, nsp_labels = random_batch(config, 8)
     no_labels = torch.full_like(input_ids, -100)
     out = model(input_ids, token_type_ids, attention_mask, no_labels, nsp_labels)

@@ -19,7 +19,7 @@ from tiny_pretrain import build_data, tiny_config, write_params
 from bertcore.common.lock import lock_path
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import save_model
 from bertcore.training.checkpoint import CheckpointDir
 
@@ -146,7 +146,7 @@ def test_a_lock_left_by_a_killed_run_is_taken_over(workdir):
 @pytest.mark.parametrize("command", ["fill-mask", "evaluate", "export"])
 def test_truncated_weights_are_one_line_naming_the_file(workdir, command):
     write_params(workdir / "params.yaml", tracking={"enabled": False})
-    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    model = BertPretrainingModel(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
     save_model(model, workdir / "models" / "pretrained")  # what `bert pretrain` leaves
     weights = workdir / "models" / "pretrained" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:5000])
@@ -164,7 +164,7 @@ def test_truncated_weights_are_one_line_naming_the_file(workdir, command):
 
 def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
     write_params(workdir / "params.yaml", tracking={"enabled": False})
-    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    model = BertPretrainingModel(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
     save_model(model, workdir / "models" / "pretrained")
     weights = workdir / "models" / "pretrained" / "model.safetensors"
     damage("readable but corrupt weights", weights.parent)
@@ -177,7 +177,7 @@ def test_readable_weights_holding_nan_are_one_line_naming_the_file(workdir):
 def test_evaluate_with_no_run_to_log_into_says_nothing_was_logged(workdir):
     """A model saved by hand (no MLflow run wrote its weights), or a tracking server that does
     not answer: the scores are written, and the user learns that MLflow got nothing, and why."""
-    model = BertForPretraining(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
+    model = BertPretrainingModel(tiny_config(len(read_vocab(workdir / "data" / "vocab"))))
     save_model(model, workdir / "models" / "pretrained")
     for tracking, why in (({"uri": sqlite_uri(workdir / "mlflow.db")}, "wrote the weights"),
                           ({"uri": "http://127.0.0.1:9"}, "unreachable")):

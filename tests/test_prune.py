@@ -21,7 +21,7 @@ from bertcore.downstream.heads import (
     prune_heads,
     speed_ratio,
 )
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
@@ -30,12 +30,12 @@ transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")
 
 
-def tiny(dtype=torch.float32, **changes) -> BertForPretraining:
+def tiny(dtype=torch.float32, **changes) -> BertPretrainingModel:
     values = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=48, max_position_embeddings=24, hidden_dropout_prob=0.0,
                   attention_probs_dropout_prob=0.0)
     torch.manual_seed(0)
-    model = BertForPretraining(BertConfig(**{**values, **changes})).to(dtype).eval()
+    model = BertPretrainingModel(BertConfig(**{**values, **changes})).to(dtype).eval()
     # Random (not zero) biases and LayerNorm: a wrongly placed row or column would show.
     with torch.no_grad():
         for p in model.parameters():

@@ -20,7 +20,7 @@ from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.resume import plan_resume, run_fingerprints, samples_fingerprint
 from bertcore.training.schedule import learning_rate
@@ -108,7 +108,7 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     params = {"train": {"learning_rate": 0.003}}
     same = run_fingerprints(params, data / "vocab", data / "samples", 8)
     checkpoints = CheckpointDir(tmp_path / "ckpt")
-    model = BertForPretraining(tiny_config(len(read_vocab(data / "vocab"))))
+    model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
     checkpoints.save(4, model, {"step": 4}, {"fingerprints": same, "params": params})
     assert plan_resume(checkpoints.latest(), same, params, 8).checkpoint.step == 4
     longer_run = run_fingerprints(params, data / "vocab", data / "samples", 12)

@@ -20,7 +20,7 @@ from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import IGNORE_INDEX, BertForPretraining
+from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches, micro_batches_of
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
@@ -29,7 +29,7 @@ from bertcore.training.evaluation import EvalMetrics
 from bertcore.training.loop import NonFiniteLossError, fit
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.schedule import linear_warmup_decay
-from bertcore.training.step import Trainer
+from bertcore.training.step import StepRunner
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
 
@@ -61,7 +61,7 @@ class FirstSamples:
 
 def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
                  samples: int | None = None, world: tuple[int, int] = (0, 1),
-                 **train) -> Trainer:
+                 **train) -> StepRunner:
     """What the pretrain stage builds, on the tiny data, float32 on the CPU. `world`:
     (rank, world_size) of this process in an initialised process group (if any)."""
     config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
@@ -69,7 +69,7 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
                             "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
     tokens = read_vocab(data / "vocab")
     torch.manual_seed(config.seed)
-    net = BertForPretraining(tiny_config(len(tokens), dropout, **(model or {})))
+    net = BertPretrainingModel(tiny_config(len(tokens), dropout, **(model or {})))
     torch.manual_seed(config.seed + 1)
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(tokens), seed=config.seed)
@@ -82,7 +82,7 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
                                  seed=config.seed, rank=rank, world_size=world_size)
     # in a process group (even of one process) the trainer wraps the model in DDP
     joined = torch.distributed.is_initialized()
-    return Trainer(net, config, batches, device="cpu",
+    return StepRunner(net, config, batches, device="cpu",
                    dist=Distributed(rank, world_size, initialized=joined))
 
 
@@ -238,7 +238,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
     # the good checkpoint of step 4 is still the latest, and its weights are finite
     latest = checkpoints.latest()
     assert latest.step == 4
-    model = BertForPretraining(trainer.raw_model.config)
+    model = BertPretrainingModel(trainer.raw_model.config)
     latest.load_model(model)
     assert all(torch.isfinite(p).all() for p in model.parameters())
     # skipped steps left the weights as they were after step 4

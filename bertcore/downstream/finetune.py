@@ -26,7 +26,7 @@ from bertcore.common.errors import require
 from bertcore.downstream.bag_of_words import bag_of_words_predictions
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
 from bertcore.downstream.tasks import EncodedExamples
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.training.devices import autocast, resolve_precision
 from bertcore.training.schedule import linear_warmup_decay
@@ -135,7 +135,7 @@ class FinetuneResult:
 
 
 def build_classifier(
-    config: BertConfig, labels: list[str], pretrained: BertForPretraining | None, seed: int
+    config: BertConfig, labels: list[str], pretrained: BertPretrainingModel | None, seed: int
 ) -> BertForSequenceClassification:
     """The classifier from `pretrained`'s encoder, or (None) from random initialisation; the
     new weights are drawn from `seed`, so both runs get the same classifier layer."""
@@ -255,7 +255,7 @@ class Comparison:
 
 
 def run_comparison(
-    pretrained: BertForPretraining,
+    pretrained: BertPretrainingModel,
     labels: list[str],
     train: EncodedExamples,
     test: EncodedExamples,

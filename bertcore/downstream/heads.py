@@ -29,11 +29,11 @@ from dataclasses import dataclass
 import torch
 
 from bertcore.common.errors import require
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
 from bertcore.training.loop import FitResult, fit
-from bertcore.training.step import Trainer
+from bertcore.training.step import StepRunner
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +73,7 @@ class PruneConfig:
 
 # ------------------------------------------------------------------------------ importance
 def head_gate_gradients(
-    model: BertForPretraining, batch: Mapping[str, torch.Tensor]
+    model: BertPretrainingModel, batch: Mapping[str, torch.Tensor]
 ) -> list[torch.Tensor]:
     """∂L(x)/∂ξ_h for every sequence x of `batch` and head h: one [batch, heads] tensor per
     layer. The model's weights get no gradient; its mode (train/eval) is left as it is."""
@@ -94,7 +94,7 @@ def head_gate_gradients(
 
 
 def head_importance(
-    model: BertForPretraining,
+    model: BertPretrainingModel,
     batches: Iterable[Mapping[str, torch.Tensor]],
     device: torch.device | str = "cpu",
 ) -> list[torch.Tensor]:
@@ -123,7 +123,7 @@ def normalise_per_layer(scores: list[torch.Tensor]) -> list[torch.Tensor]:
 
 # -------------------------------------------------------------------------------- pruning
 def choose_heads(
-    model: BertForPretraining, scores: list[torch.Tensor], count: int
+    model: BertPretrainingModel, scores: list[torch.Tensor], count: int
 ) -> dict[int, list[int]]:
     """The `count` least important heads across layers, by original head index per layer;
     a head that is the last of its layer is skipped."""
@@ -144,7 +144,7 @@ def choose_heads(
     return {layer: sorted(heads) for layer, heads in sorted(chosen.items())}
 
 
-def prune_heads(model: BertForPretraining, heads: Mapping[int, list[int]]) -> None:
+def prune_heads(model: BertPretrainingModel, heads: Mapping[int, list[int]]) -> None:
     """Remove `heads` (layer -> original head indices) from the model, in place: smaller
     projections, and `model.config.pruned_heads` updated."""
     config = model.config
@@ -171,8 +171,8 @@ class PruneSteps:
 
 
 def prune_by_importance(
-    model: BertForPretraining,
-    score: Callable[[BertForPretraining], list[torch.Tensor]],
+    model: BertPretrainingModel,
+    score: Callable[[BertPretrainingModel], list[torch.Tensor]],
     fraction: float,
     iterative: bool = False,
 ) -> PruneSteps:
@@ -200,7 +200,7 @@ def prune_by_importance(
 
 # ------------------------------------------------------------------------------- recovery
 def recover(
-    model: BertForPretraining,
+    model: BertPretrainingModel,
     batches: PretrainingBatches,
     train: TrainConfig,
     steps: int,
@@ -217,7 +217,7 @@ def recover(
         warmup_steps=steps // 10, eval_every=0, checkpoint_every=0, log_every=max(1, steps // 10),
         nproc_per_node=1, max_restarts=0, compile=False,
     )
-    trainer = Trainer(model, config, batches, device=device)
+    trainer = StepRunner(model, config, batches, device=device)
     torch.manual_seed(seed)
     return fit(trainer)
 
@@ -229,7 +229,7 @@ def _sync(device: torch.device) -> None:
 
 
 def throughput(
-    models: Mapping[str, BertForPretraining],
+    models: Mapping[str, BertPretrainingModel],
     batch: Mapping[str, torch.Tensor],
     device: torch.device,
     steps: int,

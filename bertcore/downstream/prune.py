@@ -25,7 +25,7 @@ from bertcore.downstream.heads import (
     speed_ratio,
     throughput,
 )
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches, eval_batches
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_precision
@@ -52,7 +52,7 @@ class PruneData:
 class PruneOutcome:
     """What a pruning run did and measured; the model itself was pruned in place."""
 
-    original: BertForPretraining  # a copy from before
+    original: BertPretrainingModel  # a copy from before
     steps: PruneSteps
     before: EvalMetrics
     pruned: EvalMetrics
@@ -72,7 +72,7 @@ class PruneOutcome:
         return not self.steps.removed
 
 
-def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
+def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfig,
                 train: TrainConfig, device: torch.device) -> PruneOutcome:
     """Prune `model` (on `device`) in place and measure it before and after."""
     scoring = PretrainingBatches(data.train,
@@ -85,7 +85,7 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
     autocast = resolve_precision("auto", device)
     seconds = PhaseTimer()
 
-    def val_metrics(m: BertForPretraining) -> EvalMetrics:
+    def val_metrics(m: BertPretrainingModel) -> EvalMetrics:
         with seconds("val_metrics"):
             return evaluate(m, val, device, autocast)
 
@@ -123,7 +123,7 @@ def run_pruning(model: BertForPretraining, data: PruneData, config: PruneConfig,
                         seconds.totals)
 
 
-def prune_report(outcome: PruneOutcome, model: BertForPretraining, config: PruneConfig
+def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: PruneConfig
                  ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
     """metrics/prune.json (what pruning cost and saved, compared across runs), its details
     (which heads went and why, the settings) and the timing (throughput before and after, the

@@ -296,7 +296,7 @@ class PretrainingOutput:
     loss: torch.Tensor | None = None  # this batch's mean MLM + mean NSP (HF's loss)
 
 
-class BertForPretraining(nn.Module):
+class BertPretrainingModel(nn.Module):
     def __init__(self, config: BertConfig):
         super().__init__()
         self.config = config

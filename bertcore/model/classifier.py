@@ -1,7 +1,7 @@
 """BERT for sequence(-pair) classification, as transformers' BertForSequenceClassification:
 the encoder, the tanh pooler over [CLS], dropout, one linear layer to the labels.
 
-The encoder and pooler have the same parameter names as `BertForPretraining`, so a pretrained
+The encoder and pooler have the same parameter names as `BertPretrainingModel`, so a pretrained
 model's weights load into it by name (its MLM and NSP heads are left behind);
 `bertcore.model.hf.export_hf_classifier` writes it in Hugging Face's format.
 """
@@ -12,7 +12,7 @@ import torch
 from torch import nn
 
 from bertcore.common.errors import require
-from bertcore.model.bert import BertConfig, BertForPretraining, Embeddings, EncoderLayer, Pooler
+from bertcore.model.bert import BertConfig, BertPretrainingModel, Embeddings, EncoderLayer, Pooler
 
 
 class BertForSequenceClassification(nn.Module):
@@ -31,12 +31,12 @@ class BertForSequenceClassification(nn.Module):
 
     # BERT's init and the encoder pass are exactly those of the pretraining model (they only
     # read config, embeddings and layers), so they are shared rather than copied.
-    _init_weights = BertForPretraining._init_weights
-    encode = BertForPretraining.encode
+    _init_weights = BertPretrainingModel._init_weights
+    encode = BertPretrainingModel.encode
 
     @classmethod
     def from_pretrained_model(
-        cls, pretrained: BertForPretraining, labels: list[str]
+        cls, pretrained: BertPretrainingModel, labels: list[str]
     ) -> BertForSequenceClassification:
         """Encoder and pooler from `pretrained`; the classifier layer freshly initialised."""
         model = cls(pretrained.config, labels)
@@ -57,7 +57,7 @@ class BertForSequenceClassification(nn.Module):
         return self.classifier(self.dropout(pooled))
 
     def param_groups(self, weight_decay: float) -> list[dict]:
-        return BertForPretraining.param_groups(self, weight_decay)
+        return BertPretrainingModel.param_groups(self, weight_decay)
 
     def num_parameters(self) -> int:
         return sum(p.numel() for p in self.parameters())

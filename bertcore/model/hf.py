@@ -30,7 +30,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
 log = logging.getLogger(__name__)
@@ -155,7 +155,7 @@ def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> di
 
 
 # -------------------------------------------------------------------------- save and load
-def save_model(model: BertForPretraining, model_dir: str | Path) -> None:
+def save_model(model: BertPretrainingModel, model_dir: str | Path) -> None:
     """Write model.safetensors (our names) + config.json into `model_dir` (created if needed).
     Each file is written atomically; wrap the call in `atomic_dir` for a whole-directory swap."""
     model_dir = Path(model_dir)
@@ -165,7 +165,7 @@ def save_model(model: BertForPretraining, model_dir: str | Path) -> None:
 
 
 def export_hf(
-    model: BertForPretraining, out_dir: str | Path, vocab_dir: str | Path | None = None
+    model: BertPretrainingModel, out_dir: str | Path, vocab_dir: str | Path | None = None
 ) -> None:
     """Write a Hugging Face `BertForPreTraining` directory: config.json, model.safetensors
     (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
@@ -222,7 +222,7 @@ def _write_tokenizer_files(tokenizer_files: list[Path], out_dir: Path, config: B
 def load_model(
     model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True,
     config: BertConfig | None = None,
-) -> BertForPretraining:
+) -> BertPretrainingModel:
     """Load our directory (save_model) or any BERT directory in Hugging Face format.
 
     With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
@@ -238,7 +238,7 @@ def load_model(
     else:
         state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
     state = drop_pruned_heads(state, config, model_dir)
-    model = BertForPretraining(config)
+    model = BertPretrainingModel(config)
     try:
         result = model.load_state_dict(state, strict=False)
     except RuntimeError as exc:  # shapes that disagree with config.json

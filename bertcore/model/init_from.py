@@ -21,7 +21,7 @@ from tokenizers import Tokenizer
 from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, read_vocab
-from bertcore.model.bert import BertConfig, BertForPretraining
+from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.config import ModelParams
 from bertcore.model.hf import CONFIG_NAME, load_model, read_config, weight_files
 
@@ -88,9 +88,9 @@ class InitModel:
         """sha256 over config.json and the weights files (streamed: they may be large)."""
         return fingerprint_files([self.path / CONFIG_NAME, *weight_files(self.path)])
 
-    def load(self) -> BertForPretraining:
+    def load(self) -> BertPretrainingModel:
         """The model with the folder's weights. What the folder lacks keeps the init that
-        `BertForPretraining(config)` draws from torch's global generator now (seed it as for a
+        `BertPretrainingModel(config)` draws from torch's global generator now (seed it as for a
         fresh model); `bertcore.model.hf` says which groups, one line each."""
         return load_model(self.path, strict=False, config=self.config)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import torch
 
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 
 # Attention sharpness: q.k / sqrt(head_size) reaches ~20 at the neighbour, so a fresh head
 # puts most of its weight there (news, 600 steps: 0.226 at 4, 0.221 at 2). Lower, the model
@@ -47,7 +47,7 @@ SHIFTS = (1, -1, 2, -2)  # head k looks at position i - SHIFTS[k % 4]
 
 
 @torch.no_grad()
-def init_local_attention(model: BertForPretraining) -> None:
+def init_local_attention(model: BertPretrainingModel) -> None:
     """Set `model`'s position embeddings and query/key weights as described above (in place)."""
     config = model.config
     positions = model.embeddings.positions.weight

@@ -132,7 +132,7 @@ def evaluate(
     dist: Distributed | None = None,
     max_batches: int | None = None,
 ) -> EvalMetrics:
-    """Score `model` (our BertForPretraining) on `batches`; the model is left as it was
+    """Score `model` (our BertPretrainingModel) on `batches`; the model is left as it was
     (train or eval mode). With `dist`, each process scores its share and the sums are added.
     The device is read once, at the end."""
     device = torch.device(device)

@@ -29,12 +29,12 @@ from typing import Any
 from tqdm.auto import tqdm
 
 from bertcore.common.errors import BertError
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.budget import StepTiming, Stopwatch, TimeBudget
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.evaluation import EvalMetrics
 from bertcore.training.records import TrainingRecord
-from bertcore.training.step import StepResult, Trainer
+from bertcore.training.step import StepResult, StepRunner
 from bertcore.training.stopping import StopRequest, TrainingInterrupted, signal_name
 
 log = logging.getLogger(__name__)
@@ -58,12 +58,12 @@ class FitResult:
 
 
 def fit(
-    trainer: Trainer,
+    trainer: StepRunner,
     *,
     record: TrainingRecord | None = None,
     checkpoints: CheckpointDir | None = None,
     meta: Mapping[str, Any] | None = None,
-    evaluate: Callable[[BertForPretraining], EvalMetrics] | None = None,
+    evaluate: Callable[[BertPretrainingModel], EvalMetrics] | None = None,
     on_step: Callable[[StepResult], None] | None = None,
     on_checkpoint: Callable[[Path], None] | None = None,
     stop_after: int | None = None,

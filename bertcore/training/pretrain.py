@@ -27,7 +27,7 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.data.samples.store import SampleStore
-from bertcore.model.bert import BertForPretraining
+from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.batches import PretrainingBatches, eval_batches
@@ -54,7 +54,7 @@ from bertcore.training.phases import (
 )
 from bertcore.training.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
 from bertcore.training.resume import run_fingerprints
-from bertcore.training.step import PhaseStart, Trainer
+from bertcore.training.step import PhaseStart, StepRunner
 from bertcore.training.stopping import TrainingInterrupted
 
 log = logging.getLogger(__name__)
@@ -91,7 +91,7 @@ class PretrainReport:
 TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
 
 
-def pretrain_report(result: FitResult, model: BertForPretraining,
+def pretrain_report(result: FitResult, model: BertPretrainingModel,
                     second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
@@ -237,7 +237,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     if init is not None and resume is None and dist.is_main:
         model = init.load()
     else:
-        model = BertForPretraining(inputs.model_config)
+        model = BertPretrainingModel(inputs.model_config)
         if init is None and config.model.local_attention_init:
             init_local_attention(model)
     # Every generator a checkpoint captures (to resume exactly) starts from the seed too, so
@@ -251,9 +251,9 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     tracker = _open_tracker(config.tracking, labels, plan, checkpoints, first, second,
                             starts_phase2) if (
         dist.is_main and config.tracking.enabled and labels is not None) else None
-    trainer = Trainer(model, train, batches, device=device, dist=dist)
+    trainer = StepRunner(model, train, batches, device=device, dist=dist)
 
-    def evaluator(phase: Phase) -> Callable[[BertForPretraining], Any] | None:
+    def evaluator(phase: Phase) -> Callable[[BertPretrainingModel], Any] | None:
         if not len(phase.val_store):
             return None
         collator = PretrainingCollator(phase.masking, vocab, seed=config.eval.seed)
@@ -332,8 +332,8 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     return report
 
 
-def _close_phase1(record: TrainingRecord, evaluate_fn: Callable[[BertForPretraining], Any],
-                  trainer: Trainer, tracked: bool) -> None:
+def _close_phase1(record: TrainingRecord, evaluate_fn: Callable[[BertPretrainingModel], Any],
+                  trainer: StepRunner, tracked: bool) -> None:
     """Phase 1's closing evaluation in the record phase 2 goes on with. The checkpoint phase
     2 starts from may lack it (written before it, at a checkpoint step); evaluated again on
     the same weights with the same fixed masks, it is the same row. `tracked`: MLflow has it
@@ -344,7 +344,7 @@ def _close_phase1(record: TrainingRecord, evaluate_fn: Callable[[BertForPretrain
     record.log_eval(trainer.step, evaluate_fn(trainer.raw_model), track=not tracked)
 
 
-def _say_resumed(trainer: Trainer, plan: RunPlan, total_steps: int, dist: Distributed) -> None:
+def _say_resumed(trainer: StepRunner, plan: RunPlan, total_steps: int, dist: Distributed) -> None:
     if not dist.is_main:
         return
     resume = plan.resume
@@ -357,7 +357,7 @@ def _say_resumed(trainer: Trainer, plan: RunPlan, total_steps: int, dist: Distri
                     trainer.learning_rate(trainer.step))
 
 
-def _enter_phase2(trainer: Trainer, plan: RunPlan, first: Phase, second: Phase,
+def _enter_phase2(trainer: StepRunner, plan: RunPlan, first: Phase, second: Phase,
                   checkpoints: CheckpointDir, dist: Distributed) -> Checkpoint:
     """Switch the trainer to phase 2 and load the checkpoint it goes on from: phase 2's own
     when resuming it, else phase 1's last, read back from disk even when phase 1 just ended

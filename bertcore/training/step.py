@@ -28,7 +28,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
-from bertcore.model.bert import IGNORE_INDEX, BertForPretraining, pretraining_loss
+from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming
 from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
@@ -39,7 +39,7 @@ from bertcore.training.schedule import learning_rate as scheduled_rate
 
 log = logging.getLogger(__name__)
 
-# The sums of a logging window (finite steps only), in the order of Trainer.window.
+# The sums of a logging window (finite steps only), in the order of StepRunner.window.
 WINDOW = (
     "mlm_loss_sum",
     "mlm_count",
@@ -51,7 +51,7 @@ WINDOW = (
     "good_steps",
     "tokens",
 )
-# The run's counters, in the order of Trainer.totals.
+# The run's counters, in the order of StepRunner.totals.
 TOTALS = ("skipped_steps", "nonfinite_in_a_row", "worst_nonfinite_run", "tokens_seen",
           "stop_votes")
 # What a StepResult holds, in the order of its device tensor.
@@ -104,12 +104,13 @@ def compile_model(model: torch.nn.Module, mode: CompileMode,
     return torch.compile(model, backend=backend, fullgraph=mode == "fullgraph")
 
 
-class Trainer:
-    """The model, its fused AdamW, schedule and scaler, and the device counters of a run."""
+class StepRunner:
+    """Runs optimizer steps: holds the model, its fused AdamW, schedule and scaler, and the
+    device counters of a run."""
 
     def __init__(
         self,
-        model: BertForPretraining,
+        model: BertPretrainingModel,
         config: TrainConfig,
         batches: PretrainingBatches,
         *,
