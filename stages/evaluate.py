@@ -17,15 +17,11 @@ from pathlib import Path
 import click
 
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import SampleStore, check_vocab, phase2_samples
-from bertcore.training.batches import eval_batches
-from bertcore.training.devices import resolve_device, resolve_precision
-from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.nsp_baseline import bag_of_words_nsp
-from bertcore.training.phases import scaled_masking
+from bertcore.training.devices import resolve_device
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.heldout import HeldOutScore, heldout_report, heldout_splits, score_heldout
+from bertcore.training.masking import MaskingConfig, VocabSpec
 from stages.downstream import pretraining_run
 from stages.options import (
     file_option,
@@ -58,56 +54,37 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     masking = parse_section(params, "masking", MaskingConfig)
     config = parse_section(params, "eval", EvalConfig)
     tracking = parse_section(params, "tracking", TrackingConfig)
-    samples_dir, model_dir = Path(samples_dir), Path(model_dir)
-    base = check_vocab(samples_dir, vocab_dir).get("max_seq_length")
-    val = SampleStore(samples_dir / "val")
-    if not len(val):
-        raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
-    longer = phase2_samples(samples_dir)  # BERT's second phase: its samples too
-    length = check_vocab(longer, vocab_dir)["max_seq_length"] if longer else None
+    splits = heldout_splits(samples_dir, vocab_dir, masking)  # phase 2's too, when built
     model, tokens = load_pretrained(model_dir, vocab_dir)
-    tracker, step, why_not = pretraining_run(tracking, model_dir)
+    tracker, step, why_not = pretraining_run(tracking, Path(model_dir))
     if why_not:  # say so rather than stay silent
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     out_file)
 
     target = resolve_device(device)
-    model = model.to(target)
-    vocab = VocabSpec.from_tokens(tokens)
-    metrics, context = _score(model, val, samples_dir, masking, vocab, config.batch_size,
-                              config.seed, target)
-    scores = metrics.scores()
-    if longer is not None:  # at phase 2's length too, with its MLM slots
-        at_length, context[f"length_{length}"] = _score(
-            model, SampleStore(longer / "val"), longer, scaled_masking(masking, base, length),
-            vocab, config.batch_size, config.seed, target)
-        scores[f"length_{length}"] = at_length.scores()
+    scored = score_heldout(model.to(target), splits, VocabSpec.from_tokens(tokens), config,
+                           target)
+    scores, context = heldout_report(scored)
     files = write_report(out_file, scores, context)
     if tracker:
         results = {f"eval_{k}".replace(".", "_"): v for k, v in flatten(scores).items()}
         track_report(tracker, files, results, context, step=step, tag_prefix="eval.")
-    words = context.get("nsp_bag_of_words_accuracy")
-    click.echo(
+    for line in _summary(scored, out_file):
+        click.echo(line, err=True)
+
+
+def _summary(scored: list[HeldOutScore], out_file: str) -> list[str]:
+    """The console's lines: phase 1's scores against their baselines, then each longer
+    length's."""
+    first, *longer = scored
+    metrics, words = first.metrics, first.bag_of_words
+    lines = [
         f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
         f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "
         f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}"
-        + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}",
-        err=True,
-    )
-    if longer is not None:
-        click.echo(f"evaluate (length {length}): MLM accuracy {at_length.mlm_accuracy:.4f}, "
-                   f"NSP accuracy {at_length.nsp_accuracy:.4f}", err=True)
-
-
-def _score(model, val: SampleStore, samples_dir: Path, masking: MaskingConfig, vocab: VocabSpec,
-           batch_size: int, seed: int, device) -> tuple[EvalMetrics, dict]:
-    """The val split `val` of `samples_dir`, with fixed masks: the metrics, and what they are
-    read against (baselines, counts, the bag-of-words NSP on the words alone)."""
-    collator = PretrainingCollator(masking, vocab, seed=seed)
-    metrics = evaluate(model, eval_batches(val, collator, batch_size), device,
-                       autocast_dtype=resolve_precision("auto", device))
-    context = metrics.context()
-    train = SampleStore(samples_dir / "train") if (samples_dir / "train").is_dir() else None
-    if train is not None and len(train):  # words alone, no model
-        context["nsp_bag_of_words_accuracy"] = bag_of_words_nsp(train, val)
-    return metrics, context
+        + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}"
+    ]
+    lines += [f"evaluate (length {score.max_seq_length}): MLM accuracy "
+              f"{score.metrics.mlm_accuracy:.4f}, NSP accuracy {score.metrics.nsp_accuracy:.4f}"
+              for score in longer]
+    return lines

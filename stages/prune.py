@@ -28,6 +28,7 @@ from bertcore.model.hf import export_hf
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
 from bertcore.training.evaluation import EvalConfig
+from bertcore.training.heldout import val_split
 from bertcore.training.masking import MaskingConfig, VocabSpec
 from stages.downstream import DownstreamTracking
 from stages.options import (
@@ -65,9 +66,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     tracking = parse_section(params, "tracking", TrackingConfig)
     samples_dir = Path(samples_dir)
     check_vocab(samples_dir, vocab_dir)
-    train_store, val_store = SampleStore(samples_dir / "train"), SampleStore(samples_dir / "val")
-    if not len(val_store):
-        raise BertError(f"the val split in {samples_dir} is empty: raise corpus.val_fraction")
+    train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
     if len(train_store) < config.batch_size:
         raise BertError(f"only {len(train_store)} training samples for prune.batch_size="
                         f"{config.batch_size}: lower it")

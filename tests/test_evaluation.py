@@ -188,3 +188,46 @@ def test_bag_of_words_nsp_reads_the_shared_words_of_a_and_b():
     unrelated = bag_of_words_nsp(PairSamples(400, 0, topical=False),
                                  PairSamples(200, 1, topical=False))
     assert 0.38 <= unrelated <= 0.62
+
+
+def test_bert_evaluate_scores_each_length_with_its_masks_and_refuses_an_empty_val(tmp_path):
+    """`bert evaluate`'s library: phase 1's val split and phase 2's (its MLM slots scaled to
+    its length), each scored as `evaluate` scores the batches of `val_batches`, the longer
+    one under `length_<N>` in both files; an empty val split is one line naming the key."""
+    from tiny_pretrain import build_data
+
+    from bertcore.common.errors import BertError
+    from bertcore.data.samples.store import PHASE2_DIR, SampleStore
+    from bertcore.data.vocab.files import read_vocab
+    from bertcore.training.evaluation import CONTEXT, SCORES, EvalConfig, val_batches
+    from bertcore.training.heldout import (
+        heldout_report,
+        heldout_splits,
+        score_heldout,
+        val_split,
+    )
+
+    data = build_data(tmp_path, phase2_length=64)
+    samples, masking = data / "samples", MaskingConfig(max_predictions_per_seq=5)
+    splits = heldout_splits(samples, data / "vocab", masking)
+    assert [split.max_seq_length for split in splits] == [32, 64]
+    assert [split.masking.max_predictions_per_seq for split in splits] == [5, 10]
+    tokens = read_vocab(data / "vocab")
+    torch.manual_seed(0)
+    net = BertPretrainingModel(tiny_config(len(tokens), max_position_embeddings=64))
+    vocab, config = VocabSpec.from_tokens(tokens), EvalConfig(batch_size=16, seed=3)
+    scores, context = heldout_report(score_heldout(net, splits, vocab, config, torch.device("cpu")))
+    assert list(scores) == [*SCORES, "length_64"]
+    assert list(context) == [*CONTEXT, "nsp_bag_of_words_accuracy", "length_64"]
+    longer = SampleStore(samples / PHASE2_DIR / "val")
+    alone = evaluate(net, val_batches(longer, splits[1].masking, vocab, config))
+    assert scores["length_64"] == alone.scores()
+    assert context["length_64"]["mlm_predictions"] > 5 * context["length_64"]["sequences"]
+
+    empty = samples / "val"
+    np.save(empty / "input_ids.npy", np.zeros(0, np.uint16))
+    np.save(empty / "offsets.npy", np.zeros(1, np.int64))
+    np.save(empty / "segment_b_start.npy", np.zeros(0, np.int32))
+    np.save(empty / "is_random_next.npy", np.zeros(0, np.uint8))
+    with pytest.raises(BertError, match=r"val split .* is empty: raise corpus\.val_fraction"):
+        val_split(samples)

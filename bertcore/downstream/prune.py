@@ -26,10 +26,10 @@ from bertcore.downstream.heads import (
     throughput,
 )
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches, eval_batches
+from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_precision
-from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate
+from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
@@ -75,13 +75,9 @@ class PruneOutcome:
 def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfig,
                 train: TrainConfig, device: torch.device) -> PruneOutcome:
     """Prune `model` (on `device`) in place and measure it before and after."""
-    scoring = PretrainingBatches(data.train,
-                                 PretrainingCollator(data.masking, data.vocab, config.seed),
-                                 config.batch_size, 1, seed=config.seed)
+    scoring = _train_batches(data, config.batch_size, config.seed)
     score_batches = list(_take(scoring, config.batches))  # a seeded subset, fixed masks
-    val = eval_batches(data.val, PretrainingCollator(data.masking, data.vocab,
-                                                     seed=data.eval.seed),
-                       data.eval.batch_size)
+    val = val_batches(data.val, data.masking, data.vocab, data.eval)
     autocast = resolve_precision("auto", device)
     seconds = PhaseTimer()
 
@@ -112,9 +108,7 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
                            config.throughput_steps)
     recovered = None
     if config.recovery_steps:
-        recovery = PretrainingBatches(
-            data.train, PretrainingCollator(data.masking, data.vocab, seed=config.seed + 1),
-            config.batch_size, 1, seed=config.seed + 1)
+        recovery = _train_batches(data, config.batch_size, config.seed + 1)
         with seconds("recovery"):
             recover(model, recovery, train, config.recovery_steps,
                     config.recovery_learning_rate, device, seed=config.seed)
@@ -181,6 +175,13 @@ class PhaseTimer:
         finally:
             elapsed = time.perf_counter() - started
             self.totals[name] = round(self.totals.get(name, 0.0) + elapsed, 1)
+
+
+def _train_batches(data: PruneData, batch_size: int, seed: int) -> PretrainingBatches:
+    """Batches of training sequences, one micro-batch a step, in the order and with the
+    masks of `seed`."""
+    collator = PretrainingCollator(data.masking, data.vocab, seed=seed)
+    return PretrainingBatches(data.train, collator, batch_size, 1, seed=seed)
 
 
 def _take(batches: PretrainingBatches, count: int) -> Iterator[dict]:

@@ -1,7 +1,7 @@
 """Held-out metrics with fixed masks: MLM loss, accuracy and perplexity, NSP loss and accuracy.
 
-The batches come with masks seeded once (see `bertcore.training.batches.eval_batches`), so the
-numbers of two evaluations differ only because the model did. Sums and counts are accumulated over
+The batches come with masks seeded once from `eval.seed` (`val_batches`), so the numbers of
+two evaluations differ only because the model did. Sums and counts are accumulated over
 all batches (and all processes) before dividing, so the result does not depend on the batch
 size. Two baselines tell whether the model learned anything: always predicting the most
 frequent masked token, and always predicting the more frequent NSP class.
@@ -14,11 +14,14 @@ from collections.abc import Iterable
 from dataclasses import asdict, dataclass
 
 import torch
+from torch.utils.data import DataLoader
 
 from bertcore.common.errors import require
 from bertcore.model.bert import IGNORE_INDEX
+from bertcore.training.batches import SampleSource, eval_batches
 from bertcore.training.devices import autocast
 from bertcore.training.distributed import Distributed
+from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 
 @dataclass
@@ -151,3 +154,12 @@ def evaluate(
     finally:
         model.train(was_training)
     return sums.read(dist)
+
+
+def val_batches(store: SampleSource, masking: MaskingConfig, vocab: VocabSpec,
+                config: EvalConfig, *, rank: int = 0, world_size: int = 1) -> DataLoader:
+    """The batches every evaluation scores (pretraining's periodic one, `bert evaluate`,
+    `bert prune`): all of `store` in order, `config.batch_size` at a time, with the masks of
+    `masking` seeded by `config.seed`; with world_size > 1 this rank's share."""
+    collator = PretrainingCollator(masking, vocab, seed=config.seed)
+    return eval_batches(store, collator, config.batch_size, rank=rank, world_size=world_size)

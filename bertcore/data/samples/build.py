@@ -26,7 +26,7 @@ import hashlib
 import multiprocessing
 import random
 import shutil
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -37,7 +37,13 @@ from bertcore.common.errors import BertError
 from bertcore.common.interrupt import ignore_interrupts_in_worker
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable, tokenize_corpus
+from bertcore.data.samples.doctable import (
+    DOCUMENTS,
+    NEIGHBOURS,
+    ORIGINS,
+    DocTable,
+    tokenize_corpus,
+)
 from bertcore.data.samples.pairing import pair_document
 from bertcore.data.samples.store import FORMAT_VERSION, META_FILE, NpyAppender, arrays_sha256
 
@@ -196,72 +202,127 @@ def build_split(
     stats = tokenize_corpus(corpus_file, encode_batch, table_dir, dtype, progress=progress)
     if stats["documents"] < 2:
         raise BertError(_too_few_documents(corpus_file, stats, parts, other_documents))
-    documents = np.fromfile(table_dir / "documents.bin", np.int64).reshape(-1, 2)
-    origins = np.fromfile(table_dir / ORIGINS, np.int64)
+    documents = np.fromfile(table_dir / DOCUMENTS, np.int64).reshape(-1, 2)
     if parts.get("split_by") == "parts":
-        entries = parts.get(split) or []
-        if len(origins) and origins[-1] >= len(entries):
-            raise BertError(f"{corpus_file} does not match the parts.json beside it: "
-                            "rerun `bert corpus`")
-        flags = neighbour_flags(entries, origins)
-        flags.tofile(table_dir / NEIGHBOURS)
-        _check_random_b_sources(corpus_file, documents, flags)
-    shards = list(_shards(documents))
-
-    def tasks(dupes) -> list[PairTask]:
-        return [
-            PairTask(
-                str(table_dir), dtype.str, split, dupe, lo, hi,
-                config.max_seq_length, config.short_seq_prob, config.random_seed, *special_ids,
-            )
-            for dupe in dupes
-            for lo, hi in shards
-        ]
-
-    # every pass at once, or one at a time until the split holds min_pairs
-    rounds = [[dupe] for dupe in range(dupe_factor)] if min_pairs else [range(dupe_factor)]
-    out_dir.mkdir(parents=True)
-    writers = {
-        "input_ids": NpyAppender(out_dir / "input_ids.npy", dtype),
-        "offsets": NpyAppender(out_dir / "offsets.npy", np.int64),
-        "segment_b_start": NpyAppender(out_dir / "segment_b_start.npy", np.int32),
-        "is_random_next": NpyAppender(out_dir / "is_random_next.npy", np.uint8),
-    }
-    writers["offsets"].append(np.zeros(1, np.int64))
-    total = random_count = 0
-    min_len, max_len = np.iinfo(np.int64).max, 0
-    passes = 0
-    bar = tqdm(total=len(shards) * dupe_factor, desc=f"pair {split}", unit="shard",
-               disable=not progress, leave=False)
-    with bar:
-        for dupes in rounds:
-            for ids, lengths, b_start, is_random in run(pair_shard, tasks(dupes)):
-                writers["input_ids"].append(ids)
-                writers["offsets"].append(total + np.cumsum(lengths))
-                writers["segment_b_start"].append(b_start)
-                writers["is_random_next"].append(is_random)
-                total += len(ids)
-                random_count += int(is_random.sum())
-                if len(lengths):
-                    max_len = max(max_len, int(lengths.max()))
-                    min_len = min(min_len, int(lengths.min()))
-                bar.update()
-            passes += len(dupes)
-            if min_pairs and writers["is_random_next"].count >= min_pairs:
-                break
-    for writer in writers.values():
-        writer.close()
+        _write_neighbours(corpus_file, table_dir, parts.get(split) or [], documents)
+    pairing = _SplitPairing(table_dir, split, dtype, config, special_ids,
+                            list(_shards(documents)))
+    arrays = _SplitArrays(out_dir, dtype)
+    passes = _pair_passes(pairing, run, arrays, dupe_factor, min_pairs, progress)
+    digest = arrays.close()
     shutil.rmtree(table_dir)
-    count = writers["is_random_next"].count
-    if count == 0:
+    if arrays.count == 0:
         raise BertError(
             f"no NSP pairs could be made from {corpus_file}: each of its {stats['documents']} "
             "documents holds a single sentence, and NSP needs documents of two sentences or "
             "more (in one-sentence-per-line text a blank line ends a document: check "
             "corpus.format)"
         )
-    digest = arrays_sha256({name: (w.header, w.data_sha256.digest())
-                            for name, w in writers.items()})
+    return _split_stats(stats, parts, passes, arrays), digest
+
+
+def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list,
+                      documents: np.ndarray) -> None:
+    """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
+    block of the file), beside its document table."""
+    origins = np.fromfile(table_dir / ORIGINS, np.int64)
+    if len(origins) and origins[-1] >= len(entries):
+        raise BertError(f"{corpus_file} does not match the parts.json beside it: "
+                        "rerun `bert corpus`")
+    flags = neighbour_flags(entries, origins)
+    flags.tofile(table_dir / NEIGHBOURS)
+    _check_random_b_sources(corpus_file, documents, flags)
+
+
+@dataclasses.dataclass(frozen=True)
+class _SplitPairing:
+    """What every pairing task of one split shares: its document table, its settings and
+    the shards of its documents."""
+
+    table_dir: Path
+    split: str
+    dtype: np.dtype
+    config: SamplesConfig
+    special_ids: tuple[int, int]
+    shards: list[tuple[int, int]]
+
+    def tasks(self, dupes: Iterable[int]) -> list[PairTask]:
+        """One task per shard and pass in `dupes`, pass by pass."""
+        config = self.config
+        return [
+            PairTask(
+                str(self.table_dir), self.dtype.str, self.split, dupe, lo, hi,
+                config.max_seq_length, config.short_seq_prob, config.random_seed,
+                *self.special_ids,
+            )
+            for dupe in dupes
+            for lo, hi in self.shards
+        ]
+
+
+class _SplitArrays:
+    """The four arrays of one split, appended shard after shard in task order, with the
+    counts its statistics need."""
+
+    def __init__(self, out_dir: Path, dtype: np.dtype):
+        out_dir.mkdir(parents=True)
+        self.writers = {
+            "input_ids": NpyAppender(out_dir / "input_ids.npy", dtype),
+            "offsets": NpyAppender(out_dir / "offsets.npy", np.int64),
+            "segment_b_start": NpyAppender(out_dir / "segment_b_start.npy", np.int32),
+            "is_random_next": NpyAppender(out_dir / "is_random_next.npy", np.uint8),
+        }
+        self.writers["offsets"].append(np.zeros(1, np.int64))
+        self.tokens = self.random_count = 0
+        self.min_length, self.max_length = np.iinfo(np.int64).max, 0
+
+    @property
+    def count(self) -> int:
+        """Sequences written so far."""
+        return self.writers["is_random_next"].count
+
+    def append(self, ids: np.ndarray, lengths: np.ndarray, b_start: np.ndarray,
+               is_random: np.ndarray) -> None:
+        """One shard's sequences (what `pair_shard` returns)."""
+        self.writers["input_ids"].append(ids)
+        self.writers["offsets"].append(self.tokens + np.cumsum(lengths))
+        self.writers["segment_b_start"].append(b_start)
+        self.writers["is_random_next"].append(is_random)
+        self.tokens += len(ids)
+        self.random_count += int(is_random.sum())
+        if len(lengths):
+            self.max_length = max(self.max_length, int(lengths.max()))
+            self.min_length = min(self.min_length, int(lengths.min()))
+
+    def close(self) -> str:
+        """Finish the files; returns their `arrays_sha256`."""
+        for writer in self.writers.values():
+            writer.close()
+        return arrays_sha256({name: (w.header, w.data_sha256.digest())
+                              for name, w in self.writers.items()})
+
+
+def _pair_passes(pairing: _SplitPairing, run: Callable, arrays: _SplitArrays, dupe_factor: int,
+                 min_pairs: int, progress: bool) -> int:
+    """Pair `dupe_factor` passes into `arrays`: every pass at once, or (min_pairs > 0) one at
+    a time until the split holds min_pairs. Returns the passes made."""
+    rounds = [[dupe] for dupe in range(dupe_factor)] if min_pairs else [range(dupe_factor)]
+    passes = 0
+    with tqdm(total=len(pairing.shards) * dupe_factor, desc=f"pair {pairing.split}",
+              unit="shard", disable=not progress, leave=False) as bar:
+        for dupes in rounds:
+            for shard in run(pair_shard, pairing.tasks(dupes)):
+                arrays.append(*shard)
+                bar.update()
+            passes += len(dupes)
+            if min_pairs and arrays.count >= min_pairs:
+                break
+    return passes
+
+
+def _split_stats(stats: dict, parts: dict, passes: int, arrays: _SplitArrays) -> dict:
+    """meta.json's entry of one split: its corpus's counts (`stats`), and its pairs'."""
+    count = arrays.count
     return {
         "documents": stats["documents"],
         "split_by": parts.get("split_by", "documents"),
@@ -271,12 +332,12 @@ def build_split(
         "empty_sentences_dropped": stats["empty_sentences_dropped"],
         "dupe_factor": passes,
         "count": count,
-        "tokens": total,
-        "mean_length": round(total / count, 3),
-        "min_length": min_len,
-        "max_length": max_len,
-        "nsp_random_fraction": round(random_count / count, 4),
-    }, digest
+        "tokens": arrays.tokens,
+        "mean_length": round(arrays.tokens / count, 3),
+        "min_length": arrays.min_length,
+        "max_length": arrays.max_length,
+        "nsp_random_fraction": round(arrays.random_count / count, 4),
+    }
 
 
 def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,

@@ -62,12 +62,7 @@ def tokenize_corpus(
     """
     path, table_dir = Path(path), Path(table_dir)
     table_dir.mkdir(parents=True, exist_ok=True)
-    sentences = tokens = 0
-    last_doc = -1  # document number of the last kept sentence
-    doc_number = 0  # counts blank-line gaps between text seen so far
-    gap = False  # a blank line came since the last non-blank line
-    seen_text = False  # blank lines before the first text separate nothing
-    dropped = 0
+    documents = _LineDocuments()
     bar = tqdm(
         total=path.stat().st_size,
         unit="B",
@@ -76,63 +71,103 @@ def tokenize_corpus(
         disable=not progress,
         leave=False,
     )
-    with (
-        open(table_dir / TOKENS, "wb") as tok_out,
-        open(table_dir / SENTENCES, "wb") as sent_out,
-        open(table_dir / DOCUMENTS, "wb") as doc_out,
-        open(table_dir / ORIGINS, "wb") as origin_out,
-        bar,
-    ):
-        np.zeros(1, np.int64).tofile(sent_out)
+    with _TableWriter(table_dir, dtype) as table, bar:
         for lines in read_line_batches(path, batch_bytes, bar):
-            texts: list[str] = []
-            docs: list[int] = []
-            for line in lines:
-                line = line.strip()
-                if not line:
-                    gap = seen_text
-                    continue
-                seen_text = True
-                if gap:
-                    doc_number += 1
-                    gap = False
-                texts.append(line)
-                docs.append(doc_number)
-            if not texts:
+            texts, numbers = documents.number(lines)
+            if texts:
+                table.add(encode_batch(texts), numbers)
+        table.finish()
+    return _table_counts(table_dir, dtype, table)
+
+
+class _LineDocuments:
+    """Numbers the documents of a stream of lines, batch after batch: blank lines between two
+    lines of text end a document; blank lines before the first text separate nothing."""
+
+    def __init__(self):
+        self.current = 0  # counts blank-line gaps between text seen so far
+        self.gap = False  # a blank line came since the last non-blank line
+        self.seen_text = False
+
+    def number(self, lines: list[str]) -> tuple[list[str], list[int]]:
+        """The non-blank lines of `lines` (stripped) and the document of each."""
+        texts: list[str] = []
+        numbers: list[int] = []
+        for line in lines:
+            line = line.strip()
+            if not line:
+                self.gap = self.seen_text
                 continue
-            ids = encode_batch(texts)
-            lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
-            kept = lengths > 0
-            dropped += int((~kept).sum())
-            lengths = lengths[kept]
-            if not len(lengths):
-                continue
-            doc_of = np.asarray(docs, np.int64)[kept]
-            ends = tokens + np.cumsum(lengths)
-            starts = ends - lengths
-            new_doc = doc_of != np.concatenate([[last_doc], doc_of[:-1]])
-            first_sentence = sentences + np.flatnonzero(new_doc)
-            np.stack([first_sentence, starts[new_doc]], axis=1).astype(np.int64).tofile(doc_out)
-            doc_of[new_doc].tofile(origin_out)
-            # empty sentences add no tokens, so all ids can be flattened as they are
-            np.fromiter(chain.from_iterable(ids), dtype, count=int(lengths.sum())).tofile(tok_out)
-            ends.tofile(sent_out)
-            sentences += len(lengths)
-            tokens = int(ends[-1])
-            last_doc = int(doc_of[-1])
-        np.array([[sentences, tokens]], np.int64).tofile(doc_out)
-    table = DocTable(table_dir, dtype)
-    try:
+            self.seen_text = True
+            if self.gap:
+                self.current += 1
+                self.gap = False
+            texts.append(line)
+            numbers.append(self.current)
+        return texts, numbers
+
+
+class _TableWriter:
+    """The files of a document table, appended one batch of tokenised sentences at a time;
+    `finish` writes the closing row of the document index."""
+
+    def __init__(self, table_dir: Path, dtype: np.dtype):
+        self.dtype = np.dtype(dtype)
+        self.sentences = self.tokens = 0  # kept so far
+        self.dropped = 0  # sentences that tokenised to nothing
+        self.last_doc = -1  # document number of the last kept sentence
+        self.files = {}
+        for name in (TOKENS, SENTENCES, DOCUMENTS, ORIGINS):
+            self.files[name] = open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
+        np.zeros(1, np.int64).tofile(self.files[SENTENCES])
+
+    def __enter__(self) -> _TableWriter:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for handle in self.files.values():
+            handle.close()
+
+    def add(self, ids: list[list[int]], documents: list[int]) -> None:
+        """Sentences with token `ids`, of the documents numbered `documents`."""
+        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+        kept = lengths > 0
+        self.dropped += int((~kept).sum())
+        lengths = lengths[kept]
+        if not len(lengths):
+            return
+        doc_of = np.asarray(documents, np.int64)[kept]
+        ends = self.tokens + np.cumsum(lengths)
+        starts = ends - lengths
+        new_doc = doc_of != np.concatenate([[self.last_doc], doc_of[:-1]])
+        first_sentence = self.sentences + np.flatnonzero(new_doc)
+        rows = np.stack([first_sentence, starts[new_doc]], axis=1).astype(np.int64)
+        rows.tofile(self.files[DOCUMENTS])
+        doc_of[new_doc].tofile(self.files[ORIGINS])
+        # empty sentences add no tokens, so all ids can be flattened as they are
+        flat = np.fromiter(chain.from_iterable(ids), self.dtype, count=int(lengths.sum()))
+        flat.tofile(self.files[TOKENS])
+        ends.tofile(self.files[SENTENCES])
+        self.sentences += len(lengths)
+        self.tokens = int(ends[-1])
+        self.last_doc = int(doc_of[-1])
+
+    def finish(self) -> None:
+        """The document index's last row: where a document after the last would begin."""
+        np.array([[self.sentences, self.tokens]], np.int64).tofile(self.files[DOCUMENTS])
+
+
+def _table_counts(table_dir: Path, dtype: np.dtype, written: _TableWriter) -> dict:
+    """What `tokenize_corpus` returns: the counts of the table `written` to `table_dir`."""
+    with DocTable(table_dir, dtype) as table:
         per_doc = np.diff(table.documents[:, 0])
         return {
             "documents": table.n_documents,
-            "sentences": sentences,
-            "tokens": tokens,
+            "sentences": written.sentences,
+            "tokens": written.tokens,
             "single_sentence_documents": int((per_doc == 1).sum()),
-            "empty_sentences_dropped": dropped,
+            "empty_sentences_dropped": written.dropped,
         }
-    finally:
-        table.close()
 
 
 class DocTable:
