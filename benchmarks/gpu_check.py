@@ -13,7 +13,7 @@ The parts, the essential ones first; a part starts only if its estimate fits the
   step_s128_eager     BERT-base train step, ours eager vs transformers eager
   fp16                `bert pretrain` in fp16 with a GradScaler
   step_s128_compiled  ours compiled (fullgraph) vs transformers compiled
-  datapath            host syncs of `fit` fed by pinned batches of the real samples, with the
+  datapath            host syncs of the loop fed by pinned batches of the real samples, with the
                       compiled model of step_s128_compiled (eager if it did not run)
   phase2_cuda         BERT's two phases: samples at 512 too, phase 1 then a short phase 2 at
                       512 from its end, a checkpoint in each, phase 2 extended (resumed)
@@ -165,7 +165,7 @@ class DeviceCheck:
             self.record.figures.update(found.figures("datapath"))
             if found.compiled_steps:
                 self.record.figures["datapath_compiled_steps"] = str(found.compiled_steps)
-            found.require_none(f"fit over the real data path ({model} model)")
+            found.require_none(f"the training loop over the real data path ({model} model)")
         return f"{model} model" + ("" if found else " (syncs are counted on CUDA only)")
 
     def compile_estimate(self, longer: bool) -> float:

@@ -1,7 +1,7 @@
 """The device check's pipeline parts, run in its work folder: the data stages, `bert pretrain` on
 the device with a checkpoint and an extension, a stop-and-resume against a straight run, DDP
-under torchrun, fp16 with a GradScaler, the host syncs of `fit` over the real data path, and
-BERT's two phases (a short phase 2 at 512 tokens).
+under torchrun, fp16 with a GradScaler, the host syncs of `Trainer.train()` over the real data
+path, and BERT's two phases (a short phase 2 at 512 tokens).
 
 `bert ...` runs in this process, through the CLI's own code; a SIGTERM that the training loop
 turned into an interruption comes back as a Stop (see gpu_check_run), and so does one that its
@@ -97,21 +97,21 @@ class Pipeline:
         import torch
 
         from bertcore.training.checkpoint import CheckpointDir
-        from bertcore.training.loop import fit
+        from bertcore.training.loop import Trainer
 
         def trainer():
             torch.manual_seed(3)
             return tiny_trainer(self.device, max_steps=2 * steps, log_every=1)
 
         straight: list[float] = []
-        fit(trainer(), on_step=lambda r: straight.append(r.loss), progress=False)
+        Trainer(trainer(), on_step=lambda r: straight.append(r.loss), progress=False).train()
         resumed: list[float] = []
         checkpoints = CheckpointDir("models/resume_check")
-        fit(trainer(), checkpoints=checkpoints, stop_after=steps, progress=False,
-            on_step=lambda r: resumed.append(r.loss))
+        Trainer(trainer(), checkpoints=checkpoints, stop_after=steps, progress=False,
+                on_step=lambda r: resumed.append(r.loss)).train()
         second = trainer()
         second.resume_from(checkpoints.latest())
-        fit(second, on_step=lambda r: resumed.append(r.loss), progress=False)
+        Trainer(second, on_step=lambda r: resumed.append(r.loss), progress=False).train()
         worst = max(abs(a - b) / abs(b) for a, b in zip(resumed, straight, strict=True))
         assert len(resumed) == 2 * steps and worst < 1e-3, (worst, resumed, straight)
         return f"max rel diff {worst:.1e}"

@@ -7,8 +7,9 @@
 - a busy stream: a step that never waits returns while the GPU still has its work queued, so
   the stream is busy when the step returns; `busy/steps` counts the steps for which it was.
 
-`datapath_check` measures both over steps fed as training feeds them: `fit`, batches from the
-sample store through the DataLoader (pinned on a GPU), the model as given (compiled or not).
+`datapath_check` measures both over steps fed as training feeds them: `Trainer.train()`,
+batches from the sample store through the DataLoader (pinned on a GPU), the model as given
+(compiled or not).
 """
 
 from __future__ import annotations
@@ -91,14 +92,18 @@ def graphs_compiled() -> int:
 
 
 def datapath_check(trainer, batches, steps: int, device) -> StepSyncs | None:
-    """`steps` optimizer steps of `fit` over `batches` (a PretrainingBatches) with `trainer`
-    (its model compiled or not), counting syncs and busy-stream steps from the second step on
-    (the first follows fit's own read of the counters), leaving out steps during which dynamo
-    compiled. Also runs on the CPU (the code path), returning None there."""
-    from bertcore.training.loop import fit
+    """`steps` optimizer steps of `Trainer.train()` over `batches` (a PretrainingBatches) with
+    `trainer` (a StepRunner, its model compiled or not), counting syncs and busy-stream steps
+    from the second step on (the first follows the loop's own read of the counters), leaving
+    out steps during which dynamo compiled. Also runs on the CPU (the code path), returning
+    None there."""
+    import dataclasses
 
-    trainer.batches = batches
-    trainer.total_steps = trainer.step + steps  # nothing logs, evaluates or saves before it
+    from bertcore.training.loop import Trainer
+
+    # a phase of `steps` more steps over `batches`: nothing logs, evaluates or saves before it
+    length = dataclasses.replace(trainer.config, max_steps=trainer.step + steps, epochs=None)
+    trainer.begin_phase(length, batches, trainer.start)
     per_step: list[tuple[int, bool, bool]] = []  # syncs, busy, compiled during the step
     cuda = device.type == "cuda"
     compiled_before = [graphs_compiled()]
@@ -110,10 +115,10 @@ def datapath_check(trainer, batches, steps: int, device) -> StepSyncs | None:
         compiled_before[0] = compiled
 
     if not cuda:
-        fit(trainer, on_step=on_step, progress=False)
+        Trainer(trainer, on_step=on_step, progress=False).train()
         return None
     with SyncWatch(device) as watch:
-        fit(trainer, on_step=on_step, progress=False)
+        Trainer(trainer, on_step=on_step, progress=False).train()
     counted = [(s, b) for s, b, compiled in per_step[1:] if not compiled]
     return StepSyncs(syncs=sum(s for s, _ in counted), busy=sum(b for _, b in counted),
                      steps=len(counted),

@@ -25,7 +25,7 @@ from bertcore.training.budget import StepTiming, TimeBudget, planned_steps
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
-from bertcore.training.loop import fit
+from bertcore.training.loop import Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.step import StepRunner
 
@@ -118,7 +118,7 @@ def run(trainer: StepRunner, clock: FakeClock | None = None, **kw):
         if clock is not None:
             clock.tick()
 
-    result = fit(trainer, on_step=on_step, progress=False, **kw)
+    result = Trainer(trainer, on_step=on_step, progress=False, **kw).train()
     return result, rates
 
 

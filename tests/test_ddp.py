@@ -27,7 +27,7 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.training.batches import eval_batches
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import evaluate
-from bertcore.training.loop import fit
+from bertcore.training.loop import Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
@@ -46,7 +46,7 @@ def _train(data: Path, out: Path, rank: int, world_size: int) -> None:
     torch.set_num_threads(1)
     trainer = make_trainer(data, dropout=0.0, world=(rank, world_size), **TRAIN)
     losses: list[float] = []
-    fit(trainer, on_step=lambda r: losses.append(r.loss), progress=False)
+    Trainer(trainer, on_step=lambda r: losses.append(r.loss), progress=False).train()
     # the val split scored as pretraining does: each process its share, the sums added
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(read_vocab(data / "vocab")), seed=3)
@@ -95,7 +95,7 @@ def test_compiled_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch, mo
 
     eager = make_trainer(data, dropout=0.0, **TRAIN)
     expected: list[float] = []
-    fit(eager, on_step=lambda r: expected.append(r.loss), progress=False)
+    Trainer(eager, on_step=lambda r: expected.append(r.loss), progress=False).train()
     real_compile = torch.compile  # aot_eager: the graphs inductor would get, no codegen
     monkeypatch.setattr(torch, "compile",
                         lambda model, **kw: real_compile(model, **{**kw, "backend": "aot_eager"}))
@@ -109,7 +109,7 @@ def test_compiled_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch, mo
         trainer.ddp.register_comm_hook(None, lambda state, bucket: (
             all_reduces.append(trainer.step), allreduce_hook(None, bucket))[1])
         losses: list[float] = []
-        fit(trainer, on_step=lambda r: losses.append(r.loss), progress=False)
+        Trainer(trainer, on_step=lambda r: losses.append(r.loss), progress=False).train()
     finally:
         dist.destroy_process_group()
     torch.testing.assert_close(losses, expected, rtol=1e-5, atol=0)

@@ -38,7 +38,7 @@ from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.loop import fit
+from bertcore.training.loop import Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.pretrain import MODEL_TAG
 from bertcore.training.step import StepRunner
@@ -318,7 +318,7 @@ def workdir(tmp_path_factory) -> Path:
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
                                    VocabSpec.from_tokens(tokens), seed=5)
     batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator, 16, 1, seed=5)
-    fit(StepRunner(model, config, batches, device="cpu"), progress=False)
+    Trainer(StepRunner(model, config, batches, device="cpu"), progress=False).train()
     save_model(model, root / "models" / "pretrained")
     (root / "models" / "pretrained" / "training.json").write_text(json.dumps({"step": 300}))
     parent = Tracker.start(sqlite_uri(root / "mlflow.db"), "tiny-downstream", run_name="pretrain",

@@ -17,7 +17,7 @@ from tiny_pretrain import build_data, write_params
 from bertcore.common.errors import ConfigError
 from bertcore.model.bert import pretraining_loss
 from bertcore.training.config import TrainConfig
-from bertcore.training.loop import NonFiniteLossError, fit
+from bertcore.training.loop import NonFiniteLossError, Trainer
 from bertcore.training.step import compile_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -100,7 +100,7 @@ def test_only_steps_that_log_read_the_device(data, monkeypatch):
 
     monkeypatch.setattr(trainer.batches, "iterate", batches)
     monkeypatch.setattr(trainer, "train_step", step)
-    fit(trainer, progress=False)
+    Trainer(trainer, progress=False).train()
     counter.active = False
     assert in_step == [[]] * 8  # no step ever reads the device
     # the loop reads it once at the start, then after the logging step 4 (and 8, at the end)
@@ -128,7 +128,7 @@ def test_a_run_of_nonfinite_steps_between_log_steps_stops_the_run(data):
         poisoned["on"] = 1 <= result.step <= 3
 
     with pytest.raises(NonFiniteLossError, match=r"3 steps in a row \(up to step 5\)"):
-        fit(trainer, on_step=on_step, progress=False)
+        Trainer(trainer, on_step=on_step, progress=False).train()
     assert [r.skipped for r in results] == [False, True, True, True, False]
     assert trainer.skipped_steps == 3 and trainer.nonfinite_in_a_row == 0
     # the skipped steps changed nothing, not even AdamW's step count

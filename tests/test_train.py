@@ -26,7 +26,7 @@ from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalMetrics
-from bertcore.training.loop import NonFiniteLossError, fit
+from bertcore.training.loop import NonFiniteLossError, Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.schedule import linear_warmup_decay
 from bertcore.training.step import StepRunner
@@ -167,13 +167,13 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     straight = make_trainer(data, **kw)
     assert straight.batches.steps_per_epoch == 9
     losses_straight: list[float] = []
-    fit(straight, on_step=lambda r: losses_straight.append(r.loss), progress=False)
+    Trainer(straight, on_step=lambda r: losses_straight.append(r.loss), progress=False).train()
 
     first = make_trainer(data, **kw)
     losses_resumed: list[float] = []
     checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
-    fit(first, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
-        stop_after=13, progress=False)  # epoch 1, step 4 of 9
+    Trainer(first, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
+            stop_after=13, progress=False).train()  # epoch 1, step 4 of 9
     assert [c.step for c in checkpoints.all()] == [10, 13]
     assert checkpoints.latest().meta["step_in_epoch"] == 4
     torch.manual_seed(999)  # whatever happens in between must not matter
@@ -181,8 +181,8 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     second = make_trainer(data, **kw)
     second.resume_from(checkpoints.latest())
     assert second.step == 13
-    fit(second, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
-        progress=False)
+    Trainer(second, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
+            progress=False).train()
     assert len(losses_straight) == 24
     assert losses_resumed == losses_straight  # exactly, step by step
     assert second.tokens_seen == straight.tokens_seen > 0  # the run's counters resume too
@@ -207,7 +207,7 @@ def test_mixed_precision_follows_float32(data, precision):
                 module.register_forward_hook(
                     lambda module, args, out, name=name: seen[name].add(out.dtype))
         runs[name] = []
-        fit(trainer, on_step=runs[name].append, progress=False)
+        Trainer(trainer, on_step=runs[name].append, progress=False).train()
     assert seen == {"fp32": {torch.float32}, precision: {dtypes[precision]}}
     assert (trainer.scaler is not None) == (precision == "fp16")
     assert not any(r.skipped for r in runs[precision])
@@ -231,7 +231,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
         poisoned["on"] = result.step >= 4
 
     with pytest.raises(NonFiniteLossError, match="3 steps in a row") as error:
-        fit(trainer, checkpoints=checkpoints, on_step=on_step, progress=False)
+        Trainer(trainer, checkpoints=checkpoints, on_step=on_step, progress=False).train()
     assert "step-00000004" in str(error.value)
     assert [r.skipped for r in results] == [False] * 4 + [True] * 3
     assert trainer.skipped_steps == 3
@@ -253,7 +253,7 @@ def test_an_evaluation_before_the_first_logged_row_shows_no_train_loss(data, cap
                          nsp_accuracy=0.5, mlm_baseline_accuracy=0.1,
                          nsp_baseline_accuracy=0.5, mlm_predictions=10, sequences=4)
     with caplog.at_level("INFO", logger="bertcore.training.loop"):
-        fit(trainer, evaluate=lambda model: scores, progress=False)
+        Trainer(trainer, evaluate=lambda model: scores, progress=False).train()
     lines = [r.getMessage() for r in caplog.records if "val MLM loss" in r.getMessage()]
     assert [line.split(":")[0] for line in lines] == ["step 2/8", "step 4/8", "step 6/8",
                                                       "step 8/8"]
@@ -270,7 +270,7 @@ def test_a_tiny_model_overfits_a_tiny_corpus(data):
                            samples=32, max_steps=200, batch_size=32, learning_rate=7e-3,
                            warmup_steps=10)
     results = []
-    fit(trainer, on_step=results.append, progress=False)
+    Trainer(trainer, on_step=results.append, progress=False).train()
     start = sum(r.mlm_loss for r in results[:5]) / 5
     end = sum(r.mlm_loss for r in results[-10:]) / 10
     assert start > 4.0  # about ln(96): nothing known yet

@@ -32,7 +32,7 @@ from bertcore.common.errors import require
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.loop import FitResult, fit
+from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.step import StepRunner
 
 log = logging.getLogger(__name__)
@@ -207,7 +207,7 @@ def recover(
     learning_rate: float,
     device: torch.device,
     seed: int,
-) -> FitResult:
+) -> TrainResult:
     """`steps` more steps of pretraining (the train section's optimizer settings, a 10% warmup
     to `learning_rate`, linear decay, dropout seeded by `seed`), no evaluation and no
     checkpoints. The one place that calls the pretraining loop."""
@@ -219,7 +219,7 @@ def recover(
     )
     trainer = StepRunner(model, config, batches, device=device)
     torch.manual_seed(seed)
-    return fit(trainer)
+    return Trainer(trainer).train()
 
 
 # ------------------------------------------------------------------------------ throughput

@@ -18,10 +18,15 @@ the end, so this holds too.)
   `max_minutes` (or `max_steps`) re-plans that end from the same timing, as an extension.
 - The budget counts the training loop (steps, evaluations, checkpoints), not the setup before
   it or the export after it.
+
+`BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop`): the loop
+asks it after every step, and it answers with the planned total once, at the plan step; the
+`Stopwatch` under it times the steps up to there.
 """
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from collections.abc import Callable, Mapping
@@ -100,20 +105,25 @@ class TimeBudget:
         return planned_steps(configured, self.seconds, timing,
                              self.eval_seconds(timing.step_s), self.eval_every)
 
+    def stops_at_plan(self, configured: int, timing: StepTiming) -> bool:
+        """Whether the budget fits no step after the plan step (of fewer than configured)."""
+        return self.total(configured, timing) == timing.plan_step < configured
+
     def describe(self, configured: int, timing: StepTiming) -> str:
         """One line for the log."""
         total = self.total(configured, timing)
         line = (f"time budget {self.minutes:g} min: {timing.step_s:.3g} s/step over steps "
                 f"{timing.timed_from}-{timing.plan_step} -> {total} of {configured} steps "
                 "planned")
-        if total == timing.plan_step < configured:
+        if self.stops_at_plan(configured, timing):
             line += (f"; the budget does not fit more than the {total} steps run before the "
                      "plan: stopping there (raise train.max_minutes)")
         return line
 
 
 class Stopwatch:
-    """Times the steps of one `fit` call until its plan step (see TimeBudget.plan_step)."""
+    """Times the steps of one training run (one `Trainer.train()`) until its plan step (see
+    TimeBudget.plan_step)."""
 
     def __init__(self, budget: TimeBudget, start_step: int):
         self.budget = budget
@@ -139,3 +149,53 @@ class Stopwatch:
         # Steps before this call (a resumed run) are counted at the measured speed.
         elapsed = now - self.started + self.start_step * step_s
         return StepTiming(self.plan_step, elapsed, step_s, self.timed_from)
+
+
+class BudgetPlanner:
+    """The planned end of one training run (one `Trainer.train()`) under a time budget: from the
+    timing a resumed run recorded, at once; else from its own first steps, timed on a
+    Stopwatch, once, at the plan step. Every process plans from rank 0's timing, so all of them
+    end at the same step."""
+
+    def __init__(self, budget: TimeBudget, configured: int, start_step: int,
+                 timing: StepTiming | None, *, synchronize: Callable[[], None],
+                 broadcast: Callable[[Any], Any]):
+        """`configured`: the total steps without a budget; `timing`: what the checkpoint the
+        run resumed from recorded (None: time the first steps); `synchronize()` waits for the
+        device; `broadcast(obj)` returns rank 0's `obj` on every process."""
+        self.budget, self.configured = budget, configured
+        self.timing = timing  # what the plan is made from (None until the plan step)
+        self.synchronize, self.broadcast = synchronize, broadcast
+        self.stopwatch: Stopwatch | None = None
+        if timing is None and start_step < configured:
+            stopwatch = Stopwatch(budget, start_step)
+            if stopwatch.plan_step < configured:  # else the run ends before a plan could
+                self.stopwatch = stopwatch  # shorten it
+
+    @property
+    def total(self) -> int:
+        """The total steps as planned so far: the configured total until there is a timing."""
+        if self.timing is None:
+            return self.configured
+        return self.budget.total(self.configured, self.timing)
+
+    def after_step(self, step: int) -> int | None:
+        """Called after every step: the planned total after the plan step, else None. Waits
+        for the device only on the steps whose end the stopwatch reads."""
+        stopwatch = self.stopwatch
+        if stopwatch is None or not stopwatch.wants_clock(step):
+            return None
+        self.synchronize()
+        timing = stopwatch.read(step)
+        if timing is None:
+            return None
+        self.stopwatch = None  # the plan is made once
+        self.timing = StepTiming.from_dict(self.broadcast(timing.to_dict()))
+        return self.total
+
+    def announcement(self) -> tuple[int, str]:
+        """The log level and line of the plan just made: a warning when the budget fits no
+        step after the plan step."""
+        stops = self.budget.stops_at_plan(self.configured, self.timing)
+        return (logging.WARNING if stops else logging.INFO), self.budget.describe(
+            self.configured, self.timing)

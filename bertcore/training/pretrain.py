@@ -38,7 +38,7 @@ from bertcore.training.devices import resolve_device
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import evaluate
 from bertcore.training.inputs import PretrainConfig, PretrainInputs, PretrainPaths
-from bertcore.training.loop import FitResult, fit
+from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.phases import (
     PHASE_KEY,
@@ -91,7 +91,7 @@ class PretrainReport:
 TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
 
 
-def pretrain_report(result: FitResult, model: BertPretrainingModel,
+def pretrain_report(result: TrainResult, model: BertPretrainingModel,
                     second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
@@ -273,7 +273,7 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
     replay = tracker is not None and (plan.resume.extends or starts_phase2)
     first_eval = evaluator(first)
 
-    def run(phase: Phase, start_from: Checkpoint | None) -> FitResult:
+    def run(phase: Phase, start_from: Checkpoint | None) -> TrainResult:
         nonlocal replay
         previous = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
                     if start_from else None)
@@ -286,10 +286,10 @@ def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInpu
             _close_phase1(record, first_eval, trainer, tracked=not starts_phase2)
         if tracker and second is not None:
             tracker.set_tags({PHASE_TAG: phase.number})
-        return fit(trainer, record=record, checkpoints=checkpoints, meta=phase.meta,
-                   evaluate=first_eval if phase is first else evaluator(phase),
-                   on_checkpoint=on_checkpoint,
-                   budget=budget if phase.number == 1 else None)
+        return Trainer(trainer, record=record, checkpoints=checkpoints, meta=phase.meta,
+                       evaluate=first_eval if phase is first else evaluator(phase),
+                       on_checkpoint=on_checkpoint,
+                       budget=budget if phase.number == 1 else None).train()
 
     try:
         if plan.phase == 1 and resume is not None:

@@ -124,8 +124,8 @@ class StepRunner:
         )
         self.batches = batches
         self.start = PhaseStart()
-        self.total_steps = config.total_steps(batches.steps_per_epoch)  # a budget may lower it
-        self.step_timing: StepTiming | None = None  # what a time budget planned from
+        # what a time budget planned from, as the checkpoint this run resumed from recorded it
+        self.recorded_timing: StepTiming | None = None
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
         self.model: torch.nn.Module = self.raw_model
@@ -153,11 +153,17 @@ class StepRunner:
         self.totals = torch.zeros(len(TOTALS), dtype=torch.int64, device=self.device)
         self._stop_flag = torch.zeros((), dtype=torch.float64, device=self.device)
 
+    @property
+    def configured_steps(self) -> int:
+        """The step the phase ends at as configured (`max_steps` or `epochs`, numbered on from
+        the phase's start); a time budget may plan an earlier end (see `bertcore.training.loop`)."""
+        return self.start.step + self.config.total_steps(self.batches.steps_per_epoch)
+
     def learning_rate(self, step: int, total_steps: int | None = None) -> float:
-        """The rate of optimizer step `step` (0-based), on the phase's schedule: the current
-        plan's, or one that ends at `total_steps`."""
+        """The rate of optimizer step `step` (0-based), on the phase's schedule: one that ends
+        at `total_steps`, by default the configured end."""
         cfg, start = self.config, self.start.step
-        total = self.total_steps if total_steps is None else total_steps
+        total = self.configured_steps if total_steps is None else total_steps
         return scheduled_rate(cfg.learning_rate, step - start, cfg.warmup_steps, total - start)
 
     def begin_phase(self, config: TrainConfig, batches: PretrainingBatches,
@@ -167,8 +173,7 @@ class StepRunner:
         torch.compile) and the optimizer stay; load the checkpoint the phase starts from next
         (`resume_from`)."""
         self.config, self.batches, self.start = config, batches, start
-        self.total_steps = start.step + config.total_steps(batches.steps_per_epoch)
-        self.step_timing = None
+        self.recorded_timing = None
 
     def data_position(self) -> tuple[int, int]:
         """(epoch, step within it) of the next step: which batch, and which masks, it draws."""
@@ -224,8 +229,10 @@ class StepRunner:
         dist.all_reduce_sum(sums)
         return counts, sums
 
-    def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False):
-        """One optimizer step over this process's micro-batches (see accumulate_gradients)."""
+    def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False,
+                   total_steps: int | None = None):
+        """One optimizer step over this process's micro-batches (see accumulate_gradients), at
+        the rate of a schedule that ends at `total_steps` (by default the configured end)."""
         cfg = self.config
         counts, sums = self.accumulate_gradients(micro_batches, stop)
         mlm_den, nsp_den = counts[0].clamp_min(1), counts[1].clamp_min(1)
@@ -239,7 +246,7 @@ class StepRunner:
         ).double()
         loss_finite = torch.isfinite(total_loss)
         good = loss_finite & torch.isfinite(grad_norm)
-        rate = self.learning_rate(self.step)
+        rate = self.learning_rate(self.step, total_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.found_inf = (~good).float()  # fused AdamW: skip the update when set
@@ -320,14 +327,15 @@ class StepRunner:
         return self.data_position()[0]
 
     # --------------------------------------------------------------------- state
-    def state_dict(self) -> dict[str, Any]:
-        """Everything but the weights and the RNG states, as plain data."""
+    def state_dict(self, total_steps: int) -> dict[str, Any]:
+        """Everything but the weights and the RNG states, as plain data; `total_steps`: where
+        the run is planned to end (a record: a resumed run plans its own end)."""
         totals = dict(zip(TOTALS, self.totals.tolist(), strict=True))
         return {
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
             "step": self.step,
-            "total_steps": self.total_steps,
+            "total_steps": total_steps,
             "skipped_steps": totals["skipped_steps"],
             "nonfinite_in_a_row": totals["nonfinite_in_a_row"],
             "tokens_seen": totals["tokens_seen"],
@@ -336,8 +344,9 @@ class StepRunner:
         }
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
-        """Restore a state_dict; the schedule follows this trainer's own `total_steps` (a run
-        whose length changed resumes on the re-planned schedule)."""
+        """Restore a state_dict; its `total_steps` is not read back: the schedule follows the
+        end the resumed run plans (a run whose length changed resumes on the re-planned
+        schedule)."""
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
@@ -351,19 +360,22 @@ class StepRunner:
 
     # ----------------------------------------------------------------- checkpoints
     def save_checkpoint(
-        self, checkpoints: CheckpointDir, meta: Mapping[str, Any], texts: Mapping[str, str]
+        self, checkpoints: CheckpointDir, meta: Mapping[str, Any], texts: Mapping[str, str],
+        total_steps: int, step_timing: StepTiming | None = None,
     ) -> Path | None:
         """Every process hands its RNG state to rank 0, which commits the checkpoint once all
-        processes have finished the step; returns the folder (None on other ranks)."""
+        processes have finished the step; returns the folder (None on other ranks). The run's
+        plan goes into its meta: `total_steps`, where it is planned to end, and `step_timing`,
+        what a time budget planned from."""
         rng = self.dist.all_gather_objects(capture_rng_state())
         self.dist.barrier()
         path = None
         if self.dist.is_main:
-            state = {**self.state_dict(), "rng": rng}
-            position = {"step": self.step, "epoch": self.epoch, "total_steps": self.total_steps,
+            state = {**self.state_dict(total_steps), "rng": rng}
+            position = {"step": self.step, "epoch": self.epoch, "total_steps": total_steps,
                         "step_in_epoch": self.data_position()[1]}
-            if self.step_timing is not None:  # a budget run resumes its plan from it
-                position["step_timing"] = self.step_timing.to_dict()
+            if step_timing is not None:  # a budget run resumes its plan from it
+                position["step_timing"] = step_timing.to_dict()
             path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts)
         self.dist.barrier()
         return path
@@ -372,7 +384,7 @@ class StepRunner:
         """Load weights, optimizer, scaler, counters, the timing of a time budget's plan and
         this process's RNG state."""
         checkpoint.load_model(self.raw_model)
-        self.step_timing = StepTiming.from_dict(checkpoint.meta.get("step_timing"))
+        self.recorded_timing = StepTiming.from_dict(checkpoint.meta.get("step_timing"))
         state = checkpoint.load_state()
         self.load_state_dict(state)
         rng = state.get("rng") or []
