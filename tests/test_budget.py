@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import datetime
 import json
+import logging
 from pathlib import Path
 
 import pytest
@@ -21,7 +22,7 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import StepTiming, TimeBudget, planned_steps
+from bertcore.training.budget import BudgetPlanner, StepTiming, TimeBudget, planned_steps
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
@@ -83,6 +84,35 @@ class FakeClock:
 
     def tick(self, _result=None) -> None:
         self.now += self.seconds_per_step
+
+
+def test_the_planner_plans_once_from_rank_0s_timing():
+    clock, syncs = FakeClock(1.0), []
+    budget = TimeBudget(0.5, warmup_steps=4, batch_size=16, clock=clock)
+
+    def planner(configured: int, timing: StepTiming | None = None) -> BudgetPlanner:
+        # rank 0 measured 2 s a step where this process measured 1
+        return BudgetPlanner(budget, configured, 0, timing, synchronize=lambda: syncs.append(1),
+                             broadcast=lambda timing: {**timing, "step_s": 2.0})
+
+    plan = planner(40)
+    answers = []
+    for step in range(1, 8):
+        clock.tick()
+        answers.append(plan.after_step(step))
+    # 28.5 s after the reserve, 4 spent, 2 s a step: 12 more steps after the plan step 4
+    assert answers == [None, None, None, 16, None, None, None]
+    assert syncs == [1, 1]  # the clock read after step 1 (the start of timing) and step 4
+    assert plan.total == 16 and plan.timing == StepTiming(4, 4.0, 2.0, 2)
+    assert plan.announcement() == (
+        logging.INFO, "time budget 0.5 min: 2 s/step over steps 2-4 -> 16 of 40 steps planned")
+    # a run that ends by the plan step is never timed; a resumed one plans from its timing
+    assert planner(4).stopwatch is None and planner(4).after_step(4) is None
+    resumed = planner(40, StepTiming(4, 4.0, 1.0, 2))
+    assert resumed.stopwatch is None and resumed.total == 28
+    tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), 40, 0, StepTiming(4, 4.0, 1, 2),
+                         synchronize=lambda: None, broadcast=lambda timing: timing)
+    assert tiny.total == 4 and tiny.announcement()[0] == logging.WARNING
 
 
 def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> StepRunner:
