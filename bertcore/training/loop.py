@@ -73,7 +73,7 @@ def fit(
     """Train from `trainer.step` to the total number of steps, with logging, periodic
     evaluation and checkpoints.
 
-    `meta` goes into every checkpoint's meta.json (fingerprints, MLflow run id, ...).
+    `meta` goes into every checkpoint's meta.json (the run's identity: `RunIdentity.meta`).
     `on_step(result)` is called after every step (reading a number of `result` waits for
     the device). `on_checkpoint(path)` is called on rank 0 after each committed checkpoint.
     `stop_after`: stop (with a checkpoint) after this step, as an interruption would.
