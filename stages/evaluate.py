@@ -4,9 +4,10 @@ model at both lengths: at the second under `length_<N>` in both files.
 
 Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
 `metrics/eval_details.json` (the baselines they are read against, and how much was scored),
-and logs both into the MLflow run that trained the model (its id is in the model folder): the
-scores as results at the model's last step (`eval_mlm_accuracy`, ...), the details as tags
-(`eval.mlm_baseline_accuracy`, ...), both files as artifacts.
+and logs both into the MLflow run that trained the model (found by the sha256 of its weights,
+the run's tag `model.sha256`: see `stages/downstream.py`): the scores as results at the
+model's last step (`eval_mlm_accuracy`, ...), the details as tags (`eval.mlm_baseline_accuracy`,
+...), both files as artifacts.
 """
 
 from __future__ import annotations

@@ -194,15 +194,19 @@ def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
     assert (root / "step-00000010.damaged-2").is_dir()
 
 
-def test_a_checkpoint_from_before_checksums_is_still_resumed(tmp_path):
-    checkpoints = saved(tmp_path / "ckpt", [3])
-    meta_path = tmp_path / "ckpt" / "step-00000003" / "meta.json"
+def test_a_checkpoint_whose_meta_lists_no_files_is_set_aside(tmp_path, caplog):
+    """Every checkpoint records its files' checksums: one without them was not written
+    whole by a run, so it is not resumed."""
+    checkpoints = saved(tmp_path / "ckpt", [3, 5])
+    meta_path = tmp_path / "ckpt" / "step-00000005" / "meta.json"
     meta = json.loads(meta_path.read_text())
     del meta["files"]
     meta_path.write_text(json.dumps(meta))
-    assert checkpoints.latest().step == 3
-    (tmp_path / "ckpt" / "step-00000003" / "trainer.pt").unlink()
-    assert checkpoints.latest() is None
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
+        assert checkpoints.latest().step == 3
+    (line,) = [r.getMessage() for r in caplog.records]
+    assert "step-00000005 is damaged (meta.json lists no files)" in line
+    assert (tmp_path / "ckpt" / "step-00000005.damaged").is_dir()
 
 
 HOLD = """

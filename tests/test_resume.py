@@ -14,15 +14,22 @@ from conftest import ONE_THREAD, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.digests import fingerprint_files
-from bertcore.common.tracking import sqlite_uri
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import TrackingConfig, sqlite_uri
 from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.config import ModelParams
 from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.resume import plan_resume, run_fingerprints, samples_fingerprint
+from bertcore.training.config import TrainConfig
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.identity import phase1_identity, samples_fingerprint
+from bertcore.training.inputs import PretrainConfig
+from bertcore.training.masking import MaskingConfig
+from bertcore.training.resume import plan_resume
 from bertcore.training.schedule import learning_rate
 from stages.pretrain import torchrun_command
 
@@ -105,14 +112,15 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
 def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     """Samples rebuilt (another seed) or another vocabulary: start fresh, saying which; the
     same inputs: resume; only the length changed: extend."""
-    params = {"train": {"learning_rate": 0.003}}
-    same = run_fingerprints(params, data / "vocab", data / "samples", 8)
+    run = PretrainConfig(ModelParams(), MaskingConfig(), TrainConfig(learning_rate=0.003),
+                         EvalConfig(), TrackingConfig())
+    same = phase1_identity(run, data / "vocab", data / "samples", 8)
     checkpoints = CheckpointDir(tmp_path / "ckpt")
     model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
-    checkpoints.save(4, model, {"step": 4}, {"fingerprints": same, "params": params})
-    assert plan_resume(checkpoints.latest(), same, params, 8).checkpoint.step == 4
-    longer_run = run_fingerprints(params, data / "vocab", data / "samples", 12)
-    longer = plan_resume(checkpoints.latest(), longer_run, params, 12)
+    checkpoints.save(4, model, {"step": 4}, same.meta(world_size=1))
+    assert plan_resume(checkpoints.latest(), same).checkpoint.step == 4
+    longer_run = phase1_identity(run, data / "vocab", data / "samples", 12)
+    longer = plan_resume(checkpoints.latest(), longer_run)
     assert longer.extends and longer.previous_total == 8
 
     samples = tmp_path / "samples"
@@ -126,11 +134,11 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     config = VocabConfig(vocab_size=90, min_frequency=1)
     save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab,
                config)
-    for what, fingerprints in (
-        ("samples", run_fingerprints(params, data / "vocab", samples, 8)),
-        ("vocab", run_fingerprints(params, vocab, data / "samples", 8)),
+    for what, identity in (
+        ("samples", phase1_identity(run, data / "vocab", samples, 8)),
+        ("vocab", phase1_identity(run, vocab, data / "samples", 8)),
     ):
-        plan = plan_resume(checkpoints.latest(), fingerprints, params, 8)
+        plan = plan_resume(checkpoints.latest(), identity)
         assert plan.checkpoint is None, what
         assert f"made with other {what}: starting fresh" in plan.notice, plan.notice
 
@@ -142,11 +150,9 @@ def test_samples_fingerprint_reads_meta_json_alone_when_it_has_the_array_hashes(
     meta = json.loads(meta_file.read_text())
     meta.pop("arrays_sha256", None)
     meta_file.write_text(json.dumps(meta))
-    # samples made before the hashes were recorded: the train arrays are hashed too
-    old = samples_fingerprint(samples)
-    array = samples / "train" / "input_ids.npy"
-    array.write_bytes(array.read_bytes()[:-2] + b"\x07\x07")
-    assert samples_fingerprint(samples) != old
+    # samples without their arrays' hashes are none the samples stage writes: rebuild them
+    with pytest.raises(BertError, match="rebuild the samples with `bert samples`"):
+        samples_fingerprint(samples)
 
     # samples that record their arrays' hashes (the samples stage writes them): meta.json only
     meta["arrays_sha256"] = {"train": "a" * 64, "val": "b" * 64}

@@ -15,9 +15,15 @@ from test_train import make_trainer
 from tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
+from bertcore.common.tracking import TrackingConfig
 from bertcore.model.bert import pretraining_loss
+from bertcore.model.config import ModelParams
 from bertcore.training.config import TrainConfig
+from bertcore.training.evaluation import EvalConfig
+from bertcore.training.identity import optimisation_params, resumable_params
+from bertcore.training.inputs import PretrainConfig
 from bertcore.training.loop import NonFiniteLossError, Trainer
+from bertcore.training.masking import MaskingConfig
 from bertcore.training.step import compile_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -181,13 +187,17 @@ def test_compile_fullgraph_fails_on_a_graph_break_that_true_runs_around(data):
     batch = micro_batches[0]
     torch.testing.assert_close(pieces(**batch).loss, trainer.raw_model(**batch).loss)
     assert compile_model(trainer.raw_model, False) is trainer.raw_model
-    # fullgraph compiles what true compiles: a checkpoint of one resumes under the other, and
-    # checkpoints made before fullgraph existed keep the fingerprint of their false or true
-    fingerprint = {mode: TrainConfig(compile=mode).resumable_params()
+    # fullgraph compiles what true compiles: a checkpoint of one resumes under the other (the
+    # fingerprint holds true), and the recorded params say which it was
+    def run_with(mode) -> PretrainConfig:
+        return PretrainConfig(ModelParams(), MaskingConfig(), TrainConfig(compile=mode),
+                              EvalConfig(), TrackingConfig())
+
+    fingerprint = {mode: resumable_params(run_with(mode))["train"]
                    for mode in (False, True, "fullgraph")}
     assert fingerprint["fullgraph"] == fingerprint[True] != fingerprint[False]
     assert fingerprint[True]["compile"] is True and fingerprint[False]["compile"] is False
-    assert TrainConfig(compile="fullgraph").optimisation_params()["compile"] == "fullgraph"
+    assert optimisation_params(run_with("fullgraph"))["train"]["compile"] == "fullgraph"
     with pytest.raises(ConfigError, match="compile"):
         TrainConfig(compile="full")
 

@@ -2,11 +2,13 @@
 
 A checkpoint is a folder `step-00001234/` holding
   model.safetensors  the weights (with config.json: `bertcore.model.hf.load_model` reads it)
-  trainer.pt         optimizer, scheduler, scaler and counters, plus the RNG states of every
-                     process: plain tensors, dicts, lists and numbers, so it loads with
+  trainer.pt         optimizer, scaler, step, planned end and counters, plus the RNG states of
+                     every process (no scheduler: the learning rate is a function of the
+                     step): plain tensors, dicts, lists and numbers, so it loads with
                      `torch.load(weights_only=True)` and never executes pickled code
-  meta.json          step, data position, fingerprints of params/vocab/samples, MLflow run id,
-                     and the sha256 of every other file (`files`)
+  meta.json          step, data position, the run's identity (fingerprints and params:
+                     `bertcore.training.identity`) and the sha256 of every other file
+                     (`files`); not the MLflow run, whose id is random (see `runs_file`)
   *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
 It is written to a staging folder and renamed into place, so a crash mid-write leaves the
 previous checkpoint as the latest. A checkpoint is resumed only when its fingerprints match
@@ -128,16 +130,14 @@ class Checkpoint:
         return path.read_text(encoding="utf-8") if path.is_file() else None
 
     def damage(self) -> str | None:
-        """What is wrong with the files of this checkpoint, or None when they are intact.
-        (A checkpoint written before checksums existed only needs its two main files.)"""
-        expected = self.meta.get("files") or {MODEL_FILE: None, STATE_FILE: None}
+        """What is wrong with the files of this checkpoint, or None when they are intact."""
+        expected = self.meta.get("files")
+        if not expected:
+            return f"{META_FILE} lists no files"
         for name, checksum in sorted(expected.items()):
-            path = self.path / name
             try:
-                if checksum is not None and file_sha256(path) != checksum:
+                if file_sha256(self.path / name) != checksum:
                     return f"{name} does not match its checksum"
-                if checksum is None and not path.is_file():
-                    return f"{name} is missing"
             except FileNotFoundError:
                 return f"{name} is missing"
             except OSError as exc:

@@ -6,36 +6,16 @@ step); the defaults here are those of the shipped params.yaml.
 
 from __future__ import annotations
 
-import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
 from bertcore.common.errors import require
 from bertcore.training.devices import Precision
 
-# Keys of TrainConfig that do not change the optimisation: a checkpoint made with other values
-# of these is still resumed (they are left out of the params fingerprint).
-BOOKKEEPING_KEYS = frozenset(
-    {
-        "device",
-        "log_every",
-        "eval_every",
-        "checkpoint_every",
-        "keep_last",
-        "max_nonfinite_steps",
-        "num_workers",
-        "nproc_per_node",
-        "max_restarts",
-    }
-)
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).
 CompileMode = bool | Literal["fullgraph"]
-
-# The length of a run: changing only these resumes the latest checkpoint with the learning-rate
-# schedule re-planned to the new end (see bertcore.training.resume).
-LENGTH_KEYS = frozenset({"max_steps", "epochs", "max_minutes"})
 
 
 @dataclass
@@ -128,18 +108,3 @@ class TrainConfig:
         if self.max_steps is not None:
             return self.max_steps
         return max(1, math.ceil(self.epochs * steps_per_epoch))
-
-    def optimisation_params(self) -> dict[str, Any]:
-        """The values that define the optimisation (recorded in checkpoints)."""
-        values = dataclasses.asdict(self)
-        return {k: v for k, v in values.items() if k not in BOOKKEEPING_KEYS}
-
-    def resumable_params(self) -> dict[str, Any]:
-        """The values a checkpoint must share to be resumed (fingerprinted): the optimisation
-        without its length, since a run can be extended."""
-        values = self.optimisation_params()
-        # fullgraph compiles the same graph as true, it only refuses graph breaks: a run may
-        # switch between the two and resume (and checkpoints made before fullgraph existed
-        # keep their fingerprint)
-        values["compile"] = bool(values["compile"])
-        return {k: v for k, v in values.items() if k not in LENGTH_KEYS}

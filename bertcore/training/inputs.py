@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import TrackingConfig
@@ -57,19 +56,6 @@ class PretrainConfig:
                                                 "train.max_minutes: null (a time budget would "
                                                 "make the step phase 2 starts at depend on the "
                                                 "machine)")
-
-    def optimisation(self) -> dict[str, Any]:
-        """Everything that defines the optimisation of phase 1 (recorded in checkpoints)."""
-        model = dataclasses.asdict(self.model)
-        if model["init_from"] is None:  # as before init_from existed: older checkpoints resume
-            del model["init_from"]
-        return {"model": model,
-                "masking": dataclasses.asdict(self.masking),
-                "train": self.train.optimisation_params()}
-
-    def resumable(self) -> dict[str, Any]:
-        """Phase 1's optimisation without the run's length (fingerprinted)."""
-        return {**self.optimisation(), "train": self.train.resumable_params()}
 
 
 @dataclass(frozen=True)

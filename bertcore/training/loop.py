@@ -96,7 +96,7 @@ class Trainer:
         progress: bool | None = None,
         budget: TimeBudget | None = None,
     ):
-        """`meta` goes into every checkpoint's meta.json (fingerprints, MLflow run id, ...).
+        """`meta` goes into every checkpoint's meta.json (the run's identity: `RunIdentity.meta`).
         `evaluate(model)` scores the model every `eval_every` steps and at the end.
         `on_step(result)` is called after every step (reading a number of `result` waits for
         the device). `on_checkpoint(path)` is called on rank 0 after each committed checkpoint.

@@ -14,32 +14,33 @@ phase 1 ended a moment ago in this process or long before: a straight two-phase 
 whose phase 2 was turned on after phase 1 finished give the same bytes. A phase-2 checkpoint
 records phase 1's fingerprints (hashed), so it is resumed only after that same phase 1; the
 boundary is kept while phase 2 runs, so new phase-2 params restart phase 2 there, not phase 1.
+
+This module sequences the phases: which phase a run starts in and from which checkpoint
+(`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
+(`enter_phase2`). What a phase's checkpoints share and record is its `RunIdentity`
+(`bertcore.training.identity`).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections.abc import Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from bertcore.common.digests import fingerprint_params
-from bertcore.common.errors import require
+from bertcore.common.errors import BertError, require
 from bertcore.data.samples.config import Phase2Samples
+from bertcore.data.samples.store import SampleStore
+from bertcore.model.bert import BertPretrainingModel
+from bertcore.training.batches import PretrainingBatches
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import TrainConfig
+from bertcore.training.identity import PHASE_KEY, RunIdentity
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.resume import (
-    LENGTH,
-    PHASE1,
-    ResumePlan,
-    plan_resume,
-    samples_fingerprint,
-)
-
-PHASE_KEY = "phase"  # in a phase-2 checkpoint's meta.json: 2 (phase 1's have no such key)
+from bertcore.training.records import TrainingRecord
+from bertcore.training.resume import ResumePlan, plan_resume
+from bertcore.training.step import PhaseStart, StepRunner
 
 
 @dataclass(frozen=True)
@@ -72,17 +73,6 @@ class Phase2Config(Phase2Samples):
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             learning_rate=self.learning_rate, warmup_steps=self.warmup_steps)
 
-    def optimisation_params(self) -> dict[str, Any]:
-        """What defines phase 2 (recorded in its checkpoints, beside phase 1's params)."""
-        values = dataclasses.asdict(self)
-        del values["enabled"]
-        return values
-
-    def resumable_params(self) -> dict[str, Any]:
-        """The values a phase-2 checkpoint must share to be resumed: without the phase's
-        length, since phase 2 can be extended as a run can."""
-        return {k: v for k, v in self.optimisation_params().items() if k != "max_steps"}
-
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:
     """The masking of samples up to `length` tokens: `masking.max_predictions_per_seq` is
@@ -99,20 +89,28 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
     return math.ceil(phase1_steps / phase1_steps_per_epoch)
 
 
-def phase2_fingerprints(phase1: Mapping[str, str], config: Phase2Config,
-                        samples_dir: str | Path) -> dict[str, str]:
-    """What a phase-2 checkpoint records: the phase 1 it continues (all of phase 1's
-    fingerprints, length included, hashed), the vocabulary (read by `bert fill-mask`),
-    phase 2's own params and samples, and its length."""
-    return {
-        PHASE1: fingerprint_params(dict(phase1)),
-        "vocab": phase1["vocab"],
-        "params": fingerprint_params(config.resumable_params()),
-        "samples": samples_fingerprint(samples_dir),
-        LENGTH: str(config.max_steps),
-    }
+def phase2_start(phase1: Phase) -> PhaseStart:
+    """Where phase 2 begins: at phase 1's last step, in the first epoch phase 1 did not reach."""
+    steps = phase1.identity.total_steps
+    return PhaseStart(steps, first_epoch(steps, phase1.batches.steps_per_epoch))
 
 
+@dataclass(frozen=True)
+class Phase:
+    """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
+    when it is on."""
+
+    number: int
+    max_seq_length: int  # of its samples
+    train: TrainConfig
+    masking: MaskingConfig
+    batches: PretrainingBatches
+    val_store: SampleStore
+    start: PhaseStart
+    identity: RunIdentity  # what its checkpoints share and record, and its last step
+
+
+# ------------------------------------------------------------------------ where a run starts
 def phase_of(checkpoint: Checkpoint) -> int:
     return int(checkpoint.meta.get(PHASE_KEY, 1))
 
@@ -122,26 +120,42 @@ def in_phase1(checkpoint: Checkpoint) -> bool:
 
 
 @dataclass(frozen=True)
-class PhaseKey:
-    """What identifies a phase's checkpoints and where the phase ends."""
-
-    fingerprints: dict[str, str]
-    params: dict[str, Any]  # the optimisation params, to name what changed
-    total_steps: int  # the step the phase ends at (phase 2: numbered on from phase 1's)
-
-
-@dataclass(frozen=True)
 class RunPlan:
-    """Where a run (re)starts: `phase` and the checkpoint of that phase to resume (or none);
-    `notices` say why other checkpoints are not resumed."""
+    """Where a run (re)starts: `phase`, and the checkpoint of that phase to resume (or none).
+    `phase1_done`: that checkpoint is phase 1's last, so phase 2 begins now from it (turned on
+    since phase 1 ended, or its params changed); `notices` say why other checkpoints are not
+    resumed."""
 
     phase: int
     resume: ResumePlan
+    phase1_done: bool = False
     notices: tuple[str, ...] = ()
 
+    @property
+    def trains_phase1(self) -> bool:
+        return self.phase == 1 and not self.phase1_done
 
-def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase1: PhaseKey,
-             phase2: PhaseKey | None = None) -> RunPlan:
+    @property
+    def continues_earlier_run(self) -> bool:
+        """Whether this is a new MLflow run that goes on with an earlier one's: an extended
+        run, or a phase 2 begun after a phase 1 that ended in an earlier run."""
+        return self.resume.extends or self.phase1_done
+
+    def replays(self, phase: int) -> bool:
+        """Whether the record is replayed into MLflow as `phase` begins: the first phase this
+        run trains, when it continues an earlier run (so the new run shows the whole curve)."""
+        first_trained = 1 if self.trains_phase1 else 2
+        return self.continues_earlier_run and phase == first_trained
+
+    @property
+    def warnings(self) -> tuple[str, ...]:
+        """What to warn of before training (an extension is told with its learning rates)."""
+        resume = self.resume
+        return self.notices + ((resume.notice,) if resume.notice and not resume.extends else ())
+
+
+def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase1: RunIdentity,
+             phase2: RunIdentity | None = None) -> RunPlan:
     """The latest phase-2 checkpoint made after this very phase 1 is resumed (or extended,
     as `plan_resume` decides); failing that, phase 1 resumes from `phase1_latest` (the latest
     phase-1 checkpoint, looked up once by the caller) or starts as it would alone (a run whose
@@ -149,25 +163,60 @@ def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase
     notices = []
     if phase2 is not None:
         latest = checkpoints.latest(where=lambda c: phase_of(c) == 2)
-        plan = plan_resume(latest, phase2.fingerprints, phase2.params, phase2.total_steps)
+        plan = plan_resume(latest, phase2)
         if plan.checkpoint is not None:
             return RunPlan(2, plan)
         if plan.notice:
             notices.append(plan.notice.replace("starting fresh",
                                                "phase 2 starts over from phase 1's end"))
-    plan = plan_resume(phase1_latest, phase1.fingerprints, phase1.params, phase1.total_steps)
-    return RunPlan(1, plan, tuple(notices))
+    plan = plan_resume(phase1_latest, phase1)
+    done = phase2 is not None and ends_phase1(plan.checkpoint, phase1)
+    return RunPlan(1, plan, done, tuple(notices))
 
 
-def ends_phase1(checkpoint: Checkpoint | None, phase1: PhaseKey) -> bool:
-    """Whether `checkpoint` is phase 1's last: at its last step, made with its fingerprints."""
+def ends_phase1(checkpoint: Checkpoint | None, phase1: RunIdentity) -> bool:
+    """Whether `checkpoint` is phase 1's last: at its last step, made with its identity."""
     return (checkpoint is not None and in_phase1(checkpoint)
-            and checkpoint.step == phase1.total_steps
-            and checkpoint.fingerprints == phase1.fingerprints)
+            and checkpoint.step == phase1.total_steps and phase1.made(checkpoint))
 
 
-def boundary(checkpoints: CheckpointDir, phase1: PhaseKey) -> Checkpoint | None:
+def boundary(checkpoints: CheckpointDir, phase1: RunIdentity) -> Checkpoint | None:
     """Phase 1's last checkpoint, which phase 2 starts from, read from the folder now (phase 1
     may have ended in this very run); None when there is none."""
     found = checkpoints.latest(where=in_phase1)
     return found if ends_phase1(found, phase1) else None
+
+
+# --------------------------------------------------------------------------- entering phase 2
+def close_phase1(plan: RunPlan, record: TrainingRecord,
+                 evaluate: Callable[[BertPretrainingModel], Any] | None,
+                 runner: StepRunner) -> None:
+    """Phase 1's closing evaluation, in the record phase 2 goes on with, when phase 2 begins
+    in this run. The checkpoint phase 2 starts from may lack it (written before it, at a
+    checkpoint step); evaluated again on the same weights with the same fixed masks, it is the
+    same row. MLflow has it already when phase 1 ended in this run."""
+    if plan.phase != 1 or evaluate is None:
+        return
+    rows = record.eval.rows()
+    if rows and int(rows[-1]["step"]) == runner.step:
+        return
+    record.log_eval(runner.step, evaluate(runner.raw_model), track=plan.phase1_done)
+
+
+def enter_phase2(runner: StepRunner, checkpoints: CheckpointDir, plan: RunPlan, first: Phase,
+                 second: Phase) -> Checkpoint:
+    """Switch the runner to phase 2 and load the checkpoint it goes on from, which it
+    returns: phase 2's own when resuming it, else phase 1's last, read back from disk even
+    when phase 1 just ended here (so this run and one that turned phase 2 on later are the
+    same bytes). Phase 1's last checkpoint is kept while phase 2 runs."""
+    edge = boundary(checkpoints, first.identity)
+    if edge is not None:
+        checkpoints.pin(edge)
+    start_from = plan.resume.checkpoint if plan.phase == 2 else edge
+    if start_from is None:
+        raise BertError(f"phase 1 left no checkpoint at its last step "
+                        f"({first.identity.total_steps}) for phase 2 to start from (see the "
+                        "warnings above): run again")
+    runner.begin_phase(second.train, second.batches, second.start)
+    runner.resume_from(start_from)
+    return start_from

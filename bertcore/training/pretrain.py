@@ -1,9 +1,13 @@
-"""Pretraining end to end, for one process or each process of a torchrun group: open and check
-the inputs (`bertcore.training.inputs`), plan where the run (re)starts (`bertcore.training.resume`,
-and across BERT's two phases `bertcore.training.phases`), open the MLflow run, build the model
-(new, or from an existing BERT: `bertcore.model.init_from`), batches and trainer, train
-(`bertcore.training.loop`) phase 1 and, when it is on, phase 2, then write the final model and
-metrics.
+"""Pretraining end to end, for one process or each process of a torchrun group. The story,
+top to bottom:
+
+  run_pretraining     open and check the inputs (`bertcore.training.inputs`)
+  plan_pretraining    build each phase and its identity (`bertcore.training.identity`), and
+                      plan where the run (re)starts (`bertcore.training.phases.plan_run`)
+  PretrainingRun      .train: build the model (new, or from an existing BERT:
+                      `bertcore.model.init_from`), open the MLflow run, train phase 1 and,
+                      when it is on, phase 2 (`bertcore.training.loop`), then write the final
+                      model and metrics
 
 The caller (the pretrain stage) parses the params sections and says where things live and how
 the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline's layout.
@@ -16,6 +20,7 @@ import random
 import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -24,36 +29,34 @@ import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.digests import file_sha256
-from bertcore.common.errors import BertError, ConfigError
-from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.common.errors import ConfigError
+from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.local_init import init_local_attention
-from bertcore.training.batches import PretrainingBatches, eval_batches
+from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming, TimeBudget
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
 from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import evaluate
+from bertcore.training.evaluation import evaluate, val_batches
+from bertcore.training.identity import phase1_identity, phase2_identity
 from bertcore.training.inputs import PretrainConfig, PretrainInputs, PretrainPaths
 from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.phases import (
-    PHASE_KEY,
-    PhaseKey,
+    Phase,
     RunPlan,
-    boundary,
-    ends_phase1,
-    first_epoch,
+    close_phase1,
+    enter_phase2,
     in_phase1,
-    phase2_fingerprints,
+    phase2_start,
     plan_run,
     scaled_masking,
 )
 from bertcore.training.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
-from bertcore.training.resume import run_fingerprints
 from bertcore.training.step import PhaseStart, StepRunner
 from bertcore.training.stopping import TrainingInterrupted
 
@@ -112,7 +115,7 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel,
     }
     if second is not None:  # only then: with phase 2 off the file is what it always was
         details["phase2"] = {"first_step": second.start.step + 1,
-                             "steps": second.key.total_steps - second.start.step,
+                             "steps": second.identity.total_steps - second.start.step,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     val = result.last_eval.to_dict() if result.last_eval else {}
@@ -129,25 +132,35 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
     try:
         # One run at a time in a checkpoint folder (rank 0 holds the lock for its run).
         with CheckpointDir(paths.checkpoints).lock(enabled=dist.is_main):
-            return _pretrain(config, paths, inputs, labels, dist)
+            return plan_pretraining(config, paths, inputs, dist).train(labels)
     finally:
         dist.close()
 
 
-@dataclass(frozen=True)
-class Phase:
-    """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
-    when it is on (`bertcore.training.phases`)."""
-
-    number: int
-    max_seq_length: int  # of its samples
-    train: TrainConfig
-    masking: MaskingConfig
-    batches: PretrainingBatches
-    val_store: SampleStore
-    start: PhaseStart
-    key: PhaseKey  # its checkpoints' fingerprints and params, and its last step
-    meta: dict[str, Any]  # what its checkpoints record besides their position
+# ------------------------------------------------------------------------------------ plan
+def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
+                     dist: Distributed) -> PretrainingRun:
+    """Everything decided before a weight is touched: the phases with their batches and
+    identities, and where the run (re)starts, with the warnings that go with it."""
+    device = resolve_device(config.train.device, dist)
+    vocab = VocabSpec.from_tokens(inputs.tokens)
+    if inputs.init is not None and dist.is_main:
+        log.info("model.init_from: starting from %s (%s); model.preset is not used",
+                 inputs.init.path, inputs.init.describe())
+    batches = _batches(inputs.train_store, config.masking, config.train, vocab, dist, device)
+    checkpoints = CheckpointDir(paths.checkpoints, keep_last=config.train.keep_last)
+    phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
+    budget = _time_budget(config, inputs)
+    first = _first_phase(config, paths, inputs, batches, dist, budget, phase1_latest)
+    second = _second_phase(config, paths, inputs, first, vocab, dist, device) if (
+        config.phase2.enabled) else None
+    plan = plan_run(checkpoints, phase1_latest, first.identity,
+                    second.identity if second else None)
+    if dist.is_main:
+        for warning in plan.warnings:
+            log.warning("%s", warning)
+    return PretrainingRun(config, paths, inputs, dist, device, vocab, checkpoints, first,
+                          second, plan, budget)
 
 
 def _batches(store: SampleStore, masking: MaskingConfig, train: TrainConfig, vocab: VocabSpec,
@@ -160,10 +173,41 @@ def _batches(store: SampleStore, masking: MaskingConfig, train: TrainConfig, voc
     )
 
 
-def _second_phase(config: PretrainConfig, inputs: PretrainInputs, paths: PretrainPaths,
+def _time_budget(config: PretrainConfig, inputs: PretrainInputs) -> TimeBudget | None:
+    """train.max_minutes (never with phase 2: PretrainConfig refuses it), over phase 1."""
+    train = config.train
+    if train.max_minutes is None:
+        return None
+    val_sequences = len(inputs.val_store)
+    if config.eval.max_batches is not None:
+        val_sequences = min(val_sequences, config.eval.max_batches * config.eval.batch_size)
+    return TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size, train.eval_every,
+                      val_sequences)
+
+
+def _first_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
+                 batches: PretrainingBatches, dist: Distributed, budget: TimeBudget | None,
+                 latest: Checkpoint | None) -> Phase:
+    """Phase 1: the `train` section on the samples. With a time budget, a run resumed from
+    `latest` (phase 1's latest checkpoint) re-plans its end from the timing it recorded."""
+    configured = config.train.total_steps(batches.steps_per_epoch)
+    timing = (StepTiming.from_dict(latest.meta.get("step_timing"))
+              if budget is not None and latest else None)
+    end = budget.total(configured, timing) if timing else configured
+    # The init model's content, hashed once (by rank 0) per start: a resume must not continue
+    # a run begun from other weights.
+    init = inputs.init
+    init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
+    identity = phase1_identity(config, paths.vocab, paths.samples, configured, end, init_hash)
+    return Phase(1, inputs.max_seq_length, config.train, config.masking, batches,
+                 inputs.val_store, PhaseStart(), identity)
+
+
+def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
                   first: Phase, vocab: VocabSpec, dist: Distributed,
                   device: torch.device) -> Phase:
-    """Phase 2 of the run, its steps and epochs numbered on from phase 1's."""
+    """BERT's second phase: its own batch and schedule on the longer samples, its steps and
+    epochs numbered on from phase 1's."""
     settings = config.phase2
     train = settings.train_config(config.train)
     masking = scaled_masking(config.masking, inputs.max_seq_length, settings.max_seq_length)
@@ -171,240 +215,217 @@ def _second_phase(config: PretrainConfig, inputs: PretrainInputs, paths: Pretrai
         batches = _batches(inputs.phase2_train, masking, train, vocab, dist, device)
     except ConfigError as exc:  # its batch does not split over the processes
         raise exc.in_section("phase2") from None
-    steps = first.key.total_steps
-    start = PhaseStart(steps, first_epoch(steps, first.batches.steps_per_epoch))
-    fingerprints = phase2_fingerprints(first.key.fingerprints, settings, paths.phase2_samples)
-    params = {**first.key.params, "phase2": settings.optimisation_params()}
-    meta = {"fingerprints": fingerprints, "params": params, "world_size": dist.world_size,
-            PHASE_KEY: 2}
-    return Phase(2, settings.max_seq_length, train, masking, batches, inputs.phase2_val, start,
-                 PhaseKey(fingerprints, params, start.step + settings.max_steps), meta)
+    identity = phase2_identity(first.identity, settings, paths.phase2_samples)
+    return Phase(2, settings.max_seq_length, train, masking, batches, inputs.phase2_val,
+                 phase2_start(first), identity)
 
 
-def _pretrain(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
-              labels: RunLabels | None, dist: Distributed) -> PretrainReport | None:
-    train = config.train
-    device = resolve_device(train.device, dist)
-    vocab = VocabSpec.from_tokens(inputs.tokens)
-    init = inputs.init
-    if init is not None and dist.is_main:
-        log.info("model.init_from: starting from %s (%s); model.preset is not used",
-                 init.path, init.describe())
-    batches = _batches(inputs.train_store, config.masking, train, vocab, dist, device)
-    configured_steps = train.total_steps(batches.steps_per_epoch)
-    # The init model's content, hashed once (by rank 0) per start: a resume must not continue
-    # a run begun from other weights.
-    init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
-    fingerprints = run_fingerprints(config.resumable(), paths.vocab, paths.samples,
-                                    configured_steps, init_model=init_hash,
-                                    max_minutes=train.max_minutes)
-    checkpoints = CheckpointDir(paths.checkpoints, keep_last=train.keep_last)
-    phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
-    budget = None
-    total_steps = configured_steps
-    if train.max_minutes is not None:  # (never with phase 2: PretrainConfig refuses it)
-        val_sequences = len(inputs.val_store)
-        if config.eval.max_batches is not None:
-            val_sequences = min(val_sequences, config.eval.max_batches * config.eval.batch_size)
-        budget = TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size,
-                            train.eval_every, val_sequences)
-        # A budget run resumed from a checkpoint re-plans its end from the timing it recorded.
-        timing = (StepTiming.from_dict(phase1_latest.meta.get("step_timing"))
-                  if phase1_latest else None)
-        total_steps = budget.total(configured_steps, timing) if timing else configured_steps
-    first = Phase(1, inputs.max_seq_length, train, config.masking, batches, inputs.val_store,
-                  PhaseStart(), PhaseKey(fingerprints, config.optimisation(), total_steps),
-                  {"fingerprints": fingerprints, "params": config.optimisation(),
-                   "world_size": dist.world_size})
-    second = _second_phase(config, inputs, paths, first, vocab, dist, device) if (
-        config.phase2.enabled) else None
-    plan = plan_run(checkpoints, phase1_latest, first.key, second.key if second else None)
-    if dist.is_main:
-        for notice in plan.notices:
-            log.warning("%s", notice)
-        if plan.resume.notice and not plan.resume.extends:
-            log.warning("%s", plan.resume.notice)
-    resume = plan.resume.checkpoint
-    # Phase 1 ended in an earlier run and phase 2 begins now (turned on since, or its params
-    # changed): this run goes straight to phase 2, from phase 1's last checkpoint.
-    starts_phase2 = second is not None and plan.phase == 1 and ends_phase1(resume, first.key)
+# ------------------------------------------------------------------------------------- run
+@dataclass(frozen=True)
+class PretrainingRun:
+    """One pretraining run as planned (`plan_pretraining`); `train` carries it out."""
 
-    # The model: the same initial weights on every process (DDP also broadcasts rank 0's),
-    # then a different dropout stream per process. From model.init_from (read by rank 0 alone:
-    # DDP hands its weights to the others), what the folder lacks starts as in a fresh model
-    # of this seed; a resumed run takes its weights from the checkpoint instead.
-    torch.manual_seed(train.seed)
-    if init is not None and resume is None and dist.is_main:
-        model = init.load()
-    else:
-        model = BertPretrainingModel(inputs.model_config)
-        if init is None and config.model.local_attention_init:
-            init_local_attention(model)
-    # Every generator a checkpoint captures (to resume exactly) starts from the seed too, so
-    # that the same params give the same checkpoint bytes; nothing here draws from Python's or
-    # numpy's global ones, but the libraries underneath may.
-    torch.manual_seed(train.seed + 1 + dist.rank)
-    random.seed(train.seed + 1 + dist.rank)
-    np.random.seed(train.seed + 1 + dist.rank)
+    config: PretrainConfig
+    paths: PretrainPaths
+    inputs: PretrainInputs
+    dist: Distributed
+    device: torch.device
+    vocab: VocabSpec
+    checkpoints: CheckpointDir
+    first: Phase
+    second: Phase | None  # BERT's second phase, when it is on
+    plan: RunPlan
+    budget: TimeBudget | None  # train.max_minutes, over phase 1
 
-    # MLflow before any training: an unreachable store fails now, in one line.
-    tracker = _open_tracker(config.tracking, labels, plan, checkpoints, first, second,
-                            starts_phase2) if (
-        dist.is_main and config.tracking.enabled and labels is not None) else None
-    trainer = StepRunner(model, train, batches, device=device, dist=dist)
-
-    def evaluator(phase: Phase) -> Callable[[BertPretrainingModel], Any] | None:
-        if not len(phase.val_store):
+    def train(self, labels: RunLabels | None) -> PretrainReport | None:
+        """Build the model, train each phase from where the plan says, and write the model
+        and metrics; returns the report (on rank 0; None elsewhere)."""
+        model = self.build_model()
+        # MLflow before any training: an unreachable store fails now, in one line.
+        tracker = self.open_tracker(labels)
+        runner = StepRunner(model, self.config.train, self.first.batches, device=self.device,
+                             dist=self.dist)
+        try:
+            result = self.train_phases(runner, tracker)
+        except BaseException as exc:
+            if tracker:
+                interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
+                tracker.finish("KILLED" if interrupted else "FAILED")
+            raise
+        if not self.dist.is_main:
             return None
-        collator = PretrainingCollator(phase.masking, vocab, seed=config.eval.seed)
-        val = eval_batches(phase.val_store, collator, config.eval.batch_size, rank=dist.rank,
-                           world_size=dist.world_size)
-        return lambda m: evaluate(m, val, device, trainer.autocast_dtype, dist,
-                                  config.eval.max_batches)
+        report = self.write_outputs(runner, result)
+        if tracker:
+            self.finish_tracking(tracker, runner, result)
+        return report
 
-    on_checkpoint = None
-    if tracker:
+    def build_model(self) -> BertPretrainingModel:
+        """The same initial weights on every process (DDP also broadcasts rank 0's), then a
+        different dropout stream per process. From model.init_from (read by rank 0 alone: DDP
+        hands its weights to the others), what the folder lacks starts as in a fresh model of
+        this seed; a resumed run takes its weights from the checkpoint instead."""
+        train, init = self.config.train, self.inputs.init
+        torch.manual_seed(train.seed)
+        if init is not None and self.plan.resume.checkpoint is None and self.dist.is_main:
+            model = init.load()
+        else:
+            model = BertPretrainingModel(self.inputs.model_config)
+            if init is None and self.config.model.local_attention_init:
+                init_local_attention(model)
+        # Every generator a checkpoint captures (to resume exactly) starts from the seed too,
+        # so that the same params give the same checkpoint bytes; nothing here draws from
+        # Python's or numpy's global ones, but the libraries underneath may.
+        seed = train.seed + 1 + self.dist.rank
+        torch.manual_seed(seed)
+        random.seed(seed)
+        np.random.seed(seed)
+        return model
 
-        def on_checkpoint(path: Path) -> None:
-            checkpoints.record_run(path, tracker.run_id)
-            if config.tracking.log_checkpoints == "all":
-                tracker.log_artifacts(path, f"checkpoints/{path.name}")
+    def train_phases(self, runner: StepRunner, tracker: Tracker | None) -> TrainResult:
+        """Phase 1 from where the plan says (unless it is done), then phase 2 (when it is on)
+        from the checkpoint it goes on from (`enter_phase2`)."""
+        plan = self.plan
+        if plan.phase == 1 and plan.resume.checkpoint is not None:
+            runner.resume_from(plan.resume.checkpoint)
+            self.say_resumed(runner)
+        if plan.trains_phase1:
+            result = self.train_phase(self.first, runner, tracker, plan.resume.checkpoint)
+        if self.second is not None:
+            start_from = enter_phase2(runner, self.checkpoints, plan, self.first, self.second)
+            self.say_phase2(runner, start_from)
+            result = self.train_phase(self.second, runner, tracker, start_from)
+        return result
 
-    replay = tracker is not None and (plan.resume.extends or starts_phase2)
-    first_eval = evaluator(first)
+    def train_phase(self, phase: Phase, runner: StepRunner, tracker: Tracker | None,
+                    start_from: Checkpoint | None) -> TrainResult:
+        """Train `phase` to its end, its record going on from `start_from`'s."""
+        record = self.open_record(tracker, start_from)
+        if tracker is not None and self.plan.replays(phase.number):
+            record.replay()  # a new run that continues an earlier one shows the whole curve
+        if phase.number == 2:
+            close_phase1(self.plan, record, self.evaluator(self.first, runner), runner)
+        if tracker is not None and self.second is not None:
+            tracker.set_tags({PHASE_TAG: phase.number})
+        on_checkpoint = None if tracker is None else partial(
+            _checkpoint_written, self.checkpoints, tracker,
+            self.config.tracking.log_checkpoints == "all")
+        return Trainer(runner, record=record, checkpoints=self.checkpoints,
+                       meta=phase.identity.meta(self.dist.world_size),
+                       evaluate=self.evaluator(phase, runner), on_checkpoint=on_checkpoint,
+                       budget=self.budget if phase.number == 1 else None).train()
 
-    def run(phase: Phase, start_from: Checkpoint | None) -> TrainResult:
-        nonlocal replay
+    def open_record(self, tracker: Tracker | None, start_from: Checkpoint | None
+                    ) -> TrainingRecord:
+        """The training logs, going on from those of `start_from` (rank 0 writes the files)."""
         previous = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
                     if start_from else None)
-        record = TrainingRecord(paths.log if dist.is_main else None,
-                                paths.eval_log if dist.is_main else None, tracker, previous)
-        if replay:
-            record.replay()  # a new run that continues an earlier one shows the whole curve
-            replay = False
-        if phase is second and plan.phase == 1 and first_eval is not None:
-            _close_phase1(record, first_eval, trainer, tracked=not starts_phase2)
-        if tracker and second is not None:
-            tracker.set_tags({PHASE_TAG: phase.number})
-        return Trainer(trainer, record=record, checkpoints=checkpoints, meta=phase.meta,
-                       evaluate=first_eval if phase is first else evaluator(phase),
-                       on_checkpoint=on_checkpoint,
-                       budget=budget if phase.number == 1 else None).train()
+        main = self.dist.is_main
+        return TrainingRecord(self.paths.log if main else None,
+                              self.paths.eval_log if main else None, tracker, previous)
 
-    try:
-        if plan.phase == 1 and resume is not None:
-            trainer.resume_from(resume)
-            _say_resumed(trainer, plan, first.key.total_steps, dist)
-        if not starts_phase2 and plan.phase == 1:
-            result = run(first, resume)
+    def evaluator(self, phase: Phase, runner: StepRunner
+                  ) -> Callable[[BertPretrainingModel], Any] | None:
+        """The periodic evaluation of `phase`: its val samples with fixed masks (None when
+        it has none)."""
+        if not len(phase.val_store):
+            return None
+        settings, dist = self.config.eval, self.dist
+        val = val_batches(phase.val_store, phase.masking, self.vocab, settings, rank=dist.rank,
+                          world_size=dist.world_size)
+        return lambda m: evaluate(m, val, self.device, runner.autocast_dtype, dist,
+                                  settings.max_batches)
+
+    def say_resumed(self, runner: StepRunner) -> None:
+        if not self.dist.is_main:
+            return
+        resume, phase = self.plan.resume, self.second if self.plan.phase == 2 else self.first
+        log.info("resuming from %s (step %d of %d%s)", resume.checkpoint.path, runner.step,
+                 phase.identity.total_steps, ", phase 2" if phase.number == 2 else "")
+        if resume.extends:
+            before = runner.learning_rate(runner.step, resume.previous_total)
+            log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice, before,
+                        runner.learning_rate(runner.step))
+
+    def say_phase2(self, runner: StepRunner, start_from: Checkpoint) -> None:
+        if self.plan.phase == 2:
+            self.say_resumed(runner)
+        elif self.dist.is_main:
+            second = self.second
+            log.info("phase 2: steps %d-%d on samples of up to %d tokens (batch %d, learning "
+                     "rate %g), from %s", second.start.step + 1, second.identity.total_steps,
+                     second.max_seq_length, second.train.batch_size,
+                     second.train.learning_rate, start_from.path)
+
+    # ----------------------------------------------------------------------------- MLflow
+    def open_tracker(self, labels: RunLabels | None) -> Tracker | None:
+        """The MLflow run (rank 0, with tracking on): the checkpoint's own when resuming; a
+        new one otherwise. An extended run is a new run too (MLflow params cannot change
+        inside a run, and the old run keeps the model it ended with), tagged with the run it
+        continues; so is a run whose phase 2 begins after a phase 1 that ended in an earlier
+        run."""
+        if not (self.dist.is_main and self.config.tracking.enabled and labels is not None):
+            return None
+        resume = self.plan.resume.checkpoint
+        previous_run = self.checkpoints.run_id(resume) if resume else None
+        return Tracker.start(
+            labels.tracking_uri,
+            self.config.tracking.experiment,
+            run_id=None if self.plan.continues_earlier_run else previous_run,
+            run_name=labels.run_name,
+            params=labels.params,
+            tags={**labels.tags, **self.run_tags(previous_run)},
+        )
+
+    def run_tags(self, previous_run: str | None) -> dict[str, Any]:
+        """The MLflow run's tags: the phases' fingerprints, and the run it continues."""
+        plan, second = self.plan, self.second
+        tags = {f"fingerprint.{k}": v for k, v in self.first.identity.fingerprints.items()}
         if second is not None:
-            result = run(second, _enter_phase2(trainer, plan, first, second, checkpoints, dist))
-    except BaseException as exc:
-        if tracker:
-            interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
-            tracker.finish("KILLED" if interrupted else "FAILED")
-        raise
-    if not dist.is_main:
-        return None
+            tags.update({f"fingerprint.phase2.{k}": v
+                         for k, v in second.identity.fingerprints.items()})
+            tags["phase2.first_step"] = second.start.step + 1
+        if plan.continues_earlier_run:
+            tags.update({"extends_run": previous_run,
+                         "extended_at_step": plan.resume.checkpoint.step})
+        if plan.resume.extends:
+            tags["extended_from_steps"] = plan.resume.previous_total
+        return tags
 
-    last = second or first
-    with atomic_dir(paths.out) as staging:
-        save_model(trainer.raw_model, staging)
-        write_json(staging / RUN_INFO, {"step": trainer.step,
-                                        "fingerprints": last.key.fingerprints})
-    report = pretrain_report(result, trainer.raw_model, second)
-    write_json(paths.metrics, report.metrics, sort_keys=False)
-    write_json(paths.details, report.details, sort_keys=False)
-    if tracker:
+    # ----------------------------------------------------------------------------- finish
+    def write_outputs(self, runner: StepRunner, result: TrainResult) -> PretrainReport:
+        """The final model (with the last phase's fingerprints) and the metrics."""
+        paths, last = self.paths, self.second or self.first
+        with atomic_dir(paths.out) as staging:
+            save_model(runner.raw_model, staging)
+            write_json(staging / RUN_INFO, {"step": runner.step,
+                                            "fingerprints": last.identity.fingerprints})
+        report = pretrain_report(result, runner.raw_model, self.second)
+        write_json(paths.metrics, report.metrics, sort_keys=False)
+        write_json(paths.details, report.details, sort_keys=False)
+        return report
+
+    def finish_tracking(self, tracker: Tracker, runner: StepRunner, result: TrainResult) -> None:
+        """Tag the MLflow run with the weights' sha256 (see RUN_INFO) and the run's length,
+        log the last checkpoint and the exported model, and close it."""
         # the length of the run: what ran, and where a time budget planned it to end
-        tracker.set_tags({MODEL_TAG: file_sha256(paths.out / WEIGHTS_NAME),  # see RUN_INFO
+        tracker.set_tags({MODEL_TAG: file_sha256(self.paths.out / WEIGHTS_NAME),
                           "train.steps_run": result.steps,
                           "train.planned_steps": result.planned_steps,
                           **({"train.seconds_per_step": result.step_timing.step_s}
                              if result.step_timing else {})})
-        final = checkpoints.latest()
-        if config.tracking.log_checkpoints == "last" and final is not None:
+        final = self.checkpoints.latest()
+        if self.config.tracking.log_checkpoints == "last" and final is not None:
             tracker.log_artifacts(final.path, f"checkpoints/{final.path.name}")
         with tempfile.TemporaryDirectory() as tmp:
-            export_hf(trainer.raw_model.cpu(), tmp, paths.vocab)
+            export_hf(runner.raw_model.cpu(), tmp, self.paths.vocab)
             tracker.log_artifacts(tmp, "hf_model")
         tracker.finish()
-    return report
 
 
-def _close_phase1(record: TrainingRecord, evaluate_fn: Callable[[BertPretrainingModel], Any],
-                  trainer: StepRunner, tracked: bool) -> None:
-    """Phase 1's closing evaluation in the record phase 2 goes on with. The checkpoint phase
-    2 starts from may lack it (written before it, at a checkpoint step); evaluated again on
-    the same weights with the same fixed masks, it is the same row. `tracked`: MLflow has it
-    already (phase 1 ended in this run)."""
-    rows = record.eval.rows()
-    if rows and int(rows[-1]["step"]) == trainer.step:
-        return
-    record.log_eval(trainer.step, evaluate_fn(trainer.raw_model), track=not tracked)
-
-
-def _say_resumed(trainer: StepRunner, plan: RunPlan, total_steps: int, dist: Distributed) -> None:
-    if not dist.is_main:
-        return
-    resume = plan.resume
-    phase = ", phase 2" if plan.phase == 2 else ""
-    log.info("resuming from %s (step %d of %d%s)", resume.checkpoint.path, trainer.step,
-             total_steps, phase)
-    if resume.extends:
-        before = trainer.learning_rate(trainer.step, resume.previous_total)
-        log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice, before,
-                    trainer.learning_rate(trainer.step))
-
-
-def _enter_phase2(trainer: StepRunner, plan: RunPlan, first: Phase, second: Phase,
-                  checkpoints: CheckpointDir, dist: Distributed) -> Checkpoint:
-    """Switch the trainer to phase 2 and load the checkpoint it goes on from: phase 2's own
-    when resuming it, else phase 1's last, read back from disk even when phase 1 just ended
-    here (so this run and one that turned phase 2 on later are the same bytes). Phase 1's
-    last checkpoint is kept while phase 2 runs."""
-    edge = boundary(checkpoints, first.key)
-    if edge is not None:
-        checkpoints.pin(edge)
-    start_from = plan.resume.checkpoint if plan.phase == 2 else edge
-    if start_from is None:
-        raise BertError(f"phase 1 left no checkpoint at its last step ({first.key.total_steps}) "
-                        "for phase 2 to start from (see the warnings above): run again")
-    trainer.begin_phase(second.train, second.batches, second.start)
-    trainer.resume_from(start_from)
-    if plan.phase == 2:
-        _say_resumed(trainer, plan, second.key.total_steps, dist)
-    elif dist.is_main:
-        log.info("phase 2: steps %d-%d on samples of up to %d tokens (batch %d, learning rate "
-                 "%g), from %s", second.start.step + 1, second.key.total_steps,
-                 second.max_seq_length, second.train.batch_size, second.train.learning_rate,
-                 start_from.path)
-    return start_from
-
-
-def _open_tracker(tracking: TrackingConfig, labels: RunLabels, plan: RunPlan,
-                  checkpoints: CheckpointDir, first: Phase, second: Phase | None,
-                  starts_phase2: bool) -> Tracker:
-    """The MLflow run: the checkpoint's own when resuming; a new one otherwise. An extended
-    run is a new run too (MLflow params cannot change inside a run, and the old run keeps the
-    model it ended with), tagged with the run it continues; so is a run whose phase 2 begins
-    after a phase 1 that ended in an earlier run."""
-    resume = plan.resume.checkpoint
-    previous_run = checkpoints.run_id(resume) if resume else None
-    tags = {**labels.tags, **{f"fingerprint.{k}": v for k, v in first.key.fingerprints.items()}}
-    if second is not None:
-        tags.update({f"fingerprint.phase2.{k}": v for k, v in second.key.fingerprints.items()})
-        tags["phase2.first_step"] = second.start.step + 1
-    if plan.resume.extends:
-        tags.update({"extends_run": previous_run, "extended_at_step": resume.step,
-                     "extended_from_steps": plan.resume.previous_total})
-    elif starts_phase2:
-        tags.update({"extends_run": previous_run, "extended_at_step": resume.step})
-    return Tracker.start(
-        labels.tracking_uri,
-        tracking.experiment,
-        run_id=None if plan.resume.extends or starts_phase2 else previous_run,
-        run_name=labels.run_name,
-        params=labels.params,
-        tags=tags,
-    )
+def _checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,
+                        path: Path) -> None:
+    """After each checkpoint: note which MLflow run wrote it (and log it, with
+    tracking.log_checkpoints: all)."""
+    checkpoints.record_run(path, tracker.run_id)
+    if log_all:
+        tracker.log_artifacts(path, f"checkpoints/{path.name}")

@@ -1,0 +1,175 @@
+"""What makes two pretraining runs the same run: the identity every checkpoint records.
+
+A phase-1 checkpoint records fingerprints of what made it: the optimisation params without the
+run's length (`params`), the vocabulary, the samples, the content of the model it started from
+(`init_model`, with `model.init_from`) and the planned length (`length`); beside them the
+optimisation params in full, only to name what changed. A checkpoint of BERT's second phase
+records the phase 1 it continues (all of phase 1's fingerprints, length included, hashed), the
+vocabulary, phase 2's own params and samples and its length; its params are phase 1's plus the
+`phase2` section, and its meta.json says `"phase": 2`.
+
+A checkpoint whose fingerprints are this run's is resumed; one that differs only in its length
+is extended (or, past the new end, replaced); any other is replaced by this run's
+(`bertcore.training.resume.plan_resume`). `RunIdentity` is that identity for one phase, built
+here alone (`phase1_identity`, `phase2_identity`), and meta.json is built from it.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.data.vocab.files import vocab_fingerprint
+from bertcore.training.checkpoint import Checkpoint
+
+if TYPE_CHECKING:  # the configs import the phases, which import this module
+    from bertcore.training.inputs import PretrainConfig
+    from bertcore.training.phases import Phase2Config
+
+LENGTH = "length"  # the fingerprint that may change without starting fresh
+INIT_MODEL = "init_model"  # present only for runs that start from an existing model
+PHASE1 = "phase1"  # BERT's second phase: the phase 1 it continues
+PHASE_KEY = "phase"  # in a phase-2 checkpoint's meta.json: 2 (phase 1's have no such key)
+# How a notice names a fingerprint that changed (others by their key).
+NAMES = {INIT_MODEL: "initial model (the content of model.init_from)",
+         PHASE1: "phase 1 (its params, data or length)"}
+
+# Fields of `train` that do not change the optimisation: neither recorded nor fingerprinted, so
+# a checkpoint made with other values of these is still resumed.
+TRAIN_BOOKKEEPING = ("device", "log_every", "eval_every", "checkpoint_every", "keep_last",
+                     "max_nonfinite_steps", "num_workers", "nproc_per_node", "max_restarts")
+# Fields of `train` that set the run's length: recorded, not fingerprinted (see LENGTH).
+TRAIN_LENGTH = ("max_steps", "epochs", "max_minutes")
+
+
+@dataclass(frozen=True)
+class RunIdentity:
+    """What a checkpoint of one phase must share with this run to be resumed (all of
+    `fingerprints`), or extended (all but the length); `params` name what changed in a
+    notice; `total_steps` is where the phase ends (phase 2: numbered on from phase 1's)."""
+
+    phase: int  # 1, or 2 for BERT's second phase
+    fingerprints: dict[str, str]
+    params: dict[str, Any]  # the optimisation params, length included
+    total_steps: int
+
+    def meta(self, world_size: int) -> dict[str, Any]:
+        """What each checkpoint of the phase records besides its position (meta.json)."""
+        meta = {"fingerprints": self.fingerprints, "params": self.params,
+                "world_size": world_size}
+        if self.phase == 2:
+            meta[PHASE_KEY] = 2
+        return meta
+
+    def made(self, checkpoint: Checkpoint) -> bool:
+        """Whether `checkpoint` is of this very phase: all fingerprints, length included."""
+        return checkpoint.fingerprints == self.fingerprints
+
+    def changed(self, checkpoint: Checkpoint) -> list[str]:
+        """The fingerprints of `checkpoint` that differ from this run's, its length aside."""
+        found = changed_fingerprints(checkpoint.fingerprints, self.fingerprints)
+        return [name for name in found if name != LENGTH]
+
+    def same_length(self, checkpoint: Checkpoint) -> bool:
+        return checkpoint.fingerprints.get(LENGTH) == self.fingerprints[LENGTH]
+
+    def param_changes(self, checkpoint: Checkpoint) -> str:
+        """` (train.learning_rate 0.001 -> 0.002, ...)`: how this run's params differ from
+        those `checkpoint` recorded, for a message ("" when it names none)."""
+        saved = checkpoint.meta.get("params")
+        if not saved:
+            return ""
+        before, after = flatten(saved), flatten(self.params)
+        keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
+        if not keys:
+            return ""
+        shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:5])
+        return f" ({shown}{', ...' if len(keys) > 5 else ''})"
+
+
+def phase1_identity(config: PretrainConfig, vocab_dir: str | Path, samples_dir: str | Path,
+                    configured_steps: int, total_steps: int | None = None,
+                    init_model: str | None = None) -> RunIdentity:
+    """Phase 1's identity (a run without phase 2 is phase 1 alone). `configured_steps`: its
+    length as the params set it; `total_steps`: where it ends, when a time budget re-planned
+    that; `init_model`: the content hash of the model it starts from (`InitModel.fingerprint`)."""
+    fingerprints = {
+        "params": fingerprint_params(resumable_params(config)),
+        "vocab": vocab_fingerprint(vocab_dir),
+        "samples": samples_fingerprint(samples_dir),
+        LENGTH: length_fingerprint(configured_steps, config.train.max_minutes),
+    }
+    if init_model is not None:
+        fingerprints[INIT_MODEL] = init_model
+    end = configured_steps if total_steps is None else total_steps
+    return RunIdentity(1, fingerprints, optimisation_params(config), end)
+
+
+def phase2_identity(phase1: RunIdentity, config: Phase2Config,
+                    samples_dir: str | Path) -> RunIdentity:
+    """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`."""
+    params = _without(_section(config), ("enabled",))
+    fingerprints = {
+        PHASE1: fingerprint_params(phase1.fingerprints),
+        "vocab": phase1.fingerprints["vocab"],  # read by `bert fill-mask`
+        "params": fingerprint_params(_without(params, ("max_steps",))),
+        "samples": samples_fingerprint(samples_dir),
+        LENGTH: str(config.max_steps),
+    }
+    return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params},
+                       phase1.total_steps + config.max_steps)
+
+
+def optimisation_params(config: PretrainConfig) -> dict[str, Any]:
+    """What defines the optimisation of phase 1 (recorded). Not `model.init_from`, a path:
+    the content of the model there is fingerprinted (INIT_MODEL)."""
+    return {"model": _without(_section(config.model), ("init_from",)),
+            "masking": _section(config.masking),
+            "train": _without(_section(config.train), TRAIN_BOOKKEEPING)}
+
+
+def resumable_params(config: PretrainConfig) -> dict[str, Any]:
+    """What a phase-1 checkpoint must share to be resumed (fingerprinted): the optimisation
+    without its length, since a run can be extended."""
+    params = optimisation_params(config)
+    train = _without(params["train"], TRAIN_LENGTH)
+    # fullgraph compiles the same graph as true, it only refuses graph breaks: a run may
+    # switch between the two and resume
+    train["compile"] = bool(train["compile"])
+    return {**params, "train": train}
+
+
+def _section(config: Any) -> dict[str, Any]:
+    """A params section's values by name."""
+    return dataclasses.asdict(config)
+
+
+def _without(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
+    return {k: v for k, v in values.items() if k not in names}
+
+
+def samples_fingerprint(samples_dir: str | Path) -> str:
+    """The samples' fingerprint: sha256 of their meta.json, which records the hashes of the
+    arrays (`arrays_sha256`, written by the samples stage), so a start never reads them."""
+    meta_file = Path(samples_dir) / "meta.json"
+    try:
+        meta = json.loads(meta_file.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        meta = None
+    if not (isinstance(meta, dict) and meta.get("arrays_sha256")):
+        raise BertError(f"{meta_file} does not record the hashes of the samples' arrays "
+                        "(arrays_sha256): rebuild the samples with `bert samples`")
+    return fingerprint_files([meta_file])
+
+
+def length_fingerprint(total_steps: int, max_minutes: float | None = None) -> str:
+    """The configured length of a run: `1500`, or `1500, 6 min` with a time budget (the
+    planned end then comes from the timing the checkpoint records)."""
+    return str(total_steps) if max_minutes is None else f"{total_steps}, {max_minutes:g} min"
