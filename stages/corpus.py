@@ -8,7 +8,10 @@ from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.data.corpus import CorpusConfig, build_corpus
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, stage_options, stops_at_once
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"corpus": CorpusConfig}
 
 
 @click.command("corpus")
@@ -20,7 +23,7 @@ from stages.params import load_params, parse_section
 def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
     train and val by document (by parts of documents when they are few)."""
-    config = parse_section(load_params(params_file, overrides), "corpus", CorpusConfig)
+    config = read_params(load_params(params_file, overrides), PARAMS)["corpus"]
     warn_unless_a_dep("corpus.source", config.source)
     with atomic_dir(out) as staging:
         stats = build_corpus(config, staging)

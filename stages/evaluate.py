@@ -32,11 +32,15 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
 from stages.repo import load_pretrained
 from stages.report import track_report, write_report
 
 log = logging.getLogger("bert.evaluate")
+
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "tracking": TrackingConfig}
 
 
 @click.command()
@@ -51,10 +55,8 @@ log = logging.getLogger("bert.evaluate")
 @stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
-    params = load_params(params_file, overrides)
-    masking = parse_section(params, "masking", MaskingConfig)
-    config = parse_section(params, "eval", EvalConfig)
-    tracking = parse_section(params, "tracking", TrackingConfig)
+    sections = read_params(load_params(params_file, overrides), PARAMS)
+    masking, config, tracking = sections["masking"], sections["eval"], sections["tracking"]
     splits = heldout_splits(samples_dir, vocab_dir, masking)  # phase 2's too, when built
     model, tokens = load_pretrained(model_dir, vocab_dir)
     tracker, step, why_not = pretraining_run(tracking, Path(model_dir))

@@ -6,8 +6,7 @@ from __future__ import annotations
 import click
 
 from bertcore.common.atomic import atomic_dir
-from bertcore.common.errors import BertError
-from bertcore.model.hf import export_hf
+from bertcore.model.hf import ExportConfig, export_hf
 from stages.options import (
     folder_option,
     pretrained_option,
@@ -15,8 +14,11 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params
+from stages.params import load_params, read_params
 from stages.repo import load_pretrained
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"export": ExportConfig}
 
 
 @click.command()
@@ -27,10 +29,7 @@ from stages.repo import load_pretrained
 @stops_at_once
 def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
-    params = load_params(params_file, overrides)
-    if params.get("export"):
-        key = sorted(params["export"])[0]
-        raise BertError(f"export.{key}: unknown key; the export section takes no keys yet")
+    read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
     model, _ = load_pretrained(model_dir, vocab_dir)
     with atomic_dir(out_dir) as staging:
         export_hf(model, staging, vocab_dir)

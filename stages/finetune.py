@@ -37,11 +37,15 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
 from stages.repo import load_pretrained
 from stages.report import write_report
 
 log = logging.getLogger("bert.finetune")
+
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"finetune": FinetuneConfig, "tracking": TrackingConfig}
 
 
 @click.command()
@@ -57,9 +61,8 @@ log = logging.getLogger("bert.finetune")
 @stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
-    params = load_params(params_file, overrides)
-    config = parse_section(params, "finetune", FinetuneConfig)
-    tracking = parse_section(params, "tracking", TrackingConfig)
+    sections = read_params(load_params(params_file, overrides), PARAMS)
+    config, tracking = sections["finetune"], sections["tracking"]
 
     # The data first: its mistakes are found in a second, before anything slow.
     if config.data in BUILTIN_TASKS:

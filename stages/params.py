@@ -1,18 +1,18 @@
 """params.yaml at the edge: load it, apply `--set key=value` overrides, and turn one section
-into a typed, validated config object. Everything the user can get wrong is a ConfigError
-naming the dotted key as written in params.yaml."""
+into its config class (validated by pydantic: `bertcore.common.validation`). Everything the
+user can get wrong is a ConfigError naming the dotted key as written in params.yaml."""
 
 from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 import yaml
 
 from bertcore.common.errors import BertError, ConfigError
-from stages.coerce import from_mapping
 
 T = TypeVar("T")
 
@@ -117,12 +117,12 @@ def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str, seen: set[in
 
 
 def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
-    """Build the dataclass `cls` from `params[section]`, checking keys, types and ranges."""
+    """Build the section class `cls` from `params[section]`, checking keys, types and ranges."""
     data = params.get(section) or {}
     if not isinstance(data, Mapping):
         raise ConfigError(section, f"must be a mapping of keys, got {data!r}")
     try:
-        return from_mapping(cls, data)
+        return cls(**{str(key): value for key, value in data.items()})
     except ConfigError as exc:
         raise exc.in_section(section) from None
 
@@ -135,3 +135,35 @@ def parse_keys(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
         raise ConfigError(section, f"must be a mapping of keys, got {data!r}")
     fields = {f.name for f in dataclasses.fields(cls)}
     return parse_section({section: {k: v for k, v in data.items() if k in fields}}, section, cls)
+
+
+@dataclass(frozen=True)
+class Keys:
+    """Some keys of a section, the fields of `cls`: for a stage that reads only those."""
+
+    cls: type
+
+
+# What a stage reads of params.yaml: section -> its config class, or Keys(class) for some keys.
+# A stage module's PARAMS; read_params reads exactly it, and its dvc.yaml `params:` list it
+# (dvc_params; tests/test_stage_params.py compares the two).
+StageParams = Mapping[str, "type | Keys"]
+
+
+def read_params(params: Mapping[str, Any], wanted: StageParams) -> dict[str, Any]:
+    """The sections of `wanted` (a stage's PARAMS) parsed from `params`, by section."""
+    return {section: parse_keys(params, section, kind.cls) if isinstance(kind, Keys)
+            else parse_section(params, section, kind) for section, kind in wanted.items()}
+
+
+def dvc_params(wanted: StageParams) -> list[str]:
+    """The entries of a stage's `params:` in dvc.yaml for what it reads: a whole section by
+    its name, some keys by theirs (section.key)."""
+    names = []
+    for section, kind in wanted.items():
+        if isinstance(kind, Keys):
+            names += [f"{section}.{field.name}" for field in dataclasses.fields(kind.cls)]
+        else:
+            names.append(section)
+    return names
+

@@ -26,16 +26,16 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
-from bertcore.training.inputs import PretrainConfig, PretrainPaths
+from bertcore.training.inputs import PretrainPaths
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.phases import Phase2Config
-from bertcore.training.pretrain import RunLabels, run_pretraining
+from bertcore.training.pretrain import PretrainConfig, RunLabels, run_pretraining
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
 from stages.repo import repo_root, tracking_uri
 from stages.report import details_file
 
@@ -43,6 +43,12 @@ log = logging.getLogger("bert.pretrain")
 
 
 # ---------------------------------------------------------------------------------- command
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py),
+# by the names of PretrainConfig's fields
+PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
+          "eval": EvalConfig, "tracking": TrackingConfig, "phase2": Phase2Config}
+
+
 @click.command()
 @samples_option
 @vocab_option
@@ -61,14 +67,7 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
     params = load_params(params_file, overrides)
-    config = PretrainConfig(
-        model=parse_section(params, "model", ModelParams),
-        masking=parse_section(params, "masking", MaskingConfig),
-        train=parse_section(params, "train", TrainConfig),
-        eval=parse_section(params, "eval", EvalConfig),
-        tracking=parse_section(params, "tracking", TrackingConfig),
-        phase2=parse_section(params, "phase2", Phase2Config),
-    )
+    config = PretrainConfig(**read_params(params, PARAMS))
     if config.model.init_from and "WORLD_SIZE" not in os.environ:
         warn_unless_a_dep("model.init_from", config.model.init_from)
     if config.train.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:

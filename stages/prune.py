@@ -22,8 +22,7 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.samples.store import SampleStore, check_vocab
-from bertcore.downstream.heads import PruneConfig
-from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
+from bertcore.downstream.prune import VAL_KEYS, PruneConfig, PruneData, prune_report, run_pruning
 from bertcore.model.hf import export_hf
 from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
@@ -40,9 +39,13 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
 from stages.repo import load_pretrained
 from stages.report import write_report
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
+          "eval": EvalConfig, "tracking": TrackingConfig}
 
 
 @click.command()
@@ -58,12 +61,9 @@ from stages.report import write_report
 @stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
-    params = load_params(params_file, overrides)
-    config = parse_section(params, "prune", PruneConfig)
-    masking = parse_section(params, "masking", MaskingConfig)
-    train = parse_section(params, "train", TrainConfig)
-    eval_config = parse_section(params, "eval", EvalConfig)
-    tracking = parse_section(params, "tracking", TrackingConfig)
+    sections = read_params(load_params(params_file, overrides), PARAMS)
+    config, masking, train = sections["prune"], sections["masking"], sections["train"]
+    eval_config, tracking = sections["eval"], sections["tracking"]
     samples_dir = Path(samples_dir)
     check_vocab(samples_dir, vocab_dir)
     train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)

@@ -28,11 +28,16 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, parse_keys, parse_section
+from stages.params import Keys, load_params, read_params
 
 SPLITS = ("train", "val")
 METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",
                "nsp_random_fraction")
+
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py):
+# with BERT's second phase on, its samples too
+PARAMS = {"samples": SamplesConfig, "phase2": Keys(Phase2Samples)}
 
 
 @click.command()
@@ -46,9 +51,8 @@ METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_l
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
-    params = load_params(params_file, overrides)
-    config = parse_section(params, "samples", SamplesConfig)
-    phase2 = parse_keys(params, "phase2", Phase2Samples)
+    sections = read_params(load_params(params_file, overrides), PARAMS)
+    config, phase2 = sections["samples"], sections["phase2"]
     corpus_files = {split: Path(corpus_dir) / f"{split}.txt" for split in SPLITS}
     for path in corpus_files.values():
         if not path.is_file():

@@ -19,7 +19,10 @@ from bertcore.data.vocab.files import casing_rules, save_vocab
 from bertcore.data.vocab.training import LineBatches, auto_vocab_size, train_tokenizer
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import corpus_option, file_option, folder_option, stage_options, stops_at_once
-from stages.params import load_params, parse_section
+from stages.params import load_params, read_params
+
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
+PARAMS = {"vocab": VocabConfig}
 
 
 @click.command()
@@ -33,7 +36,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
             overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
     the one `vocab.source` points at in the same form."""
-    config = parse_section(load_params(params_file, overrides), "vocab", VocabConfig)
+    config = read_params(load_params(params_file, overrides), PARAMS)["vocab"]
     train = Path(corpus_dir) / "train.txt"
     if not train.is_file():
         raise BertError(f"no corpus at {train}: run `bert corpus` first or pass --corpus")

@@ -22,7 +22,7 @@ from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.model.hf import load_model
 from bertcore.model.init_from import InitModel
 from bertcore.training.batches import PretrainingBatches
@@ -187,7 +187,7 @@ def test_weights_a_folder_lacks_start_as_in_a_fresh_model(data, tmp_path, caplog
                                                           bin_file, fresh):
     folder = hf_bert(tmp_path / "bert", data / "vocab", kind=kind, seed=1, bin_file=bin_file)
     theirs = getattr(transformers, kind).from_pretrained(folder)
-    init = InitModel.open(ModelParams(init_from=str(folder)))
+    init = InitModel.open(ModelConfig(init_from=str(folder)))
     with caplog.at_level("WARNING", logger="bertcore.model.hf"):
         torch.manual_seed(11)
         model = init.load()
@@ -240,7 +240,7 @@ def test_another_vocabulary_is_one_line_with_both_sizes_and_the_first_difference
     (folder / "tokenizer.json").unlink()
     changed = [*tokens[:50], "zebra", *tokens[51:]]
     (folder / "vocab.txt").write_text("".join(f"{t}\n" for t in changed))
-    init = InitModel.open(ModelParams(init_from=str(folder)))  # tokens from its vocab.txt
+    init = InitModel.open(ModelConfig(init_from=str(folder)))  # tokens from its vocab.txt
     with pytest.raises(BertError) as caught:
         init.check_vocab(tokens, data / "vocab")
     message = str(caught.value)

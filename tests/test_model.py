@@ -8,7 +8,7 @@ import torch
 
 from bertcore.common.errors import ConfigError
 from bertcore.model.bert import BertConfig, BertPretrainingModel, pretraining_loss
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.model.hf import to_hf_state_dict
 from bertcore.training.masking import labels_to_slots
 from stages.params import parse_section
@@ -107,13 +107,13 @@ def test_preset_overrides_and_validation():
 
 def test_model_params_section_parses_and_names_the_key():
     params = {"model": {"preset": "mini", "num_hidden_layers": 2, "hidden_dropout_prob": 0.0}}
-    config = parse_section(params, "model", ModelParams).to_config(vocab_size=500)
+    config = parse_section(params, "model", ModelConfig).to_config(vocab_size=500)
     assert (config.num_hidden_layers, config.hidden_size, config.vocab_size) == (2, 256, 500)
     assert config.hidden_dropout_prob == 0.0
     with pytest.raises(ConfigError, match=r"model\.hidden_size.*num_attention_heads"):
-        parse_section({"model": {"num_attention_heads": 3}}, "model", ModelParams)
+        parse_section({"model": {"num_attention_heads": 3}}, "model", ModelConfig)
     with pytest.raises(ConfigError, match=r"model\.vocab_size"):
-        parse_section({"model": {"vocab_size": 3}}, "model", ModelParams)
+        parse_section({"model": {"vocab_size": 3}}, "model", ModelConfig)
 
 
 def test_init_follows_bert():

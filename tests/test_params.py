@@ -10,14 +10,15 @@ import pytest
 from conftest import REPO, assert_one_line_error, run_bert
 
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import ConfigError, require
+from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig
+from bertcore.common.validation import Bool, Int, integer, number, params_section
 from bertcore.data.corpus import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.downstream.finetune import FinetuneConfig
-from bertcore.downstream.heads import PruneConfig
-from bertcore.model.config import ModelParams
+from bertcore.downstream.prune import PruneConfig
+from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.masking import MaskingConfig
@@ -25,19 +26,15 @@ from bertcore.training.phases import Phase2Config
 from stages.params import load_params, parse_section
 
 
-@dataclasses.dataclass(frozen=True)
+@params_section(frozen=True)
 class Example:
-    size: int = 8
-    rate: float = 0.1
+    size: integer(gt=0) = 8
+    rate: number(gt=0, lt=1) = 0.1
     name: str = "x"
-    flag: bool = False
+    flag: Bool = False
     mode: Literal["a", "b"] = "a"
-    limit: int | None = None
-    compile: bool | Literal["fullgraph"] = False
-
-    def __post_init__(self):
-        require(self.size > 0, "size", self.size, "a positive integer")
-        require(0 < self.rate < 1, "rate", self.rate, "a number between 0 and 1")
+    limit: Int | None = None
+    compile: Bool | Literal["fullgraph"] = False
 
 
 def write(tmp_path, text):
@@ -103,7 +100,7 @@ SECTION_CONFIGS = {
     "corpus": CorpusConfig,
     "vocab": VocabConfig,
     "samples": SamplesConfig,
-    "model": ModelParams,
+    "model": ModelConfig,
     "masking": MaskingConfig,
     "train": TrainConfig,
     "phase2": Phase2Config,

@@ -22,13 +22,13 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.identity import phase1_identity, samples_fingerprint
-from bertcore.training.inputs import PretrainConfig
 from bertcore.training.masking import MaskingConfig
+from bertcore.training.pretrain import PretrainConfig
 from bertcore.training.resume import plan_resume
 from bertcore.training.schedule import learning_rate
 from stages.pretrain import torchrun_command
@@ -112,7 +112,7 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
 def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     """Samples rebuilt (another seed) or another vocabulary: start fresh, saying which; the
     same inputs: resume; only the length changed: extend."""
-    run = PretrainConfig(ModelParams(), MaskingConfig(), TrainConfig(learning_rate=0.003),
+    run = PretrainConfig(ModelConfig(), MaskingConfig(), TrainConfig(learning_rate=0.003),
                          EvalConfig(), TrackingConfig())
     same = phase1_identity(run, data / "vocab", data / "samples", 8)
     checkpoints = CheckpointDir(tmp_path / "ckpt")

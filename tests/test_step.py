@@ -17,13 +17,13 @@ from tiny_pretrain import build_data, write_params
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.model.bert import pretraining_loss
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.identity import optimisation_params, resumable_params
-from bertcore.training.inputs import PretrainConfig
 from bertcore.training.loop import NonFiniteLossError, Trainer
 from bertcore.training.masking import MaskingConfig
+from bertcore.training.pretrain import PretrainConfig
 from bertcore.training.step import compile_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
@@ -190,7 +190,7 @@ def test_compile_fullgraph_fails_on_a_graph_break_that_true_runs_around(data):
     # fullgraph compiles what true compiles: a checkpoint of one resumes under the other (the
     # fingerprint holds true), and the recorded params say which it was
     def run_with(mode) -> PretrainConfig:
-        return PretrainConfig(ModelParams(), MaskingConfig(), TrainConfig(compile=mode),
+        return PretrainConfig(ModelConfig(), MaskingConfig(), TrainConfig(compile=mode),
                               EvalConfig(), TrackingConfig())
 
     fingerprint = {mode: resumable_params(run_with(mode))["train"]

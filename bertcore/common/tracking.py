@@ -22,11 +22,11 @@ import time
 import urllib.error
 import urllib.request
 from collections.abc import Mapping
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
-from bertcore.common.errors import BertError, require
+from bertcore.common.errors import BertError
+from bertcore.common.validation import Bool, params_section, text
 
 log = logging.getLogger(__name__)
 
@@ -36,18 +36,15 @@ _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_T
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 
 
-@dataclass
+@params_section
 class TrackingConfig:
     """Where and how a pretrain run is recorded in MLflow."""
 
-    uri: str | None = None  # None: $MLFLOW_TRACKING_URI, else the default the stage passes
-    experiment: str = "bert-pretrain"
+    # None: $MLFLOW_TRACKING_URI, else the default the stage passes
+    uri: text(pattern=r"\S", allowed="null or a URI") | None = None
+    experiment: text(pattern=r"\S", allowed="a non-empty name") = "bert-pretrain"
     log_checkpoints: Literal["none", "last", "all"] = "last"
-    enabled: bool = True
-
-    def __post_init__(self):
-        require(bool(self.experiment.strip()), "experiment", self.experiment, "a non-empty name")
-        require(self.uri is None or bool(self.uri.strip()), "uri", self.uri, "null or a URI")
+    enabled: Bool = True
 
 
 def resolve_uri(configured: str | None, default: str) -> str:

@@ -16,19 +16,20 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Annotated, Literal
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from bertcore.common.errors import require
+from bertcore.common.validation import Allowed, Int, checked, integer, number, params_section, text
 from bertcore.downstream.bag_of_words import bag_of_words_predictions
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.training.devices import autocast, resolve_precision
+from bertcore.training.devices import Device, autocast, resolve_precision
 from bertcore.training.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -42,52 +43,33 @@ log = logging.getLogger(__name__)
 AUTO_LEARNING_RATES: tuple[tuple[int | None, float], ...] = ((128, 3e-4), (512, 1e-4), (None, 4e-5))
 
 
-@dataclass
+@params_section
 class FinetuneConfig:
     """The `finetune:` section of params.yaml."""
 
-    data: str = "builtin:same-document"  # a built-in task, or a .jsonl / .csv / .tsv file
+    # a built-in task, or a .jsonl / .csv / .tsv file
+    data: checked(str, lambda data: bool(data.strip()) and (not data.startswith("builtin:")
+                                                            or data in BUILTIN_TASKS),
+                  f"one of {', '.join(BUILTIN_TASKS)}, or a .jsonl/.csv/.tsv file"
+                  ) = "builtin:same-document"
     test_data: str | None = None  # null: a seeded split of `data` by test_fraction
-    test_fraction: float = 0.2
-    text_field: str = "text"
+    test_fraction: number(gt=0, lt=1) = 0.2
+    text_field: text(min_length=1, allowed="a field name") = "text"
     text_pair_field: str | None = None  # a second text: sentence-pair classification
-    label_field: str = "label"
-    max_seq_length: int = 128  # longer inputs are truncated (counted in the metrics)
-    learning_rate: float | str = "auto"  # auto: by the model's width (AUTO_LEARNING_RATES)
-    batch_size: int = 16
-    epochs: float = 5.0
-    max_steps: int | None = 1000  # cap on the optimizer steps (CPU); null: no cap
-    warmup_fraction: float = 0.1
-    weight_decay: float = 0.01
-    max_grad_norm: float = 1.0
-    seed: int = 42
-    device: str = "auto"
-
-    def __post_init__(self):
-        require(bool(self.data.strip()) and (not self.data.startswith("builtin:")
-                                             or self.data in BUILTIN_TASKS), "data", self.data,
-                f"one of {', '.join(BUILTIN_TASKS)}, or a .jsonl/.csv/.tsv file")
-        require(0.0 < self.test_fraction < 1.0, "test_fraction", self.test_fraction,
-                "a number between 0 and 1 (exclusive)")
-        require(bool(self.text_field), "text_field", self.text_field, "a field name")
-        require(bool(self.label_field), "label_field", self.label_field, "a field name")
-        require(self.max_seq_length >= 8, "max_seq_length", self.max_seq_length,
-                "an integer >= 8")
-        require(self.learning_rate == "auto" or (isinstance(self.learning_rate, float)
-                                                  and self.learning_rate > 0),
-                "learning_rate", self.learning_rate, "auto or a number > 0")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        require(self.epochs > 0, "epochs", self.epochs, "a number > 0")
-        require(self.max_steps is None or self.max_steps >= 1, "max_steps", self.max_steps,
-                "null or an integer >= 1")
-        require(0.0 <= self.warmup_fraction < 1.0, "warmup_fraction", self.warmup_fraction,
-                "a number in [0, 1)")
-        require(self.weight_decay >= 0, "weight_decay", self.weight_decay, "a number >= 0")
-        require(self.max_grad_norm > 0, "max_grad_norm", self.max_grad_norm, "a number > 0")
-        require(
-            self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
-            "device", self.device, "auto, cpu, cuda, cuda:N or mps",
-        )
+    label_field: text(min_length=1, allowed="a field name") = "label"
+    max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
+    # auto: by the model's width (AUTO_LEARNING_RATES)
+    learning_rate: Annotated[number(gt=0) | Literal["auto"],
+                             Allowed("auto or a number > 0")] = "auto"
+    batch_size: integer(ge=1) = 16
+    epochs: number(gt=0) = 5.0
+    # cap on the optimizer steps (CPU); null: no cap
+    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = 1000
+    warmup_fraction: number(ge=0, lt=1) = 0.1
+    weight_decay: number(ge=0) = 0.01
+    max_grad_norm: number(gt=0) = 1.0
+    seed: Int = 42
+    device: Device = "auto"
 
     def learning_rate_for(self, model: BertConfig) -> float:
         """The configured rate, or for `auto` the one of AUTO_LEARNING_RATES that fits the

@@ -40,37 +40,6 @@ log = logging.getLogger(__name__)
 ITERATIVE_STEP = 0.1  # share of all heads removed per step in iterative pruning (the paper's)
 
 
-@dataclass
-class PruneConfig:
-    """The `prune:` section of params.yaml."""
-
-    fraction: float = 0.5  # share of all heads to remove (a layer always keeps one)
-    batches: int = 32  # pretraining batches the importance is averaged over
-    batch_size: int = 32
-    iterative: bool = False  # steps of 10% of the heads, re-scored after each
-    recovery_steps: int = 100  # further pretraining of the pruned model (0: none)
-    recovery_learning_rate: float = 1e-4
-    throughput_steps: int = 3  # timed steps per round (5 rounds per model, interleaved)
-    seed: int = 42
-    device: str = "auto"
-
-    def __post_init__(self):
-        require(0.0 <= self.fraction < 1.0, "fraction", self.fraction,
-                "a share of the heads in [0, 1)")
-        require(self.batches >= 1, "batches", self.batches, "an integer >= 1")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        require(self.recovery_steps >= 0, "recovery_steps", self.recovery_steps,
-                "an integer >= 0")
-        require(self.recovery_learning_rate > 0, "recovery_learning_rate",
-                self.recovery_learning_rate, "a number > 0")
-        require(self.throughput_steps >= 1, "throughput_steps", self.throughput_steps,
-                "an integer >= 1")
-        require(
-            self.device == "auto" or self.device.split(":")[0] in ("cpu", "cuda", "mps"),
-            "device", self.device, "auto, cpu, cuda, cuda:N or mps",
-        )
-
-
 # ------------------------------------------------------------------------------ importance
 def head_gate_gradients(
     model: BertPretrainingModel, batch: Mapping[str, torch.Tensor]

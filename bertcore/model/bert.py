@@ -11,12 +11,15 @@ from __future__ import annotations
 import dataclasses
 from dataclasses import dataclass, field
 from functools import partial
+from typing import Any
 
 import torch
 import torch.nn.functional as F
+from pydantic import model_validator
 from torch import nn
 
 from bertcore.common.errors import BertError, ConfigError, require
+from bertcore.common.validation import Int, checked, integer, number, params_section
 
 IGNORE_INDEX = -100  # label of a position that takes no part in a loss (as in HF and PyTorch)
 
@@ -30,52 +33,39 @@ ACTIVATIONS = {
 
 
 # ----------------------------------------------------------------------------------- config
-@dataclass
+Size = integer(gt=0)  # a count or a width: a positive integer
+Probability = number(ge=0, lt=1, allowed="a probability in [0, 1)")
+
+
+@params_section
 class BertConfig:
     """BERT's hyper-parameters, with Hugging Face's field names (config.json round-trips)."""
 
-    vocab_size: int = 30522
-    hidden_size: int = 768
-    num_hidden_layers: int = 12
-    num_attention_heads: int = 12
-    intermediate_size: int = 3072
-    hidden_act: str = "gelu"
-    hidden_dropout_prob: float = 0.1
-    attention_probs_dropout_prob: float = 0.1
-    max_position_embeddings: int = 512
-    type_vocab_size: int = 2
-    initializer_range: float = 0.02
-    layer_norm_eps: float = 1e-12
-    pad_token_id: int = 0
+    vocab_size: Size = 30522
+    hidden_size: Size = 768
+    num_hidden_layers: Size = 12
+    num_attention_heads: Size = 12
+    intermediate_size: Size = 3072
+    hidden_act: checked(str, lambda act: act in ACTIVATIONS, f"one of {list(ACTIVATIONS)}") = "gelu"
+    hidden_dropout_prob: Probability = 0.1
+    attention_probs_dropout_prob: Probability = 0.1
+    max_position_embeddings: Size = 512
+    type_vocab_size: Size = 2
+    initializer_range: number(gt=0) = 0.02
+    layer_norm_eps: number(gt=0) = 1e-12
+    pad_token_id: Int = 0
     # Heads removed by pruning: layer -> original head indices, as transformers 4.x wrote it
     # in config.json ({"0": [1, 3]}); layer i then has num_attention_heads - len(...) heads.
-    pruned_heads: dict[int, list[int]] = field(default_factory=dict)
+    pruned_heads: Any = field(default_factory=dict)  # checked against the layers and heads
 
-    def __post_init__(self):
-        for key in (
-            "vocab_size",
-            "hidden_size",
-            "num_hidden_layers",
-            "num_attention_heads",
-            "intermediate_size",
-            "max_position_embeddings",
-            "type_vocab_size",
-        ):
-            value = getattr(self, key)
-            require(isinstance(value, int) and value > 0, key, value, "a positive integer")
+    @model_validator(mode="after")
+    def _consistent(self) -> BertConfig:
         require(
             self.hidden_size % self.num_attention_heads == 0,
             "hidden_size",
             self.hidden_size,
             f"a multiple of num_attention_heads ({self.num_attention_heads})",
         )
-        act = self.hidden_act
-        require(act in ACTIVATIONS, "hidden_act", act, f"one of {list(ACTIVATIONS)}")
-        for key in ("hidden_dropout_prob", "attention_probs_dropout_prob"):
-            value = getattr(self, key)
-            require(0.0 <= value < 1.0, key, value, "a probability in [0, 1)")
-        require(self.initializer_range > 0, "initializer_range", self.initializer_range, "> 0")
-        require(self.layer_norm_eps > 0, "layer_norm_eps", self.layer_norm_eps, "> 0")
         require(
             0 <= self.pad_token_id < self.vocab_size,
             "pad_token_id",
@@ -83,6 +73,7 @@ class BertConfig:
             f"an id in [0, vocab_size={self.vocab_size})",
         )
         self.pruned_heads = self._checked_pruned_heads(self.pruned_heads)
+        return self
 
     def _checked_pruned_heads(self, pruned) -> dict[int, list[int]]:
         """{layer: sorted original head indices}, int keys (JSON gives strings), empty layers

@@ -22,7 +22,7 @@ from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.config import ModelParams
+from bertcore.model.config import ModelConfig
 from bertcore.model.hf import CONFIG_NAME, load_model, read_config, weight_files
 
 log = logging.getLogger(__name__)
@@ -42,7 +42,7 @@ class InitModel:
     tokens: list[str] | None
 
     @classmethod
-    def open(cls, params: ModelParams) -> InitModel:
+    def open(cls, params: ModelConfig) -> InitModel:
         """Read and check `params.init_from` (fast: config.json, the tokenizer, not the
         weights); a one-line error for a folder that is not a BERT or a contradicting key."""
         path = Path(str(params.init_from)).expanduser()

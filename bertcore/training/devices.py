@@ -8,9 +8,12 @@ from typing import Literal
 import torch
 
 from bertcore.common.errors import BertError
+from bertcore.common.validation import text
 from bertcore.training.distributed import Distributed
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
+# A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
+Device = text(pattern=r"^(auto|(cpu|cuda|mps)(:.*)?)$", allowed="auto, cpu, cuda, cuda:N or mps")
 
 
 def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch.device:

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils.data import DataLoader
 
-from bertcore.common.errors import require
+from bertcore.common.validation import Int, integer, params_section
 from bertcore.model.bert import IGNORE_INDEX
 from bertcore.training.batches import SampleSource, eval_batches
 from bertcore.training.devices import autocast
@@ -24,22 +24,14 @@ from bertcore.training.distributed import Distributed
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 
-@dataclass
+@params_section
 class EvalConfig:
     """The `eval:` section of params.yaml."""
 
-    batch_size: int = 64
-    seed: int = 1234  # seeds the fixed masks of the val split
-    max_batches: int | None = None  # cap for the periodic evaluation during pretraining
-
-    def __post_init__(self):
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        require(
-            self.max_batches is None or self.max_batches >= 1,
-            "max_batches",
-            self.max_batches,
-            "null or an integer >= 1",
-        )
+    batch_size: integer(ge=1) = 64
+    seed: Int = 1234  # seeds the fixed masks of the val split
+    # cap for the periodic evaluation during pretraining
+    max_batches: integer(ge=1, allowed="null or an integer >= 1") | None = None
 
 
 @dataclass

@@ -1,24 +1,23 @@
-"""What pretraining reads: the params sections (parsed and validated by the caller), the paths,
+"""What pretraining reads: the params sections (`PretrainConfig`, parsed and validated by the
+caller), the paths,
 and the inputs opened and checked before anything slow (samples of both phases, vocabulary,
 the model's architecture, the BERT to start from)."""
 
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from bertcore.common.errors import BertError, ConfigError
-from bertcore.common.tracking import TrackingConfig
+from bertcore.common.errors import BertError
 from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig
-from bertcore.model.config import ModelParams
 from bertcore.model.init_from import InitModel
-from bertcore.training.config import TrainConfig
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.masking import MaskingConfig
-from bertcore.training.phases import Phase2Config
+
+if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.pretrain)
+    from bertcore.training.pretrain import PretrainConfig
 
 
 @dataclass(frozen=True)
@@ -37,25 +36,6 @@ class PretrainPaths:
     @property
     def phase2_samples(self) -> Path:
         return self.samples / PHASE2_DIR
-
-
-@dataclass(frozen=True)
-class PretrainConfig:
-    """The params sections pretraining reads, parsed and validated."""
-
-    model: ModelParams
-    masking: MaskingConfig
-    train: TrainConfig
-    eval: EvalConfig
-    tracking: TrackingConfig
-    phase2: Phase2Config = field(default_factory=Phase2Config)
-
-    def __post_init__(self):
-        if self.phase2.enabled and self.train.max_minutes is not None:
-            raise ConfigError("phase2.enabled", "true needs a fixed phase 1: set "
-                                                "train.max_minutes: null (a time budget would "
-                                                "make the step phase 2 starts at depend on the "
-                                                "machine)")
 
 
 @dataclass(frozen=True)

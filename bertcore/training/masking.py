@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertcore.common.errors import BertError, require
+from bertcore.common.validation import Bool, integer, number, params_section
 
 IGNORE_INDEX = -100
 MASK_FRACTION = 0.8  # of the selected tokens: 80% → [MASK]
@@ -37,21 +38,15 @@ _MIX2 = np.uint64(0x94D049BB133111EB)
 _STREAMS = 3  # per position: selection key, 80/10/10 decision, replacement token
 
 
-@dataclass(frozen=True)
+@params_section(frozen=True)
 class MaskingConfig:
     """The `masking:` section of params.yaml."""
 
     # 30%, not BERT's 15%: more predictions per sequence learn faster when sequences are few
     # (Wettig et al. 2022); 40 slots hold 30% of a 128-token sequence
-    mlm_probability: float = 0.3
-    max_predictions_per_seq: int = 40
-    whole_word: bool = False
-
-    def __post_init__(self):
-        p = self.mlm_probability
-        require(0.0 < p < 1.0, "mlm_probability", p, "a number between 0 and 1 (exclusive)")
-        n = self.max_predictions_per_seq
-        require(n >= 1, "max_predictions_per_seq", n, "an integer >= 1")
+    mlm_probability: number(gt=0, lt=1) = 0.3
+    max_predictions_per_seq: integer(ge=1) = 40
+    whole_word: Bool = False
 
 
 @dataclass(frozen=True, eq=False)

@@ -29,13 +29,24 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from bertcore.common.errors import BertError, require
+from pydantic import model_validator
+
+from bertcore.common.errors import BertError
+from bertcore.common.validation import params_section
 from bertcore.data.samples.config import Phase2Samples
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import (
+    AccumulationSteps,
+    BatchSize,
+    LearningRate,
+    Steps,
+    TrainConfig,
+    WarmupSteps,
+    require_whole_micro_batches,
+)
 from bertcore.training.identity import PHASE_KEY, RunIdentity
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.records import TrainingRecord
@@ -43,27 +54,21 @@ from bertcore.training.resume import ResumePlan, plan_resume
 from bertcore.training.step import PhaseStart, StepRunner
 
 
-@dataclass(frozen=True)
+@params_section(frozen=True)
 class Phase2Config(Phase2Samples):
     """The `phase2:` section of params.yaml (`enabled` and `max_seq_length` are also the
     samples stage's, see `Phase2Samples`)."""
 
-    max_steps: int = 150  # optimizer steps of phase 2, numbered on from phase 1's
-    batch_size: int = 8  # its global batch (32 x 128 tokens = 8 x 512)
-    gradient_accumulation_steps: int = 1
-    learning_rate: float = 0.001  # its peak, after its own warmup
-    warmup_steps: int = 15
+    max_steps: Steps = 150  # optimizer steps of phase 2, numbered on from phase 1's
+    batch_size: BatchSize = 8  # its global batch (32 x 128 tokens = 8 x 512)
+    gradient_accumulation_steps: AccumulationSteps = 1
+    learning_rate: LearningRate = 0.001  # its peak, after its own warmup
+    warmup_steps: WarmupSteps = 15
 
-    def __post_init__(self):
-        super().__post_init__()
-        require(self.max_steps >= 1, "max_steps", self.max_steps, "an integer >= 1")
-        require(self.batch_size >= 1, "batch_size", self.batch_size, "an integer >= 1")
-        acc = self.gradient_accumulation_steps
-        require(acc >= 1, "gradient_accumulation_steps", acc, "an integer >= 1")
-        require(self.batch_size % acc == 0, "batch_size", self.batch_size,
-                f"a multiple of phase2.gradient_accumulation_steps ({acc})")
-        require(self.learning_rate > 0, "learning_rate", self.learning_rate, "a number > 0")
-        require(self.warmup_steps >= 0, "warmup_steps", self.warmup_steps, "an integer >= 0")
+    @model_validator(mode="after")
+    def _whole_micro_batches(self) -> Phase2Config:
+        require_whole_micro_batches(self.batch_size, self.gradient_accumulation_steps, "phase2.")
+        return self
 
     def train_config(self, train: TrainConfig) -> TrainConfig:
         """Phase 2's training config: `train`'s, with this phase's length, batch and schedule."""

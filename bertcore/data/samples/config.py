@@ -4,47 +4,27 @@ phase on, it builds the samples at that phase's length too."""
 
 from __future__ import annotations
 
-import dataclasses
+from bertcore.common.validation import Bool, integer, number, params_section
 
-from bertcore.common.errors import require
-
-
-def check_seq_length(value: int) -> None:
-    require(8 <= value <= 8192, "max_seq_length", value, "8..8192")
+SeqLength = integer(ge=8, le=8192)  # tokens of a sample, [CLS] and [SEP]s included
 
 
-@dataclasses.dataclass(frozen=True)
+@params_section(frozen=True)
 class SamplesConfig:
-    max_seq_length: int = 128
-    short_seq_prob: float = 0.1
-    dupe_factor: int = 5  # passes over the train split, each with new pairs
+    max_seq_length: SeqLength = 128
+    short_seq_prob: number(ge=0, le=1, allowed="a probability in [0, 1]") = 0.1
+    dupe_factor: integer(ge=1, le=1000) = 5  # passes over the train split, each with new pairs
     # Passes over the val split (up to VAL_MAX_PASSES) until it holds this many pairs; 0: one.
-    val_pairs: int = 1000
-    random_seed: int = 12345
-    workers: int = 2
-
-    def __post_init__(self):
-        check_seq_length(self.max_seq_length)
-        require(
-            0.0 <= self.short_seq_prob <= 1.0,
-            "short_seq_prob",
-            self.short_seq_prob,
-            "a probability in [0, 1]",
-        )
-        require(1 <= self.dupe_factor <= 1000, "dupe_factor", self.dupe_factor, "1..1000")
-        require(0 <= self.val_pairs <= 10**7, "val_pairs", self.val_pairs, "0..10000000")
-        require(self.random_seed >= 0, "random_seed", self.random_seed, "an integer >= 0")
-        require(1 <= self.workers <= 256, "workers", self.workers, "1..256")
+    val_pairs: integer(ge=0, le=10**7) = 1000
+    random_seed: integer(ge=0) = 12345
+    workers: integer(ge=1, le=256) = 2
 
 
-@dataclasses.dataclass(frozen=True)
+@params_section(frozen=True)
 class Phase2Samples:
     """What the samples stage reads of params.yaml's `phase2` section (the pretrain stage reads
     all of it: `bertcore.training.phases.Phase2Config`): whether BERT's second phase is on, and
     the length of its samples, built beside phase 1's (`store.PHASE2_DIR`)."""
 
-    enabled: bool = False
-    max_seq_length: int = 512
-
-    def __post_init__(self):
-        check_seq_length(self.max_seq_length)
+    enabled: Bool = False
+    max_seq_length: SeqLength = 512

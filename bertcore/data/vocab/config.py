@@ -3,9 +3,9 @@ take an existing one."""
 
 from __future__ import annotations
 
-import dataclasses
+from typing import Annotated, Literal
 
-from bertcore.common.errors import require
+from bertcore.common.validation import Allowed, Bool, integer, params_section, text
 
 TRAIN = "train"  # vocab.source: train a new vocabulary on the corpus
 # vocab.vocab_size: auto = one token per word seen at least AUTO_MIN_COUNT times in the train
@@ -16,25 +16,20 @@ AUTO_MIN_COUNT = 5
 AUTO_RANGE = (500, 30522)  # 30522: BERT's own vocabulary
 
 
-@dataclasses.dataclass(frozen=True)
+@params_section(frozen=True)
 class VocabConfig:
     # train, or an existing vocabulary: a vocab.txt, a tokenizer.json, or a folder holding a
     # Hugging Face tokenizer or model (tokenizer.json, and/or vocab.txt + tokenizer_config.json)
-    source: str = TRAIN
-    vocab_size: int | str = AUTO  # these two: only when training; auto: see auto_vocab_size
-    min_frequency: int = 2
+    source: text(pattern=r"\S", allowed="train, or the path of a vocab.txt, a tokenizer.json "
+                                        "or a tokenizer folder") = TRAIN
+    # these two: only when training; auto: see auto_vocab_size
+    vocab_size: Annotated[integer(ge=32, le=1_000_000) | Literal["auto"],
+                          Allowed(f"{AUTO} or an integer in 32..1000000")] = AUTO
+    min_frequency: integer(ge=1) = 2
     # Casing and accents of a trained vocabulary, or of a bare vocab.txt; other sources bring
     # their own (from tokenizer_config.json or the tokenizer.json normaliser).
-    lowercase: bool = True
-    strip_accents: bool | None = None  # None: follow `lowercase`, as BERT does
-
-    def __post_init__(self):
-        require(bool(self.source.strip()), "source", self.source,
-                "train, or the path of a vocab.txt, a tokenizer.json or a tokenizer folder")
-        size = self.vocab_size
-        require(size == AUTO or (type(size) is int and 32 <= size <= 1_000_000),
-                "vocab_size", size, f"{AUTO} or an integer in 32..1000000")
-        require(self.min_frequency >= 1, "min_frequency", self.min_frequency, "an integer >= 1")
+    lowercase: Bool = True
+    strip_accents: Bool | None = None  # None: follow `lowercase`, as BERT does
 
     @property
     def strips_accents(self) -> bool:

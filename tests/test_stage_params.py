@@ -1,0 +1,89 @@
+"""Each stage's `params:` in dvc.yaml list exactly what the stage reads of params.yaml.
+
+DVC reruns a stage when a value it lists changes, and only then: a section the stage reads but
+dvc.yaml does not list leaves a stale output after a change; one listed but not read reruns the
+stage for nothing. A stage reads params.yaml only through its module's PARAMS
+(`stages.params.read_params`), so comparing PARAMS with dvc.yaml is comparing what is read:
+the second test holds every stage to that.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+import yaml
+from conftest import REPO
+
+from stages.cli import COMMANDS
+from stages.params import dvc_params
+
+DVC_YAML = REPO / "dvc.yaml"
+
+
+def stage_modules(dvc_file: Path = DVC_YAML) -> dict[str, tuple[str, list[str]]]:
+    """stage -> (its `bert` command's module, its `params:` entries) for every stage there."""
+    stages = yaml.safe_load(dvc_file.read_text(encoding="utf-8"))["stages"]
+    found = {}
+    for name, stage in stages.items():
+        words = stage["cmd"].split()
+        assert words[0] == "bert", f"{name}: a stage runs a bert command"
+        module = COMMANDS[words[1]].partition(":")[0]
+        found[name] = (module, [str(entry) for entry in stage.get("params", [])])
+    return found
+
+
+def mismatches(dvc_file: Path = DVC_YAML) -> dict[str, dict[str, list[str]]]:
+    """Per stage, what it reads but dvc.yaml does not list, and what is listed but not read."""
+    wrong = {}
+    for name, (module, listed) in stage_modules(dvc_file).items():
+        read = dvc_params(importlib.import_module(module).PARAMS)
+        unlisted = [entry for entry in read if entry not in listed]
+        unread = [entry for entry in listed if entry not in read]
+        if unlisted or unread:
+            wrong[name] = {"read, not listed": unlisted, "listed, not read": unread}
+    return wrong
+
+
+def test_each_stage_lists_exactly_the_params_it_reads():
+    assert not mismatches(), mismatches()
+
+
+def test_a_section_left_out_of_dvc_yaml_or_listed_too_many_is_found(tmp_path):
+    """The check itself: a dvc.yaml that forgets a section, or lists one the stage never
+    reads, fails it."""
+    stages = yaml.safe_load(DVC_YAML.read_text(encoding="utf-8"))
+    stages["stages"]["evaluate"]["params"].remove("tracking")
+    stages["stages"]["export"]["params"].append("train")
+    stages["stages"]["samples"]["params"].remove("phase2.enabled")
+    planted = tmp_path / "dvc.yaml"
+    planted.write_text(yaml.safe_dump(stages), encoding="utf-8")
+    assert mismatches(planted) == {
+        "evaluate": {"read, not listed": ["tracking"], "listed, not read": []},
+        "export": {"read, not listed": [], "listed, not read": ["train"]},
+        "samples": {"read, not listed": ["phase2.enabled"], "listed, not read": []},
+    }
+
+
+@pytest.mark.parametrize("module", sorted({m for m, _ in stage_modules().values()}))
+def test_a_stage_reads_params_only_through_its_PARAMS(module):
+    """What makes PARAMS the truth: the stage's module parses sections only with
+    `read_params(..., PARAMS)`, never `parse_section`/`parse_keys` of a section of its own
+    choosing, and declares PARAMS once."""
+    path = REPO / (module.replace(".", "/") + ".py")
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = {node.id for node in ast.walk(tree) if isinstance(node, ast.Name)}
+    names |= {alias.name for node in ast.walk(tree) if isinstance(node, ast.ImportFrom)
+              for alias in node.names}
+    assert not names & {"parse_section", "parse_keys"}, f"{module} parses a section itself"
+    calls = [node for node in ast.walk(tree) if isinstance(node, ast.Call)
+             and isinstance(node.func, ast.Name) and node.func.id == "read_params"]
+    assert calls, f"{module} does not read its params through read_params"
+    for call in calls:
+        assert len(call.args) == 2 and isinstance(call.args[1], ast.Name) \
+            and call.args[1].id == "PARAMS", f"{module}: read_params(params, PARAMS) only"
+    assigned = [node for node in tree.body if isinstance(node, ast.Assign)
+                and any(isinstance(t, ast.Name) and t.id == "PARAMS" for t in node.targets)]
+    assert len(assigned) == 1, f"{module} declares PARAMS once, at module level"
