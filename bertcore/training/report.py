@@ -1,0 +1,54 @@
+"""What a finished pretraining reports: metrics/pretrain.json (what runs are compared on) and
+metrics/pretrain_details.json beside it (what those numbers are read against), built in one
+place from the loop's result."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from bertcore.model.bert import BertPretrainingModel
+from bertcore.training.loop import TrainResult
+from bertcore.training.phases import Phase
+
+
+@dataclass(frozen=True)
+class PretrainReport:
+    """What a finished pretraining reports."""
+
+    metrics: dict[str, Any]  # written to paths.metrics
+    details: dict[str, Any]  # written to paths.details
+    val: dict[str, float]  # the last periodic evaluation (`bert evaluate` scores the model)
+
+
+# Of the last logged train row: the numbers compared across runs. The rest of the row
+# (learning rate, gradient norm) is in the log and its curves.
+TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
+
+
+def pretrain_report(result: TrainResult, model: BertPretrainingModel,
+                    second: Phase | None = None) -> PretrainReport:
+    """The pretrain stage's metrics and details: the one place both are built. The val
+    numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
+    `second`: BERT's second phase, when it ran (the result is then the end of it)."""
+    metrics = {
+        "steps": result.steps,
+        "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
+    }
+    timing = result.step_timing
+    details = {
+        "tokens_seen": result.tokens_seen,
+        "skipped_steps": result.skipped_steps,
+        "parameters": model.num_parameters(),
+        # train.max_minutes: where the run was planned to end, from which timing
+        "planned_steps": result.planned_steps,
+        "seconds_per_step": round(timing.step_s, 6) if timing else None,
+        "timed_steps": f"{timing.timed_from}-{timing.plan_step}" if timing else None,
+    }
+    if second is not None:  # only then: with phase 2 off the file is what it always was
+        details["phase2"] = {"first_step": second.start.step + 1,
+                             "steps": second.identity.total_steps - second.start.step,
+                             "max_seq_length": second.max_seq_length,
+                             "batch_size": second.train.batch_size}
+    val = result.last_eval.to_dict() if result.last_eval else {}
+    return PretrainReport(metrics, details, val)
