@@ -16,6 +16,13 @@ if command -v nvidia-smi >/dev/null 2>&1; then
   timeout 20 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 fi
 export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" TOKENIZERS_PARALLELISM=true PYTHONUNBUFFERED=1
+# A machine without pip access may lack a dependency of the stages (pydantic, on some GPU images):
+# wheels laid in .whl/ (docs/development.md) are installed for this run alone, outside the repo.
+if [ -d .whl ] && ! "$PYTHON" -c "import pydantic" 2>/dev/null; then
+  site=$(mktemp -d)
+  "$PYTHON" -m pip install -q --no-index --no-deps --no-compile --target "$site" .whl/*.whl
+  export PYTHONPATH="$PYTHONPATH:$site"
+fi
 # The check stops itself at its deadline; timeout is the backstop: SIGTERM 20 s later (the
 # check prints its summary on it), SIGKILL 10 s after that.
 exec timeout -k 10 $((DEADLINE + 20)) "$PYTHON" -u benchmarks/gpu_check.py --deadline "$DEADLINE" "$@"
