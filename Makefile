@@ -1,6 +1,7 @@
 # The two commands of the README:
 #   make repro   set up .venv if needed, then run the whole pipeline (dvc repro)
 #   make test    set up .venv with the dev extras if needed, then ruff + pytest
+#   make test-fast   the same without the tests marked slow (the everyday loop)
 SHELL := /bin/bash
 VENV ?= .venv
 PY := $(VENV)/bin/python
@@ -8,8 +9,14 @@ PIP := $(PY) -m pip
 TORCH_VERSION := 2.13.0
 # Stage commands in dvc.yaml call `bert`; put the venv first on PATH for them.
 export PATH := $(abspath $(VENV))/bin:$(PATH)
+# pytest's workers (pytest-xdist): one per CPU, at most 4 (beyond that the longest file, the
+# pipeline's, sets the wall time). A worker takes one test file at a time (its module fixtures
+# built once), in the order tests/conftest.py gives: the slow files first.
+# `make test TEST_WORKERS=0`: all in one process.
+TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, os.cpu_count() or 1))")
+PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: install install-dev repro test lint bench clean-outputs
+.PHONY: install install-dev repro test test-fast lint bench clean-outputs
 
 install: $(VENV)/.installed
 install-dev: $(VENV)/.installed-dev
@@ -44,7 +51,11 @@ repro: install
 
 test: install-dev
 	$(VENV)/bin/ruff check .
-	$(VENV)/bin/pytest -q
+	$(PYTEST)
+
+test-fast: install-dev
+	$(VENV)/bin/ruff check .
+	$(PYTEST) -m "not slow"
 
 lint: install-dev
 	$(VENV)/bin/ruff check .

@@ -16,6 +16,19 @@ REPO = Path(__file__).resolve().parents[1]
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
+def pytest_collection_modifyitems(config, items):
+    """On pytest-xdist's workers (`make test`: one file at a time to a worker, in this order),
+    the files of slow tests only (whole pipelines) first, then the other files holding a slow
+    test, then the rest: the longest start at once and the workers end together. Each file
+    stays in one piece (its module fixtures built once). A plain `pytest` keeps the order."""
+    if not os.environ.get("PYTEST_XDIST_WORKER"):
+        return
+    slow, fast = set(), set()
+    for item in items:
+        (slow if item.get_closest_marker("slow") else fast).add(item.module)
+    items.sort(key=lambda item: (item.module not in slow) + (item.module in fast))  # stable
+
+
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch):
     # Keep tests off the network and off the user's tracking server.

@@ -225,6 +225,7 @@ def _budget_worker(rank: int, world_size: int, data: Path, out: Path) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_all_processes_follow_the_plan_of_rank_0(data, tmp_path):
     mp.spawn(_budget_worker, args=(2, data, tmp_path), nprocs=2, join=True)
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
@@ -237,6 +238,7 @@ def bert(*args: str, cwd: Path):
     return run_bert(*args, cwd=cwd, env=ONE_THREAD)
 
 
+@pytest.mark.slow
 def test_the_stage_records_a_budget_run_and_its_rerun_is_exact(data, tmp_path, mlflow_db):
     from mlflow.tracking import MlflowClient
 

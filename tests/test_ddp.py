@@ -66,6 +66,7 @@ def _worker(rank: int, world_size: int, data: Path, out: Path) -> None:
         dist.destroy_process_group()
 
 
+@pytest.mark.slow
 def test_two_processes_optimise_like_one(data, tmp_path):
     _train(data, tmp_path, 0, 1)
     mp.spawn(_worker, args=(2, data, tmp_path), nprocs=2, join=True)
@@ -86,6 +87,7 @@ def test_two_processes_optimise_like_one(data, tmp_path):
     assert one["eval"]["sequences"] == len(SampleStore(data / "samples" / "val"))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("mode", ["fullgraph", True])
 def test_compiled_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch, mode):
     # DDP's own forward breaks the graph, so fullgraph must compile the model inside DDP;
@@ -142,6 +144,7 @@ def _weights(folder: Path) -> dict[str, torch.Tensor]:
     return load_file(folder / "model.safetensors")
 
 
+@pytest.mark.slow
 def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     """Two processes with dropout, one killed after step 10 and both restarted by torchrun:
     they resume from the latest checkpoint, each with its own RNG state, and end with the

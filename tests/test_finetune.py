@@ -341,6 +341,7 @@ def workdir(tmp_path_factory) -> Path:
     return root
 
 
+@pytest.mark.slow
 def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     run_bert("finetune", cwd=workdir, env=ONE_THREAD, check=True)
     metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())
@@ -453,6 +454,7 @@ def _latest_prune_run(client, parent_id: str):
     return runs[0]
 
 
+@pytest.mark.slow
 def test_prune_with_no_head_to_remove_writes_the_model_unchanged(workdir, tmp_path):
     """prune.fraction 0 (or too small for one head): no recovery steps, the pretrained
     weights written as they were, and a speed ratio of exactly 1 (one model, timed once)."""

@@ -105,7 +105,7 @@ def wait_until_gone(folder: Path, timeout: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """The whole dry run, its work folder kept: later runs take its data."""
+    """The whole dry run (minutes)."""
     folder = tmp_path_factory.mktemp("gpu_check")
     results = folder / "results.json"
     proc = start("--dry-run", "--workdir", str(folder / "work"), "--results", str(results))
@@ -113,13 +113,26 @@ def dry_run(tmp_path_factory):
     return proc.returncode, output, folder / "work", results
 
 
-def work_copy(dry_run, tmp_path: Path) -> Path:
+@pytest.fixture(scope="module")
+def dry_run_data(tmp_path_factory) -> Path:
+    """A dry run of the data part alone, its work folder kept: later runs take its data (the
+    data the whole dry run makes, in seconds, on whichever pytest worker runs them)."""
+    folder = tmp_path_factory.mktemp("gpu_check_data")
+    proc = start("--dry-run", "--parts", "data", "--workdir", str(folder / "work"),
+                 "--results", str(folder / "results.json"))
+    output, _ = proc.communicate(timeout=600)
+    assert proc.returncode == 0, output[-3000:]
+    return folder / "work"
+
+
+def work_copy(dry_run_data: Path, tmp_path: Path) -> Path:
     """A work folder holding the dry run's data only."""
     work = tmp_path / "work"
-    shutil.copytree(dry_run[2] / "data", work / "data")
+    shutil.copytree(dry_run_data / "data", work / "data")
     return work
 
 
+@pytest.mark.slow
 def test_dry_run_passes_every_part_within_its_deadline(dry_run):
     code, output, _, results = dry_run
     assert code == 0, output[-5000:]
@@ -139,9 +152,10 @@ def test_dry_run_passes_every_part_within_its_deadline(dry_run):
 
 
 @pytest.mark.parametrize("part", PARTS)
-def test_sigterm_in_any_part_prints_the_summary_of_what_finished(dry_run, tmp_path, part):
+def test_sigterm_in_any_part_prints_the_summary_of_what_finished(dry_run_data, tmp_path,
+                                                                  part):
     # `timeout` forwards SIGTERM to the check and its process group; here at the part's marker
-    work = work_copy(dry_run, tmp_path) if part != "data" else tmp_path / "work"
+    work = work_copy(dry_run_data, tmp_path) if part != "data" else tmp_path / "work"
     results = tmp_path / "results.json"
     proc = start("--dry-run", "--parts", f"data,{part}", "--workdir", str(work),
                  "--results", str(results))
@@ -183,8 +197,8 @@ def torchrun_worker(proc: subprocess.Popen) -> psutil.Process:
     ("pretrain_cpu", "step 3/6: val MLM loss", signal.SIGALRM, "cut"),
     ("ddp_gloo", "worker", signal.SIGALRM, "cut"),
 ])
-def test_a_stop_inside_a_running_part(dry_run, tmp_path, part, marker, signum, status):
-    work = work_copy(dry_run, tmp_path)
+def test_a_stop_inside_a_running_part(dry_run_data, tmp_path, part, marker, signum, status):
+    work = work_copy(dry_run_data, tmp_path)
     proc = start("--dry-run", "--parts", f"data,{part}", "--workdir", str(work),
                  "--results", str(tmp_path / "results.json"))
     before = read_until(proc, marker if marker != "worker" else f">> {part} (")
@@ -204,10 +218,10 @@ def test_a_stop_inside_a_running_part(dry_run, tmp_path, part, marker, signum, s
     assert not (work / "metrics" / "ddp.json").exists()
 
 
-def test_a_part_that_would_not_fit_the_deadline_is_skipped(dry_run, tmp_path):
+def test_a_part_that_would_not_fit_the_deadline_is_skipped(dry_run_data, tmp_path):
     # the compiled comparison's estimate (2 compiles + its steps: 20 s in a dry run) cannot fit
     # a 20 s deadline once the device part ran: skipped, and the run is still a success
-    work = work_copy(dry_run, tmp_path)
+    work = work_copy(dry_run_data, tmp_path)
     proc = start("--dry-run", "--deadline", "20", "--parts", "data,step_s32_compiled",
                  "--workdir", str(work), "--results", str(tmp_path / "results.json"))
     output = proc.communicate(timeout=120)[0]

@@ -140,6 +140,7 @@ def test_the_first_step_computes_the_losses_of_transformers(data, tmp_path):
 
 
 # ------------------------------------------------------------------ continuing our own model
+@pytest.mark.slow
 def test_continued_pretraining_improves_on_the_model_it_starts_from(data, tmp_path):
     """Pretrain, export (models/hf), then continue from the export: val MLM loss goes below
     the exported model's (scored by `bert evaluate`), and the new export loads in
@@ -264,6 +265,7 @@ def test_an_architecture_that_contradicts_the_folder_is_one_line_naming_the_key(
 
 
 # -------------------------------------------------------------------- resume and experiments
+@pytest.mark.slow
 def test_a_changed_init_model_starts_fresh_and_mlflow_records_what_it_started_from(data,
                                                                                  tmp_path):
     work = workdir_on(data, tmp_path)
@@ -294,6 +296,7 @@ def test_a_changed_init_model_starts_fresh_and_mlflow_records_what_it_started_fr
     assert all(r.data.params["model.init_from"] == "bert" for r in runs)
 
 
+@pytest.mark.slow
 def test_under_torchrun_the_processes_start_from_the_folder_as_one_process_does(data,
                                                                                  tmp_path):
     """Rank 0 alone reads the folder (DDP hands its weights to the others): two processes

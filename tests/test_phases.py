@@ -122,6 +122,7 @@ def test_the_phase_2_numbers():
     assert [first_epoch(steps, 10) for steps in (5, 10, 11, 30)] == [1, 1, 2, 3]
 
 
+@pytest.mark.slow
 def test_stopped_in_phase_2_it_resumes_exactly_in_one_mlflow_run(data, straight, tmp_path,
                                                                 mlflow_db):
     work = workdir(tmp_path / "run", data, tracking=True)
@@ -161,6 +162,7 @@ def test_stopped_in_phase_2_it_resumes_exactly_in_one_mlflow_run(data, straight,
     assert run.data.params["phase2.max_seq_length"] == "64"
 
 
+@pytest.mark.slow
 def test_new_phase_2_params_restart_it_at_phase_1s_end_and_more_steps_extend_it(straight,
                                                                                tmp_path):
     work = tmp_path / "run"
@@ -222,6 +224,7 @@ def test_the_samples_stage_builds_phase_2s_beside_phase_1s_untouched(data, tmp_p
     assert json.loads((work / "on.json").read_text())["phase2"]["train"]["count"] == len(lengths)
 
 
+@pytest.mark.slow
 def test_phase_2_mistakes_are_one_line_naming_the_key(data, tmp_path):
     work = workdir(tmp_path / "run", data)
     for args, fragments, code in [
@@ -285,6 +288,7 @@ cli(sys.argv[1:], prog_name="bert")
 """
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("setting", ["compile", "ddp"])
 def test_compiled_and_under_ddp_both_phases_train_as_eager_in_one_process(data, tmp_path,
                                                                          setting):

@@ -19,7 +19,7 @@ import yaml
 from conftest import _PAUSE_AT
 from test_pipeline import DVC, VENV_BIN, new_repo, run, tiny_pipeline_params
 
-pytestmark = pytest.mark.skipif(DVC is None, reason="dvc is not installed")
+pytestmark = [pytest.mark.skipif(DVC is None, reason="dvc is not installed"), pytest.mark.slow]
 
 PHASE2 = {"enabled": True, "max_seq_length": 64, "max_steps": 6, "batch_size": 4,
           "learning_rate": 0.002, "warmup_steps": 2}

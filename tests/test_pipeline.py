@@ -22,7 +22,7 @@ from tiny_pretrain import TINY_MODEL, write_corpus
 VENV_BIN = Path(sys.executable).parent
 DVC = shutil.which("dvc", path=str(VENV_BIN)) or shutil.which("dvc")
 
-pytestmark = pytest.mark.skipif(DVC is None, reason="dvc is not installed")
+pytestmark = [pytest.mark.skipif(DVC is None, reason="dvc is not installed"), pytest.mark.slow]
 
 
 def tiny_pipeline_params() -> dict:
@@ -81,17 +81,30 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
     return repo, env
 
 
-def test_the_same_params_give_the_same_bytes(tmp_path):
+def lock_outs(repo: Path) -> dict[str, str]:
+    """The md5 of every output dvc.lock records, by path."""
+    lock = yaml.safe_load((repo / "dvc.lock").read_text())
+    return {out["path"]: out["md5"] for stage in lock["stages"].values()
+            for out in stage.get("outs", [])}
+
+
+@pytest.fixture(scope="module")
+def reproduced(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
+    """A fresh repo after its first `dvc repro` (MLflow on), its environment, and its lock's
+    output hashes taken right then. A full repro takes minutes, so it is made once: the bytes
+    test reads only those hashes, the MLflow test (the one that goes on in the repo) the rest."""
+    repo, env = new_repo(tmp_path_factory.mktemp("pipeline"))
+    run([DVC, "repro"], repo, env)
+    return repo, env, lock_outs(repo)
+
+
+def test_the_same_params_give_the_same_bytes(reproduced, tmp_path):
     """Two fresh repos, one pipeline, run from scratch with MLflow on: every output dvc.lock
     records (data, vocabulary, samples, checkpoints, models, metrics, curves) has the same
     hash. Nothing random or timed is written into them: MLflow holds the run ids and speeds."""
-    outs = []
-    for name in ("first", "second"):
-        repo, env = new_repo(tmp_path, name)
-        run([DVC, "repro"], repo, env)
-        lock = yaml.safe_load((repo / "dvc.lock").read_text())
-        outs.append({out["path"]: out["md5"] for stage in lock["stages"].values()
-                     for out in stage.get("outs", [])})
+    repo, env = new_repo(tmp_path, "second")
+    run([DVC, "repro"], repo, env)
+    outs = [reproduced[2], lock_outs(repo)]
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text())["stages"]
     assert len(outs[0]) == sum(len(stage.get("outs", [])) + len(stage.get("metrics", []))
                                + len(stage.get("plots", [])) for stage in declared.values())
@@ -99,11 +112,10 @@ def test_the_same_params_give_the_same_bytes(tmp_path):
     assert not different, f"outputs that differ between two runs of the same params: {different}"
 
 
-def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(tmp_path):
-    repo, env = new_repo(tmp_path)
+def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
+    repo, env, _ = reproduced  # new_repo, then `dvc repro`
     commit = run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
-    run([DVC, "repro"], repo, env)
     evaluation = json.loads((repo / "metrics" / "eval.json").read_text())
     assert list(evaluation) == ["mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy",
                                 "nsp_loss"]

@@ -61,6 +61,7 @@ def damage(kind: str, checkpoint: Path) -> None:
         (checkpoint / "trainer.pt").unlink()
 
 
+@pytest.mark.slow
 def test_a_damaged_checkpoint_is_set_aside_and_the_result_is_bitwise_uninterrupted(workdir):
     write_params(workdir / "params.yaml", train={"max_steps": 8, "checkpoint_every": 4,
                                                   "eval_every": 0},
@@ -108,6 +109,7 @@ def _endless_run_params(workdir, checkpoint_every: int) -> None:
                  tracking={"enabled": False})
 
 
+@pytest.mark.slow
 def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
     _endless_run_params(workdir, checkpoint_every=5)
     first = start_bert("pretrain", cwd=workdir)
@@ -127,6 +129,7 @@ def test_a_second_pretrain_in_the_same_checkpoint_folder_fails_at_once(workdir):
     assert not lock_path(workdir / "models" / "checkpoints").exists()
 
 
+@pytest.mark.slow
 def test_a_lock_left_by_a_killed_run_is_taken_over(workdir):
     _endless_run_params(workdir, checkpoint_every=3)
     killed = start_bert("pretrain", cwd=workdir)
@@ -191,6 +194,7 @@ def test_evaluate_with_no_run_to_log_into_says_nothing_was_logged(workdir):
         assert "metrics/eval.json" in notice[0]
 
 
+@pytest.mark.slow
 def test_fill_mask_on_a_checkpoint_takes_only_the_vocabulary_it_was_trained_with(workdir):
     """A checkpoint and models/pretrained have no tokenizer but record the fingerprint of
     their vocabulary: another one, even of the same size with [PAD] in place, is one line."""

@@ -48,6 +48,7 @@ def tsv(path: Path) -> list[dict[str, str]]:
     return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
 
 
+@pytest.mark.slow
 def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlflow_db):
     (tmp_path / "data").symlink_to(data)
     mlflow_db(tmp_path)

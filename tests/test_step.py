@@ -202,6 +202,7 @@ def test_compile_fullgraph_fails_on_a_graph_break_that_true_runs_around(data):
         TrainConfig(compile="full")
 
 
+@pytest.mark.slow
 def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     (tmp_path / "data").symlink_to(data)
     # no dropout: Inductor draws its own random numbers, so dropout masks would differ

@@ -285,6 +285,7 @@ def workdir(data, tmp_path) -> Path:
     return tmp_path
 
 
+@pytest.mark.slow
 def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
     mlflow_db(workdir)
     write_params(workdir / "params.yaml",
@@ -326,6 +327,7 @@ def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
     assert steps == list(range(1, 61))
 
 
+@pytest.mark.slow
 def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
     write_params(workdir / "params.yaml", train={"max_steps": 2, "eval_every": 0},
                  tracking={"enabled": False})
