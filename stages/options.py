@@ -5,7 +5,9 @@ writes its outputs whole or not at all answers SIGTERM and Ctrl-C (`stops_at_onc
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Callable
+from pathlib import Path
 
 import click
 
@@ -53,16 +55,35 @@ def stops_at_once(func: Callable) -> Callable:
     return run
 
 
+# ctx.meta key: {flag: path} of a command's path options, so that an error about a path
+# (a full disk) can name the option that chose it (`option_for`).
+PATH_OPTIONS = "bert.path_options"
+
+
 def folder_option(flag: str, dest: str, default: str, help: str) -> Callable:
     """A folder path option showing its default."""
-    return click.option(flag, dest, default=default, show_default=True,
-                        type=click.Path(file_okay=False), help=help)
+    return click.option(flag, dest, default=default, show_default=True, help=help,
+                        type=click.Path(file_okay=False), callback=_remember_path)
 
 
 def file_option(flag: str, dest: str, default: str, help: str) -> Callable:
     """A file path option showing its default."""
-    return click.option(flag, dest, default=default, show_default=True,
-                        type=click.Path(dir_okay=False), help=help)
+    return click.option(flag, dest, default=default, show_default=True, help=help,
+                        type=click.Path(dir_okay=False), callback=_remember_path)
+
+
+def _remember_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    ctx.meta.setdefault(PATH_OPTIONS, {})[param.opts[0]] = value
+    return value
+
+
+def option_for(path: str | os.PathLike, meta: dict) -> str | None:
+    """The path option (`--metrics`) whose file or folder holds `path`; None when none does."""
+    target = Path(os.path.realpath(path))
+    holders = [(len(Path(os.path.realpath(chosen)).parts), flag)
+               for flag, chosen in meta.get(PATH_OPTIONS, {}).items()
+               if (held := Path(os.path.realpath(chosen))) == target or held in target.parents]
+    return max(holders)[1] if holders else None
 
 
 corpus_option = folder_option("--corpus", "corpus_dir", "data/corpus",

@@ -17,6 +17,7 @@ import torch
 from conftest import REPO
 from tiny_pretrain import tiny_config
 
+from bertcore.common.atomic import _host
 from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
 from bertcore.common.errors import BertError
 from bertcore.common.lock import FolderInUseError, lock_path
@@ -105,8 +106,10 @@ def test_a_crash_while_writing_leaves_the_previous_checkpoint_latest(tmp_path):
     assert [c.step for c in checkpoints.all()] == [5]
     assert not list((tmp_path / "ckpt").glob(".step-*"))
     # a process killed mid-write leaves a staging folder, maybe a folder without meta.json
-    (tmp_path / "ckpt" / ".step-00000007.tmp-abc").mkdir()
-    (tmp_path / "ckpt" / ".step-00000007.tmp-abc" / "model.safetensors").write_bytes(b"half")
+    # (its owner: this host, a pid above any pid_max, so never alive)
+    staging = tmp_path / "ckpt" / f".step-00000007.tmp-{_host()}-4194304-abc"
+    staging.mkdir()
+    (staging / "model.safetensors").write_bytes(b"half")
     (tmp_path / "ckpt" / "step-00000008").mkdir()
     assert checkpoints.latest().step == 5
     checkpoints.save(9, model, state_of(model), {"fingerprints": FPS})

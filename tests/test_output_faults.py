@@ -14,61 +14,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from conftest import REPO, assert_one_line_error, run_bert
+from tiny_fs import bert_on_tiny_fs, needs_mounts, tree
 from tiny_pretrain import build_data, write_params
 from unprivileged import without_root_powers
 
 from bertcore.common.atomic import NoSpaceError, atomic_dir, atomic_file
 from bertcore.training.checkpoint import CheckpointDir
-
-# Runs `bert ARGS` with a tmpfs of SIZE mounted on MOUNT (in a user and mount namespace of
-# its own: no root needed), after copying SEED into it; then copies what is left on the
-# tmpfs to AFTER, since the tmpfs goes away with the namespace.
-ON_TINY_FS = """
-mount -t tmpfs -o size="$SIZE" tmpfs "$MOUNT" || exit 90
-if [ -d "$SEED" ]; then cp -a "$SEED/." "$MOUNT/"; fi
-"$@" 2> "$STDERR"
-echo $? > "$RC"
-cp -a "$MOUNT/." "$AFTER/"
-"""
-
-
-def _can_mount_tmpfs() -> bool:
-    if not shutil.which("unshare"):
-        return False
-    probe = Path(__file__).parent  # any folder: the mount is private and undone at once
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", 'mount -t tmpfs -o size=64k tmpfs "$0"',
-                           str(probe)], capture_output=True)
-    return proc.returncode == 0
-
-
-needs_tiny_fs = pytest.mark.skipif(
-    not sys.platform.startswith("linux") or not _can_mount_tmpfs(),
-    reason="needs unprivileged user namespaces (unshare -rm) to mount a tiny tmpfs",
-)
-
-
-def bert_on_tiny_fs(cwd: Path, size: int, seed: Path | None, *args: str):
-    """`bert ARGS` in `cwd` with a `size`-byte filesystem at cwd/full, holding a copy of
-    `seed`; returns the CompletedProcess and a copy of what the filesystem held at the end."""
-    (cwd / "full").mkdir()
-    after = cwd / "after"
-    after.mkdir()
-    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD, "SIZE": str(size),
-           "MOUNT": str(cwd / "full"), "SEED": str(seed or ""), "AFTER": str(after),
-           "STDERR": str(cwd / "stderr.txt"), "RC": str(cwd / "rc.txt")}
-    proc = subprocess.run(["unshare", "-rm", "sh", "-c", ON_TINY_FS, "sh", sys.executable,
-                           "-m", "stages", *args], cwd=cwd, env=env, timeout=600,
-                          capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr
-    result = subprocess.CompletedProcess(args, int((cwd / "rc.txt").read_text()), "",
-                                         (cwd / "stderr.txt").read_text())
-    return result, after
-
-
-def tree(folder: Path) -> dict[str, bytes]:
-    return {str(p.relative_to(folder)): p.read_bytes() for p in sorted(folder.rglob("*"))
-            if p.is_file()}
 
 
 def no_space_error(proc, mount: Path, what: str, option: str = "--out") -> None:
@@ -76,7 +28,7 @@ def no_space_error(proc, mount: Path, what: str, option: str = "--out") -> None:
                           f"or point {option} elsewhere")
 
 
-@needs_tiny_fs
+@needs_mounts
 def test_disk_full_while_writing_the_corpus(tmp_path):
     (tmp_path / "small.txt").write_text("One short document.\n\nAnd another one here.\n")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "small.txt"}}))
@@ -92,7 +44,7 @@ def test_disk_full_while_writing_the_corpus(tmp_path):
     assert (tmp_path / "metrics" / "corpus.json").read_bytes() == metrics
 
 
-@needs_tiny_fs
+@needs_mounts
 def test_disk_full_while_writing_samples(tmp_path):
     data = build_data(tmp_path, dupe_factor=1)  # data/samples: the finished output
     shutil.move(data / "samples", tmp_path / "seed" / "samples")
@@ -105,7 +57,7 @@ def test_disk_full_while_writing_samples(tmp_path):
     assert not (tmp_path / "metrics").exists()
 
 
-@needs_tiny_fs
+@needs_mounts
 def test_disk_full_while_writing_a_checkpoint(tmp_path):
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml", train={"max_steps": 8, "checkpoint_every": 4,

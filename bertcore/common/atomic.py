@@ -8,6 +8,15 @@ Temporary names say who owns them: `.<name>.tmp-<host>-<pid>-<random>`. A proces
 with SIGKILL (or by the OOM killer) cannot clean up, so the next write of the same output
 removes the temporaries of processes that are gone (same host only: a live process's
 temporary is never touched). A full disk is a `NoSpaceError`, one line for the user.
+
+Two kinds of output folder cannot be renamed and are written differently:
+
+- a link to a folder elsewhere (`models/hf -> /big/disk/hf`): the link stays, the folder it
+  points to is the output (staged beside it, on its disk);
+- a mount point (`--out /mnt/volume`), which rename refuses (EBUSY): the new content is
+  staged inside it and its children are swapped (`_swap_children`); until the last new child
+  is in place the previous ones wait in `.<name>.was-...`, so that a failure, or the next
+  write after a process died half-way, puts them back.
 """
 
 from __future__ import annotations
@@ -28,10 +37,12 @@ from bertcore.common.errors import BertError
 
 log = logging.getLogger(__name__)
 
-_TEMPORARY = re.compile(r"^\.(?P<name>.+)\.(?P<kind>tmp|old)-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$")
-# Names of earlier versions, without an owner (tmp) or without a host (old): from a run of an
-# earlier version, long gone, or at worst racing with one.
-_LEGACY = re.compile(r"^\.(?P<name>.+)\.(?:(?P<tmp>tmp)-[a-z0-9_]+|(?P<old>old)-(?P<pid>\d+))$")
+# tmp: staging (or trash); old: an output moved aside for its replacement; was, new: inside
+# an output whose children are swapped, its previous children and the new ones.
+_TEMPORARY = re.compile(
+    r"^\.(?P<name>.+)\.(?P<kind>tmp|old|was|new)-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$"
+)
+_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")  # a space in a mount point is \040
 _DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
 # Some libraries lose the errno of a failed write (numpy: "N requested and M written", torch:
 # "unexpected pos"): after such an error, this little space left means the disk was full.
@@ -110,35 +121,44 @@ def remove_stale_temporaries(folder: str | os.PathLike, name: str | None = None)
     """Remove the temporaries in `folder` (of output `name`, or of any) whose process is gone.
 
     A `.old-` copy is a finished output moved aside for its replacement: if the process died
-    between the two renames, the output is missing and the copy is put back instead."""
+    between the two renames, the output is missing and the copy is put back instead. A `.was-`
+    folder inside `folder` holds its previous children during a swap: they are put back."""
     folder = Path(folder)
     if not folder.is_dir():
         return
     host = _host()
-    for entry in folder.iterdir():
+    swaps: dict[str, dict[str, Path]] = {}
+    for entry in sorted(folder.iterdir()):
         match = _TEMPORARY.match(entry.name)
-        if match:
-            kind, owner, pid = match["kind"], match["host"], match["pid"]
-        elif legacy := _LEGACY.match(entry.name):
-            match, kind, owner, pid = legacy, legacy["tmp"] or legacy["old"], host, legacy["pid"]
-        else:
+        if match is None or match["host"] != host or name not in (None, match["name"]):
             continue
-        if (name is not None and match["name"] != name) or owner != host:
-            continue
-        if pid is not None and _alive(int(pid)):
+        kind, pid = match["kind"], match["pid"]
+        if _alive(int(pid)):
             continue
         final = folder / match["name"]
-        if kind == "old" and not os.path.lexists(final):
+        if kind in ("was", "new"):  # inside the output whose children it swapped
+            if match["name"] == folder.name:
+                swaps.setdefault(pid, {})[kind] = entry
+        elif kind == "old" and not os.path.lexists(final):
             log.warning("restoring %s from %s (left by a process that died while replacing "
                         "it)", final, entry.name)
             os.replace(entry, final)
-            continue
-        log.info("removing %s, left by process %s that is gone", entry, pid or "?")
-        with contextlib.suppress(OSError):
-            if entry.is_dir() and not entry.is_symlink():
-                shutil.rmtree(entry)
-            else:
-                entry.unlink()
+        else:
+            log.info("removing %s, left by process %s that is gone", entry, pid)
+            _remove(entry)
+    for swap in swaps.values():
+        if "was" in swap:
+            log.warning("restoring the previous contents of %s (left by a process that died "
+                        "while replacing them)", folder)
+        _undo_swap(folder, swap.get("was"), swap.get("new"))
+
+
+def _remove(entry: Path) -> None:
+    with contextlib.suppress(OSError):
+        if entry.is_dir() and not entry.is_symlink():
+            shutil.rmtree(entry)
+        else:
+            entry.unlink()
 
 
 # --------------------------------------------------------------------------------- outputs
@@ -151,10 +171,18 @@ def _default_mode(is_dir: bool) -> int:
 
 def _replace(tmp: Path, final: Path) -> None:
     """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
-    if final.is_dir() and not final.is_symlink():
+    if tmp.parent == final:  # staged inside a mount point
+        _swap_children(tmp, final)
+    elif final.is_dir() and not final.is_symlink():
         old = final.with_name(f"{_prefix(final, 'old')}{secrets.token_hex(4)}")
         try:
-            os.replace(final, old)
+            try:
+                os.replace(final, old)
+            except OSError as exc:  # a mount point `_is_mount_point` could not see
+                if exc.errno != errno.EBUSY:
+                    raise
+                _swap_children(tmp, final)
+                return
             os.replace(tmp, final)
         except BaseException:  # a signal (`bertcore.common.interrupt`) between the renames
             if old.exists() and not os.path.lexists(final):
@@ -165,6 +193,90 @@ def _replace(tmp: Path, final: Path) -> None:
         os.replace(tmp, final)
 
 
+def _swap_children(tmp: Path, final: Path) -> None:
+    """Give `final`, a folder that cannot be renamed, the children of `tmp` instead of its own.
+
+    The previous children go into `final/.NAME.was-...`, `tmp` becomes `final/.NAME.new-...`,
+    and its children move up; renaming `was` to trash is the moment the new ones stand. Up to
+    then a failure puts the previous children back, and so does the next write after a
+    process that died (`remove_stale_temporaries`)."""
+    token = secrets.token_hex(4)
+    was, new = (final / f"{_prefix(final, kind)}{token}" for kind in ("was", "new"))
+    was.mkdir()
+    staged = None
+    try:
+        for child in _children(final):
+            os.replace(child, was / child.name)
+        staged = new
+        _move_inside(tmp, new)
+        for child in list(new.iterdir()):
+            os.replace(child, final / child.name)
+        _fsync_dir(final)
+        trash = final / f"{_prefix(final)}{token}"
+        os.replace(was, trash)
+    except BaseException:
+        _undo_swap(final, was, staged)
+        raise
+    new.rmdir()
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _move_inside(tmp: Path, new: Path) -> None:
+    """Rename `tmp` to `new`, or copy it where `new` is across a mount point (EXDEV: one that
+    `_is_mount_point` could not see, so `tmp` was staged outside it)."""
+    try:
+        os.replace(tmp, new)
+    except OSError as exc:
+        if exc.errno != errno.EXDEV:
+            raise
+        shutil.copytree(tmp, new, symlinks=True)
+
+
+def _is_mount_point(path: Path) -> bool:
+    """Whether `path` is a mount point, a bind mount within one filesystem included (which
+    os.path.ismount, comparing devices, cannot see; Linux's mount table lists it)."""
+    if os.path.ismount(path):
+        return True
+    if not path.is_dir():
+        return False
+    try:
+        table = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
+    except OSError:
+        return False
+    real = os.path.realpath(path)
+    return any(_MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m[1], 8)), line.split(" ")[4]) == real
+               for line in table.splitlines() if line.count(" ") >= 4)
+
+
+def _children(output: Path) -> list[Path]:
+    """What `output` holds, without the temporaries of its own replacement (nor a mounted
+    filesystem's lost+found)."""
+    return [child for child in output.iterdir()
+            if not ((match := _TEMPORARY.match(child.name)) and match["name"] == output.name)
+            and not (child.name == "lost+found" and _is_mount_point(output))]
+
+
+def _undo_swap(output: Path, was: Path | None, new: Path | None) -> None:
+    """Put back the previous children of `output` kept in `was`; the new ones already moved up
+    go back into `new` first, and `new` is removed. (No `was`: the swap was complete, `new`
+    is an empty leftover.)"""
+    if was is not None and was.is_dir():
+        if new is not None:
+            for child in _children(output):
+                os.replace(child, new / child.name)
+        for child in list(was.iterdir()):
+            os.replace(child, output / child.name)
+        was.rmdir()
+    if new is not None:
+        shutil.rmtree(new, ignore_errors=True)
+
+
+def _through_link(final: Path) -> Path:
+    """The folder a link points to (`models/hf -> /big/disk/hf`): the output is replaced there,
+    on that disk, and the link stays."""
+    return Path(os.path.realpath(final)) if final.is_symlink() else final
+
+
 @contextlib.contextmanager
 def atomic_dir(
     final: str | os.PathLike, advice: str = "point --out elsewhere"
@@ -172,11 +284,14 @@ def atomic_dir(
     """Yield an empty staging directory that becomes `final` when the block succeeds.
 
     A full disk raises NoSpaceError (`advice` says where else to write)."""
-    final = Path(final)
+    final = _through_link(Path(final))
     with _creating(final, advice):
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(final.parent, final.name)
-        tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=final.parent))
+        remove_stale_temporaries(final, final.name)  # a swap of its children, half done
+        # a mount point cannot be renamed: its new content is staged inside it
+        staging_parent = final if _is_mount_point(final) else final.parent
+        tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=staging_parent))
     os.chmod(tmp, _default_mode(is_dir=True))
     try:
         yield tmp

@@ -20,6 +20,7 @@ import subprocess
 import tempfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 from collections.abc import Mapping
 from pathlib import Path
@@ -34,6 +35,8 @@ log = logging.getLogger(__name__)
 # loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast.
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
+_MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
+_SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
 
 
 @params_section
@@ -190,10 +193,7 @@ class Tracker:
                     tags=run_tags if start == 0 else [],
                 )
         except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
-            raise BertError(
-                f"MLflow tracking store {uri} failed: {_first_line(exc)} (fix tracking.uri or "
-                "MLFLOW_TRACKING_URI)"
-            ) from None
+            raise _store_failed(uri, exc) from None
         return cls(client, run.info.run_id, uri)
 
     @classmethod
@@ -233,8 +233,7 @@ class Tracker:
             runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
                                       order_by=["attributes.start_time DESC"], max_results=1)
         except Exception as exc:  # MlflowException, or the database's own errors
-            raise BertError(f"MLflow tracking store {uri} failed: {_first_line(exc)} (fix "
-                            "tracking.uri or MLFLOW_TRACKING_URI)") from None
+            raise _store_failed(uri, exc) from None
         return cls(client, runs[0].info.run_id, uri) if runs else None
 
     def start_child(
@@ -347,6 +346,19 @@ def _param_value(value: Any) -> str:
     return text[:_MAX_PARAM_LENGTH]
 
 
+def _store_failed(uri: str, exc: BaseException) -> BertError:
+    """The one line for a store that failed at its first call. A URI without a scheme is a
+    folder to MLflow (its file store, which MLflow 3 refuses unless told otherwise): say so
+    before MLflow's own words, which carry their advice whole."""
+    problem = _first_line(exc)
+    if len(urllib.parse.urlsplit(uri).scheme) <= 1 and uri not in _SCHEMELESS_URIS:  # C:\...
+        problem = (f"{uri!r} has no scheme (sqlite:///FILE.db, http://HOST:PORT or "
+                   f"file:///FOLDER), so MLflow took it for a folder of its file store: {problem}")
+    return BertError(f"MLflow tracking store {uri} failed: {problem} (fix tracking.uri or "
+                     "MLFLOW_TRACKING_URI)")
+
+
 def _first_line(exc: BaseException) -> str:
+    """The first line of an error, whole (MLflow's advice comes at its end) up to a limit."""
     text = str(exc).strip().splitlines()
-    return text[0][:300] if text else type(exc).__name__
+    return text[0][:_MAX_MESSAGE_LENGTH] if text else type(exc).__name__

@@ -10,6 +10,7 @@ made from held-out text, are in `builtin_tasks`.
 from __future__ import annotations
 
 import csv
+import io
 import json
 import random
 from collections import Counter
@@ -77,16 +78,56 @@ def _jsonl_rows(path: Path, text: str):
         yield where, row
 
 
-def _table_rows(path: Path, text: str):
+def _table_rows(path: Path, text: str) -> list[tuple[str, dict]]:
+    """(path:line where the row starts, {column: value}) per row; a newline inside a quoted
+    text becomes a space."""
     tsv = path.suffix.lower() == ".tsv"
-    # GLUE's TSVs have quote characters inside the text: no quoting in TSV.
-    reader = csv.reader(text.splitlines(), delimiter="\t" if tsv else ",",
-                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL)
-    header = next(reader, None) or []
-    for number, values in enumerate(reader, 2):
-        if not any(v.strip() for v in values):
-            continue
-        yield f"{path}:{number}", dict(zip(header, values, strict=False))
+    # GLUE's TSVs have quote characters inside the text: no quoting in TSV. Strict: a quote
+    # left open is an error, not the rest of the file read as one text.
+    reader = csv.reader(io.StringIO(text, newline=""), delimiter="\t" if tsv else ",",
+                        quoting=csv.QUOTE_NONE if tsv else csv.QUOTE_MINIMAL, strict=True)
+    limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # none is longer
+    try:
+        _, header = _next_record(reader, path) or (1, [])
+        rows = []
+        while record := _next_record(reader, path):
+            line, values = record
+            if not any(v.strip() for v in values):
+                continue
+            if not any(v.strip() for v in values[len(header):]):
+                values = values[: len(header)]  # empty cells past the last column (a spreadsheet)
+            if len(values) != len(header):
+                raise BertError(_misaligned(path, line, values, header, tsv))
+            # (read_text made every line end a "\n")
+            row = {name: value.replace("\n", " ") for name, value in zip(header, values,
+                                                                         strict=True)}
+            rows.append((f"{path}:{line}", row))
+        return rows
+    finally:
+        csv.field_size_limit(limit)
+
+
+def _next_record(reader, path: Path) -> tuple[int, list[str]] | None:
+    """(the line the record starts on, its values), or None at the end."""
+    line = reader.line_num + 1
+    try:
+        return line, next(reader)
+    except StopIteration:
+        return None
+    except csv.Error as exc:
+        raise BertError(f"{path}:{line}: not valid CSV ({exc}): a text holding a comma, a quote "
+                        "or a newline goes in double quotes, its own quotes doubled") from None
+
+
+def _misaligned(path: Path, line: int, values: list[str], header: list[str], tsv: bool) -> str:
+    if len(values) < len(header):
+        fix = "give every row one value per column"
+    elif tsv:
+        fix = "a text cannot hold a tab in a .tsv file (no quoting there): use .csv or .jsonl"
+    else:
+        fix = "put a text holding a comma in double quotes"
+    return (f"{path}:{line} has {len(values)} fields where the header has {len(header)} "
+            f"({', '.join(header)}): {fix}")
 
 
 def _text(row: dict, field: str, where: str, key: str) -> str:

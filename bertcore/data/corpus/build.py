@@ -45,6 +45,7 @@ class CorpusStats:
     cleaning: Counter = field(default_factory=Counter)  # what cleaning removed or cut
     split: dict = field(default_factory=lambda: {"by": "documents"})  # how train/val were made
     documents: int = 0
+    read_as: Counter = field(default_factory=Counter)  # text files per format (not in metrics)
 
     @property
     def sentences(self) -> int:
@@ -78,8 +79,23 @@ class CorpusStats:
                      f"{self.val.documents} val)")
         return (
             f"{split}, {self.sentences} sentences, {self.characters / 1e6:.2f}M characters"
-            + (f"; dropped {dropped}" if dropped else "")
+            + (f"; dropped {dropped}" if dropped else "") + self._how_found()
         )
+
+    def _how_found(self) -> str:
+        """How the documents were found in text files; where prose files gave too few to
+        split by documents, how to give several documents in one file."""
+        prose, lines = self.read_as["prose_files"], self.read_as["lines_files"]
+        found = [f"{prose} file(s) read as prose, one document each"] if prose else []
+        if lines:
+            found.append(f"{lines} file(s) of one sentence per line, documents between blank "
+                         "lines")
+        if not found:
+            return ""
+        advice = ("; several documents in one file: corpus.format: lines (one sentence per "
+                  "line, a blank line between documents) or JSON Lines (one per record)"
+                  if prose and self.split["by"] == "parts" else "")
+        return f" (documents: {', '.join(found)}{advice})"
 
 
 # Counters the sources keep, and where they belong in the stats.
@@ -87,6 +103,7 @@ _DROP_REASONS = (
     "binary_files", "empty_files", "invalid_json_lines", "records_without_text",
     "unparsable_modules",
 )
+_READ_AS = ("prose_files", "lines_files")  # for the summary only: metrics stay as they were
 
 
 def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = True) -> CorpusStats:
@@ -140,6 +157,9 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
         write_parts_file(out_dir, {"split_by": "parts", "requested": config.split_by,
                                    "part_sentences": plan.part_sentences, **entries})
     for key, value in counts.items():
+        if key in _READ_AS:
+            stats.read_as[key] += value
+            continue
         target = stats.dropped if key in _DROP_REASONS else stats.input
         target[key] += value
     stats.cleaning.update(cleaner.counts)

@@ -31,6 +31,7 @@ from bertcore.data.corpus.sentences import split_sentences
 from bertcore.data.corpus.textfile import (
     Utf8Check,
     archive_kind,
+    binary_kind,
     bom_encoding,
     open_bytes,
     read_head,
@@ -187,17 +188,16 @@ def text_file_documents(
             counts["empty_files"] += 1
             return
         encoding = bom_encoding(head)
-        archive = archive_kind(head)
-        if archive or (encoding == "utf-8" and b"\0" in head):
-            logger.warning("skipping %s: %s", path, f"{archive}, not text: unpack it" if archive
-                           else "binary (UTF-16 or UTF-32 text needs a byte order mark, or "
-                           "conversion to UTF-8)")
+        binary = archive_kind(head) or (binary_kind(head) if encoding == "utf-8" else None)
+        if binary:
+            logger.warning("skipping %s: %s", path, binary)
             counts["binary_files"] += 1
             progress(path.stat().st_size)
             return
         if fmt == "auto":
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
+        counts[f"{fmt}_files"] += 1  # how its documents were found (the summary says it)
         handle.seek(0)
         if encoding == "utf-8":
             lines = utf8_lines(handle, Utf8Check(path, tool), counts, progress)

@@ -102,10 +102,24 @@ def _compression(magic: bytes) -> tuple[str, Callable[[BinaryIO], BinaryIO]] | N
 
 
 def archive_kind(head: bytes) -> str | None:
-    """What archive of files `head` starts (the first bytes of a decompressed file), if any."""
+    """Why `head` (the first bytes of a decompressed file) is no text: an archive of files
+    (what to unpack it with); None for any other."""
     if head[257:262] == b"ustar":
-        return "a tar archive (tar -xf it)"
-    return next((kind for start, kind in _ARCHIVES.items() if head.startswith(start)), None)
+        return "a tar archive (tar -xf it), not text: unpack it"
+    kind = next((kind for start, kind in _ARCHIVES.items() if head.startswith(start)), None)
+    return f"{kind}, not text: unpack it" if kind else None
+
+
+def binary_kind(head: bytes) -> str | None:
+    """Why `head`, the first bytes of a file without a byte order mark, is no text: NUL bytes
+    in at least 1% of them (UTF-16 or UTF-32 text has them in a quarter or more). A few NULs
+    in text are damage: `Utf8Check` counts them, and cleaning removes them."""
+    nuls = head.count(b"\0")
+    if nuls * 100 < len(head):
+        return None
+    return (f"binary, not text ({nuls} NUL bytes in its first {len(head)}, the first at byte "
+            f"{head.index(0)}; UTF-16 or UTF-32 text needs a byte order mark, or conversion to "
+            "UTF-8)")
 
 
 def bom_encoding(head: bytes) -> str:
@@ -142,13 +156,17 @@ class Utf8Check:
 
     def __init__(self, path: Path, tool: str | None = None):
         self.path, self.tool = path, tool
-        self.invalid = self.decoded = self.lines = 0
+        self.invalid = self.decoded = self.lines = self.nuls = 0
         self.first: tuple[int, bytes] | None = None  # line number and bytes of the first
+        self.first_nul = 0  # the line of the first NUL byte
 
     def line(self, raw: bytes, text: str) -> int:
         """Count one line (or piece of one) as read and decoded; return its invalid sequences.
         Raises BertError once the file reads as another encoding."""
         self.lines += 1
+        if b"\0" in raw:  # no text holds one: damage, which cleaning removes
+            self.nuls += raw.count(b"\0")
+            self.first_nul = self.first_nul or self.lines
         if raw.isascii() and "\ufffd" not in text:
             return 0
         replaced = text.count("\ufffd")
@@ -201,6 +219,9 @@ def utf8_lines(handle, check: Utf8Check, counts, advance: Advance) -> Iterator[P
         logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line %d)",
                        check.path, check.invalid, check.first[0])
         counts["invalid_utf8_sequences"] += check.invalid
+    if check.nuls:
+        logger.warning("%s: %d NUL bytes removed (first on line %d): text holds none, so the "
+                       "file may be damaged", check.path, check.nuls, check.first_nul)
 
 
 def wide_lines(handle, encoding: str, path: Path, counts, advance: Advance) -> Iterator[Piece]:
