@@ -14,6 +14,10 @@ TRAIN = "train"  # vocab.source: train a new vocabulary on the corpus
 AUTO = "auto"
 AUTO_MIN_COUNT = 5
 AUTO_RANGE = (500, 30522)  # 30522: BERT's own vocabulary
+# vocab.sample_bytes: a vocabulary is trained on about this much of the train split (documents
+# drawn by a hash of their content, `data/vocab/sample.py`); tokenizers' maintainers advise
+# about 1 GB (tokenizers issue #316). None: the whole split.
+SAMPLE_BYTES = 1_000_000_000
 
 
 @dataclasses.dataclass(frozen=True)
@@ -23,6 +27,7 @@ class VocabConfig:
     source: str = TRAIN
     vocab_size: int | str = AUTO  # these two: only when training; auto: see auto_vocab_size
     min_frequency: int = 2
+    sample_bytes: int | None = SAMPLE_BYTES  # train only: see SAMPLE_BYTES
     # Casing and accents of a trained vocabulary, or of a bare vocab.txt; other sources bring
     # their own (from tokenizer_config.json or the tokenizer.json normaliser).
     lowercase: bool = True
@@ -35,6 +40,8 @@ class VocabConfig:
         require(size == AUTO or (type(size) is int and 32 <= size <= 1_000_000),
                 "vocab_size", size, f"{AUTO} or an integer in 32..1000000")
         require(self.min_frequency >= 1, "min_frequency", self.min_frequency, "an integer >= 1")
+        require(self.sample_bytes is None or self.sample_bytes >= 1, "sample_bytes",
+                self.sample_bytes, "null (the whole train split) or a number of bytes >= 1")
 
     @property
     def strips_accents(self) -> bool:
