@@ -14,7 +14,7 @@ from test_vocab import corpus_lines, word_lines, write_corpus
 
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import read_vocab
-from bertcore.data.vocab.sample import sample_share
+from bertcore.data.vocab.sample import document_spools, sample_share
 
 VOCAB_FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
 # sha256 of the files the vocab stage wrote before vocab.sample_bytes existed (tokenizers 0.23)
@@ -139,3 +139,23 @@ def test_a_sample_that_draws_nothing_is_one_line_and_keeps_the_vocabulary(tmp_pa
 def test_sample_share(train, sample, share):
     assert sample_share(train, sample) == share
     assert VocabConfig(sample_bytes=sample).sample_bytes == sample
+
+
+def test_a_document_is_its_lines_whatever_their_number_and_the_last_newline(tmp_path):
+    """Documents of more lines than are hashed at once, and a file without its last newline:
+    each document's hash and copy are those of its lines (blank lines apart), so they do not
+    depend on where it sits in the file."""
+    long = [f"line {i} of a long document" for i in range(3000)]
+    documents = [long, [*long[:-1], "another end"], ["one line"], ["two", "lines"]]
+    text = "\n\n \n".join("\n".join(doc) for doc in documents)  # no newline at the very end
+    (tmp_path / "a.txt").write_text(text, "utf-8")
+    (tmp_path / "b.txt").write_text("\n\n" + "\n\n".join("".join(f"{line}\n" for line in doc)
+                                                         for doc in reversed(documents)))
+    found = {}
+    for name in ("a.txt", "b.txt"):
+        found[name] = sorted((key, spool.read()) for key, spool in
+                             document_spools(tmp_path / name))
+    assert found["a.txt"] == found["b.txt"]
+    assert len({key for key, _ in found["a.txt"]}) == len(documents)  # every line counts
+    assert sorted(content for _, content in found["a.txt"]) == sorted(
+        "".join(f"{line}\n" for line in doc).encode() for doc in documents)
