@@ -7,6 +7,7 @@ MLflow's metrics are curves and results, never counts or baselines."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -42,7 +43,7 @@ def tiny_pipeline_params() -> dict:
 
 
 def run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
-    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(cmd, cwd=cwd, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, f"{' '.join(cmd)} failed:\n{proc.stdout}\n{proc.stderr}"
     return proc
 
@@ -76,6 +77,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
     env.pop("MLFLOW_TRACKING_URI", None)
     run(["git", "init", "-q", "-b", "main"], repo, env)
     run([DVC, "init", "-q"], repo, env)
+    shutil.copy(REPO / ".dvc" / "config", repo / ".dvc" / "config")  # cache.type: links
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "pipeline"], repo, env)
     return repo, env
@@ -185,6 +187,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     plots = run([DVC, "plots", "show", "--json"], repo, env).stdout
     assert "train_loss" in plots and "val_accuracy" in plots
 
+    assert_stored_once(repo)
+    assert_reruns_and_checkout_keep_the_cache(repo, env)
+
     # A stage sees only its own params: a new vocab_size invalidates vocab, not corpus
     # (samples and what follows rerun through their data deps).
     params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
@@ -192,6 +197,63 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(run([DVC, "status", "--json"], repo, env).stdout)
     assert set(status) == {"vocab"}, status
+
+
+def cached_outputs() -> list[str]:
+    """The outputs dvc.yaml stores in DVC's cache (not `cache: false`)."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    return [out if isinstance(out, str) else next(iter(out)) for stage in stages.values()
+            for out in stage.get("outs", [])
+            if isinstance(out, str) or next(iter(out.values())).get("cache", True)]
+
+
+def supports_reflinks(folder: Path) -> bool:
+    probe = folder / ".reflink-probe"
+    probe.write_text("x")
+    try:
+        done = subprocess.run(["cp", "--reflink=always", probe, f"{probe}.copy"],
+                              capture_output=True).returncode == 0
+    finally:
+        for path in (probe, Path(f"{probe}.copy")):
+            path.unlink(missing_ok=True)
+    return done
+
+
+def assert_stored_once(repo: Path) -> None:
+    """Each file of a cached output is a link (hard or symbolic) to its object in .dvc/cache
+    (the repo's cache.type), so the data is on disk once; and every object there still holds
+    the content its name (its md5) says: no stage wrote into a linked output in place."""
+    objects = {}
+    for obj in (repo / ".dvc" / "cache" / "files" / "md5").rglob("*"):
+        if obj.is_file() and not obj.name.endswith(".dir"):
+            assert hashlib.md5(obj.read_bytes()).hexdigest() == obj.parent.name + obj.name, obj
+            objects[obj.stat().st_ino] = obj
+    files = [f for out in cached_outputs() for f in (repo / out).rglob("*") if f.is_file()]
+    assert files and "models/pretrained" in cached_outputs()
+    if supports_reflinks(repo):
+        return  # DVC may have chosen a link whose copies share blocks without sharing inodes
+    copies = [str(f.relative_to(repo)) for f in files if f.stat().st_ino not in objects]
+    assert not copies, f"outputs stored twice (workspace and cache): {copies}"
+
+
+def assert_reruns_and_checkout_keep_the_cache(repo: Path, env: dict) -> None:
+    """A stage rerun over its linked (read-only) outputs, and back: the same bytes; outputs
+    removed from the workspace come back with `dvc checkout`, linked; nothing else to do."""
+    assert json.loads(run([DVC, "status", "--json"], repo, env).stdout) == {}
+    before = (repo / "dvc.lock").read_text()
+    params = (repo / "params.yaml").read_text(encoding="utf-8")
+    for dupe_factor in (3, 2):  # 2: tiny_pipeline_params
+        changed = yaml.safe_load(params)
+        changed["samples"]["dupe_factor"] = dupe_factor
+        (repo / "params.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+        run([DVC, "repro", "--single-item", "samples"], repo, env)
+        assert ((repo / "dvc.lock").read_text() == before) == (dupe_factor == 2)
+    (repo / "params.yaml").write_text(params, encoding="utf-8")
+    for out in ("data/samples", "models/hf"):
+        shutil.rmtree(repo / out)
+    run([DVC, "checkout"], repo, env)
+    assert json.loads(run([DVC, "status", "--json"], repo, env).stdout) == {}
+    assert_stored_once(repo)
 
 
 # Names of counts, baselines, settings and timings (as the stages write them): never a

@@ -14,6 +14,10 @@ TRAIN = "train"  # vocab.source: train a new vocabulary on the corpus
 AUTO = "auto"
 AUTO_MIN_COUNT = 5
 AUTO_RANGE = (500, 30522)  # 30522: BERT's own vocabulary
+# vocab.sample_bytes: a vocabulary is trained on about this much of the train split (documents
+# drawn by a hash of their content, `data/vocab/sample.py`); tokenizers' maintainers advise
+# about 1 GB (tokenizers issue #316). None: the whole split.
+SAMPLE_BYTES = 1_000_000_000
 
 
 @params_section(frozen=True)
@@ -26,6 +30,7 @@ class VocabConfig:
     vocab_size: Annotated[integer(ge=32, le=1_000_000) | Literal["auto"],
                           Allowed(f"{AUTO} or an integer in 32..1000000")] = AUTO
     min_frequency: integer(ge=1) = 2
+    sample_bytes: integer(ge=1) | None = SAMPLE_BYTES  # train only: see SAMPLE_BYTES
     # Casing and accents of a trained vocabulary, or of a bare vocab.txt; other sources bring
     # their own (from tokenizer_config.json or the tokenizer.json normaliser).
     lowercase: Bool = True
