@@ -24,6 +24,9 @@ class CorpusConfig:
     # sentences; see bertcore.data.corpus.parts); auto: parts when train or val would get fewer
     # than 10 documents (a small folder, one book).
     split_by: Literal["auto", "documents", "parts"] = "auto"
+    # Processes that clean and split the text (0: one per core); the output does not depend
+    # on it.
+    workers: int = 0
 
     def __post_init__(self):
         require(bool(self.source.strip()), "source", self.source, "a path, glob or builtin:NAME")
@@ -39,3 +42,5 @@ class CorpusConfig:
                 "an integer >= 16")
         require(self.split_by in ("auto", "documents", "parts"), "split_by", self.split_by,
                 "one of auto, documents, parts")
+        require(0 <= self.workers <= 1024, "workers", self.workers,
+                "0..1024 (0: one per core)")

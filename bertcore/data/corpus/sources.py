@@ -14,28 +14,32 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
-    Piece,
+    PieceRun,
+    Record,
     Source,
+    document_spans,
+    line_documents,
     prose_pieces,
     record_document,
 )
 from bertcore.data.corpus.pythondocs import BUILTINS
 from bertcore.data.corpus.sentences import split_sentences
 from bertcore.data.corpus.textfile import (
+    TextBlock,
     Utf8Check,
     archive_kind,
     bom_encoding,
     open_bytes,
     read_head,
     read_line,
-    utf8_lines,
+    utf8_blocks,
     wide_lines,
 )
 
@@ -159,7 +163,8 @@ class FileSource(Source):
         self.format = fmt
         self.total = sum(path.stat().st_size for path in files)
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def spans(self, counts: Counter, advance: Advance,
+              size: int) -> Iterator[Record | TextBlock | PieceRun]:
         for path in self.files:
             counts["files"] += 1
             name = path.name.lower()
@@ -172,15 +177,17 @@ class FileSource(Source):
                 elif name.endswith(JSONL_SUFFIXES):
                     yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
                 else:
-                    yield from text_file_documents(path, self.format, counts, advance)
+                    yield from text_file_spans(path, self.format, counts, advance, size)
             except OSError as exc:
                 raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def text_file_documents(
-    path: Path, fmt: str, counts: Counter, advance: Advance
-) -> Iterator[Document]:
-    """A prose file is one document; a one-sentence-per-line file holds many, blank-separated."""
+def text_file_spans(
+    path: Path, fmt: str, counts: Counter, advance: Advance, size: int
+) -> Iterator[TextBlock | PieceRun]:
+    """A prose file is one document; a one-sentence-per-line file holds many, blank-separated.
+    UTF-8 comes in raw blocks of about `size` bytes (decoded where they are cleaned), UTF-16
+    and UTF-32 as runs of decoded pieces."""
     with open_bytes(path, advance) as (handle, progress, tool):
         head = read_head(handle, path)
         if not head:
@@ -200,13 +207,15 @@ def text_file_documents(
             logger.debug("%s: format %s", path, fmt)
         handle.seek(0)
         if encoding == "utf-8":
-            lines = utf8_lines(handle, Utf8Check(path, tool), counts, progress)
-        else:
-            lines = wide_lines(handle, encoding, path, counts, progress)
-        if fmt == "prose":
-            yield Document(str(path), prose_pieces(lines))
-        else:
-            yield from _line_documents(lines, str(path))
+            check = Utf8Check(path, tool)
+            yield from utf8_blocks(handle, check, fmt, size, progress)
+            check.report(counts)
+            return
+        lines = wide_lines(handle, encoding, path, counts, progress)
+        documents = ([Document(str(path), prose_pieces(lines))] if fmt == "prose"
+                     else line_documents(lines, str(path)))
+        for document in documents:
+            yield from document_spans(document, size)
 
 
 def detect_format(sample: str) -> str:
@@ -228,36 +237,9 @@ def detect_format(sample: str) -> str:
     return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
 
 
-def _line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
-    """One sentence per line, blank lines between documents."""
-    marked = _mark_blank(lines)
-    for text, complete, blank in marked:
-        if blank:
-            continue
-        pieces = _until_blank(marked, (text, complete))
-        yield Document(origin, pieces, split_sentences=False)
-        for _ in pieces:  # the consumer normally read them all
-            pass
-
-
-def _mark_blank(lines: Iterable[Piece]) -> Iterator[tuple[str, bool, bool]]:
-    at_line_start = True
-    for text, complete in lines:
-        yield text, complete, at_line_start and complete and (not text or text.isspace())
-        at_line_start = complete
-
-
-def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iterator[Piece]:
-    yield first
-    for text, complete, blank in marked:
-        if blank:
-            return
-        yield text, complete
-
-
 def jsonl_documents(
     path: Path, field: str, fmt: str, counts: Counter, advance: Advance
-) -> Iterator[Document]:
+) -> Iterator[Record]:
     with open_bytes(path, advance) as (handle, progress, tool):
         check, number = Utf8Check(path, tool), 0
         while raw := read_line(handle, path, limit=-1):  # a record is parsed whole
@@ -276,7 +258,7 @@ def jsonl_documents(
             yield from _text_of(record, field, f"{path}:{number}", fmt, counts)
 
 
-def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Document]:
+def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -321,7 +303,7 @@ def _is_text(arrow_type) -> bool:
     )
 
 
-def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Document]:
+def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Record]:
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
         counts["records"] += 1
@@ -347,7 +329,7 @@ class HubSource(Source):
         self.name, self.config = name, config or None
         self.text_field, self.format = text_field, fmt
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def documents(self, counts: Counter, advance: Advance) -> Iterator[Record]:
         import datasets
 
         try:
