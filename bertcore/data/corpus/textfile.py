@@ -216,15 +216,13 @@ class Utf8Check:
 
 
 def decoded_lines(handle, path: Path, check: Utf8Check | None = None,
-                  advance: Advance | None = None, final: bool = True) -> Iterator[Piece]:
+                  final: bool = True) -> Iterator[Piece]:
     """(text, complete) per line of a binary stream of UTF-8; a long line comes in several
     pieces. Invalid UTF-8 becomes U+FFFD, counted by `check` (which stops the stage when the
     file is in another encoding). `final`: the stream ends the file (an unfinished character
     at its end is invalid)."""
     decoder = codecs.getincrementaldecoder("utf-8")("replace")
     while raw := read_line(handle, path):
-        if advance is not None:
-            advance(len(raw))
         complete = raw.endswith(b"\n")
         text = decoder.decode(raw, final=False)
         if check is not None:
