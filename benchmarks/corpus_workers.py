@@ -5,8 +5,10 @@ the Python documentation, written out one file each) into a temporary folder unt
 `--mb` MB, each copy of a file with a first line of its own so that no document is a
 duplicate of another; then runs `build_corpus` on it with each of `--workers` (fresh
 output each time, the source read once before so the page cache is warm), checks that every
-run wrote the same bytes, and prints the wall time and MB/s of each and the speedup over the
-first. The folder is deleted at the end.
+run wrote the same bytes, and prints the wall time and MB/s of each, the speedup over the
+first, and the CPU seconds of the main process and of the workers (on a busy machine the
+wall clock says little; the CPU split says what the main process, the serial part, costs).
+The folder is deleted at the end.
 
 Target (issue 29): >= 1.6x with 2 workers than with 1, on a machine with 2 idle cores.
 Last line: `speedup_2=X.XX identical=True`.
@@ -20,6 +22,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import resource
 import shutil
 import sys
 import tempfile
@@ -62,6 +65,13 @@ def write_corpus(folder: Path, texts: list[bytes], size: int) -> int:
     return total
 
 
+def cpu_seconds() -> tuple[float, float]:
+    """CPU time (user + system) of this process, and of its finished child processes."""
+    own, children = (resource.getrusage(who) for who in
+                     (resource.RUSAGE_SELF, resource.RUSAGE_CHILDREN))
+    return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
+
+
 def outputs_sha256(out: Path) -> str:
     digest = hashlib.sha256()
     for name in ("train.txt", "val.txt", "parts.json"):
@@ -88,15 +98,18 @@ def main() -> None:
         for workers in args.workers:
             out = work / f"out-{workers}"
             out.mkdir()
-            start = time.perf_counter()
+            start, cpu = time.perf_counter(), cpu_seconds()
             stats = build_corpus(CorpusConfig(source=str(source), workers=workers), out,
                                  progress=False)
             seconds[workers] = time.perf_counter() - start
+            (main_now, workers_now), (main_before, workers_before) = cpu_seconds(), cpu
+            main_cpu, workers_cpu = main_now - main_before, workers_now - workers_before
             digests[workers] = outputs_sha256(out)
             shutil.rmtree(out)
             print(f"workers={workers}: {seconds[workers]:.1f} s, "
                   f"{size / MB / seconds[workers]:.2f} MB/s, {stats.documents} documents, "
-                  f"speedup {seconds[args.workers[0]] / seconds[workers]:.2f}x")
+                  f"speedup {seconds[args.workers[0]] / seconds[workers]:.2f}x; CPU seconds: "
+                  f"main process {main_cpu:.1f}, workers {workers_cpu:.1f}")
         identical = len(set(digests.values())) == 1
         ratio = seconds[1] / seconds[2] if 1 in seconds and 2 in seconds else float("nan")
         print(f"speedup_2={ratio:.2f} identical={identical}")

@@ -18,8 +18,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from bertcore.data.corpus.sentences import split_sentences
+
 Piece = tuple[str, bool]
 Advance = Callable[[int], object]
+_TERMINAL = tuple(".!?。！？…\"'”’)」』")
 
 
 @dataclass
@@ -151,3 +154,22 @@ def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iter
         if blank:
             return
         yield text, complete
+
+
+def detect_format(sample: str) -> str:
+    """"lines" when the sample reads as one sentence per line, else "prose".
+
+    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
+    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
+    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
+    its lines; one-sentence paragraphs make blocks of one line.
+    """
+    lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
+    lines = [line.strip() for line in lines][:400]
+    text_lines = [line for line in lines if line]
+    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
+    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
+        return "prose"
+    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
+    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
+    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"

@@ -24,13 +24,13 @@ from bertcore.data.corpus.documents import (
     PieceRun,
     Record,
     Source,
+    detect_format,
     document_spans,
     line_documents,
     prose_pieces,
     record_document,
 )
 from bertcore.data.corpus.pythondocs import BUILTINS
-from bertcore.data.corpus.sentences import split_sentences
 from bertcore.data.corpus.textfile import (
     TextBlock,
     Utf8Check,
@@ -51,7 +51,9 @@ __all__ = ["Document", "Source", "detect_format", "open_source", "record_documen
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
-_TERMINAL = tuple(".!?。！？…\"'”’)」』")
+# A UTF-8 file of up to this many blocks, with corpus.format auto, is one block, its format
+# detected in the worker that cleans it (detection reads as much text as cleaning).
+WHOLE_FILE_BLOCKS = 4
 
 
 def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
@@ -202,13 +204,15 @@ def text_file_spans(
             counts["binary_files"] += 1
             progress(path.stat().st_size)
             return
-        if fmt == "auto":
+        handle.seek(0)
+        whole = WHOLE_FILE_BLOCKS * size  # a file up to this size is one block ...
+        if fmt == "auto" and (tool or encoding != "utf-8" or path.stat().st_size > whole):
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
-        handle.seek(0)
-        if encoding == "utf-8":
+        if encoding == "utf-8":  # ... whose format is found where it is cleaned
             check = Utf8Check(path, tool)
-            yield from utf8_blocks(handle, check, fmt, size, progress)
+            yield from utf8_blocks(handle, check, fmt, whole if fmt == "auto" else size,
+                                   progress)
             check.report(counts)
             return
         lines = wide_lines(handle, encoding, path, counts, progress)
@@ -216,25 +220,6 @@ def text_file_spans(
                      else line_documents(lines, str(path)))
         for document in documents:
             yield from document_spans(document, size)
-
-
-def detect_format(sample: str) -> str:
-    """"lines" when the sample reads as one sentence per line, else "prose".
-
-    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
-    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
-    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
-    its lines; one-sentence paragraphs make blocks of one line.
-    """
-    lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
-    lines = [line.strip() for line in lines][:400]
-    text_lines = [line for line in lines if line]
-    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
-    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
-        return "prose"
-    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
-    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
-    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
 
 
 def jsonl_documents(

@@ -39,6 +39,7 @@ from bertcore.data.corpus.documents import (
     Advance,
     Document,
     Piece,
+    detect_format,
     line_documents,
     prose_pieces,
 )
@@ -242,7 +243,7 @@ class TextBlock:
     `ends`: its last document ends with it; `final`: the file ends with it."""
 
     data: bytes
-    fmt: str  # prose or lines
+    fmt: str  # prose, lines, or auto: the whole file, its format to detect
     ends: bool
     final: bool
     inline = False
@@ -254,7 +255,7 @@ class TextBlock:
     def parts(self) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
         lines = decoded_lines(io.BytesIO(self.data), Path("<block>"), final=self.final)
-        if self.fmt == "prose":
+        if _format(self.fmt, self.data) == "prose":
             return [(Document("", list(prose_pieces(lines))), self.ends)]
         documents = [Document("", list(d.pieces), False) for d in line_documents(lines, "")]
         return [(document, i + 1 < len(documents) or self.ends)
@@ -281,11 +282,18 @@ class TextStream:
     def parts(self) -> Iterator[tuple[Document, bool]]:
         reader = _Rejoined(self.head, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
-        if self.fmt == "prose":
+        if _format(self.fmt, self.head) == "prose":
             yield Document("", prose_pieces(lines)), True
             return
         for document in line_documents(lines, ""):
             yield document, True
+
+
+def _format(fmt: str, data: bytes) -> str:
+    """prose or lines: `fmt`, or when it is auto, as detected from the file's first bytes."""
+    if fmt != "auto":
+        return fmt
+    return detect_format(data[:SNIFF_BYTES].decode("utf-8", "replace"))
 
 
 class _Rejoined:
@@ -341,6 +349,8 @@ def utf8_blocks(handle, check: Utf8Check, fmt: str, size: int,
 def _last_cut(buffer: bytearray, fmt: str, start: int) -> tuple[int, bool]:
     """(offset just after the last place in buffer[start:] where a block may end, or 0;
     whether the block's last document ends there)."""
+    if fmt == "auto":  # the whole file is one block (see sources.WHOLE_FILE_BLOCKS)
+        return 0, False
     cut = 0
     for match in _BLANK_LINE.finditer(buffer, start):
         cut = match.end()
