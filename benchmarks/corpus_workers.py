@@ -15,6 +15,7 @@ Last line: `speedup_2=X.XX identical=True`.
 
     python benchmarks/corpus_workers.py --mb 20                        # a minute or two
     python benchmarks/corpus_workers.py --mb 120 --from '/usr/share/doc/*/*.md'
+    python benchmarks/corpus_workers.py --mb 120 --jsonl        # records, not files
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from __future__ import annotations
 import argparse
 import glob
 import hashlib
+import json
 import resource
 import shutil
 import sys
@@ -53,13 +55,22 @@ def originals(patterns: list[str]) -> list[bytes]:
     return texts
 
 
-def write_corpus(folder: Path, texts: list[bytes], size: int) -> int:
-    """Copies of `texts` into `folder` until it holds `size` bytes; returns the bytes."""
+def write_corpus(folder: Path, texts: list[bytes], size: int, jsonl: bool = False) -> int:
+    """Copies of `texts` into `folder` until it holds `size` bytes, a file each (`jsonl`: a
+    JSON Lines record each, in files of a copy of all); returns the bytes."""
     total = copy = 0
     while total < size:
+        records = []
         for number, text in enumerate(texts):
             data = f"Copy {copy} of text {number}.\n\n".encode() + text
-            (folder / f"{copy:04d}-{number:05d}.txt").write_bytes(data)
+            if jsonl:
+                records.append(json.dumps({"text": data.decode("utf-8", "replace")}) + "\n")
+            else:
+                (folder / f"{copy:04d}-{number:05d}.txt").write_bytes(data)
+                total += len(data)
+        if jsonl:
+            data = "".join(records).encode()
+            (folder / f"{copy:04d}.jsonl").write_bytes(data)
             total += len(data)
         copy += 1
     return total
@@ -85,12 +96,14 @@ def main() -> None:
     parser.add_argument("--from", dest="patterns", action="append", default=[],
                         help="glob of prose files to copy (repeatable)")
     parser.add_argument("--workers", type=int, nargs="+", default=[1, 2])
+    parser.add_argument("--jsonl", action="store_true",
+                        help="write the copies as JSON Lines records instead of files")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="corpus-workers-"))
     try:
         source = work / "source"
         source.mkdir()
-        size = write_corpus(source, originals(args.patterns), int(args.mb * MB))
+        size = write_corpus(source, originals(args.patterns), int(args.mb * MB), args.jsonl)
         for path in source.iterdir():  # warm the page cache: time the stage, not the disk
             path.read_bytes()
         print(f"corpus: {size / MB:.1f} MB in {len(list(source.iterdir()))} files")

@@ -148,7 +148,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
         target = stats.dropped if key in _DROP_REASONS else stats.input
         target[key] += value
     stats.cleaning["invalid_utf8_sequences"] = stats.input.pop("invalid_utf8_sequences", 0)
-    stats.cleaning["overlong_sentence_cuts"] = stats.cleaning.pop("overlong_sentence_cuts", 0)
+    stats.cleaning.setdefault("overlong_sentence_cuts", 0)
     if stats.documents == 0:
         raise BertError(_nothing_left(config, stats))
     if plan is None:

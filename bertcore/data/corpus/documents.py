@@ -8,8 +8,11 @@ after every boundary, so a document can be cut after any boundary into spans tha
 apart (in different processes) and give, in order, the document's sentences.
 
 A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
-document, up to a boundary), or a `TextBlock` (`textfile`: raw lines of a UTF-8 file). Each
-has `parts()`: (document, ends) pairs, `ends` False when the document goes on in the next span.
+document, up to a boundary), a `TextBlock` (`textfile`: raw lines of a UTF-8 file) or a
+`TextStream` (`textfile`: the rest of a file with a paragraph too long for a block). Each has
+`parts()`: (document, ends) pairs, `ends` False when the document goes on in the next span;
+`size`, to group spans into tasks; and `inline`: True for a span cleaned in the main process
+as it is read (a TextStream), False for one sent whole to a worker.
 """
 
 from __future__ import annotations
@@ -41,7 +44,7 @@ class Record:
     origin: str
     text: str
     fmt: str = "prose"
-    inline = False  # cleaned in a worker (see tasks.CleanTask)
+    inline = False
 
     @property
     def split_sentences(self) -> bool:
@@ -78,9 +81,6 @@ class PieceRun:
         return sum(len(text) for text, _ in self.pieces)
 
 
-Span = Record | PieceRun  # and textfile.TextBlock
-
-
 class Source:
     """A resolved `corpus.source`: `spans()` streams it (for the stage; by default from
     `documents()`); `total`/`unit` size the progress."""
@@ -92,8 +92,7 @@ class Source:
         raise NotImplementedError
 
     def spans(self, counts: Counter, advance: Advance, size: int) -> Iterator:
-        """The documents as spans of about `size` characters or fewer (a piece longer than
-        that, or a record, is one span)."""
+        """The documents as spans of about `size` characters (see `document_spans`)."""
         for document in self.documents(counts, advance):
             yield from document_spans(document, size)
 
