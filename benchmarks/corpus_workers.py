@@ -83,6 +83,10 @@ def cpu_seconds() -> tuple[float, float]:
     return own.ru_utime + own.ru_stime, children.ru_utime + children.ru_stime
 
 
+def peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # kB on Linux
+
+
 def outputs_sha256(out: Path) -> str:
     digest = hashlib.sha256()
     for name in ("train.txt", "val.txt", "parts.json"):
@@ -122,7 +126,8 @@ def main() -> None:
             print(f"workers={workers}: {seconds[workers]:.1f} s, "
                   f"{size / MB / seconds[workers]:.2f} MB/s, {stats.documents} documents, "
                   f"speedup {seconds[args.workers[0]] / seconds[workers]:.2f}x; CPU seconds: "
-                  f"main process {main_cpu:.1f}, workers {workers_cpu:.1f}")
+                  f"main process {main_cpu:.1f}, workers {workers_cpu:.1f}; peak RSS of the "
+                  f"main process so far {peak_rss_mb():.0f} MB")
         identical = len(set(digests.values())) == 1
         ratio = seconds[1] / seconds[2] if 1 in seconds and 2 in seconds else float("nan")
         print(f"speedup_2={ratio:.2f} identical={identical}")
