@@ -28,12 +28,33 @@ def temporaries(folder: Path) -> list[str]:
 def test_sigterm_during_corpus(tmp_path):
     (tmp_path / "raw.txt").write_text("One doc here. It has two.\n\nAnother doc. Also two.\n")
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "raw.txt"}}))
-    proc = run_bert_interrupted("corpus", at="bertcore.data.corpus.build:document_sentences",
+    proc = run_bert_interrupted("corpus", at="bertcore.data.corpus.tasks:document_sentences",
                                 signum=signal.SIGTERM, cwd=tmp_path)
     assert_one_line_error(proc, "interrupted by SIGTERM: nothing was written",
                           "rerun `bert corpus` to start again", code=128 + signal.SIGTERM)
     assert temporaries(tmp_path / "data") == [] and not (tmp_path / "data" / "corpus").exists()
     assert not (tmp_path / "metrics").exists()
+
+
+def test_sigterm_and_ctrl_c_during_corpus_with_workers(tmp_path):
+    """The corpus stage's pool (the same mechanism as samples'): one line, nothing written,
+    and no worker process left behind (none still runs in the stage's folder)."""
+    import psutil
+
+    lines = [f"Sentence {i} of the corpus here." + ("" if i % 5 else "\n") for i in range(30000)]
+    (tmp_path / "raw.txt").write_text("\n".join(lines) + "\n")  # > 2 tasks: the pool starts
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {
+        "source": "raw.txt", "format": "lines", "workers": 2}}))
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        proc = run_bert_interrupted("corpus", at="bertcore.data.corpus.build:_document_parts",
+                                    signum=signum, cwd=tmp_path,
+                                    to_group=signum == signal.SIGINT)
+        assert_one_line_error(proc, f"interrupted by {signal.Signals(signum).name}: nothing "
+                                    "was written", "rerun `bert corpus`", code=128 + signum)
+        assert "leaked" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+        assert temporaries(tmp_path / "data") == [] and not (tmp_path / "data" / "corpus").exists()
+        left = [p.pid for p in psutil.process_iter(["cwd"]) if p.info["cwd"] == str(tmp_path)]
+        assert left == [], left
 
 
 def test_sigterm_and_ctrl_c_during_samples_with_workers(tmp_path):

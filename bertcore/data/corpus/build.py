@@ -6,12 +6,13 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
+from operator import attrgetter
 from pathlib import Path
 
 from tqdm import tqdm
 
 from bertcore.common.errors import BertError
-from bertcore.data.corpus.cleaning import TextCleaner, safe_cut
+from bertcore.common.pool import TaskRunner, available_cores
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.parts import (
     MIN_SPLIT_DOCUMENTS,
@@ -20,14 +21,16 @@ from bertcore.data.corpus.parts import (
     plan_parts,
     write_parts_file,
 )
-from bertcore.data.corpus.sentences import SentenceSplitter
-from bertcore.data.corpus.sources import Document, open_source
-from bertcore.data.corpus.writer import SplitStats, SplitWriter
+from bertcore.data.corpus.sources import open_source
+from bertcore.data.corpus.tasks import (
+    TASK_SIZE,
+    TaskResult,
+    clean_task,
+    group_spans,
+)
+from bertcore.data.corpus.writer import Lines, SplitStats, SplitWriter
 
 log = logging.getLogger(__name__)
-
-CHUNK_CHARS = 1 << 16  # raw text is cleaned in pieces of about this size
-
 
 @dataclass
 class CorpusStats:
@@ -109,16 +112,16 @@ _READ_AS = ("prose_files", "lines_files")  # for the summary only: metrics stay 
 def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = True) -> CorpusStats:
     """Write `out_dir/train.txt` and `out_dir/val.txt` from `config.source`.
 
-    Streams: one document at a time (larger ones spill to disk), so memory does not grow with
-    the corpus. Small corpora are split by parts of documents (`bertcore.data.corpus.parts`);
-    `out_dir/parts.json` says how the split was made. Raises BertError when the source is
-    missing or yields no text; warns when the result is too small for NSP pairs.
+    Streams: the source is read here in spans of documents, cleaned and split into sentences
+    by `config.workers` processes (`tasks`), and written here in order, deduplicated and split
+    (larger documents spill to disk), so memory does not grow with the corpus. Small corpora
+    are split by parts of documents (`bertcore.data.corpus.parts`); `out_dir/parts.json` says
+    how the split was made. Raises BertError when the source is missing or yields no text;
+    warns when the result is too small for NSP pairs.
     """
     source = open_source(config.source, config.text_field, config.format)
     stats = CorpusStats(config.source)
     counts: Counter = Counter()  # filled by the source
-    cleaner = TextCleaner(config.normalization)
-    overlong_cuts = 0
     bar = tqdm(total=source.total, unit=source.unit, unit_scale=True, desc="corpus",
                disable=None if progress else True, leave=False)
 
@@ -128,12 +131,14 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
 
     out_dir = Path(out_dir)
     writer = SplitWriter(out_dir, config.val_fraction, config.seed, _record_limit(config))
-    with bar, writer:
-        for document in source.documents(counts, advance):
+    workers = config.workers or available_cores()
+    with bar, writer, TaskRunner(workers, lazy=True) as run:
+        spans = source.spans(counts, advance, TASK_SIZE)
+        tasks = group_spans(spans, config.normalization, config.max_sentence_chars, TASK_SIZE)
+        parts = _parts(run(clean_task, tasks, in_parent=attrgetter("inline")), stats)
+        for lines, ends in parts:
             stats.input["documents"] += 1
-            splitter = SentenceSplitter(config.max_sentence_chars, document.split_sentences)
-            outcome = writer.add(document_sentences(document, cleaner, splitter))
-            overlong_cuts += splitter.overlong_cuts
+            outcome = writer.add(_document_parts(lines, ends, parts))
             if outcome in ("empty", "duplicate"):
                 stats.dropped[f"{outcome}_documents"] += 1
         plan = _part_plan(config, writer)
@@ -162,9 +167,8 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
             continue
         target = stats.dropped if key in _DROP_REASONS else stats.input
         target[key] += value
-    stats.cleaning.update(cleaner.counts)
     stats.cleaning["invalid_utf8_sequences"] = stats.input.pop("invalid_utf8_sequences", 0)
-    stats.cleaning["overlong_sentence_cuts"] = overlong_cuts
+    stats.cleaning.setdefault("overlong_sentence_cuts", 0)
     if stats.documents == 0:
         raise BertError(_nothing_left(config, stats))
     if plan is None:
@@ -174,28 +178,22 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     return stats
 
 
-def document_sentences(
-    document: Document, cleaner: TextCleaner, splitter: SentenceSplitter
-) -> Iterator[str]:
-    """The cleaned sentences of one document, produced as its pieces arrive."""
-    parts: list[str] = []
-    size = 0
-    for text, boundary in document.pieces:
-        if text:
-            parts.append(text)
-            size += len(text)
-        if boundary:
-            yield from splitter.feed(cleaner.clean("".join(parts)))
-            yield from splitter.end()
-            parts, size = [], 0
-        elif size >= CHUNK_CHARS:  # a long paragraph or line: clean what is safe to cut
-            raw = "".join(parts)
-            cut = safe_cut(raw, len(raw))
-            yield from splitter.feed(cleaner.clean(raw[:cut]))
-            parts = [raw[cut:]]
-            size = len(parts[0])
-    yield from splitter.feed(cleaner.clean("".join(parts)))
-    yield from splitter.end()
+def _parts(results: Iterator[TaskResult], stats: CorpusStats) -> Iterator[tuple[Lines, bool]]:
+    """The parts of documents in the tasks' results, in order; what cleaning did goes to
+    `stats.cleaning`, the formats of files found in the tasks to `stats.read_as`."""
+    for result in results:
+        yield from result.parts
+        stats.cleaning.update(result.cleaning)
+        stats.read_as.update(result.read_as)
+
+
+def _document_parts(lines: Lines, ends: bool,
+                    parts: Iterator[tuple[Lines, bool]]) -> Iterator[Lines]:
+    """One document's lines: the first part's, then the next parts' until one ends it."""
+    yield lines
+    while not ends:
+        lines, ends = next(parts)
+        yield lines
 
 
 def _nothing_left(config: CorpusConfig, stats: CorpusStats) -> str:

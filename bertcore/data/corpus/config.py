@@ -27,3 +27,6 @@ class CorpusConfig:
     # sentences; see bertcore.data.corpus.parts); auto: parts when train or val would get fewer
     # than 10 documents (a small folder, one book).
     split_by: Literal["auto", "documents", "parts"] = "auto"
+    # Processes that clean and split the text (0: one per core); the output does not depend
+    # on it.
+    workers: integer(ge=0, le=1024, allowed="0..1024 (0: one per core)") = 0

@@ -1,9 +1,20 @@
-"""What every corpus source yields: `Document`s whose text arrives as `pieces`.
+"""What every corpus source yields: `Document`s whose text arrives as `pieces`, and the spans
+of them that worker processes clean (`bertcore.data.corpus.tasks`).
 
 A piece is a (text, boundary) pair, where `boundary` marks a hard break after the text (the
 end of a paragraph in prose, the end of a line in one-sentence-per-line input). Pieces are
-short (a line, or part of a very long line), so nothing holds more than one line or record
-in memory.
+short (a line, or part of a very long line). Cleaning and sentence splitting start afresh
+after every boundary, so a document can be cut after any boundary into spans that are cleaned
+apart (in different processes) and give, in order, the document's sentences.
+
+A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
+document, up to a boundary), a `TextBlock` (`textfile`: raw lines of a UTF-8 file) or a
+`TextStream` (`textfile`: the rest of a file with a paragraph too long for a block). Each has
+`parts()`: (document, ends) pairs, `ends` False when the document goes on in the next span;
+`size`, to group spans into tasks; `inline`: True for a span cleaned in the main process
+as it is read (a TextStream), False for one sent whole to a worker; and `read_as`: prose or
+lines where the span decides how its text file is read (a TextBlock or TextStream of a whole
+file with corpus.format auto), else None (the source counted it, or it is no text file).
 """
 
 from __future__ import annotations
@@ -12,8 +23,11 @@ from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from bertcore.data.corpus.sentences import split_sentences
+
 Piece = tuple[str, bool]
 Advance = Callable[[int], object]
+_TERMINAL = tuple(".!?。！？…\"'”’)」』")
 
 
 @dataclass
@@ -23,14 +37,83 @@ class Document:
     split_sentences: bool = True  # False: every piece boundary already ends a sentence
 
 
+@dataclass
+class Record:
+    """A record's text (JSON Lines, Parquet, a dataset, a built-in topic): one document whose
+    pieces are made where it is cleaned. Prose (blank lines end paragraphs) unless `fmt` is
+    "lines", where each line is a sentence."""
+
+    origin: str
+    text: str
+    fmt: str = "prose"
+    inline = False
+    read_as = None
+
+    @property
+    def split_sentences(self) -> bool:
+        return self.fmt != "lines"
+
+    @property
+    def pieces(self) -> Iterator[Piece]:
+        if self.fmt == "lines":
+            return ((line, True) for line in self.text.splitlines() if line.strip())
+        return prose_pieces((line, True) for line in self.text.splitlines())
+
+    def parts(self) -> list[tuple[Record, bool]]:
+        return [(self, True)]
+
+    @property
+    def size(self) -> int:
+        return len(self.text)
+
+
+@dataclass
+class PieceRun:
+    """Pieces of one document up to a boundary; `ends`: the document ends with them."""
+
+    pieces: list[Piece]
+    split_sentences: bool
+    ends: bool
+    inline = False
+    read_as = None
+
+    def parts(self) -> list[tuple[Document, bool]]:
+        return [(Document("", self.pieces, self.split_sentences), self.ends)]
+
+    @property
+    def size(self) -> int:
+        return sum(len(text) for text, _ in self.pieces)
+
+
 class Source:
-    """A resolved `corpus.source`: `documents()` streams it; `total`/`unit` size the progress."""
+    """A resolved `corpus.source`: `spans()` streams it (for the stage; by default from
+    `documents()`); `total`/`unit` size the progress."""
 
     total: int | None = None
     unit: str = "doc"
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document | Record]:
         raise NotImplementedError
+
+    def spans(self, counts: Counter, advance: Advance, size: int) -> Iterator:
+        """The documents as spans of about `size` characters (see `document_spans`)."""
+        for document in self.documents(counts, advance):
+            yield from document_spans(document, size)
+
+
+def document_spans(document: Document | Record, size: int) -> Iterator[Record | PieceRun]:
+    """A record whole; a document's pieces in runs cut after a boundary once `size` is met."""
+    if isinstance(document, Record):
+        yield document
+        return
+    run, length = [], 0
+    for text, boundary in document.pieces:
+        run.append((text, boundary))
+        length += len(text)
+        if boundary and length >= size:
+            yield PieceRun(run, document.split_sentences, ends=False)
+            run, length = [], 0
+    yield PieceRun(run, document.split_sentences, ends=True)
 
 
 def prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
@@ -44,10 +127,52 @@ def prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
         at_line_start = complete
 
 
-def record_document(text: str, origin: str, fmt: str) -> Document:
-    """A record's text is one document: prose (blank lines end paragraphs) unless `fmt` is
-    "lines", where each line is a sentence."""
-    if fmt == "lines":
-        pieces = ((line, True) for line in text.splitlines() if line.strip())
-        return Document(origin, pieces, split_sentences=False)
-    return Document(origin, prose_pieces((line, True) for line in text.splitlines()))
+def record_document(text: str, origin: str, fmt: str) -> Record:
+    """A record's text is one document (see `Record`)."""
+    return Record(origin, text, fmt)
+
+
+def line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
+    """One sentence per line, blank lines between documents."""
+    marked = _mark_blank(lines)
+    for text, complete, blank in marked:
+        if blank:
+            continue
+        pieces = _until_blank(marked, (text, complete))
+        yield Document(origin, pieces, split_sentences=False)
+        for _ in pieces:  # the consumer normally read them all
+            pass
+
+
+def _mark_blank(lines: Iterable[Piece]) -> Iterator[tuple[str, bool, bool]]:
+    at_line_start = True
+    for text, complete in lines:
+        yield text, complete, at_line_start and complete and (not text or text.isspace())
+        at_line_start = complete
+
+
+def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iterator[Piece]:
+    yield first
+    for text, complete, blank in marked:
+        if blank:
+            return
+        yield text, complete
+
+
+def detect_format(sample: str) -> str:
+    """"lines" when the sample reads as one sentence per line, else "prose".
+
+    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
+    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
+    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
+    its lines; one-sentence paragraphs make blocks of one line.
+    """
+    lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
+    lines = [line.strip() for line in lines][:400]
+    text_lines = [line for line in lines if line]
+    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
+    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
+        return "prose"
+    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
+    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
+    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"

@@ -14,21 +14,25 @@ import json
 import logging
 import os
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
-    Piece,
+    PieceRun,
+    Record,
     Source,
+    detect_format,
+    document_spans,
+    line_documents,
     prose_pieces,
     record_document,
 )
 from bertcore.data.corpus.pythondocs import BUILTINS
-from bertcore.data.corpus.sentences import split_sentences
 from bertcore.data.corpus.textfile import (
+    TextBlock,
     Utf8Check,
     archive_kind,
     binary_kind,
@@ -36,7 +40,7 @@ from bertcore.data.corpus.textfile import (
     open_bytes,
     read_head,
     read_line,
-    utf8_lines,
+    utf8_blocks,
     wide_lines,
 )
 
@@ -48,7 +52,9 @@ __all__ = ["Document", "Source", "detect_format", "open_source", "record_documen
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
 COMPRESSED_SUFFIXES = (".gz", ".bz2", ".xz")
-_TERMINAL = tuple(".!?。！？…\"'”’)」』")
+# A UTF-8 file of up to this many blocks, with corpus.format auto, is one block, its format
+# detected in the worker that cleans it (detection reads as much text as cleaning).
+WHOLE_FILE_BLOCKS = 4
 
 
 def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Source:
@@ -160,7 +166,8 @@ class FileSource(Source):
         self.format = fmt
         self.total = sum(path.stat().st_size for path in files)
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def spans(self, counts: Counter, advance: Advance,
+              size: int) -> Iterator[Record | TextBlock | PieceRun]:
         for path in self.files:
             counts["files"] += 1
             name = path.name.lower()
@@ -173,15 +180,17 @@ class FileSource(Source):
                 elif name.endswith(JSONL_SUFFIXES):
                     yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
                 else:
-                    yield from text_file_documents(path, self.format, counts, advance)
+                    yield from text_file_spans(path, self.format, counts, advance, size)
             except OSError as exc:
                 raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
-def text_file_documents(
-    path: Path, fmt: str, counts: Counter, advance: Advance
-) -> Iterator[Document]:
-    """A prose file is one document; a one-sentence-per-line file holds many, blank-separated."""
+def text_file_spans(
+    path: Path, fmt: str, counts: Counter, advance: Advance, size: int
+) -> Iterator[TextBlock | PieceRun]:
+    """A prose file is one document; a one-sentence-per-line file holds many, blank-separated.
+    UTF-8 comes in raw blocks of about `size` bytes (decoded where they are cleaned), UTF-16
+    and UTF-32 as runs of decoded pieces."""
     with open_bytes(path, advance) as (handle, progress, tool):
         head = read_head(handle, path)
         if not head:
@@ -194,70 +203,29 @@ def text_file_documents(
             counts["binary_files"] += 1
             progress(path.stat().st_size)
             return
-        if fmt == "auto":
+        handle.seek(0)
+        whole = WHOLE_FILE_BLOCKS * size  # a file up to this size is one block ...
+        if fmt == "auto" and (tool or encoding != "utf-8" or path.stat().st_size > whole):
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
-        counts[f"{fmt}_files"] += 1  # how its documents were found (the summary says it)
-        handle.seek(0)
-        if encoding == "utf-8":
-            lines = utf8_lines(handle, Utf8Check(path, tool), counts, progress)
-        else:
-            lines = wide_lines(handle, encoding, path, counts, progress)
-        if fmt == "prose":
-            yield Document(str(path), prose_pieces(lines))
-        else:
-            yield from _line_documents(lines, str(path))
-
-
-def detect_format(sample: str) -> str:
-    """"lines" when the sample reads as one sentence per line, else "prose".
-
-    One sentence per line: most lines end like a sentence, few hold a sentence end inside,
-    and blocks between blank lines (documents) hold two lines or more on average. Wrapped
-    prose has lines ending mid-sentence; paragraph-per-line prose has sentence ends inside
-    its lines; one-sentence paragraphs make blocks of one line.
-    """
-    lines = sample.splitlines()[:-1] or sample.splitlines()  # the last may be cut short
-    lines = [line.strip() for line in lines][:400]
-    text_lines = [line for line in lines if line]
-    blocks = sum(1 for i, line in enumerate(lines) if line and (i == 0 or not lines[i - 1]))
-    if len(text_lines) < 2 or len(text_lines) < 2 * blocks:
-        return "prose"
-    ending = sum(line.endswith(_TERMINAL) for line in text_lines) / len(text_lines)
-    inner = sum(len(split_sentences(line, 10**9)) > 1 for line in text_lines) / len(text_lines)
-    return "lines" if ending >= 0.6 and inner <= 0.25 else "prose"
-
-
-def _line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
-    """One sentence per line, blank lines between documents."""
-    marked = _mark_blank(lines)
-    for text, complete, blank in marked:
-        if blank:
-            continue
-        pieces = _until_blank(marked, (text, complete))
-        yield Document(origin, pieces, split_sentences=False)
-        for _ in pieces:  # the consumer normally read them all
-            pass
-
-
-def _mark_blank(lines: Iterable[Piece]) -> Iterator[tuple[str, bool, bool]]:
-    at_line_start = True
-    for text, complete in lines:
-        yield text, complete, at_line_start and complete and (not text or text.isspace())
-        at_line_start = complete
-
-
-def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iterator[Piece]:
-    yield first
-    for text, complete, blank in marked:
-        if blank:
+        if fmt != "auto":  # how its documents were found (the summary says it); a format
+            counts[f"{fmt}_files"] += 1  # found where the file is cleaned is counted there
+        if encoding == "utf-8":  # ... whose format is found where it is cleaned (tasks)
+            check = Utf8Check(path, tool)
+            yield from utf8_blocks(handle, check, fmt, whole if fmt == "auto" else size,
+                                   progress)
+            check.report(counts)
             return
-        yield text, complete
+        lines = wide_lines(handle, encoding, path, counts, progress)
+        documents = ([Document(str(path), prose_pieces(lines))] if fmt == "prose"
+                     else line_documents(lines, str(path)))
+        for document in documents:
+            yield from document_spans(document, size)
 
 
 def jsonl_documents(
     path: Path, field: str, fmt: str, counts: Counter, advance: Advance
-) -> Iterator[Document]:
+) -> Iterator[Record]:
     with open_bytes(path, advance) as (handle, progress, tool):
         check, number = Utf8Check(path, tool), 0
         while raw := read_line(handle, path, limit=-1):  # a record is parsed whole
@@ -276,7 +244,7 @@ def jsonl_documents(
             yield from _text_of(record, field, f"{path}:{number}", fmt, counts)
 
 
-def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Document]:
+def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -321,7 +289,7 @@ def _is_text(arrow_type) -> bool:
     )
 
 
-def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Document]:
+def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Record]:
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
         counts["records"] += 1
@@ -347,7 +315,7 @@ class HubSource(Source):
         self.name, self.config = name, config or None
         self.text_field, self.format = text_field, fmt
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def documents(self, counts: Counter, advance: Advance) -> Iterator[Record]:
         import datasets
 
         try:

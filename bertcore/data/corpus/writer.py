@@ -14,6 +14,7 @@ import hashlib
 import shutil
 import tempfile
 from array import array
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,23 @@ import numpy as np
 
 SPLITS = ("train", "val")
 _SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
+
+
+@dataclass
+class Lines:
+    """Sentences encoded as lines of train.txt / val.txt (UTF-8, one per line)."""
+
+    data: bytes
+    count: int  # sentences
+    characters: int
+
+    @classmethod
+    def of(cls, sentences: Iterable[str]) -> Lines:
+        sentences = list(sentences)
+        if not sentences:
+            return cls(b"", 0, 0)
+        data = ("\n".join(sentences) + "\n").encode("utf-8")
+        return cls(data, len(sentences), sum(map(len, sentences)))
 
 
 @dataclass
@@ -113,17 +131,17 @@ class SplitWriter:
         self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
         self._seen = DigestSet()
 
-    def add(self, sentences) -> str:
-        """Write one document; returns "train", "val", "empty" or "duplicate"."""
+    def add(self, parts: Iterable[Lines]) -> str:
+        """Write one document, given as its sentences' lines in parts; returns "train", "val",
+        "empty" or "duplicate"."""
         digest = hashlib.blake2b(digest_size=16)
         count = characters = 0
         with tempfile.SpooledTemporaryFile(_SPOOL_BYTES) as spool:
-            for sentence in sentences:
-                line = sentence.encode("utf-8") + b"\n"
-                digest.update(line)
-                spool.write(line)
-                count += 1
-                characters += len(sentence)
+            for lines in parts:
+                digest.update(lines.data)
+                spool.write(lines.data)
+                count += lines.count
+                characters += lines.characters
             if count == 0:
                 return "empty"
             key = digest.digest()

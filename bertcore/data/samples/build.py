@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
-import multiprocessing
 import random
 import shutil
 from collections.abc import Callable, Iterable, Iterator
@@ -34,7 +33,7 @@ from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
-from bertcore.common.interrupt import ignore_interrupts_in_worker
+from bertcore.common.pool import TaskRunner
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import (
@@ -371,28 +370,6 @@ def _check_random_b_sources(corpus_file: Path, documents: np.ndarray, flags: np.
         )
 
 
-class _task_runner:
-    """`run(func, tasks)` yields results in task order, in this process or in a pool."""
-
-    def __init__(self, workers: int):
-        self.workers = workers
-        self.pool = None
-
-    def __enter__(self):
-        if self.workers > 1:
-            # spawn: the parent may hold tokenizers' threads, which do not survive a fork.
-            # On SIGTERM or Ctrl-C the parent stops the pool (__exit__): workers leave it to it.
-            self.pool = multiprocessing.get_context("spawn").Pool(
-                self.workers, initializer=ignore_interrupts_in_worker)
-            return lambda func, tasks: self.pool.imap(func, tasks)
-        return map
-
-    def __exit__(self, *exc):
-        if self.pool is not None:
-            self.pool.terminate() if exc[0] else self.pool.close()
-            self.pool.join()
-
-
 def build_samples(
     corpus_files: dict[str, Path],
     tokenizer,
@@ -431,7 +408,7 @@ def build_samples(
     }
     # The pool starts (spawn takes a moment) while the first split is being tokenised.
     digests = {}
-    with _task_runner(config.workers) as run:
+    with TaskRunner(config.workers) as run:
         for split, path in corpus_files.items():
             if split == "train":
                 dupe, min_pairs = config.dupe_factor, 0

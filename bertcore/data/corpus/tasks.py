@@ -1,0 +1,121 @@
+"""The corpus stage's work in worker processes: spans of documents (`documents`) grouped into
+tasks in order, each cleaned and split into sentences where it runs (`clean_task`), the
+sentences coming back encoded as the lines of train.txt / val.txt.
+
+Every task is a function of its spans and the config alone, and the results are taken in
+task order, so the output does not depend on how many processes run them.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from collections.abc import Iterable, Iterator
+from dataclasses import dataclass, field
+
+from bertcore.data.corpus.cleaning import TextCleaner, safe_cut
+from bertcore.data.corpus.documents import Document
+from bertcore.data.corpus.sentences import SentenceSplitter
+from bertcore.data.corpus.writer import Lines
+
+CHUNK_CHARS = 1 << 16  # raw text is cleaned in pieces of about this size
+# A task holds spans of about this much text (bytes or characters): enough work (tens of
+# milliseconds) to outweigh handing it to a process, little enough for memory in flight.
+TASK_SIZE = 1 << 18
+STREAM_BATCH = 1000  # sentences per part of a document cleaned as it is read
+
+
+@dataclass
+class CleanTask:
+    spans: list  # Record, PieceRun, TextBlock, TextStream: parts(), size, inline, read_as
+    normalization: str
+    max_sentence_chars: int
+
+    @property
+    def inline(self) -> bool:
+        """Cleaned in the main process as its text is read (a `TextStream`)."""
+        return any(span.inline for span in self.spans)
+
+
+@dataclass
+class TaskResult:
+    """Per part of a document: its sentences as lines, and whether the document ends there
+    (False: it goes on in the next part); what cleaning removed and cut (complete once the
+    parts, a stream for an inline task, are read); and how many text files the task found to
+    be prose or lines (`prose_files`, `lines_files`: their format detected here)."""
+
+    parts: Iterable[tuple[Lines, bool]]
+    cleaning: Counter = field(default_factory=Counter)
+    read_as: Counter = field(default_factory=Counter)
+
+
+def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
+                size: int = TASK_SIZE) -> Iterator[CleanTask]:
+    """Consecutive spans in tasks of about `size` each (a larger span, or one to clean
+    inline, is a task of its own)."""
+    group, total = [], 0
+    for span in spans:
+        if span.inline and group:
+            yield CleanTask(group, normalization, max_sentence_chars)
+            group, total = [], 0
+        group.append(span)
+        total += span.size
+        if total >= size or span.inline:
+            yield CleanTask(group, normalization, max_sentence_chars)
+            group, total = [], 0
+    if group:
+        yield CleanTask(group, normalization, max_sentence_chars)
+
+
+def clean_task(task: CleanTask) -> TaskResult:
+    """Clean and split every part of the task's spans (in a worker process, or streamed in
+    this one for an inline task)."""
+    counts = Counter()
+    parts = _clean_parts(task, counts)
+    read_as = Counter(f"{span.read_as}_files" for span in task.spans if span.read_as)
+    return TaskResult(parts if task.inline else list(parts), counts, read_as)
+
+
+def _clean_parts(task: CleanTask, counts: Counter) -> Iterator[tuple[Lines, bool]]:
+    cleaner = TextCleaner(task.normalization)
+    for span in task.spans:
+        for document, ends in span.parts():
+            splitter = SentenceSplitter(task.max_sentence_chars, document.split_sentences)
+            sentences = document_sentences(document, cleaner, splitter)
+            if span.inline:
+                yield from _in_batches(sentences, ends)
+            else:
+                yield Lines.of(sentences), ends
+            counts["overlong_sentence_cuts"] += splitter.overlong_cuts
+    counts.update(cleaner.counts)
+
+
+def _in_batches(sentences: Iterator[str], ends: bool) -> Iterator[tuple[Lines, bool]]:
+    """A document's sentences as parts of about STREAM_BATCH sentences, the last ending it."""
+    while batch := list(itertools.islice(sentences, STREAM_BATCH)):
+        yield Lines.of(batch), False
+    yield Lines.of([]), ends
+
+
+def document_sentences(
+    document: Document, cleaner: TextCleaner, splitter: SentenceSplitter
+) -> Iterator[str]:
+    """The cleaned sentences of one document, produced as its pieces arrive."""
+    parts: list[str] = []
+    size = 0
+    for text, boundary in document.pieces:
+        if text:
+            parts.append(text)
+            size += len(text)
+        if boundary:
+            yield from splitter.feed(cleaner.clean("".join(parts)))
+            yield from splitter.end()
+            parts, size = [], 0
+        elif size >= CHUNK_CHARS:  # a long paragraph or line: clean what is safe to cut
+            raw = "".join(parts)
+            cut = safe_cut(raw, len(raw))
+            yield from splitter.feed(cleaner.clean(raw[:cut]))
+            parts = [raw[cut:]]
+            size = len(parts[0])
+    yield from splitter.feed(cleaner.clean("".join(parts)))
+    yield from splitter.end()
