@@ -263,8 +263,26 @@ def decoded_lines(handle, path: Path, check: Utf8Check | None = None,
         yield rest, True
 
 
+class _FileLayout:
+    """How a span of a text file is read: `fmt` (prose or lines), or auto: detected from the
+    `start` of the span, which holds the file's beginning."""
+
+    fmt: str
+    start: bytes
+
+    @cached_property
+    def layout(self) -> str:
+        """prose or lines: `fmt`, or as detected (auto)."""
+        return _format(self.fmt, self.start)
+
+    @property
+    def read_as(self) -> str | None:
+        """How its file is read when the span decides it (fmt auto), else None."""
+        return self.layout if self.fmt == "auto" else None
+
+
 @dataclass
-class TextBlock:
+class TextBlock(_FileLayout):
     """Whole lines of a UTF-8 text file, cut where cleaning starts afresh (`utf8_blocks`): a
     span of its document (prose) or documents (lines), cleaned in a worker process.
     `ends`: its last document ends with it; `final`: the file ends with it."""
@@ -279,15 +297,9 @@ class TextBlock:
     def size(self) -> int:
         return len(self.data)
 
-    @cached_property
-    def layout(self) -> str:
-        """prose or lines: `fmt`, or as detected (auto)."""
-        return _format(self.fmt, self.data)
-
     @property
-    def read_as(self) -> str | None:
-        """How its file is read when the block decides it (fmt auto), else None."""
-        return self.layout if self.fmt == "auto" else None
+    def start(self) -> bytes:
+        return self.data
 
     def parts(self) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
@@ -300,7 +312,7 @@ class TextBlock:
 
 
 @dataclass
-class TextStream:
+class TextStream(_FileLayout):
     """The rest of a UTF-8 file from a run of MAX_BLOCK_BYTES with nowhere to end a block (a
     paragraph or line that long): cleaned in the main process as it is read (`inline`), so
     that memory stays bounded; `head` is what was read of it already."""
@@ -316,15 +328,9 @@ class TextStream:
     def size(self) -> int:
         return len(self.head)
 
-    @cached_property
-    def layout(self) -> str:
-        """prose or lines: `fmt`, or as detected (auto)."""
-        return _format(self.fmt, self.head)
-
     @property
-    def read_as(self) -> str | None:
-        """How its file is read when the stream decides it (fmt auto), else None."""
-        return self.layout if self.fmt == "auto" else None
+    def start(self) -> bytes:
+        return self.head
 
     def parts(self) -> Iterator[tuple[Document, bool]]:
         reader = _Rejoined(self.head, self.handle, self.advance)
