@@ -90,10 +90,33 @@ def test_save_load_keep_last_and_latest(tmp_path):
     # a checkpoint folder is also a model folder
     assert torch.equal(load_model(latest.path).embeddings.tokens.weight,
                        model.embeddings.tokens.weight)
-    # checkpoints of other params are replaced by the new run's
+    # keep_last rotates among the checkpoints of the run writing here: those of other params
+    # are left alone (the run that replaces them sets them aside before it trains)
     other = {**FPS, "params": "e" * 64}
-    checkpoints.save(1, model, state_of(model), {"fingerprints": other})
-    assert [c.step for c in checkpoints.all()] == [1]
+    for step in (1, 3, 5):
+        checkpoints.save(step, model, state_of(model), {"fingerprints": other})
+    assert [c.step for c in checkpoints.all()] == [3, 4, 5, 6]
+
+
+def test_keep_last_never_rotates_away_a_finished_checkpoint(tmp_path):
+    """A run of 4 steps, extended to 10 and to 12: keep_last 2 rotates the line's checkpoints
+    on the way, never the last of a run that reached its end."""
+
+    def line(ckpt) -> bool:  # the run's line: its params, any length
+        return ckpt.fingerprints["params"] == FPS["params"]
+
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2, line=line)
+    model = tiny_model()
+    for total, steps in ((4, (2, 4)), (10, (6, 8, 10)), (12, (11,))):
+        for step in steps:
+            meta = {"fingerprints": {**FPS, "length": str(total)}, "total_steps": total}
+            checkpoints.save(step, model, state_of(model), meta)
+    other = {"fingerprints": {**FPS, "params": "e" * 64}, "total_steps": 3}
+    CheckpointDir(tmp_path / "ckpt").save(3, model, state_of(model), other)  # another line
+    checkpoints.save(12, model, state_of(model),
+                     {"fingerprints": {**FPS, "length": "12"}, "total_steps": 12})
+    assert [(c.step, c.finished) for c in checkpoints.all()] == [
+        (3, True), (4, True), (10, True), (11, False), (12, True)]
 
 
 def test_a_crash_while_writing_leaves_the_previous_checkpoint_latest(tmp_path):
