@@ -299,3 +299,19 @@ def test_the_lock_keeps_a_second_run_out_and_is_taken_over_from_a_dead_one(tmp_p
     assert not lock_path(root).exists()
     with CheckpointDir(root).lock(enabled=False):  # other ranks of a distributed run
         assert not lock_path(root).exists()
+
+
+def test_set_aside_takes_the_earlier_sets_place_and_keeps_what_a_killed_one_left(tmp_path):
+    root = tmp_path / "ckpt"
+    checkpoints = saved(root, [2, 4])
+    checkpoints.set_aside(checkpoints.all())
+    assert checkpoints.latest() is None  # never resumed from replaced/
+    assert [c.step for c in CheckpointDir(root / "replaced").all()] == [2, 4]
+    saved(root, [6, 8])
+    # a set-aside killed half-way: step 6 is in the folder being filled, step 8 not yet
+    (root / ".replaced.incoming").mkdir()
+    os.rename(root / "step-00000006", root / ".replaced.incoming" / "step-00000006")
+    assert checkpoints.set_aside_before() == ["step-00000002", "step-00000004"]
+    checkpoints.set_aside(checkpoints.all())
+    assert [c.step for c in CheckpointDir(root / "replaced").all()] == [6, 8]
+    assert sorted(p.name for p in root.iterdir()) == ["replaced"]

@@ -315,9 +315,10 @@ class CheckpointDir:
         return self.root / REPLACED_DIR
 
     def set_aside_before(self) -> list[str]:
-        """The names of the checkpoints set aside in `replaced/` by an earlier run."""
-        found = [p for p in (self.replaced_dir, self.root / _INCOMING) if p.is_dir()]
-        return sorted(entry.name for folder in found for entry in folder.iterdir())
+        """The names of the checkpoints set aside in `replaced/` by an earlier run (which the
+        next `set_aside` deletes)."""
+        folder = self.replaced_dir
+        return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
 
     def set_aside(self, replaced: Sequence[Checkpoint]) -> None:
         """Move `replaced`, the checkpoints a new run replaces, into `replaced/`, instead of
