@@ -77,12 +77,13 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
 
 
 def _summary(scored: list[HeldOutScore], out_file: str) -> list[str]:
-    """The console's lines: phase 1's scores against their baselines, then each longer
-    length's."""
+    """The console's lines, each naming the length it scores at: phase 1's scores against
+    their baselines, then each longer length's."""
     first, *longer = scored
     metrics, words = first.metrics, first.bag_of_words
+    length = f" (length {first.max_seq_length})" if first.max_seq_length else ""
     lines = [
-        f"evaluate: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
+        f"evaluate{length}: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
         f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "
         f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}"
         + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}"

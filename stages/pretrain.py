@@ -6,7 +6,8 @@ tracking, and hands them to `bertcore.training.pretrain`; `model.init_from` star
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
-extends the run); otherwise starts fresh and says why. `train.max_minutes` ends the run
+extends the run); otherwise starts fresh and says why, setting aside the checkpoints it
+replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
 early when its steps would not fit in the time (see `bertcore.training.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
 started by torchrun, it joins the process group.
@@ -97,9 +98,9 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     val, loss = report.val, report.metrics["train"].get("loss", float("nan"))
     click.echo(
         f"pretrain: {report.metrics['steps']} steps, train loss {loss:.4f}"
-        + (f", val MLM accuracy {val['mlm_accuracy']:.3f} (baseline "
-           f"{val['mlm_baseline_accuracy']:.3f}), NSP accuracy {val['nsp_accuracy']:.3f}"
-           if val else "")
+        + (f", val (length {report.val_length}): MLM accuracy {val['mlm_accuracy']:.3f} "
+           f"(baseline {val['mlm_baseline_accuracy']:.3f}), NSP accuracy "
+           f"{val['nsp_accuracy']:.3f}" if val else "")
         + f" -> {out_dir}",
         err=True,
     )

@@ -90,10 +90,33 @@ def test_save_load_keep_last_and_latest(tmp_path):
     # a checkpoint folder is also a model folder
     assert torch.equal(load_model(latest.path).embeddings.tokens.weight,
                        model.embeddings.tokens.weight)
-    # checkpoints of other params are replaced by the new run's
+    # keep_last rotates among the checkpoints of the run writing here: those of other params
+    # are left alone (the run that replaces them sets them aside before it trains)
     other = {**FPS, "params": "e" * 64}
-    checkpoints.save(1, model, state_of(model), {"fingerprints": other})
-    assert [c.step for c in checkpoints.all()] == [1]
+    for step in (1, 3, 5):
+        checkpoints.save(step, model, state_of(model), {"fingerprints": other})
+    assert [c.step for c in checkpoints.all()] == [3, 4, 5, 6]
+
+
+def test_keep_last_never_rotates_away_a_finished_checkpoint(tmp_path):
+    """A run of 4 steps, extended to 10 and to 12: keep_last 2 rotates the line's checkpoints
+    on the way, never the last of a run that reached its end."""
+
+    def line(ckpt) -> bool:  # the run's line: its params, any length
+        return ckpt.fingerprints["params"] == FPS["params"]
+
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2, line=line)
+    model = tiny_model()
+    for total, steps in ((4, (2, 4)), (10, (6, 8, 10)), (12, (11,))):
+        for step in steps:
+            meta = {"fingerprints": {**FPS, "length": str(total)}, "total_steps": total}
+            checkpoints.save(step, model, state_of(model), meta)
+    other = {"fingerprints": {**FPS, "params": "e" * 64}, "total_steps": 3}
+    CheckpointDir(tmp_path / "ckpt").save(3, model, state_of(model), other)  # another line
+    checkpoints.save(12, model, state_of(model),
+                     {"fingerprints": {**FPS, "length": "12"}, "total_steps": 12})
+    assert [(c.step, c.finished) for c in checkpoints.all()] == [
+        (3, True), (4, True), (10, True), (11, False), (12, True)]
 
 
 def test_a_crash_while_writing_leaves_the_previous_checkpoint_latest(tmp_path):
@@ -276,3 +299,19 @@ def test_the_lock_keeps_a_second_run_out_and_is_taken_over_from_a_dead_one(tmp_p
     assert not lock_path(root).exists()
     with CheckpointDir(root).lock(enabled=False):  # other ranks of a distributed run
         assert not lock_path(root).exists()
+
+
+def test_set_aside_takes_the_earlier_sets_place_and_keeps_what_a_killed_one_left(tmp_path):
+    root = tmp_path / "ckpt"
+    checkpoints = saved(root, [2, 4])
+    checkpoints.set_aside(checkpoints.all())
+    assert checkpoints.latest() is None  # never resumed from replaced/
+    assert [c.step for c in CheckpointDir(root / "replaced").all()] == [2, 4]
+    saved(root, [6, 8])
+    # a set-aside killed half-way: step 6 is in the folder being filled, step 8 not yet
+    (root / ".replaced.incoming").mkdir()
+    os.rename(root / "step-00000006", root / ".replaced.incoming" / "step-00000006")
+    assert checkpoints.set_aside_before() == ["step-00000002", "step-00000004"]
+    checkpoints.set_aside(checkpoints.all())
+    assert [c.step for c in CheckpointDir(root / "replaced").all()] == [6, 8]
+    assert sorted(p.name for p in root.iterdir()) == ["replaced"]

@@ -73,8 +73,10 @@ def tsv(path: Path) -> list[dict[str, float]]:
             for row in rows]
 
 
-def checkpoint_steps(folder: Path) -> list[int]:
-    return sorted(int(p.name.split("-")[1]) for p in (folder / "models" / "checkpoints").iterdir())
+def checkpoint_steps(folder: Path, within: str = "") -> list[int]:
+    """The steps of the checkpoints in models/checkpoints (`within`: in that folder of it)."""
+    found = (folder / "models" / "checkpoints" / within).iterdir()
+    return sorted(int(p.name[5:]) for p in found if re.fullmatch(r"step-\d+", p.name))
 
 
 @pytest.fixture(scope="module")
@@ -182,6 +184,11 @@ def test_new_phase_2_params_restart_it_at_phase_1s_end_and_more_steps_extend_it(
         [learning_rate(0.001, s - 7, 2, 6) for s in range(7, 13)], rel=1e-6)
     assert {p: d for p, d in outputs(work).items() if "step-00000006" in p} == phase1_end
     assert checkpoint_steps(work) == [6, 9, 12]
+    # the old phase 2's, replaced, were set aside, said before phase 2 began
+    assert checkpoint_steps(work, "replaced") == [9, 12]
+    said = proc.stderr.index("setting them aside in models/checkpoints/replaced")
+    assert "step-00000009, step-00000012" in proc.stderr and said < proc.stderr.index(
+        "phase 2: steps 7-12")
 
     longer = bert("pretrain", "--set", "phase2.learning_rate=0.001", "--set",
                   "phase2.max_steps=8", cwd=work)
@@ -193,7 +200,9 @@ def test_new_phase_2_params_restart_it_at_phase_1s_end_and_more_steps_extend_it(
     assert [r["learning_rate"] for r in rows[12:]] == pytest.approx(
         [learning_rate(0.001, s - 7, 2, 8) for s in (13, 14)], rel=1e-6)
     assert json.loads((work / "metrics" / "pretrain.json").read_text())["steps"] == 14
-    assert checkpoint_steps(work) == [6, 14]  # 12 was made for a shorter phase 2
+    # 12, the end of the shorter phase 2, is kept: keep_last never takes a finished one
+    assert checkpoint_steps(work) == [6, 12, 14]
+    assert "replaces" not in longer.stderr
 
     # another phase 1: no phase-2 checkpoint of the old one is resumed, all starts fresh
     other = bert("pretrain", "--set", "phase2.learning_rate=0.001", "--set",
@@ -201,7 +210,86 @@ def test_new_phase_2_params_restart_it_at_phase_1s_end_and_more_steps_extend_it(
     assert "other phase 1 (its params, data or length)" in other.stderr
     assert "resuming" not in other.stderr and "starting fresh" in other.stderr
     assert checkpoint_steps(work) == [6, 12, 14]
+    assert checkpoint_steps(work, "replaced") == [6, 12, 14]  # the old run's, instead of 9, 12
     assert tsv(log)[0]["learning_rate"] == pytest.approx(learning_rate(0.002, 0, 2, 6))
+
+
+@pytest.mark.slow
+def test_phase_2_turned_off_gives_phase_1s_model_and_on_again_finds_phase_2_done(straight,
+                                                                                tmp_path):
+    work = tmp_path / "run"
+    shutil.copytree(straight, work, symlinks=True)
+    finished = outputs(work)
+    phase2_files = {p: d for p, d in finished.items() if re.search(r"step-000000(09|12)", p)}
+
+    off = bert("pretrain", "--set", "phase2.enabled=false", cwd=work)
+    assert "phase 2 is off: the run ends with phase 1 at step 6, whose model goes to " \
+           "models/pretrained; phase 2's checkpoints after it (step-00000009, " \
+           "step-00000012) stay where they are, for phase2.enabled: true" in off.stderr
+    assert "resuming from models/checkpoints/step-00000006 (step 6 of 6)" in off.stderr
+    assert "replaces" not in off.stderr
+    assert "val (length 32): MLM accuracy" in off.stderr  # phase 1's length, scored at
+    # phase 1's result, from its last checkpoint; phase 2's checkpoints untouched
+    assert file_sha256(work / "models/pretrained/model.safetensors") == file_sha256(
+        work / "models/checkpoints/step-00000006/model.safetensors")
+    assert json.loads((work / "metrics" / "pretrain.json").read_text())["steps"] == 6
+    assert checkpoint_steps(work) == [6, 9, 12]
+    assert {p: d for p, d in outputs(work).items() if p in phase2_files} == phase2_files
+
+    on = bert("pretrain", cwd=work)  # params.yaml has phase 2 on
+    assert "resuming from models/checkpoints/step-00000012 (step 12 of 12, phase 2)" in (
+        on.stderr)
+    assert "phase 2: steps" not in on.stderr  # found done, not trained again
+    assert "val (length 64): MLM accuracy" in on.stderr
+    # the finished two-phase run's model, weights and record, to the byte (a finished run's
+    # last checkpoint is written again, its content the same)
+    kept = re.compile(r"models/pretrained/|model\.safetensors$|metrics/pretrain_(log|details)")
+    assert {p: d for p, d in outputs(work).items() if kept.search(p)} == {
+        p: d for p, d in finished.items() if kept.search(p)}
+
+    # MLflow: phase 1 alone was a run of its own, going on from the two-phase one, which
+    # keeps phase 2's model
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(work / "mlflow.db"))
+    both, alone = client.search_runs([client.get_experiment_by_name("phases").experiment_id],
+                                     order_by=["attributes.start_time"])
+    assert alone.data.params["phase2.enabled"] == "False"
+    assert alone.data.tags["extends_run"] == both.info.run_id
+    assert both.data.tags["model.sha256"] == file_sha256(
+        work / "models/pretrained/model.safetensors")
+    assert alone.data.tags["model.sha256"] == file_sha256(
+        work / "models/checkpoints/step-00000006/model.safetensors")
+
+
+def test_phase_2_must_be_longer_than_phase_1(data, tmp_path):
+    work = workdir(tmp_path / "run", data,
+                   samples={"max_seq_length": 32, "dupe_factor": 2, "workers": 1})
+    # as long as phase 1's samples, or shorter: one line naming the key, before any work
+    for stage, length in (("samples", 32), ("samples", 16), ("pretrain", 32)):
+        out = ["--out", "samples", "--metrics", "samples.json"] if stage == "samples" else []
+        proc = run_bert(stage, *out, "--set", f"phase2.max_seq_length={length}", cwd=work,
+                        env=ONE_THREAD)
+        where = ("samples.max_seq_length is 32" if stage == "samples" else
+                 "those in data/samples are up to 32")
+        assert_one_line_error(proc, f"phase2.max_seq_length: {length} is not longer than "
+                              f"phase 1's samples ({where})", "phase2.enabled: false", code=2)
+    assert not (work / "models").exists() and not (work / "samples").exists()
+    # with phase 2 off its length is not checked
+    bert("samples", "--out", "off", "--metrics", "off.json", "--set", "phase2.enabled=false",
+         "--set", "phase2.max_seq_length=16", cwd=work)
+    assert "phase2" not in json.loads((work / "off.json").read_text())
+
+
+def test_evaluate_names_the_length_of_each_score(straight, tmp_path):
+    proc = bert("evaluate", "--out", str(tmp_path / "eval.json"), "--set",
+                "tracking.enabled=false", cwd=straight)
+    first, second = [line for line in proc.stderr.splitlines() if line.startswith("evaluate")]
+    assert first.startswith("evaluate (length 32): MLM accuracy ")
+    assert second.startswith("evaluate (length 64): MLM accuracy ")
+    scores = json.loads((tmp_path / "eval.json").read_text())
+    assert f"MLM accuracy {scores['mlm_accuracy']:.4f}" in first
+    assert f"MLM accuracy {scores['length_64']['mlm_accuracy']:.4f}" in second
 
 
 def test_the_samples_stage_builds_phase_2s_beside_phase_1s_untouched(data, tmp_path):

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 import shutil
+import signal
 from pathlib import Path
 
 import pytest
-from conftest import ONE_THREAD, run_bert
+from conftest import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
 from tiny_pretrain import build_data, tiny_config, write_params
 
-from bertcore.common.digests import fingerprint_files
+from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig, sqlite_uri
 from bertcore.data.samples.build import build_samples
@@ -75,7 +76,7 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
     assert planned[1] < planned[2]  # re-planned: the rate went back up at step 6
     assert json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["steps"] == 8
     checkpoints = CheckpointDir(tmp_path / "models" / "checkpoints")
-    assert [c.step for c in checkpoints.all()] == [6, 8]
+    assert [c.step for c in checkpoints.all()] == [4, 6, 8]  # 4: the finished run's last
 
     # MLflow: the extension is a new run (params cannot change inside one) that names the
     # run it extends and carries the whole curve; the first run keeps its own 4 steps.
@@ -101,13 +102,93 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
                                                                 rel=1e-6)
     assert {a.path for a in client.list_artifacts(second.info.run_id)} >= {"hf_model"}
 
-    # Shortened below the latest checkpoint: a fresh run, whose checkpoints replace the old.
+    # Shortened below the latest checkpoint: a fresh run, whose checkpoints replace the old,
+    # which are set aside.
     shorter = bert("pretrain", "--set", "train.max_steps=3", cwd=tmp_path)
     assert "past the new end of the run" in shorter.stderr and "starting fresh" in shorter.stderr
     assert [c.step for c in checkpoints.all()] == [2, 3]
+    replaced = CheckpointDir(tmp_path / "models" / "checkpoints" / "replaced")
+    assert [c.step for c in replaced.all()] == [4, 6, 8]
     assert [int(r["step"]) for r in tsv(log)] == [2, 3]
     runs = client.search_runs([experiment.experiment_id], order_by=["attributes.start_time"])
     assert len(runs) == 3 and "extends_run" not in runs[2].data.tags
+
+
+def steps_in(folder: Path) -> list[int]:
+    return [c.step for c in CheckpointDir(folder).all()]
+
+
+@pytest.mark.slow
+def test_an_interrupted_extension_keeps_the_finished_run_and_its_model(data, tmp_path):
+    (tmp_path / "data").symlink_to(data)
+    write_params(tmp_path / "params.yaml", train={"max_steps": 6, "checkpoint_every": 3,
+                                                  "eval_every": 0, "log_every": 1},
+                 tracking={"enabled": False})
+    root, model = tmp_path / "models" / "checkpoints", tmp_path / "models" / "pretrained"
+    bert("pretrain", cwd=tmp_path)
+    finished = {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()}
+    weights = file_sha256(model / "model.safetensors")
+    assert weights == finished["model.safetensors"]
+    # extended to 400 steps, stopped by SIGTERM while step 12's checkpoint is written: it
+    # stops after step 13, with a checkpoint; keep_last 2 rotated step 9 away, not step 6
+    stopped = run_bert_interrupted("pretrain", "--set", "train.max_steps=400",
+                                   at="bertcore.training.step:capture_rng_state", nth=2,
+                                   signum=signal.SIGTERM, cwd=tmp_path)
+    assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
+    assert "interrupted by SIGTERM after step 13" in stopped.stderr
+    assert "replaces" not in stopped.stderr
+    assert steps_in(root) == [6, 12, 13]
+    assert {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()} == finished
+    assert file_sha256(model / "model.safetensors") == weights  # the finished run's model
+    # run again: the extension resumes where it stopped
+    resumed = run_bert_interrupted("pretrain", "--set", "train.max_steps=400",
+                                   at="bertcore.training.step:capture_rng_state", nth=1,
+                                   signum=signal.SIGTERM, cwd=tmp_path)
+    assert "resuming from models/checkpoints/step-00000013 (step 13 of 400)" in resumed.stderr
+    assert steps_in(root) == [6, 15, 16]  # 6 outlives every rotation
+
+
+@pytest.mark.slow
+def test_a_run_that_starts_fresh_sets_aside_the_checkpoints_it_replaces(data, tmp_path):
+    (tmp_path / "data").symlink_to(data)
+    write_params(tmp_path / "params.yaml", train={"max_steps": 6, "checkpoint_every": 3,
+                                                  "eval_every": 0, "log_every": 1},
+                 tracking={"enabled": False})
+    root = tmp_path / "models" / "checkpoints"
+    aside = root / "replaced"
+    bert("pretrain", cwd=tmp_path)
+    first = {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()}
+
+    # shortened below its checkpoints: a fresh run (a shorter one cannot be cut from a longer
+    # one's schedule), which says first what it sets aside, where, and how to remove it
+    shorter = bert("pretrain", "--set", "train.max_steps=4", cwd=tmp_path)
+    line = ("this run replaces checkpoints step-00000003, step-00000006 in models/checkpoints: "
+            "setting them aside in models/checkpoints/replaced, never resumed from there; "
+            "delete that folder when you no longer want them (train.keep_replaced: false "
+            "deletes replaced checkpoints instead)")
+    assert line in shorter.stderr
+    assert shorter.stderr.index(line) < shorter.stderr.index("pretrain: 4 steps")
+    assert steps_in(root) == [3, 4] and steps_in(aside) == [3, 6]
+    assert {p.name: file_sha256(p) for p in (aside / "step-00000006").iterdir()} == first
+
+    # other params: a fresh run; its set of replaced checkpoints takes the old one's place
+    other = bert("pretrain", "--set", "train.learning_rate=0.001", cwd=tmp_path)
+    assert ("this run replaces checkpoints step-00000003, step-00000004 in models/checkpoints: "
+            "setting them aside in models/checkpoints/replaced (instead of step-00000003, "
+            "step-00000006 set aside there before, deleted now)") in other.stderr
+    assert steps_in(root) == [3, 6] and steps_in(aside) == [3, 4]
+
+    # the first params again, and the user says otherwise: the replaced checkpoints are
+    # deleted, said first; those set aside are never resumed (step 4 would be extended)
+    again = bert("pretrain", "--set", "train.keep_replaced=false", cwd=tmp_path)
+    assert ("this run replaces checkpoints step-00000003, step-00000006 in models/checkpoints: "
+            "deleting them (train.keep_replaced: false)") in again.stderr
+    assert "resuming" not in again.stderr and "starting fresh" in again.stderr
+    assert steps_in(root) == [3, 6] and steps_in(aside) == [3, 4]
+    assert {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()} == first
+    proc = run_bert("pretrain", "--set", "train.keep_replaced=sometimes", cwd=tmp_path,
+                    env=ONE_THREAD)
+    assert_one_line_error(proc, "train.keep_replaced", code=2)
 
 
 def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):

@@ -12,11 +12,16 @@ A checkpoint is a folder `step-00001234/` holding
   *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
 It is written to a staging folder and renamed into place, so a crash mid-write leaves the
 previous checkpoint as the latest. A checkpoint is resumed only when its fingerprints match
-the current run's; the last `keep_last` of the current run are kept.
+the current run's. `keep_last` rotates among the checkpoints of the run's line (`line`: the
+run's own and those it extends) and never takes a finished one, the last of a run or phase that
+reached its planned end: a later run may go on from it, or the user come back to it.
 
 `latest()` returns the newest checkpoint whose files match their checksums: a damaged one
 (truncated, missing or altered file) is set aside as `step-N.damaged` with a warning, never
-deleted, and the one before it is tried. `lock()` keeps a second run out of the folder.
+deleted, and the one before it is tried. The checkpoints a run replaces (other params, or a
+run shortened below them) are set aside before it trains, into `replaced/` (`set_aside`),
+instead of those set aside there before; only the folder's own `step-N` count for resuming.
+`lock()` keeps a second run out of the folder.
 """
 
 from __future__ import annotations
@@ -29,7 +34,7 @@ import os
 import random
 import re
 import shutil
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -50,6 +55,8 @@ MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer.pt"
 META_FILE = "meta.json"
 DAMAGED_SUFFIX = ".damaged"  # step-00000008.damaged: set aside, never pruned
+REPLACED_DIR = "replaced"  # the checkpoints the latest fresh run replaced, set aside
+_INCOMING = f".{REPLACED_DIR}.incoming"  # filled first, then renamed to REPLACED_DIR whole
 _NAME = re.compile(r"^step-(\d+)$")
 
 
@@ -108,6 +115,12 @@ class Checkpoint:
     def fingerprints(self) -> dict[str, str]:
         return dict(self.meta.get("fingerprints", {}))
 
+    @property
+    def finished(self) -> bool:
+        """Whether it is the last checkpoint of a run (of a phase) that reached its planned
+        end, rather than one on the way or of an interrupted run."""
+        return self.step == self.meta.get("total_steps")
+
     def load_state(self) -> dict[str, Any]:
         """trainer.pt, as plain data (weights_only)."""
         return torch.load(self.path / STATE_FILE, map_location="cpu", weights_only=True)
@@ -152,17 +165,15 @@ def checkpoint_name(step: int) -> str:
 class CheckpointDir:
     """The folder of checkpoints of one training run."""
 
-    def __init__(self, root: str | os.PathLike, keep_last: int = 2):
+    def __init__(self, root: str | os.PathLike, keep_last: int = 2,
+                 line: Callable[[Checkpoint], bool] | None = None):
+        """`line(checkpoint)`: whether a checkpoint is of the line of the run writing here,
+        which `keep_last` rotates among (None: those of the fingerprints just saved)."""
         if keep_last < 1:
             raise ValueError("keep_last must be >= 1")
         self.root = Path(root)
         self.keep_last = keep_last
-        self.pinned: set[str] = set()  # names of checkpoints never pruned (see `pin`)
-
-    def pin(self, ckpt: Checkpoint) -> None:
-        """Keep `ckpt` whatever the newer checkpoints are: phase 1's last checkpoint, which
-        BERT's second phase starts from, while phase 2 writes its own."""
-        self.pinned.add(ckpt.path.name)
+        self.line = line
 
     def all(self) -> list[Checkpoint]:
         """Committed checkpoints, oldest first (a folder without meta.json is not one)."""
@@ -286,13 +297,52 @@ class CheckpointDir:
         return final
 
     def prune(self, current: Mapping[str, str]) -> None:
-        """Keep the newest `keep_last` checkpoints whose fingerprints are `current`; delete
-        the rest (older ones, and those of other params or data, which this run replaces),
-        plus staging folders left by processes that died (never a live one's). Checkpoints
-        set aside as damaged are kept, and so are pinned ones."""
-        mine = [c for c in self.all() if c.fingerprints == dict(current)]
-        keep = {c.path for c in mine[-self.keep_last :]} | {self.root / n for n in self.pinned}
-        for ckpt in self.all():
-            if ckpt.path not in keep:
+        """Rotate the checkpoints of the run's line (`line`; without one, those whose
+        fingerprints are `current`): keep the newest `keep_last` and every finished one, and
+        delete the others of the line, plus staging folders left by processes that died
+        (never a live one's). Checkpoints of other lines are left alone (a run sets aside the
+        ones it replaces before it trains), and so are those set aside."""
+        line = self.line or (lambda ckpt: ckpt.fingerprints == dict(current))
+        mine = [c for c in self.all() if line(c)]
+        for ckpt in mine[: -self.keep_last]:
+            if not ckpt.finished:
                 shutil.rmtree(ckpt.path, ignore_errors=True)
         remove_stale_temporaries(self.root)
+
+    # --------------------------------------------------------------- replaced checkpoints
+    @property
+    def replaced_dir(self) -> Path:
+        return self.root / REPLACED_DIR
+
+    def set_aside_before(self) -> list[str]:
+        """The names of the checkpoints set aside in `replaced/` by an earlier run (which the
+        next `set_aside` deletes)."""
+        folder = self.replaced_dir
+        return sorted(entry.name for entry in folder.iterdir()) if folder.is_dir() else []
+
+    def set_aside(self, replaced: Sequence[Checkpoint]) -> None:
+        """Move `replaced`, the checkpoints a new run replaces, into `replaced/`, instead of
+        those set aside there before (deleted). They go into a folder of their own first,
+        which then takes the place of `replaced/` whole: a run killed on the way leaves them
+        there, and the next one adds its own to them."""
+        incoming = self.root / _INCOMING
+        incoming.mkdir(exist_ok=True)
+        for ckpt in replaced:
+            os.rename(ckpt.path, _free_name(incoming, ckpt.path.name))
+        if self.replaced_dir.exists():
+            shutil.rmtree(self.replaced_dir)
+        os.rename(incoming, self.replaced_dir)
+
+    def delete(self, replaced: Sequence[Checkpoint]) -> None:
+        """Delete `replaced` (train.keep_replaced: false)."""
+        for ckpt in replaced:
+            shutil.rmtree(ckpt.path, ignore_errors=True)
+
+
+def _free_name(folder: Path, name: str) -> Path:
+    """`folder/name`, or `folder/name-2`, ... when that is taken."""
+    path, n = folder / name, 1
+    while os.path.lexists(path):
+        n += 1
+        path = folder / f"{name}-{n}"
+    return path

@@ -63,6 +63,9 @@ class TrainConfig:
     eval_every: integer(ge=0) = 250  # 0: only at the end
     checkpoint_every: integer(ge=0) = 250  # 0: only at the end (and on interruption)
     keep_last: integer(ge=1) = 2
+    # the checkpoints a run replaces (other params; shortened below them): set aside in
+    # replaced/ (false: deleted)
+    keep_replaced: Bool = True
     # this many non-finite steps in a row stop the run
     max_nonfinite_steps: integer(ge=1) = 10
     num_workers: integer(ge=0) = 0  # DataLoader workers per process

@@ -10,8 +10,10 @@ vocabulary, phase 2's own params and samples and its length; its params are phas
 
 A checkpoint whose fingerprints are this run's is resumed; one that differs only in its length
 is extended (or, past the new end, replaced); any other is replaced by this run's
-(`bertcore.training.resume.plan_resume`). `RunIdentity` is that identity for one phase, built
-here alone (`phase1_identity`, `phase2_identity`), and meta.json is built from it.
+(`bertcore.training.resume.plan_resume`). The checkpoints of one phase that differ at most in
+their length are one line (`RunIdentity.continues`): a run extends the line it continues.
+`RunIdentity` is that identity for one phase, built here alone (`phase1_identity`,
+`phase2_identity`), and meta.json is built from it.
 """
 
 from __future__ import annotations
@@ -44,7 +46,8 @@ NAMES = {INIT_MODEL: "initial model (the content of model.init_from)",
 # Fields of `train` that do not change the optimisation: neither recorded nor fingerprinted, so
 # a checkpoint made with other values of these is still resumed.
 TRAIN_BOOKKEEPING = ("device", "log_every", "eval_every", "checkpoint_every", "keep_last",
-                     "max_nonfinite_steps", "num_workers", "nproc_per_node", "max_restarts")
+                     "keep_replaced", "max_nonfinite_steps", "num_workers", "nproc_per_node",
+                     "max_restarts")
 # Fields of `train` that set the run's length: recorded, not fingerprinted (see LENGTH).
 TRAIN_LENGTH = ("max_steps", "epochs", "max_minutes")
 
@@ -77,6 +80,11 @@ class RunIdentity:
         found = changed_fingerprints(checkpoint.fingerprints, self.fingerprints)
         return [name for name in found if name != LENGTH]
 
+    def continues(self, checkpoint: Checkpoint) -> bool:
+        """Whether `checkpoint` is of this phase's line: made in this phase with its
+        fingerprints, the length aside (a run resumes or extends it)."""
+        return phase_of(checkpoint) == self.phase and not self.changed(checkpoint)
+
     def same_length(self, checkpoint: Checkpoint) -> bool:
         return checkpoint.fingerprints.get(LENGTH) == self.fingerprints[LENGTH]
 
@@ -92,6 +100,22 @@ class RunIdentity:
             return ""
         shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:5])
         return f" ({shown}{', ...' if len(keys) > 5 else ''})"
+
+
+def phase_of(checkpoint: Checkpoint) -> int:
+    """The phase that made `checkpoint`: 1, or 2 for BERT's second phase."""
+    return int(checkpoint.meta.get(PHASE_KEY, 1))
+
+
+def in_phase1(checkpoint: Checkpoint) -> bool:
+    return phase_of(checkpoint) == 1
+
+
+def after_phase1(checkpoint: Checkpoint, phase1: RunIdentity) -> bool:
+    """Whether `checkpoint` is of a phase 2 that went on from this very phase 1 (its params,
+    data and length)."""
+    return (phase_of(checkpoint) == 2
+            and checkpoint.fingerprints.get(PHASE1) == fingerprint_params(phase1.fingerprints))
 
 
 def phase1_identity(config: PretrainConfig, vocab_dir: str | Path, samples_dir: str | Path,

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from bertcore.common.errors import BertError
+from bertcore.data.samples.config import require_longer_phase2
 from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig
@@ -73,6 +74,8 @@ class PretrainInputs:
                      int(meta.get("max_seq_length", 0)), tokens, model_config, init)
         if not config.phase2.enabled:
             return inputs
+        require_longer_phase2(config.phase2, inputs.max_seq_length,
+                              f"those in {paths.samples} are up to")
         length = config.phase2.max_seq_length
         if length > positions:  # one model for both phases: built for the longer one
             fix = ("lower phase2.max_seq_length" if init else

@@ -13,7 +13,9 @@ Phase 2 always starts from phase 1's last checkpoint (the boundary), loaded from
 phase 1 ended a moment ago in this process or long before: a straight two-phase run and one
 whose phase 2 was turned on after phase 1 finished give the same bytes. A phase-2 checkpoint
 records phase 1's fingerprints (hashed), so it is resumed only after that same phase 1; the
-boundary is kept while phase 2 runs, so new phase-2 params restart phase 2 there, not phase 1.
+boundary, a finished checkpoint, is kept while phase 2 runs, so new phase-2 params restart
+phase 2 there, not phase 1. With phase 2 turned off, the run is phase 1 alone, and phase 2's
+checkpoints stay for when it is on again (`bertcore.training.lineage`).
 
 This module sequences the phases: which phase a run starts in and from which checkpoint
 (`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
@@ -47,7 +49,8 @@ from bertcore.training.config import (
     WarmupSteps,
     require_whole_micro_batches,
 )
-from bertcore.training.identity import PHASE_KEY, RunIdentity
+from bertcore.training.identity import RunIdentity, in_phase1, phase_of
+from bertcore.training.lineage import RunLine
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.records import TrainingRecord
 from bertcore.training.resume import ResumePlan, plan_resume
@@ -116,25 +119,22 @@ class Phase:
 
 
 # ------------------------------------------------------------------------ where a run starts
-def phase_of(checkpoint: Checkpoint) -> int:
-    return int(checkpoint.meta.get(PHASE_KEY, 1))
-
-
-def in_phase1(checkpoint: Checkpoint) -> bool:
-    return phase_of(checkpoint) == 1
-
-
 @dataclass(frozen=True)
 class RunPlan:
     """Where a run (re)starts: `phase`, and the checkpoint of that phase to resume (or none).
     `phase1_done`: that checkpoint is phase 1's last, so phase 2 begins now from it (turned on
     since phase 1 ended, or its params changed); `notices` say why other checkpoints are not
-    resumed."""
+    resumed. `line`: the checkpoints the run goes on with (`keep_last` rotates among them);
+    `replaced`: those it replaces, set aside before it trains; `left`: phase 2's, with phase 2
+    off, left for when it is on again (`bertcore.training.lineage`)."""
 
     phase: int
     resume: ResumePlan
+    line: RunLine
     phase1_done: bool = False
     notices: tuple[str, ...] = ()
+    replaced: tuple[Checkpoint, ...] = ()
+    left: tuple[Checkpoint, ...] = ()
 
     @property
     def trains_phase1(self) -> bool:
@@ -143,8 +143,14 @@ class RunPlan:
     @property
     def continues_earlier_run(self) -> bool:
         """Whether this is a new MLflow run that goes on with an earlier one's: an extended
-        run, or a phase 2 begun after a phase 1 that ended in an earlier run."""
-        return self.resume.extends or self.phase1_done
+        run, a phase 2 begun after a phase 1 that ended in an earlier run, or a phase 1
+        alone after an earlier run that went on into phase 2."""
+        return self.resume.extends or self.phase1_done or bool(self.left)
+
+    @property
+    def continued(self) -> int:
+        """The phases whose line the run goes on from a checkpoint of (0: it starts fresh)."""
+        return 2 if self.phase == 2 else int(self.resume.checkpoint is not None)
 
     def replays(self, phase: int) -> bool:
         """Whether the record is replayed into MLflow as `phase` begins: the first phase this
@@ -164,19 +170,29 @@ def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase
     """The latest phase-2 checkpoint made after this very phase 1 is resumed (or extended,
     as `plan_resume` decides); failing that, phase 1 resumes from `phase1_latest` (the latest
     phase-1 checkpoint, looked up once by the caller) or starts as it would alone (a run whose
-    phase 1 is done then goes straight on to phase 2, from its last checkpoint)."""
+    phase 1 is done then goes straight on to phase 2, from its last checkpoint). Every other
+    checkpoint in the folder is kept or replaced as `RunLine.keeps` says."""
+    plan = _where_it_starts(checkpoints, phase1_latest, RunLine(phase1, phase2))
+    found = checkpoints.all()
+    return dataclasses.replace(
+        plan, replaced=tuple(c for c in found if not plan.line.keeps(c, plan.continued)),
+        left=tuple(c for c in found if plan.line.left_for_phase2(c)))
+
+
+def _where_it_starts(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None,
+                     line: RunLine) -> RunPlan:
     notices = []
-    if phase2 is not None:
+    if line.phase2 is not None:
         latest = checkpoints.latest(where=lambda c: phase_of(c) == 2)
-        plan = plan_resume(latest, phase2)
+        plan = plan_resume(latest, line.phase2)
         if plan.checkpoint is not None:
-            return RunPlan(2, plan)
+            return RunPlan(2, plan, line)
         if plan.notice:
             notices.append(plan.notice.replace("starting fresh",
                                                "phase 2 starts over from phase 1's end"))
-    plan = plan_resume(phase1_latest, phase1)
-    done = phase2 is not None and ends_phase1(plan.checkpoint, phase1)
-    return RunPlan(1, plan, done, tuple(notices))
+    plan = plan_resume(phase1_latest, line.phase1)
+    done = line.phase2 is not None and ends_phase1(plan.checkpoint, line.phase1)
+    return RunPlan(1, plan, line, done, tuple(notices))
 
 
 def ends_phase1(checkpoint: Checkpoint | None, phase1: RunIdentity) -> bool:
@@ -213,10 +229,9 @@ def enter_phase2(runner: StepRunner, checkpoints: CheckpointDir, plan: RunPlan, 
     """Switch the runner to phase 2 and load the checkpoint it goes on from, which it
     returns: phase 2's own when resuming it, else phase 1's last, read back from disk even
     when phase 1 just ended here (so this run and one that turned phase 2 on later are the
-    same bytes). Phase 1's last checkpoint is kept while phase 2 runs."""
+    same bytes). Phase 1's last checkpoint stays while phase 2 runs: it is a finished one,
+    which `keep_last` never takes."""
     edge = boundary(checkpoints, first.identity)
-    if edge is not None:
-        checkpoints.pin(edge)
     start_from = plan.resume.checkpoint if plan.phase == 2 else edge
     if start_from is None:
         raise BertError(f"phase 1 left no checkpoint at its last step "

@@ -45,8 +45,9 @@ from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalConfig, evaluate, val_batches
-from bertcore.training.identity import phase1_identity, phase2_identity
+from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.inputs import PretrainInputs, PretrainPaths
+from bertcore.training.lineage import left_notice, replacing_notice
 from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.phases import (
@@ -55,7 +56,6 @@ from bertcore.training.phases import (
     RunPlan,
     close_phase1,
     enter_phase2,
-    in_phase1,
     phase2_start,
     plan_run,
     scaled_masking,
@@ -134,17 +134,20 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
                  inputs.init.path, inputs.init.describe())
     batches = _batches(inputs.train_store, config.masking, config.train, vocab, dist, device)
-    checkpoints = CheckpointDir(paths.checkpoints, keep_last=config.train.keep_last)
-    phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
+    found = CheckpointDir(paths.checkpoints)
+    phase1_latest = found.latest(where=in_phase1)  # its files hashed once per start
     budget = _time_budget(config, inputs)
     first = _first_phase(config, paths, inputs, batches, dist, budget, phase1_latest)
     second = _second_phase(config, paths, inputs, first, vocab, dist, device) if (
         config.phase2.enabled) else None
-    plan = plan_run(checkpoints, phase1_latest, first.identity,
-                    second.identity if second else None)
+    plan = plan_run(found, phase1_latest, first.identity, second.identity if second else None)
     if dist.is_main:
         for warning in plan.warnings:
             log.warning("%s", warning)
+        if plan.left:
+            log.warning("%s", left_notice(plan.left, first.identity, paths.out))
+    # keep_last rotates among the checkpoints of the run's line only
+    checkpoints = CheckpointDir(paths.checkpoints, config.train.keep_last, line=plan.line)
     return PretrainingRun(config, paths, inputs, dist, device, vocab, checkpoints, first,
                           second, plan, budget)
 
@@ -229,6 +232,7 @@ class PretrainingRun:
         model = self.build_model()
         # MLflow before any training: an unreachable store fails now, in one line.
         tracker = self.open_tracker(labels)
+        self.replace_checkpoints()
         runner = StepRunner(model, self.config.train, self.first.batches, device=self.device,
                              dist=self.dist)
         try:
@@ -266,6 +270,24 @@ class PretrainingRun:
         random.seed(seed)
         np.random.seed(seed)
         return model
+
+    def replace_checkpoints(self) -> None:
+        """Set aside (or, with train.keep_replaced: false, delete) the checkpoints this run
+        replaces, saying so first; rank 0 does it once every process has planned from the
+        folder as it was."""
+        replaced = self.plan.replaced
+        if not replaced:
+            return
+        self.dist.barrier()
+        if self.dist.is_main:
+            keep = self.config.train.keep_replaced
+            log.warning("%s", replacing_notice(replaced, self.paths.checkpoints, keep,
+                                               self.checkpoints.set_aside_before()))
+            if keep:
+                self.checkpoints.set_aside(replaced)
+            else:
+                self.checkpoints.delete(replaced)
+        self.dist.barrier()
 
     def train_phases(self, runner: StepRunner, tracker: Tracker | None) -> TrainResult:
         """Phase 1 from where the plan says (unless it is done), then phase 2 (when it is on)
@@ -385,7 +407,7 @@ class PretrainingRun:
             save_model(runner.raw_model, staging)
             write_json(staging / RUN_INFO, {"step": runner.step,
                                             "fingerprints": last.identity.fingerprints})
-        report = pretrain_report(result, runner.raw_model, self.second)
+        report = pretrain_report(result, runner.raw_model, last.max_seq_length, self.second)
         write_json(paths.metrics, report.metrics, sort_keys=False)
         write_json(paths.details, report.details, sort_keys=False)
         return report
@@ -399,9 +421,9 @@ class PretrainingRun:
                           "train.planned_steps": result.planned_steps,
                           **({"train.seconds_per_step": result.step_timing.step_s}
                              if result.step_timing else {})})
-        final = self.checkpoints.latest()
+        final = result.checkpoint  # this run's last (not phase 2's, left with it off)
         if self.config.tracking.log_checkpoints == "last" and final is not None:
-            tracker.log_artifacts(final.path, f"checkpoints/{final.path.name}")
+            tracker.log_artifacts(final, f"checkpoints/{final.name}")
         with tempfile.TemporaryDirectory() as tmp:
             export_hf(runner.raw_model.cpu(), tmp, self.paths.vocab)
             tracker.log_artifacts(tmp, "hf_model")

@@ -19,6 +19,7 @@ class PretrainReport:
     metrics: dict[str, Any]  # written to paths.metrics
     details: dict[str, Any]  # written to paths.details
     val: dict[str, float]  # the last periodic evaluation (`bert evaluate` scores the model)
+    val_length: int  # the length of the samples it scored: the last phase's
 
 
 # Of the last logged train row: the numbers compared across runs. The rest of the row
@@ -26,11 +27,12 @@ class PretrainReport:
 TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy")
 
 
-def pretrain_report(result: TrainResult, model: BertPretrainingModel,
+def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_length: int,
                     second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
-    `second`: BERT's second phase, when it ran (the result is then the end of it)."""
+    `max_seq_length`: of the samples the last phase trained and was evaluated on; `second`:
+    BERT's second phase, when it ran (the result is then the end of it)."""
     metrics = {
         "steps": result.steps,
         "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
@@ -51,4 +53,4 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     val = result.last_eval.to_dict() if result.last_eval else {}
-    return PretrainReport(metrics, details, val)
+    return PretrainReport(metrics, details, val, max_seq_length)

@@ -5,7 +5,8 @@ The latest checkpoint is resumed when it shares this run's identity (`bertcore.t
 length). When only the length differs (`train.max_steps` or `train.epochs` changed), the run is
 extended (or shortened, if it has not passed the new end yet): it resumes with the
 learning-rate schedule re-planned to the new end, as transformers' Trainer does. Anything else
-starts fresh, and the new run's checkpoints replace the old ones.
+starts fresh, and the new run replaces the old checkpoints (set aside before it trains:
+`bertcore.training.lineage`).
 """
 
 from __future__ import annotations
@@ -40,7 +41,7 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
         named = " and ".join(NAMES.get(name, name) for name in changed)
         return ResumePlan(None, f"checkpoint {latest.path} was made with other "
                                 f"{named}{identity.param_changes(latest)}: "
-                                "starting fresh (it will be replaced)")
+                                "starting fresh")
     if identity.same_length(latest):
         return ResumePlan(latest)
     # The end it was heading for (with a time budget: as planned, when the plan was made).
@@ -49,7 +50,8 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
     if latest.step > total_steps:
         return ResumePlan(None, f"checkpoint {latest.path} is at step {latest.step}, past the "
                                 f"new end of the run{what} at step {total_steps}: starting "
-                                "fresh (it will be replaced)")
+                                "fresh (a shorter run cannot go on from a longer one's "
+                                "learning-rate schedule)")
     return ResumePlan(latest, f"the run's length changed{what}: resuming from step "
                               f"{latest.step} with the learning-rate schedule re-planned to end "
                               f"at step {total_steps} instead of {saved_total}",

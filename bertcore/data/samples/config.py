@@ -4,6 +4,9 @@ phase on, it builds the samples at that phase's length too."""
 
 from __future__ import annotations
 
+from pydantic import model_validator
+
+from bertcore.common.errors import ConfigError
 from bertcore.common.validation import Bool, integer, number, params_section
 
 SeqLength = integer(ge=8, le=8192)  # tokens of a sample, [CLS] and [SEP]s included
@@ -28,3 +31,28 @@ class Phase2Samples:
 
     enabled: Bool = False
     max_seq_length: SeqLength = 512
+
+
+def require_longer_phase2(phase2: Phase2Samples, length: int, where: str) -> None:
+    """With BERT's second phase on, its samples must be longer than phase 1's, of `length`
+    tokens (`where` says where that length is from): a ConfigError naming
+    phase2.max_seq_length otherwise."""
+    if phase2.enabled and phase2.max_seq_length <= length:
+        raise ConfigError("phase2.max_seq_length",
+                          f"{phase2.max_seq_length} is not longer than phase 1's samples "
+                          f"({where} {length}): phase 2 goes on at a longer length; raise it, "
+                          "or set phase2.enabled: false")
+
+
+@params_section(frozen=True)
+class SamplesParams:
+    """The params sections the samples stage reads, checked against each other."""
+
+    samples: SamplesConfig
+    phase2: Phase2Samples
+
+    @model_validator(mode="after")
+    def _phase2_longer(self) -> SamplesParams:
+        require_longer_phase2(self.phase2, self.samples.max_seq_length,
+                              "samples.max_seq_length is")
+        return self
