@@ -63,9 +63,11 @@ class Pipeline:
     # ------------------------------------------------------------------------ the parts
     def data(self) -> str:
         """corpus, vocab, samples; kept data of an earlier run of the check with the same
-        params is used again (a rerun on a warm machine)."""
+        params and samples format is used again (a rerun on a warm machine)."""
+        from bertcore.data.samples.store import FORMAT_VERSION
+
         stamp = hashlib.sha256(json.dumps([Path("params.yaml").read_text(encoding="utf-8"),
-                                           self.common]).encode()).hexdigest()
+                                           self.common, FORMAT_VERSION]).encode()).hexdigest()
         if DATA_STAMP.exists() and DATA_STAMP.read_text(encoding="utf-8") == stamp:
             return "reused"
         DATA_STAMP.unlink(missing_ok=True)

@@ -1,12 +1,11 @@
 """`bert samples`: NSP training samples (memory-mappable arrays) from the corpus and vocab.
 
-With BERT's second phase on (`phase2.enabled`), it builds the samples again at
-`phase2.max_seq_length`, into `phase2/` inside the output (one more pass over the corpus); the
-files of the first length are the same bytes with it on or off."""
+With BERT's second phase on (`phase2.enabled`), it pairs the same tokenised corpus again at
+`phase2.max_seq_length`, into `phase2/` inside the output (only the pairs: they point into the
+first length's tokens); the files of the first length are the same bytes with it on or off."""
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import time
 from pathlib import Path
@@ -62,13 +61,9 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
     started = time.perf_counter()
     parts = read_parts(corpus_dir)  # split by parts: no random B from a neighbouring part
     with atomic_dir(out_dir) as staging:
-        built = {"": build_samples(corpus_files, tokenizer, staging, config, fingerprint,
-                                   parts=parts, progress=sys.stderr.isatty())}
-        if phase2.enabled:
-            longer = dataclasses.replace(config, max_seq_length=phase2.max_seq_length)
-            built[PHASE2_DIR] = build_samples(corpus_files, tokenizer, staging / PHASE2_DIR,
-                                              longer, fingerprint, parts=parts,
-                                              progress=sys.stderr.isatty())
+        built = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
+                              phase2_length=phase2.max_seq_length if phase2.enabled else None,
+                              parts=parts, progress=sys.stderr.isatty())
     metrics = {s: {k: built[""][s][k] for k in METRIC_KEYS} for s in SPLITS}
     if phase2.enabled:  # only then: with phase 2 off the file is what it always was
         metrics[PHASE2_DIR] = {s: {k: built[PHASE2_DIR][s][k] for k in METRIC_KEYS}

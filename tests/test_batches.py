@@ -6,6 +6,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from conftest import save_samples
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.samples.store import SampleStore
@@ -214,12 +215,7 @@ def test_works_over_the_on_disk_sample_store(tmp_path, store):
     """The same batches from bertcore.data.samples.store.SampleStore (memory-mapped, reopened by
     path in DataLoader workers) as from the in-memory stand-in holding the same samples."""
     split = tmp_path / "train"
-    split.mkdir()
-    ids = [sample[0] for sample in store.samples]
-    np.save(split / "input_ids.npy", np.concatenate(ids).astype(np.uint16))
-    np.save(split / "offsets.npy", np.concatenate([[0], np.cumsum([len(x) for x in ids])]))
-    np.save(split / "segment_b_start.npy", np.array([s[1] for s in store.samples], np.int32))
-    np.save(split / "is_random_next.npy", np.array([s[2] for s in store.samples], np.uint8))
+    save_samples(split, store.samples)
     on_disk = SampleStore(split)
 
     def tensors(source, workers):

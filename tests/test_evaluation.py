@@ -10,6 +10,7 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from conftest import save_samples
 from tiny_pretrain import tiny_config
 
 from bertcore.model.bert import BertPretrainingModel
@@ -170,7 +171,9 @@ class PairSamples:
             b = 10 + 20 * (topic if shares else other) + rng.choice(20, size=8)
             ids = np.array([2, *a, 3, *b, 3])
             self.samples.append((ids, len(a) + 2, random_next))
-        self.input_ids = np.concatenate([ids for ids, _, _ in self.samples])
+        # what the pairs point into: every A and B
+        self.tokens = np.concatenate([np.delete(ids, [0, b_start - 1, len(ids) - 1])
+                                      for ids, b_start, _ in self.samples])
 
     def __len__(self) -> int:
         return len(self.samples)
@@ -224,10 +227,6 @@ def test_bert_evaluate_scores_each_length_with_its_masks_and_refuses_an_empty_va
     assert scores["length_64"] == alone.scores()
     assert context["length_64"]["mlm_predictions"] > 5 * context["length_64"]["sequences"]
 
-    empty = samples / "val"
-    np.save(empty / "input_ids.npy", np.zeros(0, np.uint16))
-    np.save(empty / "offsets.npy", np.zeros(1, np.int64))
-    np.save(empty / "segment_b_start.npy", np.zeros(0, np.int32))
-    np.save(empty / "is_random_next.npy", np.zeros(0, np.uint8))
+    save_samples(samples / "val", [])
     with pytest.raises(BertError, match=r"val split .* is empty: raise corpus\.val_fraction"):
         val_split(samples)

@@ -18,7 +18,13 @@ from bertcore.common.errors import BertError
 from bertcore.data.samples.build import VAL_MAX_PASSES, build_samples
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.pairing import pair_document, truncation
-from bertcore.data.samples.store import SampleStore, arrays_sha256_of_files, check_vocab, read_meta
+from bertcore.data.samples.store import (
+    PHASE2_DIR,
+    SampleStore,
+    arrays_sha256_of_files,
+    check_vocab,
+    read_meta,
+)
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import CLS_ID, SEP_ID, load_tokenizer, save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import train_tokenizer
@@ -60,24 +66,30 @@ def data(tmp_path_factory):
     return root
 
 
-def build(data, out, **config):
+def build(data, out, phase2_length=None, **config):
+    """Phase 1's meta.json (and with `phase2_length` phase 2's samples in out/phase2)."""
     config = SamplesConfig(**{"dupe_factor": 3, "workers": 1, **config})
     files = {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")}
     vocab = data / "vocab"
     out.mkdir()
-    return build_samples(files, load_tokenizer(vocab), out, config, vocab_fingerprint(vocab))
+    return build_samples(files, load_tokenizer(vocab), out, config, vocab_fingerprint(vocab),
+                         phase2_length=phase2_length)[""]
 
 
 def test_layout_and_invariants(data, tmp_path):
     meta = build(data, tmp_path / "s", max_seq_length=48)
     tokenizer = load_tokenizer(data / "vocab")
-    corpus_ids = set()
-    for line in (data / "corpus" / "train.txt").read_text().splitlines():
-        corpus_ids.update(tokenizer.encode(line, add_special_tokens=False).ids)
+    corpus = [tokenizer.encode(line, add_special_tokens=False).ids
+              for line in (data / "corpus" / "train.txt").read_text().splitlines()]
+    corpus_ids = set().union(*corpus)
     store = SampleStore(tmp_path / "s" / "train")
     assert len(store) == meta["train"]["count"] > 300
-    assert store.dtype == np.uint16
-    assert int(store.lengths.sum()) == meta["train"]["tokens"] == len(store.input_ids)
+    assert store.dtype == np.uint16 and store.tokens.dtype == np.uint16
+    assert int(store.lengths.sum()) == meta["train"]["tokens"]
+    # the tokens the pairs point into: the split's sentences, tokenised, in order, once
+    assert store.tokens.tolist() == [t for ids in corpus for t in ids]
+    assert len(store.tokens) == meta["train"]["corpus_tokens"]
+    assert (meta["cls_id"], meta["sep_id"], meta["tokens_dir"]) == (CLS_ID, SEP_ID, ".")
     for i in range(len(store)):
         ids, b_start, is_random = store[i]
         n = len(ids)
@@ -124,28 +136,44 @@ def test_val_gets_passes_until_it_holds_val_pairs(data, tmp_path):
 
 def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
     """meta["arrays_sha256"][split]: sha256 over each array's name, .npy header and the
-    sha256 of its data, in ARRAYS order (computed while writing; recomputed here from files)."""
-    meta = build(data, tmp_path / "s", dupe_factor=2)
-    assert read_meta(tmp_path / "s")["arrays_sha256"] == meta["arrays_sha256"]
-    for split in ("train", "val"):
-        digest = hashlib.sha256()
-        for name in sample_store.ARRAYS:
-            raw = (tmp_path / "s" / split / f"{name}.npy").read_bytes()
-            digest.update(f"{name}.npy\n".encode() + raw[:128] + hashlib.sha256(raw[128:]).digest())
-        assert meta["arrays_sha256"][split] == digest.hexdigest()
+    sha256 of its data, in ARRAYS order: the split's tokens.npy, then its pair arrays
+    (computed while writing; recomputed here from files). Phase 2's covers the token file of
+    phase 1 it points into, so a changed token changes both."""
+    out = tmp_path / "s"
+    meta = build(data, out, dupe_factor=2, phase2_length=64)
+    assert sample_store.ARRAYS == ("tokens", "segment_starts", "segment_lengths",
+                                   "is_random_next")
+    for folder in (out, out / PHASE2_DIR):
+        for split in ("train", "val"):
+            digest = hashlib.sha256()
+            for name in sample_store.ARRAYS:
+                path = (out if name == "tokens" else folder) / split / f"{name}.npy"
+                raw = path.read_bytes()
+                digest.update(f"{name}.npy\n".encode() + raw[:128]
+                              + hashlib.sha256(raw[128:]).digest())
+            assert read_meta(folder)["arrays_sha256"][split] == digest.hexdigest()
+    phase2 = read_meta(out / PHASE2_DIR)
+    assert not (out / PHASE2_DIR / "train" / "tokens.npy").exists()  # phase 1's, shared
+    assert phase2["tokens_dir"] == ".."
     assert meta["arrays_sha256"]["train"] != meta["arrays_sha256"]["val"]
-    ids = tmp_path / "s" / "train" / "input_ids.npy"
+    assert phase2["arrays_sha256"]["train"] != meta["arrays_sha256"]["train"]
+    ids = out / "train" / "tokens.npy"
     raw = bytearray(ids.read_bytes())
     raw[-1] ^= 1
     ids.write_bytes(bytes(raw))
-    assert arrays_sha256_of_files(tmp_path / "s" / "train") != meta["arrays_sha256"]["train"]
+    assert arrays_sha256_of_files(out / "train") != meta["arrays_sha256"]["train"]
+    assert arrays_sha256_of_files(out / PHASE2_DIR / "train") != phase2["arrays_sha256"]["train"]
+    assert arrays_sha256_of_files(out / "val") == meta["arrays_sha256"]["val"]
 
 
 def test_store_indexing_and_pickling(data, tmp_path):
     build(data, tmp_path / "s", dupe_factor=1)
     store = SampleStore(tmp_path / "s" / "val")
     ids, b_start, is_random = store[-1]
-    assert np.array_equal(ids, store.input_ids[store.offsets[-2] :])
+    (a, b), (len_a, len_b) = store.segment_starts[-1], store.segment_lengths[-1]
+    tokens = store.tokens
+    assert ids.tolist() == [CLS_ID, *tokens[a : a + len_a], SEP_ID, *tokens[b : b + len_b], SEP_ID]
+    assert b_start == len_a + 2 and is_random == store.is_random_next[-1]
     assert isinstance(b_start, int) and isinstance(is_random, int)
     with pytest.raises(IndexError):
         store[len(store)]
@@ -157,15 +185,87 @@ def test_store_indexing_and_pickling(data, tmp_path):
 
 
 def test_identical_output_whatever_the_workers_and_shards(data, tmp_path, monkeypatch):
-    build(data, tmp_path / "one", workers=1)
+    """Every file, phase 2's too, the same bytes for 1, 2 or 3 workers and any sharding; phase
+    1's the same with phase 2 off."""
+    build(data, tmp_path / "one", workers=1, phase2_length=64)
     monkeypatch.setattr(samples_module, "SHARD_TOKENS", 500)  # many shards
-    build(data, tmp_path / "two", workers=2)
+    build(data, tmp_path / "two", workers=2, phase2_length=64)
+    build(data, tmp_path / "three", workers=3)
     build(data, tmp_path / "seed", workers=1, random_seed=7)
-    names = [f"{s}/{a}.npy" for s in ("train", "val") for a in sample_store.ARRAYS]
-    for name in [*names, "meta.json"]:
-        assert (tmp_path / "one" / name).read_bytes() == (tmp_path / "two" / name).read_bytes()
-    one = (tmp_path / "one" / "train" / "input_ids.npy").read_bytes()
-    assert one != (tmp_path / "seed" / "train" / "input_ids.npy").read_bytes()
+
+    def files(folder):
+        return {str(p.relative_to(folder)): p.read_bytes() for p in folder.rglob("*")
+                if p.is_file()}
+
+    one, two, three = (files(tmp_path / name) for name in ("one", "two", "three"))
+    assert len(one) == 2 + 2 * 4 + 2 * 3  # meta.json twice, phase 1's 4 arrays, phase 2's 3
+    assert one == two
+    assert three == {name: data for name, data in one.items() if not name.startswith("phase2")}
+    starts = "train/segment_starts.npy"
+    assert one[starts] != (tmp_path / "seed" / starts).read_bytes()
+
+
+# The token sequences the model saw from the samples of format 1 (commit 1903d61, which stored
+# every `[CLS] A [SEP] B [SEP]` whole), for the corpus of the `data` fixture, with the tokenizer
+# and settings of `test_the_model_sees_the_sequences_of_format_1`, by `sequences_sha256`:
+# the format that stores pairs as references into the tokens must give the same ones.
+FORMAT_1_SEQUENCES = {
+    "documents": "114aea707fae67bccfad54ba0847bdddea6a2c59fe9c47387261567e0b96edab",
+    "parts": "e5e78cb52f7a0e0d9a20c524ddd56ae33a181e1099c5ada89503e4eaec936704",
+}
+
+
+def sequences_sha256(samples_dir) -> str:
+    """sha256 over every sample the model reads from a samples folder: for phase 1's folder,
+    then phase 2's, for train then val, "phase <1|2> <split> <count>\n", then per sample in
+    order its length (int32), its ids (int32 each), segment_b_start (int32), is_random_next
+    (uint8), all little-endian."""
+    digest = hashlib.sha256()
+    for phase, folder in ((1, samples_dir), (2, samples_dir / PHASE2_DIR)):
+        for split in ("train", "val"):
+            store = SampleStore(folder / split)
+            digest.update(f"phase {phase} {split} {len(store)}\n".encode())
+            for i in range(len(store)):
+                ids, b_start, is_random = store[i]
+                digest.update(np.int32(len(ids)).tobytes() + ids.astype("<i4").tobytes()
+                              + np.int32(b_start).tobytes() + np.uint8(is_random).tobytes())
+    return digest.hexdigest()
+
+
+def test_the_model_sees_the_sequences_of_format_1(data, tmp_path):
+    """Pairs stored as references give the model the very sequences format 1 stored whole:
+    both splits, both phases (48 and 96 tokens), a corpus split by documents and the same one
+    split by parts (4 parts a document in train, 3 in val: no random B from a neighbour)."""
+    tokenizer = train_tokenizer([documents(40, seed=3)[i] for i in range(40)],
+                                VocabConfig(vocab_size=200, min_frequency=1))
+    files = {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")}
+    parts = {"split_by": "parts", "train": [[d // 4, d % 4] for d in range(160)],
+             "val": [[d // 3, d % 3] for d in range(12)]}
+    config = SamplesConfig(max_seq_length=48, short_seq_prob=0.3, dupe_factor=3, workers=1)
+    for name, split_by in (("documents", None), ("parts", parts)):
+        out = tmp_path / name
+        out.mkdir()
+        build_samples(files, tokenizer, out, config, "fp", phase2_length=96, parts=split_by)
+        assert sequences_sha256(out) == FORMAT_1_SEQUENCES[name], name
+
+
+def test_samples_of_another_format_are_one_line_to_rebuild(data, tmp_path):
+    """Samples of format 1 (sequences stored whole) are not read: one line, rerun `bert
+    samples`; the store, the vocabulary check and training's inputs all say it."""
+    old = tmp_path / "old"
+    (old / "train").mkdir(parents=True)
+    np.save(old / "train" / "input_ids.npy", np.array([2, 7, 3, 8, 3], np.uint16))
+    np.save(old / "train" / "offsets.npy", np.array([0, 5], np.int64))
+    np.save(old / "train" / "segment_b_start.npy", np.array([3], np.int32))
+    np.save(old / "train" / "is_random_next.npy", np.array([0], np.uint8))
+    meta = {"format": 1, "vocab_fingerprint": vocab_fingerprint(data / "vocab"),
+            "arrays_sha256": {"train": "a" * 64}}
+    (old / "meta.json").write_text(json.dumps(meta))
+    for read in (lambda: SampleStore(old / "train"), lambda: check_vocab(old, data / "vocab")):
+        with pytest.raises(BertError, match=r"of format 1, this version reads format 2: "
+                                            r"rerun `bert samples`$") as error:
+            read()
+        assert "\n" not in str(error.value)
 
 
 def test_check_vocab(data, tmp_path):

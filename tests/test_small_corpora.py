@@ -199,7 +199,7 @@ def test_random_b_never_comes_from_its_own_or_a_neighbouring_part(tmp_path):
         meta = build_samples({s: corpus / f"{s}.txt" for s in ("train", "val")}, tokenizer,
                              outs[workers], SamplesConfig(max_seq_length=24, dupe_factor=8,
                                                           workers=workers),
-                             "fingerprint", parts=read_parts(corpus))
+                             "fingerprint", parts=read_parts(corpus))[""]
     for path in sorted(outs[1].rglob("*.*")):
         assert path.read_bytes() == (outs[2] / path.relative_to(outs[1])).read_bytes(), path
     assert meta["train"]["split_by"] == "parts"

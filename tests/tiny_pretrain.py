@@ -4,7 +4,6 @@ samples built in-process, and a tiny model config."""
 
 from __future__ import annotations
 
-import dataclasses
 import random
 from pathlib import Path
 
@@ -12,7 +11,6 @@ import yaml
 
 from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.store import PHASE2_DIR
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
@@ -70,11 +68,7 @@ def build_data(root: Path, *, vocab_size: int = 96, max_seq_length: int = 32,
     (data / "samples").mkdir(parents=True, exist_ok=True)
     corpus = {s: data / "corpus" / f"{s}.txt" for s in ("train", "val")}
     build_samples(corpus, tokenizer, data / "samples", samples_config,
-                  vocab_fingerprint(data / "vocab"))
-    if phase2_length is not None:
-        longer = dataclasses.replace(samples_config, max_seq_length=phase2_length)
-        build_samples(corpus, tokenizer, data / "samples" / PHASE2_DIR, longer,
-                      vocab_fingerprint(data / "vocab"))
+                  vocab_fingerprint(data / "vocab"), phase2_length=phase2_length)
     return data
 
 

@@ -24,10 +24,11 @@ def bag_of_words_nsp(train: SampleStore, val: SampleStore, limit: int = 20000) -
 
     train_bags = list(bags(train, min(len(train), limit)))
     n_train = len(train_bags)
-    # ids up to the largest in the bags and val (not a scan of the whole train split)
+    # ids up to the largest in the bags and in val's tokens, which its pairs point into (not a
+    # scan of the whole train split)
     largest = max((int(ids[-1]) for (a, _), (b, _), _ in train_bags for ids in (a, b)
                    if len(ids)), default=0)  # np.unique's ids are sorted
-    frequency = np.zeros(max(largest, int(val.input_ids.max())) + 1)
+    frequency = np.zeros(max(largest, int(val.tokens.max())) + 1)
     for (a, _), (b, _), _ in train_bags:
         frequency[np.union1d(a, b)] += 1
     idf = np.log((n_train + 1) / (frequency + 1)) + 1.0

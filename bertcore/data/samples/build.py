@@ -1,18 +1,21 @@
 """NSP training samples on disk: built from a corpus and a tokenizer, read by memory map.
 
-Layout of a samples folder (the contract in ARCHITECTURE.md):
+Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
 
-    meta.json                      vocab fingerprint, lengths, counts, NSP balance per split
-    {train,val}/input_ids.npy      all sequences `[CLS] A [SEP] B [SEP]`, concatenated
-    {train,val}/offsets.npy        int64 (n+1,): sequence i = input_ids[offsets[i]:offsets[i+1]]
-    {train,val}/segment_b_start.npy  int32 (n,): index of B's first token (= len(A) + 2)
-    {train,val}/is_random_next.npy   uint8 (n,): 1 when B is a random segment (NSP label 1)
+    meta.json                          vocab fingerprint, [CLS]/[SEP] ids, lengths, counts,
+                                       NSP balance per split
+    {train,val}/tokens.npy             every sentence's token ids, concatenated (no specials)
+    {train,val}/segment_starts.npy     int64 (n, 2): where pair i's A and B begin in tokens
+    {train,val}/segment_lengths.npy    uint16 (n, 2): how long A and B are
+    {train,val}/is_random_next.npy     uint8 (n,): 1 when B is a random segment (NSP label 1)
+    phase2/                            meta.json and the pair arrays at phase 2's length
 
-Building streams: each split is tokenised into a document table on disk (`doctable`), worker
-processes pair shards of documents into NSP instances (`pairing`), and the shards are appended in
-order to the output files (`store`). Every document gets its own random generator, seeded from
+Building streams: each split is tokenised once into its `tokens.npy` and a document table on
+disk (`doctable`); worker processes pair shards of documents into NSP instances (`pairing`),
+for phase 1's length and then phase 2's, and the shards' pairs are appended in order to each
+folder's pair arrays (`store`). Every document gets its own random generator, seeded from
 (random_seed, split, dupe, document), so the output is byte-identical whatever the number of
-workers.
+workers, and phase 1's is the same with phase 2 on or off.
 
 A corpus split by parts of documents (`bertcore.data.corpus.parts`, its parts.json passed as
 `parts`) is paired part by part, and a random B never comes from A's own part nor from the
@@ -36,15 +39,18 @@ from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.doctable import (
-    DOCUMENTS,
-    NEIGHBOURS,
-    ORIGINS,
-    DocTable,
-    tokenize_corpus,
-)
+from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable, tokenize_corpus
 from bertcore.data.samples.pairing import pair_document
-from bertcore.data.samples.store import FORMAT_VERSION, META_FILE, NpyAppender, arrays_sha256
+from bertcore.data.samples.store import (
+    FORMAT_VERSION,
+    META_FILE,
+    PAIR_ARRAYS,
+    PHASE2_DIR,
+    TOKENS,
+    NpyAppender,
+    arrays_sha256,
+    token_dtype,
+)
 
 # Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
 SHARD_TOKENS = 1 << 19
@@ -52,16 +58,12 @@ SHARD_TOKENS = 1 << 19
 # corpus's val split gives a few dozen pairs, and NSP accuracy on 50 pairs is +-0.07 (one
 # standard error); every pass pairs the same held-out documents anew, as train's passes do.
 VAL_MAX_PASSES = 20
-
-
-
-
-def token_dtype(vocab_size: int) -> np.dtype:
-    return np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
+# A document's neighbourhood (no random B from it): itself and the parts either side.
+NEIGHBOURHOOD = 3
 
 
 # ---------------------------------------------------------------------------------------------
-# Building
+# Pairing (in worker processes)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -69,7 +71,6 @@ class PairTask:
     """One worker task: pair documents [doc_lo, doc_hi) of a table in pass `dupe`."""
 
     table_dir: str
-    dtype: str
     split: str
     dupe: int
     doc_lo: int
@@ -77,8 +78,6 @@ class PairTask:
     max_seq_length: int
     short_seq_prob: float
     random_seed: int
-    cls_id: int
-    sep_id: int
 
 
 def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
@@ -87,92 +86,72 @@ def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Ra
     return random.Random(int.from_bytes(key.digest(), "little"))
 
 
-def pair_shard(task: PairTask) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
-    """NSP sequences of one shard: (input_ids, lengths, segment_b_start, is_random_next)."""
-    dtype = np.dtype(task.dtype)
+def pair_shard(task: PairTask) -> np.ndarray:
+    """NSP instances of one shard: int64 rows (a_start, a_stop, b_start, b_stop,
+    is_random_next), token offsets into the split's tokens."""
     max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    with DocTable(task.table_dir, dtype) as table:
-        docs = table.documents
-        sent_lo, sent_hi = int(docs[task.doc_lo, 0]), int(docs[task.doc_hi, 0])
-        offsets = table.sentence_starts(sent_lo, sent_hi)
-        tok_lo = int(offsets[0])
-        block = table.tokens(tok_lo, int(offsets[-1]))
-        offsets = offsets.tolist()
+    with DocTable(task.table_dir) as table:
+        rows = table.documents(task.doc_lo, task.doc_hi)
+        flags = table.neighbour_flags(task.doc_lo, task.doc_hi).tolist()
+        sent_lo = int(rows[0, 0])
+        offsets = table.sentence_starts(sent_lo, int(rows[-1, 0])).tolist()
+        first_sentences = (rows[:, 0] - sent_lo).tolist()
         instances = []
-        for doc in range(task.doc_lo, task.doc_hi):
-            s0, s1 = int(docs[doc, 0]), int(docs[doc + 1, 0])
+        for k, doc in enumerate(range(task.doc_lo, task.doc_hi)):
             instances += pair_document(
-                offsets[s0 - sent_lo : s1 - sent_lo + 1],
+                offsets[first_sentences[k] : first_sentences[k + 1] + 1],
                 document_rng(task.random_seed, task.split, task.dupe, doc),
                 max_num_tokens,
                 task.short_seq_prob,
-                _random_segments(table, doc),
+                _random_segments(table, doc, flags[k]),
             )
-        pos = np.array(instances, np.int64).reshape(len(instances), 5)
-        random_bs = [table.tokens(b0, b1) for _, _, b0, b1, r in instances if r]
-    return _gather(pos, block, tok_lo, random_bs, task.cls_id, task.sep_id)
+    return np.array(instances, np.int64).reshape(len(instances), 5)
 
 
-def excluded_range(table: DocTable, doc: int) -> tuple[int, int]:
-    """The documents lo..hi that give `doc` no random B: itself, and its neighbouring parts."""
-    flags = 0 if table.neighbours is None else int(table.neighbours[doc])
+def excluded_range(doc: int, flags: int) -> tuple[int, int]:
+    """The documents lo..hi that give `doc` (its neighbour `flags`) no random B: itself, and
+    its neighbouring parts."""
     return doc - (flags & 1), doc + (flags >> 1)
 
 
-def _random_segments(table: DocTable, doc: int):
+def _random_segments(table: DocTable, doc: int, flags: int):
     """Google's random B for document `doc`: from a random start sentence of another
     document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
     that document ends)."""
     n_docs = table.n_documents
-    docs = table.documents
-    lo, hi = excluded_range(table, doc)
+    lo, hi = excluded_range(doc, flags)
     excluded = hi - lo + 1
 
     def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
         other = rng.randrange(n_docs - excluded)
         other += excluded if other >= lo else 0  # any document but lo..hi
-        first, stop = int(docs[other, 0]), int(docs[other + 1, 0])
-        return table.segment(other, first + rng.randrange(stop - first), min_tokens)
+        first, stop = table.documents(other, other + 1)[:, 0].tolist()
+        return table.segment(first + rng.randrange(stop - first), stop, min_tokens)
 
     return random_segment
 
 
-def _gather(pos: np.ndarray, block: np.ndarray, tok_lo: int, random_bs: list[np.ndarray],
-            cls_id: int, sep_id: int):
-    """Lay out `[CLS] A [SEP] B [SEP]` for every instance row of `pos` with one gather from
-    one source: the shard's tokens (starting at corpus offset `tok_lo`), then [CLS] and
-    [SEP], then the random Bs in order."""
-    n = len(pos)
-    a0, a1, b0, b1, is_random = pos.T
-    len_a, len_b = a1 - a0, b1 - b0
-    cls_at, sep_at = len(block), len(block) + 1
-    source = np.concatenate([block, np.array([cls_id, sep_id], block.dtype), *random_bs])
-    b_src = b0 - tok_lo
-    random_rows = np.flatnonzero(is_random)
-    b_src[random_rows] = cls_at + 2 + np.cumsum(len_b[random_rows]) - len_b[random_rows]
-    one = np.ones(n, np.int64)
-    starts = np.stack([cls_at * one, a0 - tok_lo, sep_at * one, b_src, sep_at * one], axis=1)
-    lengths = np.stack([one, len_a, one, len_b, one], axis=1).ravel()
-    out_starts = np.cumsum(lengths) - lengths
-    index = np.repeat(starts.ravel() - out_starts, lengths) + np.arange(int(lengths.sum()))
-    return (
-        source[index],
-        len_a + len_b + 3,
-        (len_a + 2).astype(np.int32),
-        is_random.astype(np.uint8),
-    )
+# ---------------------------------------------------------------------------------------------
+# Building (in the main process)
 
 
-def _shards(documents: np.ndarray) -> Iterator[tuple[int, int]]:
-    """Consecutive document ranges of about SHARD_TOKENS tokens each."""
-    token_starts = documents[:, 1]
-    lo = 0
-    n_docs = len(documents) - 1
-    while lo < n_docs:
-        hi = int(np.searchsorted(token_starts, token_starts[lo] + SHARD_TOKENS, side="left"))
-        hi = min(max(hi, lo + 1), n_docs)
-        yield lo, hi
-        lo = hi
+def _shards(table: DocTable) -> Iterator[tuple[int, int]]:
+    """Consecutive document ranges of about SHARD_TOKENS tokens each: a range ends before the
+    first document that begins SHARD_TOKENS or more after its first one (the index read a
+    chunk at a time)."""
+    lo, lo_token = 0, 0  # the range being cut, and where its first document begins
+    for first, rows in table.index_chunks():
+        starts = rows[:-1, 1]  # where documents first, first + 1, ... begin
+        at = 0
+        while True:
+            at = max(at, lo + 1 - first)  # a range holds one document at least
+            found = at + int(np.searchsorted(starts[at:], lo_token + SHARD_TOKENS))
+            if found >= len(starts):
+                break
+            yield lo, first + found
+            lo, lo_token = first + found, int(starts[found])
+    if lo < table.n_documents:
+        yield lo, table.n_documents
 
 
 def build_split(
@@ -180,48 +159,49 @@ def build_split(
     split: str,
     encode_batch: Callable[[list[str]], list[list[int]]],
     out_dir: Path,
-    work_dir: Path,
-    config: SamplesConfig,
+    configs: dict[str, SamplesConfig],
     dtype: np.dtype,
-    dupe_factor: int,
     run: Callable,
-    special_ids: tuple[int, int],
     parts: dict,
     *,
-    min_pairs: int = 0,
     other_documents: int | None = None,
     progress: bool = False,
-) -> tuple[dict, str]:
-    """Tokenise, pair (through `run(pair_shard, tasks)`) and write one split into `out_dir`;
-    return its statistics and `arrays_sha256`. `special_ids` = ([CLS], [SEP]); `parts` is
-    the corpus's parts.json; `other_documents`, the other split's count, for advice.
-    `min_pairs` > 0: pass after pass, up to `dupe_factor`, until the split holds that many
-    pairs (pass k pairs as it would in any run, so the output depends only on the count)."""
-    table_dir = work_dir / split
-    stats = tokenize_corpus(corpus_file, encode_batch, table_dir, dtype, progress=progress)
+) -> dict[str, tuple[dict, str]]:
+    """Tokenise one split once into `out_dir/split/tokens.npy`, then pair it (through
+    `run(pair_shard, tasks)`) for each samples folder of `configs` (folder relative to
+    `out_dir` -> its settings); return each folder's statistics and `arrays_sha256` of the
+    split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
+    for advice."""
+    table_dir = out_dir / ".work" / split
+    (out_dir / split).mkdir(parents=True)
+    tokens = NpyAppender(out_dir / split / f"{TOKENS}.npy", dtype)
+    stats = tokenize_corpus(corpus_file, encode_batch, table_dir, tokens, progress=progress)
+    tokens_part = tokens.close()
     if stats["documents"] < 2:
         raise BertError(_too_few_documents(corpus_file, stats, parts, other_documents))
-    documents = np.fromfile(table_dir / DOCUMENTS, np.int64).reshape(-1, 2)
     if parts.get("split_by") == "parts":
-        _write_neighbours(corpus_file, table_dir, parts.get(split) or [], documents)
-    pairing = _SplitPairing(table_dir, split, dtype, config, special_ids,
-                            list(_shards(documents)))
-    arrays = _SplitArrays(out_dir, dtype)
-    passes = _pair_passes(pairing, run, arrays, dupe_factor, min_pairs, progress)
-    digest = arrays.close()
+        _write_neighbours(corpus_file, table_dir, parts.get(split) or [])
+    with DocTable(table_dir) as table:
+        shards = list(_shards(table))
+    built = {}
+    for folder, config in configs.items():
+        pairing = _SplitPairing(table_dir, split, config, shards)
+        pairs = _SplitPairs(out_dir / folder / split)
+        passes = _pair_passes(pairing, run, pairs, progress)
+        digest = pairs.close(tokens_part)
+        if pairs.count == 0:
+            raise BertError(
+                f"no NSP pairs could be made from {corpus_file}: each of its "
+                f"{stats['documents']} documents holds a single sentence, and NSP needs "
+                "documents of two sentences or more (in one-sentence-per-line text a blank "
+                "line ends a document: check corpus.format)"
+            )
+        built[folder] = _split_stats(stats, parts, passes, pairs), digest
     shutil.rmtree(table_dir)
-    if arrays.count == 0:
-        raise BertError(
-            f"no NSP pairs could be made from {corpus_file}: each of its {stats['documents']} "
-            "documents holds a single sentence, and NSP needs documents of two sentences or "
-            "more (in one-sentence-per-line text a blank line ends a document: check "
-            "corpus.format)"
-        )
-    return _split_stats(stats, parts, passes, arrays), digest
+    return built
 
 
-def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list,
-                      documents: np.ndarray) -> None:
+def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None:
     """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
     block of the file), beside its document table."""
     origins = np.fromfile(table_dir / ORIGINS, np.int64)
@@ -230,98 +210,100 @@ def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list,
                         "rerun `bert corpus`")
     flags = neighbour_flags(entries, origins)
     flags.tofile(table_dir / NEIGHBOURS)
-    _check_random_b_sources(corpus_file, documents, flags)
+    if len(flags) <= NEIGHBOURHOOD:  # a larger split has a document outside any neighbourhood
+        with DocTable(table_dir) as table:
+            documents = table.documents(0, table.n_documents)
+        _check_random_b_sources(corpus_file, documents, flags)
 
 
 @dataclasses.dataclass(frozen=True)
 class _SplitPairing:
-    """What every pairing task of one split shares: its document table, its settings and
-    the shards of its documents."""
+    """What every pairing task of one split at one length shares: its document table, its
+    settings and the shards of its documents."""
 
     table_dir: Path
     split: str
-    dtype: np.dtype
     config: SamplesConfig
-    special_ids: tuple[int, int]
     shards: list[tuple[int, int]]
 
-    def tasks(self, dupes: Iterable[int]) -> list[PairTask]:
+    @property
+    def passes(self) -> tuple[int, int]:
+        """(dupe_factor, min_pairs): train's passes; val's, until it holds val_pairs (so that
+        NSP accuracy on it means something), or one pass (val_pairs 0)."""
+        if self.split == "train":
+            return self.config.dupe_factor, 0
+        val_pairs = self.config.val_pairs
+        return (VAL_MAX_PASSES if val_pairs else 1), val_pairs
+
+    def tasks(self, dupes: Iterable[int]) -> Iterator[PairTask]:
         """One task per shard and pass in `dupes`, pass by pass."""
         config = self.config
-        return [
-            PairTask(
-                str(self.table_dir), self.dtype.str, self.split, dupe, lo, hi,
-                config.max_seq_length, config.short_seq_prob, config.random_seed,
-                *self.special_ids,
-            )
-            for dupe in dupes
-            for lo, hi in self.shards
-        ]
+        for dupe in dupes:
+            for lo, hi in self.shards:
+                yield PairTask(str(self.table_dir), self.split, dupe, lo, hi,
+                               config.max_seq_length, config.short_seq_prob, config.random_seed)
 
 
-class _SplitArrays:
-    """The four arrays of one split, appended shard after shard in task order, with the
-    counts its statistics need."""
+class _SplitPairs:
+    """The pair arrays of one split of one samples folder, appended shard after shard in task
+    order, with the counts its statistics need."""
 
-    def __init__(self, out_dir: Path, dtype: np.dtype):
-        out_dir.mkdir(parents=True)
-        self.writers = {
-            "input_ids": NpyAppender(out_dir / "input_ids.npy", dtype),
-            "offsets": NpyAppender(out_dir / "offsets.npy", np.int64),
-            "segment_b_start": NpyAppender(out_dir / "segment_b_start.npy", np.int32),
-            "is_random_next": NpyAppender(out_dir / "is_random_next.npy", np.uint8),
-        }
-        self.writers["offsets"].append(np.zeros(1, np.int64))
+    def __init__(self, out_dir: Path):
+        out_dir.mkdir(parents=True, exist_ok=True)
+        self.writers = {name: NpyAppender(out_dir / f"{name}.npy", dtype, columns)
+                        for name, (dtype, columns) in PAIR_ARRAYS.items()}
         self.tokens = self.random_count = 0
         self.min_length, self.max_length = np.iinfo(np.int64).max, 0
 
     @property
     def count(self) -> int:
-        """Sequences written so far."""
+        """Pairs written so far."""
         return self.writers["is_random_next"].count
 
-    def append(self, ids: np.ndarray, lengths: np.ndarray, b_start: np.ndarray,
-               is_random: np.ndarray) -> None:
-        """One shard's sequences (what `pair_shard` returns)."""
-        self.writers["input_ids"].append(ids)
-        self.writers["offsets"].append(self.tokens + np.cumsum(lengths))
-        self.writers["segment_b_start"].append(b_start)
+    def append(self, instances: np.ndarray) -> None:
+        """One shard's instances (what `pair_shard` returns)."""
+        a0, a1, b0, b1, is_random = instances.T
+        segment_lengths = np.stack([a1 - a0, b1 - b0], axis=1)
+        self.writers["segment_starts"].append(np.stack([a0, b0], axis=1))
+        self.writers["segment_lengths"].append(segment_lengths)
         self.writers["is_random_next"].append(is_random)
-        self.tokens += len(ids)
+        lengths = segment_lengths.sum(axis=1) + 3  # [CLS] A [SEP] B [SEP]
+        self.tokens += int(lengths.sum())
         self.random_count += int(is_random.sum())
         if len(lengths):
             self.max_length = max(self.max_length, int(lengths.max()))
             self.min_length = min(self.min_length, int(lengths.min()))
 
-    def close(self) -> str:
-        """Finish the files; returns their `arrays_sha256`."""
-        for writer in self.writers.values():
-            writer.close()
-        return arrays_sha256({name: (w.header, w.data_sha256.digest())
-                              for name, w in self.writers.items()})
+    def close(self, tokens_part: tuple[bytes, bytes]) -> str:
+        """Finish the files; returns the split's `arrays_sha256`, with `tokens_part` (header,
+        data digest) of the token file the pairs point into."""
+        parts = {name: writer.close() for name, writer in self.writers.items()}
+        return arrays_sha256({TOKENS: tokens_part, **parts})
 
 
-def _pair_passes(pairing: _SplitPairing, run: Callable, arrays: _SplitArrays, dupe_factor: int,
-                 min_pairs: int, progress: bool) -> int:
-    """Pair `dupe_factor` passes into `arrays`: every pass at once, or (min_pairs > 0) one at
-    a time until the split holds min_pairs. Returns the passes made."""
+def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: _SplitPairs,
+                 progress: bool) -> int:
+    """Pair the split's passes into `pairs`: every pass at once, or (min_pairs > 0) one at a
+    time until the split holds min_pairs. Returns the passes made."""
+    dupe_factor, min_pairs = pairing.passes
     rounds = [[dupe] for dupe in range(dupe_factor)] if min_pairs else [range(dupe_factor)]
     passes = 0
-    with tqdm(total=len(pairing.shards) * dupe_factor, desc=f"pair {pairing.split}",
-              unit="shard", disable=not progress, leave=False) as bar:
+    with tqdm(total=len(pairing.shards) * dupe_factor, unit="shard", disable=not progress,
+              desc=f"pair {pairing.split} ({pairing.config.max_seq_length})",
+              leave=False) as bar:
         for dupes in rounds:
             for shard in run(pair_shard, pairing.tasks(dupes)):
-                arrays.append(*shard)
+                pairs.append(shard)
                 bar.update()
             passes += len(dupes)
-            if min_pairs and arrays.count >= min_pairs:
+            if min_pairs and pairs.count >= min_pairs:
                 break
     return passes
 
 
-def _split_stats(stats: dict, parts: dict, passes: int, arrays: _SplitArrays) -> dict:
+def _split_stats(stats: dict, parts: dict, passes: int, pairs: _SplitPairs) -> dict:
     """meta.json's entry of one split: its corpus's counts (`stats`), and its pairs'."""
-    count = arrays.count
+    count = pairs.count
     return {
         "documents": stats["documents"],
         "split_by": parts.get("split_by", "documents"),
@@ -331,11 +313,11 @@ def _split_stats(stats: dict, parts: dict, passes: int, arrays: _SplitArrays) ->
         "empty_sentences_dropped": stats["empty_sentences_dropped"],
         "dupe_factor": passes,
         "count": count,
-        "tokens": arrays.tokens,
-        "mean_length": round(arrays.tokens / count, 3),
-        "min_length": arrays.min_length,
-        "max_length": arrays.max_length,
-        "nsp_random_fraction": round(arrays.random_count / count, 4),
+        "tokens": pairs.tokens,
+        "mean_length": round(pairs.tokens / count, 3),
+        "min_length": pairs.min_length,
+        "max_length": pairs.max_length,
+        "nsp_random_fraction": round(pairs.random_count / count, 4),
     }
 
 
@@ -358,7 +340,8 @@ def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
 
 
 def _check_random_b_sources(corpus_file: Path, documents: np.ndarray, flags: np.ndarray) -> None:
-    """Every document that can give an A must have a document outside its neighbourhood."""
+    """Every document that can give an A must have a document outside its neighbourhood
+    (`documents`: the document index, rows 0..n; `flags`: the neighbour flags)."""
     n_docs = len(documents) - 1
     excluded = 1 + (flags & 1).astype(np.int64) + (flags >> 1)  # int: uint8 overflows past 255
     pairable = np.diff(documents[:, 0]) >= 2
@@ -377,11 +360,14 @@ def build_samples(
     config: SamplesConfig,
     vocab_fingerprint: str,
     *,
+    phase2_length: int | None = None,
     parts: dict | None = None,
     progress: bool = False,
-) -> dict:
+) -> dict[str, dict]:
     """Build every split of `corpus_files` ({"train": path, "val": path}) into `out_dir`
-    (a fresh folder) with a `tokenizers.Tokenizer`; write meta.json and return it.
+    (a fresh folder) with a `tokenizers.Tokenizer`, and with `phase2_length` the samples of
+    BERT's second phase at that length into `out_dir/phase2` (pointing into the same tokens);
+    write each folder's meta.json and return them: {"": phase 1's, PHASE2_DIR: phase 2's}.
 
     `parts`: the corpus's parts.json (`bertcore.data.corpus.parts.read_parts`), when it is split
     by parts of documents. meta.json's `arrays_sha256` fingerprints each split's arrays.
@@ -389,41 +375,42 @@ def build_samples(
     out_dir = Path(out_dir)
     vocab_size = tokenizer.get_vocab_size()
     dtype = token_dtype(vocab_size)
-    special_ids = (_special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]"))
+    cls_id, sep_id = _special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]")
 
     def encode_batch(texts: list[str]) -> list[list[int]]:
         return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
 
-    work_dir = out_dir / ".work"
-    meta = {
+    configs = {"": config}
+    if phase2_length is not None:
+        configs[PHASE2_DIR] = dataclasses.replace(config, max_seq_length=phase2_length)
+    metas = {folder: {
         "format": FORMAT_VERSION,
         "vocab_fingerprint": vocab_fingerprint,
         "vocab_size": vocab_size,
         "dtype": dtype.name,
-        "max_seq_length": config.max_seq_length,
-        "short_seq_prob": config.short_seq_prob,
-        "dupe_factor": config.dupe_factor,
-        "val_pairs": config.val_pairs,
-        "random_seed": config.random_seed,
-    }
+        "cls_id": cls_id,
+        "sep_id": sep_id,
+        "tokens_dir": ".." if folder else ".",  # where {split}/tokens.npy is, from here
+        "max_seq_length": c.max_seq_length,
+        "short_seq_prob": c.short_seq_prob,
+        "dupe_factor": c.dupe_factor,
+        "val_pairs": c.val_pairs,
+        "random_seed": c.random_seed,
+        "arrays_sha256": {},
+    } for folder, c in configs.items()}
     # The pool starts (spawn takes a moment) while the first split is being tokenised.
-    digests = {}
     with TaskRunner(config.workers) as run:
         for split, path in corpus_files.items():
-            if split == "train":
-                dupe, min_pairs = config.dupe_factor, 0
-            else:  # passes until NSP accuracy on val means something (val_pairs 0: one pass)
-                dupe, min_pairs = (VAL_MAX_PASSES if config.val_pairs else 1), config.val_pairs
-            other = meta["train"]["documents"] if "train" in meta else None
-            meta[split], digests[split] = build_split(
-                Path(path), split, encode_batch, out_dir / split, work_dir, config, dtype,
-                dupe, run, special_ids, parts or {}, min_pairs=min_pairs,
-                other_documents=other, progress=progress,
-            )
-    meta["arrays_sha256"] = digests
-    shutil.rmtree(work_dir, ignore_errors=True)
-    write_json(out_dir / META_FILE, meta)
-    return meta
+            other = metas[""]["train"]["documents"] if "train" in metas[""] else None
+            built = build_split(Path(path), split, encode_batch, out_dir, configs, dtype, run,
+                                parts or {}, other_documents=other, progress=progress)
+            for folder, (stats, digest) in built.items():
+                metas[folder][split] = stats
+                metas[folder]["arrays_sha256"][split] = digest
+    shutil.rmtree(out_dir / ".work", ignore_errors=True)
+    for folder, meta in metas.items():
+        write_json(out_dir / folder / META_FILE, meta)
+    return metas
 
 
 def _special_id(tokenizer, token: str) -> int:

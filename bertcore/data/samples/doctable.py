@@ -1,16 +1,19 @@
 """Tokenised documents on disk, so that memory does not grow with the corpus.
 
-A corpus file (one sentence per line, blank line between documents) becomes three flat files:
+A corpus file (one sentence per line, blank line between documents) becomes flat files:
 
-- `tokens.bin`: every sentence's token ids, concatenated (no special tokens);
+- the tokens: every sentence's token ids, concatenated (no special tokens), appended to the
+  `NpyAppender` given (the samples folder's `tokens.npy`, which the pairs point into);
 - `sentences.bin`: int64, sentence i is tokens[s[i]:s[i+1]] (n_sentences + 1 entries);
 - `documents.bin`: int64 rows (first sentence, first token), document d spans rows d..d+1
   (n_documents + 1 rows);
 - `origins.bin`: int64, the block of the corpus file each document came from (blocks that
   tokenise to nothing leave no document, so the two numberings can differ).
 
-Readers fetch what they need with `os.pread`, not a memory map: random segments are read
-from anywhere in the corpus, and a map would keep every touched page in the process's RSS.
+Readers fetch what they need with `os.pread`, not a memory map and not whole: random segments
+are read from anywhere in the corpus, and a map would keep every touched page in the process's
+RSS; the document index is read a shard (or a chunk) at a time, so no process holds a table
+that grows with the corpus.
 """
 
 from __future__ import annotations
@@ -19,11 +22,14 @@ import os
 from collections.abc import Callable, Iterator
 from itertools import chain
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 from tqdm import tqdm
 
-TOKENS = "tokens.bin"
+if TYPE_CHECKING:
+    from bertcore.data.samples.store import NpyAppender
+
 SENTENCES = "sentences.bin"
 DOCUMENTS = "documents.bin"
 ORIGINS = "origins.bin"
@@ -31,6 +37,9 @@ NEIGHBOURS = "neighbours.bin"
 
 # How many sentence offsets a random segment reads at a time.
 _SENTENCE_WINDOW = 16
+# How many rows of the document index a pass over all of it reads at a time.
+INDEX_CHUNK = 1 << 16
+_ROW_BYTES = 16  # a row of the document index: two int64
 
 
 def read_line_batches(path: Path, batch_bytes: int, progress: tqdm | None) -> Iterator[list[str]]:
@@ -50,12 +59,13 @@ def tokenize_corpus(
     path: str | Path,
     encode_batch: Callable[[list[str]], list[list[int]]],
     table_dir: str | Path,
-    dtype: np.dtype,
+    tokens: NpyAppender,
     *,
     batch_bytes: int = 1 << 20,
     progress: bool = False,
 ) -> dict:
-    """Tokenise `path` into a document table in `table_dir`; return its counts.
+    """Tokenise `path` into a document table in `table_dir`, its tokens appended to `tokens`
+    (an `NpyAppender` of the token dtype); return its counts.
 
     `encode_batch` maps a list of sentences to their token ids (without special tokens).
     Sentences that tokenise to nothing are dropped; documents left empty disappear.
@@ -71,13 +81,13 @@ def tokenize_corpus(
         disable=not progress,
         leave=False,
     )
-    with _TableWriter(table_dir, dtype) as table, bar:
+    with _TableWriter(table_dir, tokens) as table, bar:
         for lines in read_line_batches(path, batch_bytes, bar):
             texts, numbers = documents.number(lines)
             if texts:
                 table.add(encode_batch(texts), numbers)
         table.finish()
-    return _table_counts(table_dir, dtype, table)
+    return _table_counts(table_dir, table)
 
 
 class _LineDocuments:
@@ -108,16 +118,16 @@ class _LineDocuments:
 
 
 class _TableWriter:
-    """The files of a document table, appended one batch of tokenised sentences at a time;
-    `finish` writes the closing row of the document index."""
+    """The files of a document table, appended one batch of tokenised sentences at a time (the
+    tokens to `tokens`); `finish` writes the closing row of the document index."""
 
-    def __init__(self, table_dir: Path, dtype: np.dtype):
-        self.dtype = np.dtype(dtype)
+    def __init__(self, table_dir: Path, tokens: NpyAppender):
+        self.tokens_file = tokens
         self.sentences = self.tokens = 0  # kept so far
         self.dropped = 0  # sentences that tokenised to nothing
         self.last_doc = -1  # document number of the last kept sentence
         self.files = {}
-        for name in (TOKENS, SENTENCES, DOCUMENTS, ORIGINS):
+        for name in (SENTENCES, DOCUMENTS, ORIGINS):
             self.files[name] = open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
         np.zeros(1, np.int64).tofile(self.files[SENTENCES])
 
@@ -145,8 +155,9 @@ class _TableWriter:
         rows.tofile(self.files[DOCUMENTS])
         doc_of[new_doc].tofile(self.files[ORIGINS])
         # empty sentences add no tokens, so all ids can be flattened as they are
-        flat = np.fromiter(chain.from_iterable(ids), self.dtype, count=int(lengths.sum()))
-        flat.tofile(self.files[TOKENS])
+        dtype = self.tokens_file.dtype
+        self.tokens_file.append(np.fromiter(chain.from_iterable(ids), dtype,
+                                            count=int(lengths.sum())))
         ends.tofile(self.files[SENTENCES])
         self.sentences += len(lengths)
         self.tokens = int(ends[-1])
@@ -157,41 +168,43 @@ class _TableWriter:
         np.array([[self.sentences, self.tokens]], np.int64).tofile(self.files[DOCUMENTS])
 
 
-def _table_counts(table_dir: Path, dtype: np.dtype, written: _TableWriter) -> dict:
+def _table_counts(table_dir: Path, written: _TableWriter) -> dict:
     """What `tokenize_corpus` returns: the counts of the table `written` to `table_dir`."""
-    with DocTable(table_dir, dtype) as table:
-        per_doc = np.diff(table.documents[:, 0])
-        return {
-            "documents": table.n_documents,
-            "sentences": written.sentences,
-            "tokens": written.tokens,
-            "single_sentence_documents": int((per_doc == 1).sum()),
-            "empty_sentences_dropped": written.dropped,
-        }
+    single = 0
+    with DocTable(table_dir) as table:
+        for _, rows in table.index_chunks():
+            single += int((np.diff(rows[:, 0]) == 1).sum())
+        documents = table.n_documents
+    return {
+        "documents": documents,
+        "sentences": written.sentences,
+        "tokens": written.tokens,
+        "single_sentence_documents": single,
+        "empty_sentences_dropped": written.dropped,
+    }
 
 
 class DocTable:
-    """Random access to a tokenised corpus written by `tokenize_corpus` (held in memory:
-    only the document index, two int64 per document, and the neighbour flags if any).
+    """Random access to a document table written by `tokenize_corpus`: its sentences and
+    document index, read where needed (nothing held in memory but the open files).
 
-    `neighbours` (from `neighbours.bin`, written by the samples stage when the corpus is split
-    by parts): per document, bit 0 when the document before it is its neighbour, bit 1 when
-    the one after it is; neighbours give no random B.
+    `neighbour_flags` (from `neighbours.bin`, written by the samples stage when the corpus is
+    split by parts): per document, bit 0 when the document before it is its neighbour, bit 1
+    when the one after it is; neighbours give no random B.
     """
 
-    def __init__(self, table_dir: str | Path, dtype: np.dtype):
+    def __init__(self, table_dir: str | Path):
         table_dir = Path(table_dir)
-        self.dtype = np.dtype(dtype)
-        self.documents = np.fromfile(table_dir / DOCUMENTS, np.int64).reshape(-1, 2)
-        self.n_documents = len(self.documents) - 1
-        flags = table_dir / NEIGHBOURS
-        self.neighbours = np.fromfile(flags, np.uint8) if flags.is_file() else None
         self._sentences = os.open(table_dir / SENTENCES, os.O_RDONLY)
-        self._tokens = os.open(table_dir / TOKENS, os.O_RDONLY)
+        self._documents = os.open(table_dir / DOCUMENTS, os.O_RDONLY)
+        flags = table_dir / NEIGHBOURS
+        self._neighbours = os.open(flags, os.O_RDONLY) if flags.is_file() else None
+        self.n_documents = os.fstat(self._documents).st_size // _ROW_BYTES - 1
 
     def close(self) -> None:
-        for fd in (self._sentences, self._tokens):
-            os.close(fd)
+        for fd in (self._sentences, self._documents, self._neighbours):
+            if fd is not None:
+                os.close(fd)
 
     def __enter__(self) -> DocTable:
         return self
@@ -199,17 +212,30 @@ class DocTable:
     def __exit__(self, *exc) -> None:
         self.close()
 
+    def documents(self, first: int, stop: int) -> np.ndarray:
+        """Rows first..stop of the document index, (first sentence, first token) each: documents
+        first..stop-1 and where the one after them begins."""
+        return _pread(self._documents, np.int64, 2 * first, 2 * (stop + 1 - first)).reshape(-1, 2)
+
+    def index_chunks(self) -> Iterator[tuple[int, np.ndarray]]:
+        """The whole document index, INDEX_CHUNK documents at a time: (first, its rows
+        first..stop), consecutive chunks sharing their boundary row."""
+        for first in range(0, self.n_documents, INDEX_CHUNK):
+            yield first, self.documents(first, min(first + INDEX_CHUNK, self.n_documents))
+
+    def neighbour_flags(self, first: int, stop: int) -> np.ndarray:
+        """uint8 flags of documents first..stop-1 (none without a neighbours file: zeros)."""
+        if self._neighbours is None:
+            return np.zeros(stop - first, np.uint8)
+        return _pread(self._neighbours, np.uint8, first, stop - first)
+
     def sentence_starts(self, first: int, stop: int) -> np.ndarray:
         """Token offsets where sentences first..stop begin (stop's is the end of stop-1)."""
         return _pread(self._sentences, np.int64, first, stop + 1 - first)
 
-    def tokens(self, start: int, stop: int) -> np.ndarray:
-        return _pread(self._tokens, self.dtype, start, stop - start)
-
-    def segment(self, doc: int, first_sentence: int, min_tokens: int) -> tuple[int, int]:
-        """Token range of whole sentences of `doc` from `first_sentence` (absolute index) on,
-        just long enough to reach `min_tokens` or the end of the document."""
-        last = int(self.documents[doc + 1, 0])
+    def segment(self, first_sentence: int, last: int, min_tokens: int) -> tuple[int, int]:
+        """Token range of whole sentences from `first_sentence` on, before sentence `last` (the
+        end of its document), just long enough to reach `min_tokens` or that end."""
         sentence = first_sentence
         start = None
         while True:
