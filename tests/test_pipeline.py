@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,8 +149,14 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     # finetune and prune log child runs of the pretraining run of the model they started from
     children = sorted((r.data.tags["mlflow.parentRunId"], r.info.run_name) for r in everything
                       if "mlflow.parentRunId" in r.data.tags)
-    assert children == sorted((r.info.run_id, name) for r in runs
-                              for name in ("finetune", "prune"))
+    assert [(parent, name.partition("-")[0]) for parent, name in children] == sorted(
+        (r.info.run_id, stage) for r in runs for stage in ("finetune", "prune"))
+    # named by what differs: the experiment's runs by its name, the others by their params
+    experiment = runs[1].data.tags["DVC_EXP_NAME"]
+    assert runs[1].info.run_name == experiment
+    assert re.fullmatch(r"tiny-6steps-[0-9a-f]{6}", runs[0].info.run_name)
+    names = {name for _, name in children}
+    assert {"finetune-" + experiment, "prune-" + experiment} < names and len(names) == 4
     assert [r.data.params["train.learning_rate"] for r in runs] == ["0.003", "0.001"]
     vocab_size = len((repo / "data" / "vocab" / "vocab.txt").read_text().splitlines())
     for r in runs:
@@ -167,7 +174,8 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process and 5 val/ curves;
     # prune trains no curve; finetune two (pretrained, scratch)
     for r in everything:
-        curves = {"prune": 0, "finetune": 2}.get(r.info.run_name, 16)
+        stage = r.info.run_name.partition("-")[0] if "mlflow.parentRunId" in r.data.tags else ""
+        curves = {"prune": 0, "finetune": 2}.get(stage, 16)
         assert_metrics_are_curves_or_results(client, r, curves)
     # the evaluation's baselines and counts: tags of the run, and a JSON artifact
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
