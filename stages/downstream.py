@@ -11,12 +11,12 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.common.digests import file_sha256
+from bertcore.common.digests import file_sha256, fingerprint_params
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.training.pretrain import MODEL_TAG, RUN_INFO
-from stages.repo import tracking_uri
+from stages.repo import experiment_name, tracking_uri
 from stages.report import track_report
 
 log = logging.getLogger("bert.downstream")
@@ -44,6 +44,13 @@ def pretraining_run(tracking: TrackingConfig, model_dir: str | Path
     return run, step, ""
 
 
+def child_run_name(stage: str, params: Mapping[str, Any]) -> str:
+    """`finetune-<DVC experiment>`, or `finetune-<6 hex digits of its params>` outside one:
+    the runs of a stage under one pretraining run differ by these (and the pretraining run
+    they hang under is the model's)."""
+    return f"{stage}-{experiment_name() or fingerprint_params(params)[:6]}"
+
+
 class DownstreamTracking:
     """A child run of the pretraining run the model came from (a new top-level run when the
     model has no run), plus headline metrics in that pretraining run."""
@@ -57,9 +64,10 @@ class DownstreamTracking:
         if not tracking.enabled:
             return
         self.parent, self.step, _ = pretraining_run(tracking, model_dir)
+        run_name = child_run_name(name, params)
         try:
-            self.run = self.parent.start_child(name, params=params) if self.parent else (
-                Tracker.start(tracking_uri(tracking), tracking.experiment, run_name=name,
+            self.run = self.parent.start_child(run_name, params=params) if self.parent else (
+                Tracker.start(tracking_uri(tracking), tracking.experiment, run_name=run_name,
                               params=params))
         except BertError as error:  # the results are in the metrics files all the same
             log.warning("nothing will be logged to MLflow: %s", error)

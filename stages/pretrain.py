@@ -37,7 +37,7 @@ from bertcore.training.pretrain import PretrainConfig, RunLabels, run_pretrainin
 from stages.dvcdeps import warn_unless_a_dep
 from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
 from stages.params import load_params, read_params
-from stages.repo import repo_root, tracking_uri
+from stages.repo import experiment_name, repo_root, tracking_uri
 from stages.report import details_file
 
 log = logging.getLogger("bert.pretrain")
@@ -86,10 +86,10 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
             run_params["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
         labels = RunLabels(
             tracking_uri=tracking_uri(config.tracking),
-            run_name=os.environ.get("DVC_EXP_NAME") or None,
+            run_name=experiment_name(),  # else named by its params (PretrainingRun.name)
             params=run_params,
             tags={"mlflow.source.git.commit": git_commit(repo_root()),
-                  "DVC_EXP_NAME": os.environ.get("DVC_EXP_NAME"),
+                  "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )
     report = run_pretraining(config, paths, labels)

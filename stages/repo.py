@@ -27,6 +27,12 @@ def repo_root(start: str | os.PathLike | None = None) -> Path:
     return here
 
 
+def experiment_name() -> str | None:
+    """The DVC experiment this command runs in: `dvc exp run` sets DVC_EXP_NAME for each
+    stage's command (its own random name, or `--name`); None outside one."""
+    return os.environ.get("DVC_EXP_NAME") or None
+
+
 def tracking_uri(config: TrackingConfig) -> str:
     """tracking.uri, else $MLFLOW_TRACKING_URI, else mlflow.db at the repo root."""
     return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))

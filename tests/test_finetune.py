@@ -378,7 +378,7 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     children = client.search_runs(
         [client.get_run(parent_id).info.experiment_id],
         filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and "
-                      "attributes.run_name = 'finetune'")
+                      "attributes.run_name LIKE 'finetune-%'")
     assert len(children) == 1
     child = children[0]
     assert child.info.status == "FINISHED"
@@ -449,7 +449,8 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
 def _latest_prune_run(client, parent_id: str):
     runs = client.search_runs(
         [client.get_run(parent_id).info.experiment_id],
-        filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and attributes.run_name = 'prune'",
+        filter_string=f"tags.mlflow.parentRunId = '{parent_id}' and "
+                      "attributes.run_name LIKE 'prune-%'",
         order_by=["attributes.start_time DESC"])
     return runs[0]
 

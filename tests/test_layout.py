@@ -1,6 +1,7 @@
 """The layout's two rules, checked on the source: bertcore's imports point one way (common <-
 data <- model <- training <- downstream), and every stage's deps in dvc.yaml cover the bertcore
-code the stage runs, so `dvc repro` reruns a stage whenever that code changes."""
+code the stage runs, so `dvc repro` reruns a stage whenever that code changes. And every output
+in dvc.yaml persists, so that a stage that fails leaves the last good ones."""
 
 from __future__ import annotations
 
@@ -100,3 +101,16 @@ def test_each_stage_depends_on_the_code_it_runs():
                            if not any(f == d or d in f.parents for d in deps))
         assert not uncovered, f"dvc.yaml: the {stage} stage runs code it does not depend on: " \
                               f"{uncovered}"
+
+
+def test_every_output_outlives_a_failed_run_of_its_stage():
+    """DVC deletes a stage's outputs before it runs the command, but not `persist: true` ones;
+    every stage replaces its outputs whole once the new ones are complete, so every output
+    persists and a stage stopped by a bad value leaves the last good ones (through dvc:
+    tests/test_pipeline.py)."""
+    stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    deleted_first = [f"{stage}: {out if isinstance(out, str) else next(iter(out))}"
+                     for stage, spec in stages.items()
+                     for kind in ("outs", "metrics", "plots") for out in spec.get(kind, [])
+                     if isinstance(out, str) or not next(iter(out.values())).get("persist")]
+    assert not deleted_first, f"dvc.yaml: outputs without persist: true: {deleted_first}"

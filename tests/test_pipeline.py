@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -148,8 +149,14 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     # finetune and prune log child runs of the pretraining run of the model they started from
     children = sorted((r.data.tags["mlflow.parentRunId"], r.info.run_name) for r in everything
                       if "mlflow.parentRunId" in r.data.tags)
-    assert children == sorted((r.info.run_id, name) for r in runs
-                              for name in ("finetune", "prune"))
+    assert [(parent, name.partition("-")[0]) for parent, name in children] == sorted(
+        (r.info.run_id, stage) for r in runs for stage in ("finetune", "prune"))
+    # named by what differs: the experiment's runs by its name, the others by their params
+    experiment = runs[1].data.tags["DVC_EXP_NAME"]
+    assert runs[1].info.run_name == experiment
+    assert re.fullmatch(r"tiny-6steps-[0-9a-f]{6}", runs[0].info.run_name)
+    names = {name for _, name in children}
+    assert {"finetune-" + experiment, "prune-" + experiment} < names and len(names) == 4
     assert [r.data.params["train.learning_rate"] for r in runs] == ["0.003", "0.001"]
     vocab_size = len((repo / "data" / "vocab" / "vocab.txt").read_text().splitlines())
     for r in runs:
@@ -167,7 +174,8 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process and 5 val/ curves;
     # prune trains no curve; finetune two (pretrained, scratch)
     for r in everything:
-        curves = {"prune": 0, "finetune": 2}.get(r.info.run_name, 16)
+        stage = r.info.run_name.partition("-")[0] if "mlflow.parentRunId" in r.data.tags else ""
+        curves = {"prune": 0, "finetune": 2}.get(stage, 16)
         assert_metrics_are_curves_or_results(client, r, curves)
     # the evaluation's baselines and counts: tags of the run, and a JSON artifact
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
@@ -192,11 +200,78 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
 
     # A stage sees only its own params: a new vocab_size invalidates vocab, not corpus
     # (samples and what follows rerun through their data deps).
-    params = yaml.safe_load((repo / "params.yaml").read_text(encoding="utf-8"))
+    text = (repo / "params.yaml").read_text(encoding="utf-8")
+    params = yaml.safe_load(text)
     params["vocab"]["vocab_size"] = 100
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(run([DVC, "status", "--json"], repo, env).stdout)
     assert set(status) == {"vocab"}, status
+    (repo / "params.yaml").write_text(text, encoding="utf-8")  # for the test after this one
+
+
+def test_a_bad_value_leaves_the_last_good_outputs_in_place(reproduced):
+    """DVC deletes a stage's outputs before it runs its command, but not those marked
+    `persist: true`: a stage that then stopped on a bad value left the last good run's
+    outputs gone (the cached ones until `dvc checkout`, the `cache: false` metrics for good).
+    Every output persists, and its stage replaces it only once the new one is whole: after a
+    bad value everything is as it was, `dvc repro` has nothing to do once the value is put
+    back, and a good value still reruns the stage and replaces its outputs, linked into the
+    cache as before."""
+    repo, env, _ = reproduced  # as `dvc repro` left it, or as the test before left it
+    assert json.loads(run([DVC, "status", "--json"], repo, env).stdout) == {}
+    params, lock = (repo / "params.yaml").read_text(), (repo / "dvc.lock").read_text()
+    before = output_files(repo)
+    failed = subprocess.run([DVC, "exp", "run", "-S", "train.max_steps=abc"], cwd=repo,
+                            env=env, capture_output=True, text=True, timeout=900)
+    said = failed.stdout + failed.stderr
+    assert failed.returncode != 0 and "Traceback" not in said, said
+    assert [line for line in said.splitlines() if line.startswith("Error:")] == [
+        "Error: train.max_steps: expected an integer, got 'abc'"], said
+    assert output_files(repo) == before  # every stage's, cached and `cache: false`
+    assert (repo / "dvc.lock").read_text() == lock
+    (repo / "params.yaml").write_text(params)
+    proc = run([DVC, "repro"], repo, env)
+    assert "Data and pipelines are up to date" in proc.stdout + proc.stderr
+    # before the command, DVC copied the stage's linked outputs out of the cache (`dvc
+    # unprotect`); they are the same bytes, and linked again by:
+    run([DVC, "checkout", "--relink"], repo, env)
+    assert_stored_once(repo)
+
+    changed = yaml.safe_load(params)
+    changed["train"]["max_steps"] += 2
+    (repo / "params.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
+    run([DVC, "repro", "--single-item", "pretrain"], repo, env)
+    after = output_files(repo)
+    replaced = {path for path in after if after[path] != before.get(path)}
+    assert {"models/pretrained/model.safetensors", "metrics/pretrain.json",
+            "metrics/pretrain_details.json", "metrics/pretrain_log.tsv",
+            "metrics/pretrain_eval.tsv"} <= replaced
+    pretrain = stage_outputs("pretrain")
+    assert all(any(path.startswith(out) for out in pretrain) for path in replaced), replaced
+    steps = json.loads((repo / "metrics" / "pretrain.json").read_text())["steps"]
+    assert steps == changed["train"]["max_steps"]
+    assert json.loads(run([DVC, "status", "--json"], repo, env).stdout).keys() == {
+        "evaluate", "export", "finetune", "prune"}  # they read the new model
+    assert_stored_once(repo)
+
+
+def stage_outputs(stage: str | None = None) -> list[str]:
+    """The paths dvc.yaml declares as outputs (outs, metrics, plots), of `stage` or of all."""
+    stages = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
+    return [out if isinstance(out, str) else next(iter(out))
+            for name, declared in stages.items() if stage in (None, name)
+            for kind in ("outs", "metrics", "plots") for out in declared.get(kind, [])]
+
+
+def output_files(repo: Path) -> dict[str, str]:
+    """The sha256 of every file of every output dvc.yaml declares, by path."""
+    found = {}
+    for out in stage_outputs():
+        path = repo / out
+        for file in ([path] if path.is_file() else sorted(path.rglob("*"))):
+            if file.is_file():
+                found[str(file.relative_to(repo))] = hashlib.sha256(file.read_bytes()).hexdigest()
+    return found
 
 
 def cached_outputs() -> list[str]:

@@ -2,9 +2,14 @@
 
 A `Tracker` is one MLflow run. It is opened before any training (an unreachable store is a
 `BertError` then, so the user learns it in seconds, not after hours), it logs metrics with
-their step, and it never kills training afterwards: if the store goes away mid-run, the
-first failed call logs a warning and the tracker goes quiet, while the local TSV record
-stays complete.
+their step, and it never kills training afterwards: if the store fails mid-run (a full disk,
+a server gone), the first failed call logs one warning and the tracker goes quiet, while the
+local TSV and JSON records stay complete. What MLflow and SQLAlchemy log about a failed call
+(a database error comes with its whole traceback) is held back to debug level
+(`_store_logs_held`). A run whose store failed is ended FAILED at its end if the store
+answers again by then; otherwise the next run opened in its experiment ends it, as it ends
+any run left RUNNING by a process that has ended (killed outright): each run carries its
+process in the tag `bert.process` (`_close_ended_runs`).
 
 What is a metric: the curves (`train/...`, `val/...`, `lr`), and a run's final results as
 one point each, named so that `mlflow ui` shows them after the curves (`log_results`).
@@ -14,6 +19,7 @@ would be a page of one-point charts before the curves.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import subprocess
@@ -22,11 +28,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from bertcore.common.errors import BertError
+from bertcore.common.processes import has_ended, process_label
 from bertcore.common.validation import Bool, params_section, text
 
 log = logging.getLogger(__name__)
@@ -37,6 +44,9 @@ _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_T
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 _MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
 _SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
+_STORE_LOGGERS = ("mlflow", "sqlalchemy")  # what they log about a failed call is held back
+PROCESS_TAG = "bert.process"  # the process running the run (`processes.process_label`)
+CLOSED_TAG = "bert.closed"  # why a run was ended by another than its own process
 
 
 @params_section
@@ -155,43 +165,30 @@ class Tracker:
         """
         _open_store(uri)
         from mlflow.entities import Param, RunTag
-        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
         try:
-            client = MlflowClient(tracking_uri=uri)
-            run = None
-            if run_id:
-                try:
-                    run = client.get_run(run_id)
-                except MlflowException:
-                    log.warning("MLflow run %s not found in %s: starting a new run", run_id, uri)
-            if run is not None and run.info.lifecycle_stage != "active":
-                log.warning("MLflow run %s was deleted: starting a new run", run_id)
-                run = None
-            if run is None:
-                found = client.get_experiment_by_name(experiment)
-                if found is not None and found.lifecycle_stage != "active":
-                    client.restore_experiment(found.experiment_id)
-                experiment_id = (
-                    found.experiment_id
-                    if found
-                    else client.create_experiment(experiment, _artifact_location(uri))
-                )
-                run = client.create_run(experiment_id, run_name=run_name)
-                log_params = [
-                    Param(key, _param_value(value)) for key, value in (params or {}).items()
-                ]
-            else:
-                client.update_run(run.info.run_id, status="RUNNING")
-                log_params = []
-            run_tags = [RunTag(key, str(value)) for key, value in (tags or {}).items() if value]
-            for start in range(0, max(len(log_params), 1), 100):  # MLflow takes 100 per batch
-                client.log_batch(
-                    run.info.run_id,
-                    params=log_params[start : start + 100],
-                    tags=run_tags if start == 0 else [],
-                )
+            with _store_logs_held():
+                client = MlflowClient(tracking_uri=uri)
+                run = _resumable_run(client, run_id, uri) if run_id else None
+                if run is None:
+                    experiment_id = _experiment_id(client, experiment, uri)
+                    _close_ended_runs(client, experiment_id)
+                    run = client.create_run(experiment_id, run_name=run_name)
+                    log_params = [Param(key, _param_value(value))
+                                  for key, value in (params or {}).items()]
+                else:
+                    _close_ended_runs(client, run.info.experiment_id, keep=run.info.run_id)
+                    client.update_run(run.info.run_id, status="RUNNING")
+                    log_params = []
+                run_tags = [RunTag(key, str(value))
+                            for key, value in {**(tags or {}), **_process_tag()}.items() if value]
+                for start in range(0, max(len(log_params), 1), 100):  # MLflow takes 100 a batch
+                    client.log_batch(
+                        run.info.run_id,
+                        params=log_params[start : start + 100],
+                        tags=run_tags if start == 0 else [],
+                    )
         except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
             raise _store_failed(uri, exc) from None
         return cls(client, run.info.run_id, uri)
@@ -199,17 +196,18 @@ class Tracker:
     @classmethod
     def attach(cls, uri: str, run_id: str) -> Tracker | None:
         """The existing run `run_id`, to add to it (evaluation after training); None, with a
-        warning, when the store no longer has it. An unreachable store is a BertError."""
+        warning, when the store no longer has it. A store that fails is a BertError."""
         _open_store(uri)
-        from mlflow.exceptions import MlflowException
         from mlflow.tracking import MlflowClient
 
-        client = MlflowClient(tracking_uri=uri)
         try:
-            run = client.get_run(run_id)
-        except MlflowException as exc:
-            log.warning("MLflow run %s not found in %s (%s): not logged", run_id, uri,
-                        _first_line(exc))
+            with _store_logs_held():
+                client = MlflowClient(tracking_uri=uri)
+                run = _existing_run(client, run_id)
+        except Exception as exc:  # the store failed, which is not the run being gone
+            raise _store_failed(uri, exc) from None
+        if run is None:
+            log.warning("MLflow run %s not found in %s: not logged", run_id, uri)
             return None
         if run.info.lifecycle_stage != "active":
             log.warning("MLflow run %s was deleted: not logged", run_id)
@@ -228,10 +226,13 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         try:
-            client = MlflowClient(tracking_uri=uri)
-            experiments = [e.experiment_id for e in client.search_experiments()]
-            runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
-                                      order_by=["attributes.start_time DESC"], max_results=1)
+            with _store_logs_held():
+                client = MlflowClient(tracking_uri=uri)
+                experiments = [e.experiment_id for e in client.search_experiments()]
+                runs = client.search_runs(experiments,
+                                          filter_string=f"tags.`{tag}` = '{value}'",
+                                          order_by=["attributes.start_time DESC"],
+                                          max_results=1)
         except Exception as exc:  # MlflowException, or the database's own errors
             raise _store_failed(uri, exc) from None
         return cls(client, runs[0].info.run_id, uri) if runs else None
@@ -245,12 +246,11 @@ class Tracker:
     ) -> Tracker:
         """A new run nested under this one (MLflow's `mlflow.parentRunId` tag), in the same
         experiment: `mlflow ui` shows it under this run."""
-        from mlflow.exceptions import MlflowException
-
         try:
-            run = self.client.get_run(self.run_id)
-            experiment = self.client.get_experiment(run.info.experiment_id).name
-        except MlflowException as exc:
+            with _store_logs_held():
+                run = self.client.get_run(self.run_id)
+                experiment = self.client.get_experiment(run.info.experiment_id).name
+        except Exception as exc:  # MlflowException, or the database's own errors
             raise BertError(
                 f"MLflow tracking store {self.uri} failed: {_first_line(exc)}"
             ) from None
@@ -262,7 +262,8 @@ class Tracker:
         if self.lost:
             return False
         try:
-            func(*args, **kwargs)
+            with _store_logs_held():
+                func(*args, **kwargs)
             return True
         except Exception as exc:  # any failure of the store must not stop training
             self.lost = True
@@ -325,7 +326,120 @@ class Tracker:
         )
 
     def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"] = "FINISHED") -> None:
-        self._call("end run", self.client.set_terminated, self.run_id, status)
+        """End the run with `status`. A run whose store failed on the way ends FAILED (KILLED
+        when interrupted): its MLflow record is incomplete. If the store still fails, one
+        more try only (the next run in the experiment ends it: `_close_ended_runs`)."""
+        if not self.lost:
+            self._call("end run", self.client.set_terminated, self.run_id, status)
+            return
+        try:
+            with _store_logs_held():
+                self.client.set_terminated(self.run_id,
+                                           "KILLED" if status == "KILLED" else "FAILED")
+        except Exception as exc:
+            log.debug("MLflow run %s could not be ended (%s): the next run in its "
+                      "experiment ends it", self.run_id, _first_line(exc))
+
+
+def _existing_run(client: Any, run_id: str) -> Any:
+    """Run `run_id` of the store, or None when the store has no such run (any other failure
+    of the store raises)."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
+            return None
+        raise
+
+
+def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
+    """Run `run_id`, to continue it; None, with a warning, when it is gone or deleted."""
+    run = _existing_run(client, run_id)
+    if run is None:
+        log.warning("MLflow run %s not found in %s: starting a new run", run_id, uri)
+    elif run.info.lifecycle_stage != "active":
+        log.warning("MLflow run %s was deleted: starting a new run", run_id)
+        run = None
+    return run
+
+
+def _experiment_id(client: Any, experiment: str, uri: str) -> str:
+    """The id of the experiment named `experiment`, created (or restored) when needed."""
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return client.create_experiment(experiment, _artifact_location(uri))
+    if found.lifecycle_stage != "active":
+        client.restore_experiment(found.experiment_id)
+    return found.experiment_id
+
+
+# ------------------------------------------------------------- runs whose process has ended
+def _process_tag() -> dict[str, str]:
+    label = process_label()
+    return {PROCESS_TAG: label} if label else {}
+
+
+def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) -> None:
+    """Best effort: end FAILED the runs of the experiment left RUNNING by a process that has
+    ended (killed outright, or whose store failed until its end), but `keep`, the run about
+    to be resumed. Their records stop where their store did; the local ones are whole."""
+    try:
+        with _store_logs_held():
+            running = client.search_runs([experiment_id],
+                                         filter_string="attributes.status = 'RUNNING'",
+                                         max_results=100)
+            for run in running:
+                label = run.data.tags.get(PROCESS_TAG)
+                if run.info.run_id == keep or not label or not has_ended(label):
+                    continue
+                client.set_tag(run.info.run_id, CLOSED_TAG,
+                               "ended FAILED by a later run: its process had ended")
+                client.set_terminated(run.info.run_id, "FAILED")
+                log.info("MLflow run %s (%s) was left RUNNING by a process that has ended: "
+                         "marked FAILED", run.info.run_id, run.info.run_name)
+    except Exception as exc:  # the caller's own calls will tell if the store is down
+        log.debug("MLflow runs left RUNNING could not be ended: %s", _first_line(exc))
+
+
+class _HeldRecords(logging.Handler):
+    """Log records kept, not shown."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.records: list[logging.LogRecord] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.records.append(record)
+
+
+@contextlib.contextmanager
+def _store_logs_held() -> Iterator[None]:
+    """Around calls to the store: what MLflow and SQLAlchemy log meanwhile is held back. If
+    the calls fail (MLflow logs a database error with its whole traceback, some 50 lines,
+    before raising), it goes to debug level (`bert -v` shows it) and the caller says what
+    failed in one line; if they succeed, it is passed on as it came."""
+    held = _HeldRecords()
+    loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
+    saved = [(logger.handlers, logger.propagate) for logger in loggers]
+    for logger in loggers:
+        logger.handlers, logger.propagate = [held], False
+    try:
+        yield
+    except BaseException:
+        _restore_loggers(loggers, saved)
+        for record in held.records:
+            log.debug("%s: %s", record.name, record.getMessage(), exc_info=record.exc_info)
+        raise
+    _restore_loggers(loggers, saved)
+    for record in held.records:
+        logging.getLogger(record.name).handle(record)
+
+
+def _restore_loggers(loggers: list[logging.Logger], saved: list[tuple[list, bool]]) -> None:
+    for logger, (handlers, propagate) in zip(loggers, saved, strict=True):
+        logger.handlers, logger.propagate = handlers, propagate
 
 
 def _artifact_location(uri: str) -> str | None:

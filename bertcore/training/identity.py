@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -149,6 +149,23 @@ def phase2_identity(phase1: RunIdentity, config: Phase2Config,
     }
     return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params},
                        phase1.total_steps + config.max_steps)
+
+
+def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | None = None
+             ) -> str:
+    """A run's name in a list of runs, from what makes it: `model` (its preset, or the folder
+    it starts from), its length (`1500steps`; `1500+500steps` with phase 2; `-30min` with a
+    time budget) and 6 hex digits of the rest of its identity (params, data, initial model),
+    so that two runs share a name only when they are the same run, or one extends the other."""
+    ends = [phase.total_steps for phase in phases]  # phase 2's numbered on from phase 1's
+    starts = [0, *ends[:-1]]
+    length = "+".join(str(end - start) for start, end in zip(starts, ends, strict=True))
+    length += "steps"
+    if max_minutes is not None:
+        length += f"-{max_minutes:g}min"
+    rest = [{key: value for key, value in phase.fingerprints.items()
+             if key not in (LENGTH, PHASE1)} for phase in phases]
+    return f"{model}-{length}-{fingerprint_params({'phases': rest})[:6]}"
 
 
 def optimisation_params(config: PretrainConfig) -> dict[str, Any]:

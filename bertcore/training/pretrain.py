@@ -45,7 +45,7 @@ from bertcore.training.config import TrainConfig
 from bertcore.training.devices import resolve_device
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalConfig, evaluate, val_batches
-from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity
+from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity, run_name
 from bertcore.training.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.lineage import left_notice, replacing_notice
 from bertcore.training.loop import Trainer, TrainResult
@@ -103,7 +103,7 @@ class RunLabels:
     """How the MLflow run is found and labelled (the caller knows the surroundings)."""
 
     tracking_uri: str
-    run_name: str | None = None
+    run_name: str | None = None  # None: named by what makes the run (`PretrainingRun.name`)
     params: dict[str, Any] = field(default_factory=dict)  # flattened params.yaml
     tags: dict[str, Any] = field(default_factory=dict)  # git commit, DVC experiment, ...
 
@@ -379,10 +379,19 @@ class PretrainingRun:
             labels.tracking_uri,
             self.config.tracking.experiment,
             run_id=None if self.plan.continues_earlier_run else previous_run,
-            run_name=labels.run_name,
+            run_name=labels.run_name or self.name(),
             params=labels.params,
             tags={**labels.tags, **self.run_tags(previous_run)},
         )
+
+    def name(self) -> str:
+        """The MLflow run's name when the caller gives none: MLflow's own random names come
+        from Python's global generator, which the run seeds, so every run with the same
+        train.seed would be called alike; this one says what differs (`identity.run_name`)."""
+        init = self.config.model.init_from
+        model = (Path(init).resolve().name or init) if init else self.config.model.preset
+        phases = [self.first.identity] + ([self.second.identity] if self.second else [])
+        return run_name(model, phases, self.config.train.max_minutes)
 
     def run_tags(self, previous_run: str | None) -> dict[str, Any]:
         """The MLflow run's tags: the phases' fingerprints, and the run it continues."""
