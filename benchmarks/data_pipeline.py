@@ -4,9 +4,10 @@ For each size it writes a prose-like corpus of N MB (Zipf-distributed made-up wo
 of 4-30 words, documents of 2-40 sentences, all documents distinct), runs `bert corpus`,
 `bert vocab` and `bert samples` each in its own subprocess (params.yaml defaults otherwise),
 and prints per stage the wall time, MB/s and tokens/s (over the corpus stage's output) and the
-peak RSS (summed over the stage's process tree, sampled every 50 ms). In the same run it times
-plain `tokenizers` `encode_batch` over the same text with the trained vocabulary: the floor
-the samples stage is compared with.
+peak RSS (summed over the stage's process tree, sampled every 0.1 s: `process_tree`). In the
+same run it times plain `tokenizers` `encode_batch` over the same text with the trained
+vocabulary: the floor the samples stage is compared with. (`scale.py` measures the same
+stages at one size with 1 and 2 workers, and projects them to a large corpus.)
 
 Targets: samples >= 0.5x plain encode_batch; peak RSS at the largest size within 1.2x of the
 second largest. Last line: `samples_vs_tokenizer=X.XX rss_ratio=Y.YY` (the ratio at the
@@ -21,14 +22,13 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
 from pathlib import Path
 
 import numpy as np
-import psutil
+from process_tree import run_watched
 
 REPO = Path(__file__).resolve().parents[1]
 MB = 1_000_000
@@ -85,23 +85,8 @@ def write_corpus(path: Path, megabytes: float, seed: int = 0) -> None:
 def run_stage(args: list[str], cwd: Path) -> tuple[float, int]:
     """Run `bert ARGS`; return (wall seconds, peak RSS in bytes summed over its processes)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "true"}
-    started = time.perf_counter()
-    proc = subprocess.Popen([sys.executable, "-m", "stages", *args], cwd=cwd, env=env,
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    peak = 0
-    parent = psutil.Process(proc.pid)
-    while proc.poll() is None:
-        try:
-            tree = [parent, *parent.children(recursive=True)]
-            peak = max(peak, sum(p.memory_info().rss for p in tree if p.is_running()))
-        except psutil.Error:
-            pass
-        time.sleep(0.05)
-    seconds = time.perf_counter() - started
-    _, err = proc.communicate()
-    if proc.returncode != 0:
-        sys.exit(f"bert {' '.join(args)} failed:\n{err.decode()[-3000:]}")
-    return seconds, peak
+    _, usage = run_watched([sys.executable, "-m", "stages", *args], cwd, env)
+    return usage.seconds, usage.peak_rss
 
 
 def tokenizer_floor(vocab_dir: Path, files: list[Path]) -> tuple[float, int]:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 import json
 import random
+from collections import Counter
 
 import numpy as np
 import pytest
@@ -12,7 +13,7 @@ import yaml
 from conftest import assert_one_line_error, run_bert
 
 from bertcore.common.errors import BertError
-from bertcore.data.vocab.config import AUTO_RANGE, VocabConfig
+from bertcore.data.vocab.config import AUTO_MIN_COUNT, AUTO_RANGE, VocabConfig
 from bertcore.data.vocab.coverage import vocab_coverage
 from bertcore.data.vocab.existing import load_source_vocabulary
 from bertcore.data.vocab.files import (
@@ -22,7 +23,7 @@ from bertcore.data.vocab.files import (
     save_vocab,
     vocab_fingerprint,
 )
-from bertcore.data.vocab.training import auto_vocab_size, train_tokenizer
+from bertcore.data.vocab.training import auto_vocab_size, new_tokenizer, train_tokenizer
 
 PROSE = (
     "the quick brown fox jumps over a lazy dog while children play in the old park "
@@ -200,6 +201,27 @@ def test_auto_vocab_size_is_the_number_of_words_seen_five_times_within_the_range
     # clamped: a tiny corpus still gets the lower bound, a huge one BERT's 30522
     assert auto(word_lines(50, 10)) == (low, 51)
     assert auto(word_lines(high + 500, 5)) == (high, high + 501)
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_auto_vocab_size_counts_the_words_bert_splits(lowercase):
+    """The count (by tokenizers' trainer) is of the words BERT's normaliser and pre-tokeniser
+    give, one by one: casing and accents merged or not, punctuation and CJK characters apart,
+    with counts on both sides of AUTO_MIN_COUNT."""
+    words = []
+    for i in range(300):
+        words += [f"Wört{i}"] * (i % 4 + 1) + [f"wort{i}"] * (i % 3 + 1)  # one word lowercased
+        words += [f"x{i}."] * (i % 7 + 1) + [f"東{i}"] * (i % 9 + 1)  # "x{i}" "."; "東" "{i}"
+    random.Random(0).shuffle(words)
+    lines = [" ".join(words[i : i + 9]) for i in range(0, len(words), 9)]
+    config = VocabConfig(lowercase=lowercase)
+    bert = new_tokenizer(config)
+    counts = Counter(word for line in lines for word, _ in
+                     bert.pre_tokenizer.pre_tokenize_str(bert.normalizer.normalize_str(line)))
+    frequent = sum(count >= AUTO_MIN_COUNT for count in counts.values())
+    assert 100 < frequent < len(counts) - 100
+    assert auto_vocab_size([lines[i : i + 50] for i in range(0, len(lines), 50)],
+                           config)[1] == frequent
 
 
 def test_cli_auto_sizes_the_vocab_from_the_corpus_and_records_it(tmp_path):
