@@ -16,8 +16,8 @@ samples). A shuffle within blocks of the file would be small too, but the sample
 corpus and dupe-pass order, so it would train on one stretch of the corpus at a time; a
 permutation computed by blocks with a global interleave mixes, but needs more parts (block
 permutations, an interleave, their seeds) for what one keyed bijection gives: every step draws
-from the whole split. The order is not numpy's: the same (seed, epoch) give another order than
-`rng.permutation` did, and no n gives the same.
+from the whole split. The order is not numpy's: the same (seed, epoch) give other orders than
+`rng.permutation` drew, for every n.
 
 **The steps** (`EpochSteps`): the stream, in order of position, is dealt into length bins
 (`LengthBins`, `width` tokens each; no width: one bin, no binning). Whenever a bin has
@@ -28,9 +28,9 @@ with several bins, are of similar length, so a micro-batch padded to its longest
 With one bin, step s is positions [s * batch_size, (s + 1) * batch_size).
 
 A step is found by dealing the epoch's stream from its start again, chunk by chunk
-(`CHUNK` positions), without building the steps before it: resuming mid-epoch costs a pass of
-hashing (and, with several bins, reading lengths) over the positions before it, and memory stays
-a chunk plus the bins' part-filled steps.
+(`CHUNK` positions), without building the steps before it: resuming mid-epoch costs, with
+several bins, hashing the positions before it and reading their lengths (with one bin only
+counting them), and memory stays a chunk plus the bins' part-filled steps.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ import numpy as np
 from bertcore.common.errors import require
 from bertcore.common.hashing import GOLDEN, mix64
 
-ROUNDS = 6  # Feistel rounds: 4 already make a strong pseudo-random permutation (Luby-Rackoff)
+# Feistel rounds: 4 of pseudo-random functions make a strong pseudo-random permutation
+# (Luby-Rackoff); with 1 or 2 the orders of successive epochs are correlated (test_order.py)
+ROUNDS = 6
 CHUNK = 1 << 16  # positions dealt into the bins at a time
 _DOMAIN = np.uint64(0x6F726465725F7631)  # "order_v1": these keys are not the masks' keys
 
