@@ -1,7 +1,10 @@
 """Data order: per-epoch permutation, the split of a global batch over ranks and accumulation
-micro-batches, exact resume, worker-count independence, evaluation batches."""
+micro-batches, exact resume, worker-count independence, length bins, evaluation batches (the
+order itself, its memory and its mixing: test_order.py)."""
 
 from __future__ import annotations
+
+import itertools
 
 import numpy as np
 import pytest
@@ -10,14 +13,17 @@ from conftest import save_samples
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.samples.store import SampleStore
-from bertcore.training.batches import PretrainingBatches, epoch_order, eval_batches
+from bertcore.training import order
+from bertcore.training.batches import PretrainingBatches, eval_batches
 from bertcore.training.masking import (
     IGNORE_INDEX,
     MaskingConfig,
     PretrainingCollator,
     VocabSpec,
+    padded_length,
     slots_to_labels,
 )
+from bertcore.training.order import NO_BINS, EpochOrder, LengthBins
 
 VOCAB_SIZE = 5000
 
@@ -42,6 +48,10 @@ class ListStore:
 
     def __getitem__(self, index):
         return self.samples[index]
+
+    @property
+    def lengths(self):
+        return np.array([len(sample[0]) for sample in self.samples])
 
 
 def collator(seed: int = 5) -> PretrainingCollator:
@@ -71,14 +81,15 @@ def sample_index(row: tuple) -> int:
     return original - 5
 
 
-def global_steps(store, batch_size, accumulation, world_size, epoch=0, start_step=0, workers=0):
+def global_steps(store, batch_size, accumulation, world_size, epoch=0, start_step=0, workers=0,
+                 bins=NO_BINS):
     """Per optimizer step: all ranks' micro-batch rows, rank by rank, micro-batch by
     micro-batch; plus the micro-batch sizes seen."""
     per_rank = [
         list(
             PretrainingBatches(
                 store, collator(), batch_size, accumulation, seed=3, rank=rank,
-                world_size=world_size, num_workers=workers,
+                world_size=world_size, num_workers=workers, bins=bins,
             ).iterate(epoch, start_step)
         )
         for rank in range(world_size)
@@ -108,10 +119,10 @@ def one_process(store):
 
 def test_one_process_epoch_is_the_seeded_permutation(store, one_process):
     assert len(one_process) == 103 // 16  # last partial batch dropped
-    order = epoch_order(103, seed=3, epoch=0)
+    epoch = EpochOrder(103, seed=3, epoch=0)(np.arange(103))
     seen = [sample_index(row) for step in one_process for row in step]
-    assert seen == order[: 6 * 16].tolist()
-    assert sorted(order.tolist()) == list(range(103))
+    assert seen == epoch[: 6 * 16].tolist()
+    assert sorted(epoch.tolist()) == list(range(103))
     for step in one_process:
         for row in step:
             assert row[3] == int(sample_index(row) % 3 == 0)
@@ -179,6 +190,92 @@ def test_workers_give_identical_tensors(store):
             assert torch.equal(a[name], b[name])
 
 
+# ------------------------------------------------------------------------------ length bins
+BINS = LengthBins(width=8, max_length=64)  # ListStore's lengths: 7..61
+
+
+@pytest.fixture(scope="module")
+def long_store():
+    return ListStore(400, seed=1)
+
+
+@pytest.fixture(scope="module")
+def binned(long_store):
+    return global_steps(long_store, batch_size=8, accumulation=1, world_size=1, bins=BINS)
+
+
+def test_binned_steps_draw_each_from_one_bin_and_every_sample_at_most_once(long_store, binned):
+    bin_of = BINS.of(long_store.lengths)
+    sizes = np.bincount(bin_of, minlength=BINS.count)
+    assert len(binned) == (sizes // 8).sum() < 400 // 8  # each bin's remainder is dropped
+    steps = [[sample_index(row) for row in step] for step in binned]
+    for step in steps:
+        assert len(set(bin_of[step])) == 1
+    seen = [index for step in steps for index in step]
+    assert len(seen) == len(set(seen))
+    left = np.bincount(bin_of[np.setdiff1d(np.arange(400), seen)], minlength=BINS.count)
+    assert (left == sizes % 8).all()
+    # consecutive steps come from different bins, in the stream's order, not bin after bin
+    changes = sum(bin_of[a[0]] != bin_of[b[0]] for a, b in itertools.pairwise(steps))
+    assert changes > len(steps) / 2
+
+
+def test_binned_micro_batches_pad_to_within_a_bin(long_store, binned):
+    unbinned = global_steps(long_store, 8, 1, 1)
+    assert len(unbinned) == 400 // 8
+
+    def padding(steps):
+        tokens = [len(row[0]) for step in steps for row in step]
+        padded = [padded_length(max(len(row[0]) for row in step)) * len(step) for step in steps]
+        return 1 - sum(tokens) / sum(padded)
+
+    assert padding(binned) < 0.12 < 0.25 < padding(unbinned)
+
+
+@pytest.mark.parametrize("world_size, accumulation", [(2, 1), (2, 2), (4, 2)])
+def test_binned_steps_are_the_same_for_any_split_and_resume_exactly(long_store, binned,
+                                                                    world_size, accumulation):
+    assert global_steps(long_store, 8, accumulation, world_size, bins=BINS) == binned
+    for start_step in (1, 17, len(binned) - 1, len(binned)):
+        resumed = global_steps(long_store, 8, accumulation, world_size, start_step=start_step,
+                               bins=BINS)
+        assert resumed == binned[start_step:]
+
+
+def test_the_steps_do_not_depend_on_how_the_stream_is_chunked(long_store, binned, monkeypatch):
+    """The positions are dealt into the bins a chunk at a time: the steps, and where a
+    resumed epoch picks up, are those of one stream, whatever the chunk."""
+    for chunk in (1, 7, 64):
+        monkeypatch.setattr(order, "CHUNK", chunk)
+        assert global_steps(long_store, 8, 1, 1, bins=BINS) == binned
+        assert global_steps(long_store, 8, 1, 1, start_step=30, bins=BINS) == binned[30:]
+
+
+def test_binned_workers_give_identical_tensors(long_store):
+    def tensors(workers):
+        batches = PretrainingBatches(long_store, collator(), 16, 2, seed=3, bins=BINS,
+                                     num_workers=workers)
+        return [micro for step in batches.iterate(1, start_step=2) for micro in step]
+
+    serial, parallel = tensors(0), tensors(2)
+    assert len(serial) == len(parallel) > 10
+    for a, b in zip(serial, parallel, strict=True):
+        for name in a:
+            assert torch.equal(a[name], b[name])
+
+
+def test_a_batch_no_bin_holds_names_the_section_batch_size_and_bin_width(long_store):
+    with pytest.raises(BertError, match=r"only 5 training samples for a batch of 8: lower "
+                                        r"phase2\.batch_size"):
+        PretrainingBatches(ListStore(5), collator(), 8, 1, seed=0, section="phase2")
+    largest = int(np.bincount(BINS.of(long_store.lengths)).max())
+    with pytest.raises(BertError, match=rf"no length bin of the 400 training samples holds a "
+                                        rf"batch of {largest + 1} .* holds {largest}\): lower "
+                                        r"phase2\.batch_size or raise phase2\.length_bin_width"):
+        PretrainingBatches(long_store, collator(), largest + 1, 1, seed=0, bins=BINS,
+                           section="phase2")
+
+
 def test_invalid_settings(store):
     with pytest.raises(ConfigError, match="batch_size"):
         PretrainingBatches(store, collator(), 16, 3, seed=0)  # 16 not divisible by 3
@@ -186,8 +283,10 @@ def test_invalid_settings(store):
         PretrainingBatches(store, collator(), 8, 2, seed=0, world_size=8)
     with pytest.raises(ConfigError, match="rank"):
         PretrainingBatches(store, collator(), 8, 1, seed=0, rank=2, world_size=2)
-    with pytest.raises(BertError, match="batch_size"):
+    with pytest.raises(BertError, match=r"lower train\.batch_size"):
         PretrainingBatches(ListStore(5), collator(), 8, 1, seed=0)
+    with pytest.raises(ConfigError, match="length_bin_width"):
+        LengthBins(width=0, max_length=64)
     batches = PretrainingBatches(store, collator(), 16, 1, seed=0)
     assert batches.steps_per_epoch == 6 and batches.micro_batch_size == 16
     with pytest.raises(ConfigError, match="start_step"):

@@ -341,6 +341,26 @@ def test_phase_2_mistakes_are_one_line_naming_the_key(data, tmp_path):
     assert_one_line_error(proc, "phase2.enabled", "holds no samples of phase 2", "bert samples")
 
 
+def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp_path):
+    """Issue 30, case 10: a phase-2 batch larger than phase 2's samples said "lower
+    train.batch_size"; and one that no length bin fills names the bins too."""
+    work = workdir(tmp_path / "run", data)
+    store = SampleStore(data / "samples" / "phase2" / "train")
+    count = len(store)
+    proc = run_bert("pretrain", "--set", f"phase2.batch_size={count + 1}", cwd=work,
+                    env=ONE_THREAD)
+    assert_one_line_error(proc, f"only {count} training samples for a batch of {count + 1}",
+                          "lower phase2.batch_size or build more samples", code=1)
+    assert "train.batch_size" not in proc.stderr
+    fullest = int(np.bincount((store.lengths - 1) // 32).max())  # phase 2's bins: 32 tokens
+    assert fullest < count
+    proc = run_bert("pretrain", "--set", f"phase2.batch_size={fullest + 1}", cwd=work,
+                    env=ONE_THREAD)
+    assert_one_line_error(proc, f"of phase2.length_bin_width=32 holds {fullest}",
+                          "lower phase2.batch_size or raise phase2.length_bin_width", code=1)
+    assert not (work / "models").exists()
+
+
 def test_the_exported_model_reads_phase_2_lengths_in_transformers(data, straight, tmp_path):
     transformers = pytest.importorskip("transformers")
     bert("export", "--out", str(tmp_path / "hf"), cwd=straight)

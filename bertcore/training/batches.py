@@ -1,11 +1,14 @@
-"""The order in which the training loop sees samples, for one or many processes.
+"""The batches the training loop sees, for one or many processes.
 
-Epoch e permutes all n samples with a generator seeded from (seed, e); optimizer step s of the
-epoch takes the global batch perm[s*G:(s+1)*G] (the last partial batch is dropped). The global
-batch is cut into world_size * accumulation equal micro-batches; rank r gets the r-th run of
-`accumulation` of them. The set of samples in each optimizer step, and (see masking.py) their
-masks, therefore depend only on (seed, epoch, step): not on the number of processes or
-DataLoader workers. A position in the data is just (epoch, step), which makes resuming exact.
+Which samples make optimizer step s of epoch e is `bertcore.training.order`'s: a keyed
+bijection on the samples, dealt into length bins (`train.length_bin_width`,
+`phase2.length_bin_width`),
+gives each step its global batch of `batch_size` samples. The global batch is cut into
+world_size * accumulation equal micro-batches; rank r gets the r-th run of `accumulation` of
+them, each collated (masked, padded to its longest) by `PretrainingCollator`. The set of
+samples in each optimizer step, and (see masking.py) their masks, therefore depend only on
+(seed, epoch, step): not on the number of processes or DataLoader workers. A position in the
+data is just (epoch, step), which makes resuming exact.
 """
 
 from __future__ import annotations
@@ -19,14 +22,19 @@ from torch.utils.data import DataLoader, Dataset
 
 from bertcore.common.errors import BertError, require
 from bertcore.training.masking import PretrainingCollator
+from bertcore.training.order import NO_BINS, EpochSteps, LengthBins
 
 
 class SampleSource(Protocol):
-    """What batches need from a sample store (bertcore.data.samples.store.SampleStore fits)."""
+    """What batches need from a sample store (bertcore.data.samples.store.SampleStore fits);
+    `lengths` (the full length of every sample) is read only with several length bins."""
 
     def __len__(self) -> int: ...
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int, int]: ...
+
+    @property
+    def lengths(self) -> np.ndarray: ...
 
 
 class TaggedSamples(Dataset):
@@ -43,12 +51,6 @@ class TaggedSamples(Dataset):
         epoch, index = key
         ids, segment_b_start, is_random_next = self.store[index]
         return epoch, index, ids, int(segment_b_start), int(is_random_next)
-
-
-def epoch_order(num_samples: int, seed: int, epoch: int) -> np.ndarray:
-    """The permutation of all samples for `epoch` (int64), the same on every rank."""
-    rng = np.random.Generator(np.random.PCG64(np.random.SeedSequence([seed % 2**64, epoch])))
-    return rng.permutation(num_samples)
 
 
 def split_global_batch(
@@ -76,10 +78,7 @@ class _MicroBatchSampler:
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
         b = self.batches
-        order = epoch_order(len(b.store), b.seed, self.epoch)
-        size = b.global_batch_size
-        for step in range(self.start_step, b.steps_per_epoch):
-            global_batch = order[step * size : (step + 1) * size]
+        for global_batch in b.steps.batches(self.epoch, self.start_step):
             for micro in split_global_batch(
                 global_batch, b.world_size, b.accumulation_steps, b.rank
             ):
@@ -101,7 +100,11 @@ class PretrainingBatches:
         world_size: int = 1,
         num_workers: int = 0,
         pin_memory: bool = False,
+        bins: LengthBins = NO_BINS,
+        section: str = "train",
     ):
+        """`bins`: the length bins each step draws from (one: no binning); `section`: the
+        params section the batch size is set in, for messages (train, phase2)."""
         require(global_batch_size >= 1, "batch_size", global_batch_size, "an integer >= 1")
         require(
             accumulation_steps >= 1,
@@ -119,11 +122,9 @@ class PretrainingBatches:
             global_batch_size,
             f"a multiple of processes x gradient_accumulation_steps = {parts}",
         )
-        if len(store) < global_batch_size:
-            raise BertError(
-                f"only {len(store)} training samples for a batch of {global_batch_size}: "
-                "lower train.batch_size or build more samples"
-            )
+        self.steps = EpochSteps(store, bins, global_batch_size, seed)
+        if self.steps.per_epoch == 0:
+            raise BertError(_too_few_samples(self.steps, section))
         self.store = store
         self.collator = collator
         self.global_batch_size = global_batch_size
@@ -141,7 +142,7 @@ class PretrainingBatches:
 
     @property
     def steps_per_epoch(self) -> int:
-        return len(self.store) // self.global_batch_size
+        return self.steps.per_epoch
 
     def iterate(self, epoch: int, start_step: int = 0) -> Iterator[list[dict[str, torch.Tensor]]]:
         """Optimizer steps `start_step .. steps_per_epoch-1` of `epoch`, each as a list of this
@@ -169,6 +170,18 @@ class PretrainingBatches:
             if len(step) == self.accumulation_steps:
                 yield step
                 step = []
+
+
+def _too_few_samples(steps: EpochSteps, section: str) -> str:
+    """Why an epoch of `steps` has no step, and which params to change."""
+    count, size = len(steps.store), steps.batch_size
+    if count < size or steps.bins.count == 1:
+        return (f"only {count} training samples for a batch of {size}: lower "
+                f"{section}.batch_size or build more samples")
+    return (f"no length bin of the {count} training samples holds a batch of {size} (the "
+            f"fullest of {section}.length_bin_width={steps.bins.width} holds "
+            f"{int(steps.bin_sizes.max())}): lower {section}.batch_size or raise "
+            f"{section}.length_bin_width (null: no bins)")
 
 
 class _EvalSampler:

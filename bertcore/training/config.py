@@ -25,6 +25,8 @@ CompileMode = Bool | Literal["fullgraph"]
 Steps = integer(ge=1)  # optimizer steps
 BatchSize = integer(ge=1)  # sequences per optimizer step, over all micro-batches and processes
 AccumulationSteps = integer(ge=1)
+# tokens: each step draws its samples from one bin of lengths this wide (training/order.py)
+LengthBinWidth = integer(ge=1, allowed="an integer >= 1 (tokens), or null")
 LearningRate = number(gt=0)
 WarmupSteps = integer(ge=0)
 AdamBetas = checked(list[Float], lambda betas: len(betas) == 2 and all(0 <= b < 1 for b in betas),
@@ -49,6 +51,7 @@ class TrainConfig:
     max_minutes: number(gt=0, allowed="a number > 0 or null") | None = None
     batch_size: BatchSize = 32
     gradient_accumulation_steps: AccumulationSteps = 1
+    length_bin_width: LengthBinWidth | None = None  # null: a step's samples of any length
     learning_rate: LearningRate = 0.002  # peak, after the warmup
     warmup_steps: WarmupSteps = 150
     weight_decay: number(ge=0) = 0.01  # not on biases and LayerNorm

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 
 from bertcore.common.errors import BertError, require
+from bertcore.common.hashing import GOLDEN, mix64
 from bertcore.common.validation import Bool, integer, number, params_section
 
 IGNORE_INDEX = -100
@@ -32,9 +33,6 @@ RANDOM_FRACTION = 0.1  # 10% → a random non-special token; the remaining 10% s
 PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 
 _U64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
-_GOLDEN = np.uint64(0x9E3779B97F4A7C15)
-_MIX1 = np.uint64(0xBF58476D1CE4E5B9)
-_MIX2 = np.uint64(0x94D049BB133111EB)
 _STREAMS = 3  # per position: selection key, 80/10/10 decision, replacement token
 
 
@@ -109,25 +107,18 @@ class VocabSpec:
         )
 
 
-def _mix(z: np.ndarray) -> np.ndarray:
-    """splitmix64's finaliser: a bijective avalanche on uint64 arrays (wraps by design)."""
-    z = (z ^ (z >> np.uint64(30))) * _MIX1
-    z = (z ^ (z >> np.uint64(27))) * _MIX2
-    return z ^ (z >> np.uint64(31))
-
-
 def sample_keys(seed: int, epochs: np.ndarray, indices: np.ndarray) -> np.ndarray:
     """One uint64 key per sample from (seed, epoch, index); distinct for distinct samples."""
     epochs = np.asarray(epochs, dtype=np.int64).astype(np.uint64)
     indices = np.asarray(indices, dtype=np.int64).astype(np.uint64)
     seeds = np.full(indices.shape, seed % 2**64, dtype=np.uint64)
-    return _mix(_mix(_mix(seeds) ^ epochs) ^ indices)
+    return mix64(mix64(mix64(seeds) ^ epochs) ^ indices)
 
 
 def position_hashes(keys: np.ndarray, length: int) -> np.ndarray:
     """uint64 [B, length, 3]: the splitmix64 stream of each sample key, three per position."""
     counters = np.arange(1, length * _STREAMS + 1, dtype=np.uint64).reshape(length, _STREAMS)
-    return _mix(keys[:, None, None] + counters[None] * _GOLDEN)
+    return mix64(keys[:, None, None] + counters[None] * GOLDEN)
 
 
 def _uniform(hashes: np.ndarray) -> np.ndarray:

@@ -44,6 +44,7 @@ from bertcore.training.config import (
     AccumulationSteps,
     BatchSize,
     LearningRate,
+    LengthBinWidth,
     Steps,
     TrainConfig,
     WarmupSteps,
@@ -65,6 +66,8 @@ class Phase2Config(Phase2Samples):
     max_steps: Steps = 150  # optimizer steps of phase 2, numbered on from phase 1's
     batch_size: BatchSize = 8  # its global batch (32 x 128 tokens = 8 x 512)
     gradient_accumulation_steps: AccumulationSteps = 1
+    # each step's samples from one bin of lengths 32 tokens wide: pads ~5%, not ~40%
+    length_bin_width: LengthBinWidth | None = 32
     learning_rate: LearningRate = 0.001  # its peak, after its own warmup
     warmup_steps: WarmupSteps = 15
 
@@ -79,7 +82,8 @@ class Phase2Config(Phase2Samples):
             train, max_steps=self.max_steps, epochs=None, max_minutes=None,
             batch_size=self.batch_size,
             gradient_accumulation_steps=self.gradient_accumulation_steps,
-            learning_rate=self.learning_rate, warmup_steps=self.warmup_steps)
+            length_bin_width=self.length_bin_width, learning_rate=self.learning_rate,
+            warmup_steps=self.warmup_steps)
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:

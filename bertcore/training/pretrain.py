@@ -50,6 +50,7 @@ from bertcore.training.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.lineage import left_notice, replacing_notice
 from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.order import LengthBins
 from bertcore.training.phases import (
     Phase,
     Phase2Config,
@@ -133,7 +134,8 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
     if inputs.init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
                  inputs.init.path, inputs.init.describe())
-    batches = _batches(inputs.train_store, config.masking, config.train, vocab, dist, device)
+    batches = _batches(inputs.train_store, inputs.max_seq_length, config.masking, config.train,
+                       vocab, dist, device)
     found = CheckpointDir(paths.checkpoints)
     phase1_latest = found.latest(where=in_phase1)  # its files hashed once per start
     budget = _time_budget(config, inputs)
@@ -152,14 +154,21 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
                           second, plan, budget)
 
 
-def _batches(store: SampleStore, masking: MaskingConfig, train: TrainConfig, vocab: VocabSpec,
-             dist: Distributed, device: torch.device) -> PretrainingBatches:
-    return PretrainingBatches(
-        store, PretrainingCollator(masking, vocab, seed=train.seed), train.batch_size,
-        train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
-        world_size=dist.world_size, num_workers=train.num_workers,
-        pin_memory=device.type == "cuda",
-    )
+def _batches(store: SampleStore, max_seq_length: int, masking: MaskingConfig,
+             train: TrainConfig, vocab: VocabSpec, dist: Distributed, device: torch.device,
+             section: str = "train") -> PretrainingBatches:
+    """The batches of one phase; `section` (train, phase2) sets its batch and length bins,
+    and mistakes name it."""
+    try:
+        return PretrainingBatches(
+            store, PretrainingCollator(masking, vocab, seed=train.seed), train.batch_size,
+            train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
+            world_size=dist.world_size, num_workers=train.num_workers,
+            pin_memory=device.type == "cuda",
+            bins=LengthBins(train.length_bin_width, max(1, max_seq_length)), section=section,
+        )
+    except ConfigError as exc:  # its batch does not split over the processes, ...
+        raise exc.in_section(section) from None
 
 
 def _time_budget(config: PretrainConfig, inputs: PretrainInputs) -> TimeBudget | None:
@@ -200,10 +209,8 @@ def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: Pretrain
     settings = config.phase2
     train = settings.train_config(config.train)
     masking = scaled_masking(config.masking, inputs.max_seq_length, settings.max_seq_length)
-    try:
-        batches = _batches(inputs.phase2_train, masking, train, vocab, dist, device)
-    except ConfigError as exc:  # its batch does not split over the processes
-        raise exc.in_section("phase2") from None
+    batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
+                       dist, device, section="phase2")
     identity = phase2_identity(first.identity, settings, paths.phase2_samples)
     return Phase(2, settings.max_seq_length, train, masking, batches, inputs.phase2_val,
                  phase2_start(first), identity)
