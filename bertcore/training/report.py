@@ -27,10 +27,11 @@ TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"
 
 
 def pretrain_report(result: TrainResult, model: BertPretrainingModel,
-                    second: Phase | None = None) -> PretrainReport:
+                    computed_with: dict[str, Any], second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
-    `second`: BERT's second phase, when it ran (the result is then the end of it)."""
+    `second`: BERT's second phase, when it ran (the result is then the end of it).
+    `computed_with`: what the bytes depend on beyond the params (`cpu.cpu_record`)."""
     metrics = {
         "steps": result.steps,
         "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
@@ -50,5 +51,6 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel,
                              "steps": second.identity.total_steps - second.start.step,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
+    details["computed_with"] = computed_with
     val = result.last_eval.to_dict() if result.last_eval else {}
     return PretrainReport(metrics, details, val)
