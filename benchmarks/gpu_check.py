@@ -124,8 +124,11 @@ class DeviceCheck:
     def pipeline(self):
         from gpu_check_pipeline import Pipeline
 
+        # the stages run in this process, after it computed: CPU kernels as they are (what a
+        # GPU computes does not depend on them)
         common = ["--set", "tracking.enabled=false", "--set", f"train.device={self.kind}",
-                  "--set", "train.log_every=10"]
+                  "--set", "train.log_every=10", "--set", "cpu.isa=native",
+                  "--set", "cpu.threads=null"]
         for item in self.sizes.overrides:
             common += ["--set", item]
         return Pipeline(common, self.env, self.record.deadline, self.signals, self.bench.device)

@@ -9,18 +9,36 @@ in the same run. The last line is machine-readable:
 
     python benchmarks/model_step.py            # preset mini, seq 128, batch 32
     python benchmarks/model_step.py --quick    # a short run (smaller batch, fewer steps)
+
+`--pinning` instead measures what pinning the CPU kernels costs (`bertcore.training.cpu`): our
+step in one process per setting (the kernels are chosen once per process), the same model and
+batch in each, stepping in turn A B B A ... so that load from other processes hits all alike;
+the first setting is the reference. A setting is ISA[:THREADS]: `native` (this machine's best
+kernels, torch's own thread count), `avx2:1` (what `cpu: {isa: avx2, threads: 1}` runs), ...
+The last line gives each setting's median step time over the reference's:
+
+    native=1.00 avx2:1=X.XX
+
+    python benchmarks/model_step.py --pinning      # native vs the cpu section's defaults
+    python benchmarks/model_step.py --pinning --preset base --batch 8 --variants native avx2:2 avx2
 """
 
 from __future__ import annotations
 
 import argparse
+import json
+import os
 import statistics
+import subprocess
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import to_hf_state_dict
+from bertcore.training.cpu import PINNED_ENV, CpuConfig, cpu_record, pin_cpu
 from bertcore.training.masking import labels_to_slots
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
@@ -118,6 +136,16 @@ def matmul_flops_per_s(shapes, repeats: int = 5) -> float:
 
 
 def main() -> None:
+    args = parse_args()
+    if args.worker:
+        pinning_worker(args)
+    elif args.pinning:
+        compare_pinning(args)
+    else:
+        compare_transformers(args)
+
+
+def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--preset", default="mini")
     parser.add_argument("--seq", type=int, default=128)
@@ -129,11 +157,26 @@ def main() -> None:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
+    parser.add_argument("--pinning", action="store_true",
+                        help="pinned vs native CPU kernels instead of ours vs transformers")
+    parser.add_argument("--variants", nargs="+", default=None, metavar="ISA[:THREADS]",
+                        help="--pinning's settings, the first the reference (default: native "
+                             "and the cpu section's defaults)")
+    parser.add_argument("--rounds", type=int, default=6,
+                        help="--pinning: rounds of --steps steps per setting")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.quick:
+        args.batch, args.steps, args.warmup, args.rounds = 8, 3, 1, 2
+    if args.variants is None:
+        default = CpuConfig()
+        args.variants = ["native", f"{default.isa}:{default.threads or 'auto'}"]
+    return args
+
+
+def compare_transformers(args: argparse.Namespace) -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.quick:
-        args.batch, args.steps, args.warmup = 8, 3, 1
 
     from transformers import BertConfig as HFBertConfig
     from transformers import BertForPreTraining
@@ -215,6 +258,83 @@ def main() -> None:
     print(
         f"speedup_vs_transformers={theirs_s / ours_s:.2f} matmul_fraction={achieved / matmul:.2f}"
     )
+
+
+# ------------------------------------------------------- pinned vs native CPU kernels
+def cpu_config(variant: str) -> CpuConfig:
+    """`avx2:2` -> CpuConfig(isa="avx2", threads=2); no THREADS (or `auto`): torch's own."""
+    isa, _, threads = variant.partition(":")
+    return CpuConfig(isa=isa, threads=None if threads in ("", "auto") else int(threads))
+
+
+def ours_training(args: argparse.Namespace):
+    """One training step of our model (fused AdamW, as the trainer), on the benchmark's batch."""
+    torch.manual_seed(0)
+    config = BertConfig.from_preset(args.preset, vocab_size=args.vocab_size)
+    model = BertPretrainingModel(config).train()
+    optimizer = torch.optim.AdamW(model.param_groups(0.01), lr=1e-4, fused=True)
+    batch = ours_inputs(make_batch(args.batch, args.seq, args.vocab_size,
+                                   torch.Generator().manual_seed(0)))
+
+    def step() -> None:
+        model(**batch).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+
+    return step
+
+
+def pinning_worker(args: argparse.Namespace) -> None:
+    """A setting's process: pin, warm up, say what it computes with; then, for each line N on
+    stdin, take N steps and answer their seconds (one JSON line each)."""
+    pin_cpu(cpu_config(args.worker))
+    step = ours_training(args)
+    for _ in range(args.warmup):
+        step()
+    print(json.dumps(cpu_record()), flush=True)
+    for line in sys.stdin:
+        times = []
+        for _ in range(int(line)):
+            start = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - start)
+        print(json.dumps(times), flush=True)
+
+
+def compare_pinning(args: argparse.Namespace) -> None:
+    """Each of `args.variants` in a worker process, stepping in turn; medians and ratios."""
+    env = {name: value for name, value in os.environ.items() if name not in PINNED_ENV}
+    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]),
+                                         env.get("PYTHONPATH", "")])
+    shape = ["--preset", args.preset, "--seq", str(args.seq), "--batch", str(args.batch),
+             "--vocab-size", str(args.vocab_size), "--warmup", str(args.warmup)]
+    workers = {variant: subprocess.Popen(
+        [sys.executable, __file__, "--worker", variant, *shape], stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE, text=True, env=env) for variant in args.variants}
+    records = {variant: json.loads(worker.stdout.readline())
+               for variant, worker in workers.items()}
+    times: dict[str, list[float]] = {variant: [] for variant in workers}
+    for round_ in range(args.rounds):
+        order = args.variants if round_ % 2 == 0 else args.variants[::-1]
+        for variant in order:
+            workers[variant].stdin.write(f"{args.steps}\n")
+            workers[variant].stdin.flush()
+            times[variant] += json.loads(workers[variant].stdout.readline())
+    for worker in workers.values():
+        worker.stdin.close()
+        worker.wait()
+    medians = {variant: statistics.median(values) for variant, values in times.items()}
+    reference = medians[args.variants[0]]
+    print(f"preset={args.preset} batch={args.batch} seq={args.seq} vocab={args.vocab_size} "
+          f"rounds={args.rounds} steps_per_round={args.steps} (settings in turn)")
+    print(f"{'setting':<12}{'capability':>12}{'mkl':>8}{'threads':>9}{'median step s':>15}"
+          f"{'ratio':>8}")
+    for variant, seconds in medians.items():
+        record = records[variant]
+        print(f"{variant:<12}{record['cpu_capability']:>12}{record['mkl_cbwr']!s:>8}"
+              f"{record['threads']:>9}{seconds:>15.4f}{seconds / reference:>8.2f}")
+    print(" ".join(f"{variant}={seconds / reference:.2f}" for variant, seconds in
+                   medians.items()))
 
 
 if __name__ == "__main__":

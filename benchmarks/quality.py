@@ -45,6 +45,8 @@ import numpy as np
 import torch
 
 from bertcore.data.samples.store import SampleStore
+from bertcore.training.cpu import CpuConfig, pin_cpu
+from stages.params import load_params, parse_section
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -179,6 +181,9 @@ def main() -> None:
                                if o.startswith("train.batch_size=")),
                               params["train"]["batch_size"]))
         print(f"reference (same wall clock as our pretrain: {budget:.0f} s):", flush=True)
+        # on the CPU kernels and threads our stages ran with
+        cpu = parse_section(load_params(REPO / "params.yaml", overrides), "cpu", CpuConfig)
+        pin_cpu(cpu)
         ref = train_reference(work, budget, batch_size, args.ref_lr, seed=42)
         run_stage("evaluate", ["--model", "ref_model", "--out", "metrics/ref_eval.json"],
                   overrides, work)

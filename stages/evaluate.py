@@ -19,6 +19,7 @@ import click
 
 from bertcore.common.dotted import flatten
 from bertcore.common.tracking import TrackingConfig
+from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.devices import resolve_device
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.heldout import HeldOutScore, heldout_report, heldout_splits, score_heldout
@@ -40,7 +41,8 @@ log = logging.getLogger("bert.evaluate")
 
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
-PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "tracking": TrackingConfig}
+PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
+          "tracking": TrackingConfig}
 
 
 @click.command()
@@ -56,6 +58,7 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "tracking": TrackingConf
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    pin_cpu(sections["cpu"])  # before torch computes
     masking, config, tracking = sections["masking"], sections["eval"], sections["tracking"]
     splits = heldout_splits(samples_dir, vocab_dir, masking)  # phase 2's too, when built
     model, tokens = load_pretrained(model_dir, vocab_dir)

@@ -26,6 +26,7 @@ from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
 from bertcore.downstream.finetune import FinetuneConfig, finetune_report, run_comparison
 from bertcore.downstream.tasks import encode_examples, label_names, read_examples, split_examples
 from bertcore.model.hf import export_hf_classifier
+from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.devices import resolve_device
 from stages.downstream import DownstreamTracking
 from stages.options import (
@@ -45,7 +46,7 @@ log = logging.getLogger("bert.finetune")
 
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
-PARAMS = {"finetune": FinetuneConfig, "tracking": TrackingConfig}
+PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
 
 
 @click.command()
@@ -62,6 +63,7 @@ PARAMS = {"finetune": FinetuneConfig, "tracking": TrackingConfig}
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["finetune"], sections["tracking"]
 
     # The data first: its mistakes are found in a second, before anything slow.

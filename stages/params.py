@@ -28,6 +28,7 @@ SECTIONS = (
     "export",
     "finetune",
     "prune",
+    "cpu",
     "tracking",
 )
 

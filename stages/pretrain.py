@@ -2,7 +2,8 @@
 
 Reads the sections model, masking, train, phase2 (BERT's second phase: more steps on longer
 samples, from phase 1's end), eval (batch size and seed of the periodic evaluation) and
-tracking, and hands them to `bertcore.training.pretrain`; `model.init_from` starts
+tracking, and hands them to `bertcore.training.pretrain`, after pinning the CPU kernels and
+threads of `cpu` (`bertcore.training.cpu`); `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
@@ -29,6 +30,7 @@ from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
+from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.inputs import PretrainPaths
 from bertcore.training.masking import MaskingConfig
@@ -45,9 +47,10 @@ log = logging.getLogger("bert.pretrain")
 
 # ---------------------------------------------------------------------------------- command
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py),
-# by the names of PretrainConfig's fields
+# by the names of PretrainConfig's fields, and cpu, which the stage pins before it computes
 PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
-          "eval": EvalConfig, "tracking": TrackingConfig, "phase2": Phase2Config}
+          "eval": EvalConfig, "tracking": TrackingConfig, "phase2": Phase2Config,
+          "cpu": CpuConfig}
 
 
 @click.command()
@@ -68,7 +71,9 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
     params = load_params(params_file, overrides)
-    config = PretrainConfig(**read_params(params, PARAMS))
+    sections = read_params(params, PARAMS)
+    pin_cpu(sections.pop("cpu"))  # before torch computes; torchrun's processes inherit it
+    config = PretrainConfig(**sections)
     if config.model.init_from and "WORLD_SIZE" not in os.environ:
         warn_unless_a_dep("model.init_from", config.model.init_from)
     if config.train.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:

@@ -25,6 +25,7 @@ from bertcore.data.samples.store import SampleStore, check_vocab
 from bertcore.downstream.prune import VAL_KEYS, PruneConfig, PruneData, prune_report, run_pruning
 from bertcore.model.hf import export_hf
 from bertcore.training.config import TrainConfig
+from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.devices import resolve_device
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.heldout import val_split
@@ -45,7 +46,7 @@ from stages.report import write_report
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
-          "eval": EvalConfig, "tracking": TrackingConfig}
+          "eval": EvalConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
 
 
 @click.command()
@@ -62,6 +63,7 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    pin_cpu(sections["cpu"])  # before torch computes
     config, masking, train = sections["prune"], sections["masking"], sections["train"]
     eval_config, tracking = sections["eval"], sections["tracking"]
     samples_dir = Path(samples_dir)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import platform
 from pathlib import Path
 
 import pyarrow as pa
@@ -280,6 +281,8 @@ def test_builtin_python_docs_default(tmp_path):
     assert stats.documents > 300 and len(val) >= 5
     assert stats.characters > 500_000
     assert any(doc[0] == 'The "assert" statement' for doc in train + val)
+    # the text is this interpreter's documentation: metrics/corpus.json says which
+    assert stats.to_dict()["made_with"] == {"python": platform.python_version()}
 
 
 def test_digest_set_membership_across_merges():

@@ -20,6 +20,7 @@ from bertcore.downstream.finetune import FinetuneConfig
 from bertcore.downstream.prune import PruneConfig
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
+from bertcore.training.cpu import CpuConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.phases import Phase2Config
@@ -107,6 +108,7 @@ SECTION_CONFIGS = {
     "eval": EvalConfig,
     "finetune": FinetuneConfig,
     "prune": PruneConfig,
+    "cpu": CpuConfig,
     "tracking": TrackingConfig,
 }
 SECTIONS_WITHOUT_KEYS = {"export"}

@@ -30,6 +30,13 @@ def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch
     return device
 
 
+def device_name(device: torch.device) -> str:
+    """`cpu`, or the GPU's name (`cuda: NVIDIA H200`): what a record of the arithmetic says."""
+    if device.type == "cuda":
+        return f"cuda: {torch.cuda.get_device_name(device)}"
+    return device.type
+
+
 def resolve_precision(precision: Precision, device: torch.device) -> torch.dtype | None:
     """The autocast dtype (None: plain float32). `auto`: bf16 on a CUDA GPU that has it."""
     if precision == "auto":

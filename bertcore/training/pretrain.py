@@ -42,7 +42,8 @@ from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming, TimeBudget
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import TrainConfig
-from bertcore.training.devices import resolve_device
+from bertcore.training.cpu import cpu_record
+from bertcore.training.devices import device_name, resolve_device
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalConfig, evaluate, val_batches
 from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity, run_name
@@ -423,7 +424,9 @@ class PretrainingRun:
             save_model(runner.raw_model, staging)
             write_json(staging / RUN_INFO, {"step": runner.step,
                                             "fingerprints": last.identity.fingerprints})
-        report = pretrain_report(result, runner.raw_model, last.max_seq_length, self.second)
+        computed_with = {"device": device_name(self.device), **cpu_record()}
+        report = pretrain_report(result, runner.raw_model, last.max_seq_length, computed_with,
+                                 self.second)
         write_json(paths.metrics, report.metrics, sort_keys=False)
         write_json(paths.details, report.details, sort_keys=False)
         return report

@@ -28,10 +28,11 @@ TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"
 
 
 def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_length: int,
-                    second: Phase | None = None) -> PretrainReport:
+                    computed_with: dict[str, Any], second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
-    `max_seq_length`: of the samples the last phase trained and was evaluated on; `second`:
+    `max_seq_length`: of the samples the last phase trained and was evaluated on;
+    `computed_with`: what the bytes depend on beyond the params (`cpu.cpu_record`); `second`:
     BERT's second phase, when it ran (the result is then the end of it)."""
     metrics = {
         "steps": result.steps,
@@ -52,5 +53,6 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
                              "steps": second.identity.total_steps - second.start.step,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
+    details["computed_with"] = computed_with
     val = result.last_eval.to_dict() if result.last_eval else {}
     return PretrainReport(metrics, details, val, max_seq_length)

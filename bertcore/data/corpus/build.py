@@ -49,6 +49,7 @@ class CorpusStats:
     split: dict = field(default_factory=lambda: {"by": "documents"})  # how train/val were made
     documents: int = 0
     read_as: Counter = field(default_factory=Counter)  # text files per format (not in metrics)
+    made_with: dict = field(default_factory=dict)  # what the text depends on beyond the source
 
     @property
     def sentences(self) -> int:
@@ -69,6 +70,7 @@ class CorpusStats:
             "input": dict(sorted(self.input.items())),
             "dropped": dict(sorted(self.dropped.items())),
             "cleaning": dict(sorted(self.cleaning.items())),
+            **({"made_with": self.made_with} if self.made_with else {}),
         }
 
     def summary(self) -> str:
@@ -120,7 +122,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     warns when the result is too small for NSP pairs.
     """
     source = open_source(config.source, config.text_field, config.format)
-    stats = CorpusStats(config.source)
+    stats = CorpusStats(config.source, made_with=source.made_with())
     counts: Counter = Counter()  # filled by the source
     bar = tqdm(total=source.total, unit=source.unit, unit_scale=True, desc="corpus",
                disable=None if progress else True, leave=False)

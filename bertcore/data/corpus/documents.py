@@ -92,6 +92,11 @@ class Source:
     total: int | None = None
     unit: str = "doc"
 
+    def made_with(self) -> dict[str, str]:
+        """What the text depends on besides `corpus.source` and its content, recorded in
+        metrics/corpus.json (the built-in docs: the interpreter's version)."""
+        return {}
+
     def documents(self, counts: Counter, advance: Advance) -> Iterator[Document | Record]:
         raise NotImplementedError
 

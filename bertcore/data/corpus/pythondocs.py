@@ -5,13 +5,15 @@ behind `help("for")`) and one per public standard-library module: its docstring 
 the docstrings of its public classes, methods and functions, in source order. Docstrings are
 read from the source files with `ast`, never by importing a module (no side effects, no
 `antigravity`). Code is left out: doctest examples, indented blocks (code, grammar rules)
-and heading underlines. Offline and deterministic for a given Python version; about 2 MB.
+and heading underlines. Offline and deterministic for a given Python version (another one
+has other docs: metrics/corpus.json records the version); about 2 MB.
 """
 
 from __future__ import annotations
 
 import ast
 import os
+import platform
 import re
 import sysconfig
 import warnings
@@ -47,6 +49,10 @@ class PythonDocsSource(Source):
         self.topics = _pydoc_topics()
         self.modules = stdlib_modules(self.stdlib)
         self.total = len(self.topics) + len(self.modules)
+
+    def made_with(self) -> dict[str, str]:
+        """The interpreter whose documentation the text is."""
+        return {"python": platform.python_version()}
 
     def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
         for name, text in self.topics:

@@ -1,0 +1,120 @@
+"""How torch computes on the CPU: the kernels' instruction set and the number of threads,
+pinned so that the same params give the same bytes on any x86-64 machine with AVX2.
+
+Three libraries inside torch pick their kernels by the processor they find, and kernels of
+another vector width add up in another order: ATen's own kernels (`ATEN_CPU_CAPABILITY`;
+AVX-512 where the processor has it), MKL's matrix products (`MKL_CBWR`, its conditional
+numerical reproducibility: one fixed code branch) and oneDNN's primitives (GELU;
+`ONEDNN_MAX_CPU_ISA`). The number of intra-op threads changes the bytes too: reductions split
+their work by it (measured with torch 2.13: 1, 2, 3, 4, 8 and 16 threads, six different
+weights after five steps).
+
+`pin_cpu` sets the three variables to AVX2, replacing values from outside (the bytes must not
+depend on the environment; `cpu.isa: native` is the way to leave them), and torch's thread
+count to `cpu.threads`. Each library reads its variable at its first kernel, not when torch is
+imported, so a stage pins right after reading its params, before it builds or loads a model;
+torch, or MKL, found to have chosen before that is an error. `cpu_record` reads back what is in
+effect. MKL honours a branch other than AUTO or COMPATIBLE only on Intel processors and runs
+AUTO elsewhere (its record then says AUTO): an AMD and an Intel machine may still differ in
+the matrix products.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import logging
+import os
+import platform
+from pathlib import Path
+from typing import Any, Literal
+
+import torch
+
+from bertcore.common.errors import BertError
+from bertcore.common.validation import integer, params_section
+
+log = logging.getLogger(__name__)
+
+CpuIsa = Literal["avx2", "native"]
+
+# What `isa: avx2` puts into the environment before the first kernel (read by this process,
+# and inherited by the processes it starts: torchrun's).
+PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+
+# MKL's branch constants (mkl_cbwr_get(MKL_CBWR_BRANCH)) by name; 1: CNR off
+MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
+                8: "SSE4_2", 9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
+MKL_CBWR_BRANCH = 1
+
+
+@params_section
+class CpuConfig:
+    """The `cpu:` section of params.yaml: read by every stage that computes with torch."""
+
+    isa: CpuIsa = "avx2"  # native: the best kernels of this machine (its bytes alone)
+    # torch's intra-op threads (per process); null: torch's own choice, one per core
+    threads: integer(ge=1) | None = 1
+
+
+def pin_cpu(config: CpuConfig) -> None:
+    """Pin the kernels and the thread count of this process (and of those it starts) before
+    torch computes anything; BertError if torch already chose its kernels."""
+    if config.isa == "avx2":
+        replaced = {name: os.environ[name] for name, value in PINNED_ENV.items()
+                    if os.environ.get(name, value) != value}
+        if replaced:
+            log.info("cpu.isa avx2: replacing %s from the environment",
+                     ", ".join(f"{name}={value}" for name, value in replaced.items()))
+        os.environ.update(PINNED_ENV)
+    if config.threads is not None:
+        torch.set_num_threads(config.threads)
+    if config.isa == "avx2":
+        _check_pinned()
+
+
+def _check_pinned() -> None:
+    """That the kernels are AVX2's: torch or MKL that chose before the pinning (this process
+    computed already) is an error; a processor without AVX2 gets its own, with a warning."""
+    capability = torch.backends.cpu.get_cpu_capability()
+    branch = mkl_branch()
+    if capability.startswith("AVX512") or branch == "OFF":
+        raise BertError(f"torch chose its CPU kernels ({capability}, MKL branch {branch}) "
+                        "before cpu.isa: avx2 could pin them: run the stage in a process of "
+                        "its own, or set cpu.isa: native")
+    if capability != "AVX2":
+        log.warning("cpu.isa avx2: this %s processor has no AVX2 (torch runs %s kernels): its "
+                    "bytes match only machines like it", platform.machine(), capability)
+
+
+def mkl_branch() -> str | None:
+    """MKL's code branch in effect (its conditional numerical reproducibility: OFF, AUTO,
+    AVX2, ...), or None in a torch without MKL."""
+    function = _mkl_cbwr_get()
+    if function is None:
+        return None
+    code = function(MKL_CBWR_BRANCH)
+    return MKL_BRANCHES.get(code, str(code))
+
+
+def _mkl_cbwr_get():
+    """MKL's `mkl_cbwr_get`, as the torch library that links MKL in exports it, or None."""
+    for library in sorted((Path(torch.__file__).parent / "lib").glob("*torch_cpu.*")):
+        try:
+            return ctypes.CDLL(str(library)).mkl_serv_cbwr_get
+        except (OSError, AttributeError):
+            continue
+    return None
+
+
+def cpu_record() -> dict[str, Any]:
+    """What this process computes with, beyond the params: the same on a rerun on the same
+    machine, and what to compare when two machines give other bytes."""
+    return {
+        "torch": torch.__version__,
+        "python": platform.python_version(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+        "mkl_cbwr": mkl_branch(),
+        # as set: oneDNN's own choice below the cap is not exposed by torch
+        "onednn_max_cpu_isa": os.environ.get("ONEDNN_MAX_CPU_ISA"),
+        "threads": torch.get_num_threads(),
+    }
