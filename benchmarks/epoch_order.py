@@ -17,35 +17,19 @@ Last line: `order_positions_per_s=N steps_samples_per_s=N binned_samples_per_s=N
 from __future__ import annotations
 
 import argparse
+import sys
 import time
 import tracemalloc
+from pathlib import Path
 
 import numpy as np
 
 from bertcore.training.order import CHUNK, EpochOrder, EpochSteps, LengthBins
 
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
+from pattern_store import PatternStore  # the tests' store of any size, lengths from the index
+
 LOADER_TARGET = 20_000  # samples/s per DataLoader worker
-
-
-class PatternLengths:
-    """Full sample lengths 1..512 from the index, for slices and index arrays."""
-
-    def __init__(self, count: int):
-        self.count = count
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            key = np.arange(*key.indices(self.count))
-        return 1 + (np.asarray(key, dtype=np.int64) * 7919) % 512
-
-
-class Store:
-    def __init__(self, count: int):
-        self.count = count
-        self.lengths = PatternLengths(count)
-
-    def __len__(self) -> int:
-        return self.count
 
 
 def measured(work):
@@ -95,7 +79,8 @@ def main() -> None:
           f"({positions / LOADER_TARGET:.0f}x a worker's {LOADER_TARGET:,} samples/s)")
     speeds = {}
     for name, bins in (("one bin", LengthBins()), ("32-token bins", LengthBins(32, 512))):
-        steps, planned, plan_peak = measured(lambda bins=bins: EpochSteps(Store(n), bins, size, 42))
+        steps, planned, plan_peak = measured(
+            lambda bins=bins: EpochSteps(PatternStore(n), bins, size, 42))
         speed, peak = steps_speed(steps, args.steps)
         _, resumed, resume_peak = measured(
             lambda steps=steps: next(steps.batches(1, args.resume_step)))

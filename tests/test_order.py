@@ -9,6 +9,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
+from pattern_store import PatternStore
 
 from bertcore.training.order import EpochOrder, EpochSteps, LengthBins
 
@@ -74,28 +75,6 @@ def test_neighbouring_positions_are_unrelated():
     assert np.median(gaps) > n / 5  # uniform pairs: n (1 - 1/sqrt 2) = 0.29 n
 
 
-class PatternLengths:
-    """The full lengths of `count` samples, computed from the index (slices and index
-    arrays), so a test holds 200 M of them without storing them."""
-
-    def __init__(self, count: int):
-        self.count = count
-
-    def __getitem__(self, key):
-        if isinstance(key, slice):
-            key = np.arange(*key.indices(self.count))
-        return 1 + (np.asarray(key, dtype=np.int64) * 7919) % 512
-
-
-class HugeStore:
-    def __init__(self, count: int):
-        self.count = count
-        self.lengths = PatternLengths(count)
-
-    def __len__(self):
-        return self.count
-
-
 def first_steps(steps: EpochSteps, epoch: int, start_step: int, count: int) -> list[np.ndarray]:
     batches = steps.batches(epoch, start_step)
     return [next(batches) for _ in range(count)]
@@ -108,7 +87,7 @@ def test_memory_per_process_does_not_grow_with_the_samples(bins):
     samples alone would be 1.6 GB)."""
     tracemalloc.start()
     try:
-        steps = EpochSteps(HugeStore(WIKIPEDIA), bins, 256, seed=42)
+        steps = EpochSteps(PatternStore(WIKIPEDIA), bins, 256, seed=42)
         first = first_steps(steps, 3, 0, 3)
         resumed = first_steps(steps, 3, 1, 2)
         later = first_steps(steps, 3, 2000, 1)[0]
