@@ -30,7 +30,7 @@ from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
-from bertcore.training.cpu import CpuConfig, pin_cpu
+from bertcore.training.cpu import CpuConfig, pin_cpu, refuse_compile_on_pinned_cpu
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.inputs import PretrainPaths
 from bertcore.training.masking import MaskingConfig
@@ -72,8 +72,10 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
     params = load_params(params_file, overrides)
     sections = read_params(params, PARAMS)
-    pin_cpu(sections.pop("cpu"))  # before torch computes; torchrun's processes inherit it
+    cpu = sections.pop("cpu")
     config = PretrainConfig(**sections)
+    refuse_compile_on_pinned_cpu(config.train.compile, config.train.device, cpu)
+    pin_cpu(cpu)  # before torch computes; torchrun's processes inherit it
     if config.model.init_from and "WORLD_SIZE" not in os.environ:
         warn_unless_a_dep("model.init_from", config.model.init_from)
     if config.train.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:

@@ -298,8 +298,9 @@ def test_pretraining_runs_with_one_seed_get_names_that_tell_them_apart(tmp_path,
     that differ are named apart, and a DVC experiment's run after the experiment."""
     build_data(tmp_path)
     mlflow_db(tmp_path)
+    # in this process, where torch has computed already: cpu.isa native (pinning is refused)
     write_params(tmp_path / "params.yaml", train={"max_steps": 2, "eval_every": 0},
-                 tracking={"experiment": "names"})
+                 tracking={"experiment": "names"}, cpu={"isa": "native"})
     monkeypatch.chdir(tmp_path)
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
     bert_here("pretrain")

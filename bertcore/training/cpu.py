@@ -72,6 +72,15 @@ def pin_cpu(config: CpuConfig) -> None:
         _check_pinned()
 
 
+def refuse_compile_on_pinned_cpu(compile_mode: bool | str, device: str, config: CpuConfig) -> None:
+    """BertError for train.compile on the CPU with the kernels pinned to AVX2: Inductor's code
+    then trains wrong (measured, torch 2.13: a train loss of 0.0 where eager gives 5.24)."""
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    if compile_mode and config.isa == "avx2" and not on_cuda:
+        raise BertError("train.compile on the CPU trains wrong with cpu.isa: avx2 (torch "
+                        "2.13): set cpu.isa: native to compile on the CPU, or train.compile: false")
+
+
 def _check_pinned() -> None:
     """That the kernels are AVX2's: torch or MKL that chose before the pinning (this process
     computed already) is an error; a processor without AVX2 gets its own, with a warning."""
