@@ -2,8 +2,8 @@
 
 Which samples make optimizer step s of epoch e is `bertcore.training.order`'s: a keyed
 bijection on the samples, dealt into length bins (`train.length_bin_width`,
-`phase2.length_bin_width`),
-gives each step its global batch of `batch_size` samples. The global batch is cut into
+`phase2.length_bin_width`), gives each step its global batch of `batch_size` samples, from
+across the whole split, in memory that does not grow with it. The global batch is cut into
 world_size * accumulation equal micro-batches; rank r gets the r-th run of `accumulation` of
 them, each collated (masked, padded to its longest) by `PretrainingCollator`. The set of
 samples in each optimizer step, and (see masking.py) their masks, therefore depend only on
