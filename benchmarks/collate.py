@@ -4,7 +4,10 @@ Batches of 32 NSP samples with a length mix like Google's create_pretraining_dat
 max_seq_length 128 (most pairs fill the target length, `short_seq_prob` of them are short).
 Counts real (unpadded) tokens. Times token-level and whole-word masking, and, when
 transformers is installed, its DataCollatorForLanguageModeling on the same samples for
-comparison. Last line: `collate_tokens_per_s=N` (token-level masking, ours).
+comparison. Then the same batches through one DataLoader worker, side by side: the collator
+returning tensors (each sent back through shared memory) and its numpy arrays (pickled through
+the worker's pipe, as PretrainingBatches does), in samples per second and their ratio. Last
+line: `collate_tokens_per_s=N worker_samples_per_s=M` (token-level masking, ours; M: arrays).
 
     python benchmarks/collate.py [--batches 300] [--batch-size 32] [--max-len 128]
 """
@@ -16,6 +19,7 @@ import time
 
 import numpy as np
 import torch
+from torch.utils.data import DataLoader
 
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
@@ -47,6 +51,17 @@ def time_collate(collate, batches, tokens: int) -> float:
             collate(batch)
         best = min(best, time.perf_counter() - start)
     return tokens / best
+
+
+def through_worker(collate, items, batch_size: int, passes: int = 3) -> float:
+    """Samples per second of `collate` run in one DataLoader worker over `items`, `passes`
+    times, timed from the first batch on (the worker's start left out)."""
+    loader = DataLoader(items * passes, batch_size=batch_size, collate_fn=collate, num_workers=1)
+    batches = iter(loader)
+    next(batches)
+    start = time.perf_counter()
+    count = sum(1 for _ in batches)
+    return count * batch_size / (time.perf_counter() - start)
 
 
 def hf_collator():
@@ -105,7 +120,12 @@ def main():
         some_tokens = sum(len(item[2]) for batch in some for item in batch)
         speed = time_collate(collate, [features(b) for b in some], some_tokens)
         print(f"transformers DataCollatorForLanguageModeling: {speed / 1e6:6.2f} M tokens/s")
-    print(f"collate_tokens_per_s={token:.0f}")
+    collator = PretrainingCollator(MaskingConfig(), vocab, seed=0)
+    as_tensors = through_worker(collator, items, args.batch_size)
+    as_arrays = through_worker(collator.arrays, items, args.batch_size)
+    print(f"one DataLoader worker, samples/s: tensors {as_tensors:,.0f}, numpy arrays "
+          f"{as_arrays:,.0f} ({as_arrays / as_tensors:.2f}x)")
+    print(f"collate_tokens_per_s={token:.0f} worker_samples_per_s={as_arrays:.0f}")
 
 
 if __name__ == "__main__":

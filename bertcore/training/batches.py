@@ -14,14 +14,14 @@ data is just (epoch, step), which makes resuming exact.
 from __future__ import annotations
 
 from collections.abc import Iterator
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
 import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertcore.common.errors import BertError, require
-from bertcore.training.masking import PretrainingCollator
+from bertcore.training.masking import PretrainingCollator, as_tensors
 from bertcore.training.order import NO_BINS, EpochSteps, LengthBins
 
 
@@ -157,19 +157,34 @@ class PretrainingBatches:
         loader = DataLoader(
             self.dataset,
             batch_sampler=_MicroBatchSampler(self, epoch, start_step),
-            collate_fn=self.collator,
+            collate_fn=self.collator.arrays,
             num_workers=self.num_workers,
-            pin_memory=self.pin_memory,
             # Its own generator: a DataLoader otherwise draws its workers' base seed from the
             # global torch RNG, shifting the dropout stream of a resumed run.
             generator=torch.Generator().manual_seed(self.seed),
         )
         step: list[dict[str, torch.Tensor]] = []
-        for micro_batch in loader:
+        for micro_batch in TensorBatches(loader, self.pin_memory):
             step.append(micro_batch)
             if len(step) == self.accumulation_steps:
                 yield step
                 step = []
+
+
+class TensorBatches:
+    """A DataLoader of batches collated as numpy arrays (`PretrainingCollator.arrays`), each
+    yielded as tensors (`as_tensors`); re-iterable, with the loader's len()."""
+
+    def __init__(self, loader: DataLoader, pin_memory: bool = False):
+        self.loader = loader
+        self.pin_memory = pin_memory
+
+    def __len__(self) -> int:
+        return len(self.loader)
+
+    def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
+        for arrays in self.loader:
+            yield as_tensors(arrays, self.pin_memory)
 
 
 def _too_few_samples(steps: EpochSteps, section: str) -> str:
@@ -212,20 +227,20 @@ def eval_batches(
     rank: int = 0,
     world_size: int = 1,
     num_workers: int = 0,
-) -> DataLoader[Any]:
+) -> TensorBatches:
     """All samples in order, with fixed masks (seeded by the collator's seed and `epoch`), so
-    every evaluation scores the same positions. A re-iterable DataLoader with len(); with
+    every evaluation scores the same positions. Re-iterable, with len(); with
     world_size > 1 each rank gets a disjoint share of the batches."""
     require(batch_size >= 1, "batch_size", batch_size, "an integer >= 1")
     require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
     sampler = _EvalSampler(len(store), batch_size, epoch, rank, world_size)
-    return DataLoader(
+    return TensorBatches(DataLoader(
         TaggedSamples(store),
         batch_sampler=sampler,
-        collate_fn=collator,
+        collate_fn=collator.arrays,
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
-    )
+    ))
 
 
 def micro_batches_of(batch: dict[str, torch.Tensor], parts: int) -> list[dict]:

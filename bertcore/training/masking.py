@@ -258,7 +258,8 @@ class PretrainingCollator:
     """DataLoader collate_fn: items `(epoch, index, ids, segment_b_start, is_random_next)` →
     dict of LongTensors `input_ids, token_type_ids, attention_mask` [B, L] padded to the
     longest sequence rounded up to a multiple of 8, freshly masked; `mlm_positions,
-    mlm_targets` [B, max_predictions_per_seq] (see `labels_to_slots`); `nsp_labels` [B]."""
+    mlm_targets` [B, max_predictions_per_seq] (see `labels_to_slots`); `nsp_labels` [B].
+    `arrays` gives the same batch as int64 numpy arrays, for DataLoader workers."""
 
     def __init__(self, masking: MaskingConfig, vocab: VocabSpec, seed: int):
         if masking.whole_word and vocab.is_continuation is None:
@@ -268,6 +269,12 @@ class PretrainingCollator:
         self.seed = int(seed)
 
     def __call__(self, items) -> dict[str, torch.Tensor]:
+        return as_tensors(self.arrays(items))
+
+    def arrays(self, items) -> dict[str, np.ndarray]:
+        """The batch of `__call__` as numpy arrays: what a DataLoader worker sends back, since
+        numpy arrays go through its pipe pickled, about 5x faster than tensors, which each
+        travel as a segment of shared memory (benchmarks/collate.py)."""
         batch = len(items)
         lengths = np.fromiter((len(item[2]) for item in items), dtype=np.int64, count=batch)
         length = padded_length(int(lengths.max()))
@@ -291,10 +298,19 @@ class PretrainingCollator:
         attention = columns < lengths[:, None]
         token_types = attention & (columns >= b_start[:, None])
         return {
-            "input_ids": torch.from_numpy(masked),
-            "token_type_ids": torch.from_numpy(token_types.astype(np.int64)),
-            "attention_mask": torch.from_numpy(attention.astype(np.int64)),
-            "mlm_positions": torch.from_numpy(positions),
-            "mlm_targets": torch.from_numpy(targets),
-            "nsp_labels": torch.from_numpy(nsp),
+            "input_ids": masked,
+            "token_type_ids": token_types.astype(np.int64),
+            "attention_mask": attention.astype(np.int64),
+            "mlm_positions": positions,
+            "mlm_targets": targets,
+            "nsp_labels": nsp,
         }
+
+
+def as_tensors(arrays: dict[str, np.ndarray], pin_memory: bool = False) -> dict[str, torch.Tensor]:
+    """A collated batch of numpy arrays as tensors sharing their memory (copied into pinned
+    memory with `pin_memory`, for a faster, asynchronous copy to the GPU)."""
+    tensors = {name: torch.from_numpy(array) for name, array in arrays.items()}
+    if pin_memory:
+        return {name: tensor.pin_memory() for name, tensor in tensors.items()}
+    return tensors
