@@ -185,10 +185,11 @@ def test_store_indexing_and_pickling(data, tmp_path):
 
 
 def test_identical_output_whatever_the_workers_and_shards(data, tmp_path, monkeypatch):
-    """Every file, phase 2's too, the same bytes for 1, 2 or 3 workers and any sharding; phase
-    1's the same with phase 2 off."""
+    """Every file, phase 2's too, the same bytes for 1, 2 or 3 workers, any sharding and any
+    batching of the sentences tokenised; phase 1's the same with phase 2 off."""
     build(data, tmp_path / "one", workers=1, phase2_length=64)
     monkeypatch.setattr(samples_module, "SHARD_TOKENS", 500)  # many shards
+    monkeypatch.setattr(samples_module, "SENTENCE_BATCH_BYTES", 300)  # many tokenising tasks
     build(data, tmp_path / "two", workers=2, phase2_length=64)
     build(data, tmp_path / "three", workers=3)
     build(data, tmp_path / "seed", workers=1, random_seed=7)

@@ -10,8 +10,9 @@ Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
     {train,val}/is_random_next.npy     uint8 (n,): 1 when B is a random segment (NSP label 1)
     phase2/                            meta.json and the pair arrays at phase 2's length
 
-Building streams: each split is tokenised once into its `tokens.npy` and a document table on
-disk (`doctable`); worker processes pair shards of documents into NSP instances (`pairing`),
+Building streams: each split is tokenised once, in worker processes, a batch of sentences per
+task, into its `tokens.npy` and a document table on disk (`doctable`); then worker processes
+pair shards of documents into NSP instances (`pairing`),
 for phase 1's length and then phase 2's, and the shards' pairs are appended in order to each
 folder's pair arrays (`store`). Every document gets its own random generator, seeded from
 (random_seed, split, dupe, document), so the output is byte-identical whatever the number of
@@ -25,13 +26,17 @@ parts right before and after it in the same document.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
+import os
 import random
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from itertools import chain
 from pathlib import Path
 
 import numpy as np
+from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
@@ -39,7 +44,14 @@ from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable, tokenize_corpus
+from bertcore.data.samples.doctable import (
+    NEIGHBOURS,
+    ORIGINS,
+    DocTable,
+    LineBatch,
+    SentenceBatch,
+    tokenize_corpus,
+)
 from bertcore.data.samples.pairing import pair_document
 from bertcore.data.samples.store import (
     FORMAT_VERSION,
@@ -52,6 +64,8 @@ from bertcore.data.samples.store import (
     token_dtype,
 )
 
+# Sentences are tokenised in tasks of about this many bytes of the corpus file.
+SENTENCE_BATCH_BYTES = 1 << 20
 # Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
 SHARD_TOKENS = 1 << 19
 # At most this many pairing passes over the val split (`val_pairs`). One pass of a small
@@ -60,6 +74,57 @@ SHARD_TOKENS = 1 << 19
 VAL_MAX_PASSES = 20
 # A document's neighbourhood (no random B from it): itself and the parts either side.
 NEIGHBOURHOOD = 3
+
+
+# ---------------------------------------------------------------------------------------------
+# Tokenising (in worker processes)
+
+
+@dataclasses.dataclass(frozen=True)
+class EncodeTask:
+    """One worker task: tokenise a batch of a corpus file's sentences with the tokenizer saved
+    at `tokenizer_file` (whose sha256 is `tokenizer_sha256`)."""
+
+    tokenizer_file: str
+    tokenizer_sha256: str
+    dtype: str
+    in_pool: bool  # in a pool's worker: the pool is the parallelism, not tokenizers' threads
+    lines: LineBatch
+
+
+def encode_lines(task: EncodeTask) -> SentenceBatch:
+    """The sentences of `task`, tokenised without special tokens."""
+    if task.in_pool:
+        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read by tokenizers at every call
+    tokenizer = _saved_tokenizer(task.tokenizer_file, task.tokenizer_sha256)
+    ids = [e.ids for e in tokenizer.encode_batch_fast(task.lines.texts, add_special_tokens=False)]
+    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
+    flat = np.fromiter(chain.from_iterable(ids), task.dtype, count=int(lengths.sum()))
+    return SentenceBatch(lengths, flat, np.asarray(task.lines.documents, np.int64))
+
+
+@functools.lru_cache(maxsize=1)
+def _saved_tokenizer(path: str, sha256: str) -> Tokenizer:
+    """The tokenizer of a task, loaded once per process (the digest tells builds apart)."""
+    return Tokenizer.from_file(path)
+
+
+class _SentenceEncoder:
+    """`tokenize_corpus`'s `encode`: every batch of sentences a task through `run`, the
+    tokenizer saved where the workers load it."""
+
+    def __init__(self, tokenizer: Tokenizer, work_dir: Path, dtype: np.dtype, run: Callable,
+                 workers: int):
+        work_dir.mkdir(parents=True, exist_ok=True)
+        self.file = work_dir / "tokenizer.json"
+        tokenizer.save(str(self.file))
+        self.sha256 = hashlib.sha256(self.file.read_bytes()).hexdigest()
+        self.dtype, self.run, self.in_pool = dtype.str, run, workers > 1
+
+    def __call__(self, batches: Iterable[LineBatch]) -> Iterator[SentenceBatch]:
+        tasks = (EncodeTask(str(self.file), self.sha256, self.dtype, self.in_pool, lines)
+                 for lines in batches)
+        return self.run(encode_lines, tasks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -157,7 +222,7 @@ def _shards(table: DocTable) -> Iterator[tuple[int, int]]:
 def build_split(
     corpus_file: Path,
     split: str,
-    encode_batch: Callable[[list[str]], list[list[int]]],
+    encode: Callable[[Iterable[LineBatch]], Iterator[SentenceBatch]],
     out_dir: Path,
     configs: dict[str, SamplesConfig],
     dtype: np.dtype,
@@ -167,7 +232,7 @@ def build_split(
     other_documents: int | None = None,
     progress: bool = False,
 ) -> dict[str, tuple[dict, str]]:
-    """Tokenise one split once into `out_dir/split/tokens.npy`, then pair it (through
+    """Tokenise one split once (`encode`) into `out_dir/split/tokens.npy`, then pair it (through
     `run(pair_shard, tasks)`) for each samples folder of `configs` (folder relative to
     `out_dir` -> its settings); return each folder's statistics and `arrays_sha256` of the
     split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
@@ -175,7 +240,8 @@ def build_split(
     table_dir = out_dir / ".work" / split
     (out_dir / split).mkdir(parents=True)
     tokens = NpyAppender(out_dir / split / f"{TOKENS}.npy", dtype)
-    stats = tokenize_corpus(corpus_file, encode_batch, table_dir, tokens, progress=progress)
+    stats = tokenize_corpus(corpus_file, encode, table_dir, tokens,
+                            batch_bytes=SENTENCE_BATCH_BYTES, progress=progress)
     tokens_part = tokens.close()
     if stats["documents"] < 2:
         raise BertError(_too_few_documents(corpus_file, stats, parts, other_documents))
@@ -377,9 +443,6 @@ def build_samples(
     dtype = token_dtype(vocab_size)
     cls_id, sep_id = _special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]")
 
-    def encode_batch(texts: list[str]) -> list[list[int]]:
-        return [e.ids for e in tokenizer.encode_batch_fast(texts, add_special_tokens=False)]
-
     configs = {"": config}
     if phase2_length is not None:
         configs[PHASE2_DIR] = dataclasses.replace(config, max_seq_length=phase2_length)
@@ -398,11 +461,11 @@ def build_samples(
         "random_seed": c.random_seed,
         "arrays_sha256": {},
     } for folder, c in configs.items()}
-    # The pool starts (spawn takes a moment) while the first split is being tokenised.
     with TaskRunner(config.workers) as run:
+        encode = _SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, config.workers)
         for split, path in corpus_files.items():
             other = metas[""]["train"]["documents"] if "train" in metas[""] else None
-            built = build_split(Path(path), split, encode_batch, out_dir, configs, dtype, run,
+            built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,
                                 parts or {}, other_documents=other, progress=progress)
             for folder, (stats, digest) in built.items():
                 metas[folder][split] = stats

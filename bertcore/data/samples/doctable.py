@@ -19,10 +19,9 @@ that grows with the corpus.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
-from itertools import chain
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import numpy as np
 from tqdm import tqdm
@@ -55,9 +54,25 @@ def read_line_batches(path: Path, batch_bytes: int, progress: tqdm | None) -> It
             yield data.decode("utf-8", errors="replace").split("\n")[: len(chunk)]
 
 
+class LineBatch(NamedTuple):
+    """Sentences of a corpus file, in order: their text and the document each is in."""
+
+    texts: list[str]
+    documents: list[int]
+
+
+class SentenceBatch(NamedTuple):
+    """A `LineBatch` tokenised: each sentence's token count, their ids one after the other
+    (no special tokens), and the document of each sentence."""
+
+    lengths: np.ndarray  # int64
+    ids: np.ndarray  # the token dtype
+    documents: np.ndarray  # int64
+
+
 def tokenize_corpus(
     path: str | Path,
-    encode_batch: Callable[[list[str]], list[list[int]]],
+    encode: Callable[[Iterable[LineBatch]], Iterator[SentenceBatch]],
     table_dir: str | Path,
     tokens: NpyAppender,
     *,
@@ -67,8 +82,9 @@ def tokenize_corpus(
     """Tokenise `path` into a document table in `table_dir`, its tokens appended to `tokens`
     (an `NpyAppender` of the token dtype); return its counts.
 
-    `encode_batch` maps a list of sentences to their token ids (without special tokens).
-    Sentences that tokenise to nothing are dropped; documents left empty disappear.
+    `encode` maps the stream of the file's `LineBatch`es to their `SentenceBatch`es, in order
+    (in worker processes, or here). Sentences that tokenise to nothing are dropped; documents
+    left empty disappear.
     """
     path, table_dir = Path(path), Path(table_dir)
     table_dir.mkdir(parents=True, exist_ok=True)
@@ -82,10 +98,9 @@ def tokenize_corpus(
         leave=False,
     )
     with _TableWriter(table_dir, tokens) as table, bar:
-        for lines in read_line_batches(path, batch_bytes, bar):
-            texts, numbers = documents.number(lines)
-            if texts:
-                table.add(encode_batch(texts), numbers)
+        batches = (documents.number(lines) for lines in read_line_batches(path, batch_bytes, bar))
+        for sentences in encode(batch for batch in batches if batch.texts):
+            table.add(sentences)
         table.finish()
     return _table_counts(table_dir, table)
 
@@ -99,7 +114,7 @@ class _LineDocuments:
         self.gap = False  # a blank line came since the last non-blank line
         self.seen_text = False
 
-    def number(self, lines: list[str]) -> tuple[list[str], list[int]]:
+    def number(self, lines: list[str]) -> LineBatch:
         """The non-blank lines of `lines` (stripped) and the document of each."""
         texts: list[str] = []
         numbers: list[int] = []
@@ -114,7 +129,7 @@ class _LineDocuments:
                 self.gap = False
             texts.append(line)
             numbers.append(self.current)
-        return texts, numbers
+        return LineBatch(texts, numbers)
 
 
 class _TableWriter:
@@ -138,15 +153,14 @@ class _TableWriter:
         for handle in self.files.values():
             handle.close()
 
-    def add(self, ids: list[list[int]], documents: list[int]) -> None:
-        """Sentences with token `ids`, of the documents numbered `documents`."""
-        lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
-        kept = lengths > 0
+    def add(self, batch: SentenceBatch) -> None:
+        """The next sentences of the file, tokenised."""
+        kept = batch.lengths > 0
         self.dropped += int((~kept).sum())
-        lengths = lengths[kept]
+        lengths = batch.lengths[kept]
         if not len(lengths):
             return
-        doc_of = np.asarray(documents, np.int64)[kept]
+        doc_of = batch.documents[kept]
         ends = self.tokens + np.cumsum(lengths)
         starts = ends - lengths
         new_doc = doc_of != np.concatenate([[self.last_doc], doc_of[:-1]])
@@ -154,10 +168,7 @@ class _TableWriter:
         rows = np.stack([first_sentence, starts[new_doc]], axis=1).astype(np.int64)
         rows.tofile(self.files[DOCUMENTS])
         doc_of[new_doc].tofile(self.files[ORIGINS])
-        # empty sentences add no tokens, so all ids can be flattened as they are
-        dtype = self.tokens_file.dtype
-        self.tokens_file.append(np.fromiter(chain.from_iterable(ids), dtype,
-                                            count=int(lengths.sum())))
+        self.tokens_file.append(batch.ids)  # empty sentences hold no ids
         ends.tofile(self.files[SENTENCES])
         self.sentences += len(lengths)
         self.tokens = int(ends[-1])
