@@ -41,7 +41,7 @@ from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner
+from bertcore.common.pool import TaskRunner, available_cores
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import (
@@ -461,8 +461,9 @@ def build_samples(
         "random_seed": c.random_seed,
         "arrays_sha256": {},
     } for folder, c in configs.items()}
-    with TaskRunner(config.workers) as run:
-        encode = _SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, config.workers)
+    workers = config.workers or available_cores()
+    with TaskRunner(workers) as run:
+        encode = _SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
         for split, path in corpus_files.items():
             other = metas[""]["train"]["documents"] if "train" in metas[""] else None
             built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,

@@ -20,7 +20,8 @@ class SamplesConfig:
     # Passes over the val split (up to VAL_MAX_PASSES) until it holds this many pairs; 0: one.
     val_pairs: integer(ge=0, le=10**7) = 1000
     random_seed: integer(ge=0) = 12345
-    workers: integer(ge=1, le=256) = 2
+    # processes that tokenise and pair (0: one per core); the output does not depend on it
+    workers: integer(ge=0, le=1024, allowed="0..1024 (0: one per core)") = 0
 
 
 @params_section(frozen=True)
