@@ -6,7 +6,7 @@ their step, and it never kills training afterwards: if the store fails mid-run (
 a server gone), the first failed call logs one warning and the tracker goes quiet, while the
 local TSV and JSON records stay complete. What MLflow and SQLAlchemy log about a failed call
 (a database error comes with its whole traceback) is held back to debug level
-(`_store_logs_held`). A run whose store failed is ended FAILED at its end if the store
+(`common/held_logs.py`). A run whose store failed is ended FAILED at its end if the store
 answers again by then; otherwise the next run opened in its experiment ends it, as it ends
 any run left RUNNING by a process that has ended (killed outright): each run carries its
 process in the tag `bert.process` (`_close_ended_runs`).
@@ -19,7 +19,6 @@ would be a page of one-point charts before the curves.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import subprocess
@@ -28,11 +27,12 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, Literal
 
 from bertcore.common.errors import BertError
+from bertcore.common.held_logs import logs_held
 from bertcore.common.processes import has_ended, process_label
 from bertcore.common.validation import Bool, params_section, text
 
@@ -168,7 +168,7 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 client = MlflowClient(tracking_uri=uri)
                 run = _resumable_run(client, run_id, uri) if run_id else None
                 if run is None:
@@ -201,7 +201,7 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 client = MlflowClient(tracking_uri=uri)
                 run = _existing_run(client, run_id)
         except Exception as exc:  # the store failed, which is not the run being gone
@@ -226,7 +226,7 @@ class Tracker:
         from mlflow.tracking import MlflowClient
 
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 client = MlflowClient(tracking_uri=uri)
                 experiments = [e.experiment_id for e in client.search_experiments()]
                 runs = client.search_runs(experiments,
@@ -247,7 +247,7 @@ class Tracker:
         """A new run nested under this one (MLflow's `mlflow.parentRunId` tag), in the same
         experiment: `mlflow ui` shows it under this run."""
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 run = self.client.get_run(self.run_id)
                 experiment = self.client.get_experiment(run.info.experiment_id).name
         except Exception as exc:  # MlflowException, or the database's own errors
@@ -262,7 +262,7 @@ class Tracker:
         if self.lost:
             return False
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 func(*args, **kwargs)
             return True
         except Exception as exc:  # any failure of the store must not stop training
@@ -333,7 +333,7 @@ class Tracker:
             self._call("end run", self.client.set_terminated, self.run_id, status)
             return
         try:
-            with _store_logs_held():
+            with logs_held(_STORE_LOGGERS):
                 self.client.set_terminated(self.run_id,
                                            "KILLED" if status == "KILLED" else "FAILED")
         except Exception as exc:
@@ -386,7 +386,7 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
     ended (killed outright, or whose store failed until its end), but `keep`, the run about
     to be resumed. Their records stop where their store did; the local ones are whole."""
     try:
-        with _store_logs_held():
+        with logs_held(_STORE_LOGGERS):
             running = client.search_runs([experiment_id],
                                          filter_string="attributes.status = 'RUNNING'",
                                          max_results=100)
@@ -401,45 +401,6 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
                          "marked FAILED", run.info.run_id, run.info.run_name)
     except Exception as exc:  # the caller's own calls will tell if the store is down
         log.debug("MLflow runs left RUNNING could not be ended: %s", _first_line(exc))
-
-
-class _HeldRecords(logging.Handler):
-    """Log records kept, not shown."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.records: list[logging.LogRecord] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        self.records.append(record)
-
-
-@contextlib.contextmanager
-def _store_logs_held() -> Iterator[None]:
-    """Around calls to the store: what MLflow and SQLAlchemy log meanwhile is held back. If
-    the calls fail (MLflow logs a database error with its whole traceback, some 50 lines,
-    before raising), it goes to debug level (`bert -v` shows it) and the caller says what
-    failed in one line; if they succeed, it is passed on as it came."""
-    held = _HeldRecords()
-    loggers = [logging.getLogger(name) for name in _STORE_LOGGERS]
-    saved = [(logger.handlers, logger.propagate) for logger in loggers]
-    for logger in loggers:
-        logger.handlers, logger.propagate = [held], False
-    try:
-        yield
-    except BaseException:
-        _restore_loggers(loggers, saved)
-        for record in held.records:
-            log.debug("%s: %s", record.name, record.getMessage(), exc_info=record.exc_info)
-        raise
-    _restore_loggers(loggers, saved)
-    for record in held.records:
-        logging.getLogger(record.name).handle(record)
-
-
-def _restore_loggers(loggers: list[logging.Logger], saved: list[tuple[list, bool]]) -> None:
-    for logger, (handlers, propagate) in zip(loggers, saved, strict=True):
-        logger.handlers, logger.propagate = handlers, propagate
 
 
 def _artifact_location(uri: str) -> str | None:

@@ -11,9 +11,9 @@ Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
     phase2/                            meta.json and the pair arrays at phase 2's length
 
 Building streams: each split is tokenised once, in worker processes, a batch of sentences per
-task, into its `tokens.npy` and a document table on disk (`doctable`); then worker processes
-pair shards of documents into NSP instances (`pairing`),
-for phase 1's length and then phase 2's, and the shards' pairs are appended in order to each
+task (`encoding`), into its `tokens.npy` and a document table on disk (`doctable`); then
+worker processes pair shards of documents into NSP instances (`pairing`), for phase 1's
+length and then phase 2's, and the shards' pairs are appended in order to each
 folder's pair arrays (`store`). Every document gets its own random generator, seeded from
 (random_seed, split, dupe, document), so the output is byte-identical whatever the number of
 workers, and phase 1's is the same with phase 2 on or off.
@@ -26,17 +26,13 @@ parts right before and after it in the same document.
 from __future__ import annotations
 
 import dataclasses
-import functools
 import hashlib
-import os
 import random
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from itertools import chain
 from pathlib import Path
 
 import numpy as np
-from tokenizers import Tokenizer
 from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
@@ -52,6 +48,7 @@ from bertcore.data.samples.doctable import (
     SentenceBatch,
     tokenize_corpus,
 )
+from bertcore.data.samples.encoding import SentenceEncoder
 from bertcore.data.samples.pairing import pair_document
 from bertcore.data.samples.store import (
     FORMAT_VERSION,
@@ -64,7 +61,7 @@ from bertcore.data.samples.store import (
     token_dtype,
 )
 
-# Sentences are tokenised in tasks of about this many bytes of the corpus file.
+# Sentences are tokenised in tasks of about this many bytes of the corpus file (`encoding`).
 SENTENCE_BATCH_BYTES = 1 << 20
 # Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
 SHARD_TOKENS = 1 << 19
@@ -74,57 +71,6 @@ SHARD_TOKENS = 1 << 19
 VAL_MAX_PASSES = 20
 # A document's neighbourhood (no random B from it): itself and the parts either side.
 NEIGHBOURHOOD = 3
-
-
-# ---------------------------------------------------------------------------------------------
-# Tokenising (in worker processes)
-
-
-@dataclasses.dataclass(frozen=True)
-class EncodeTask:
-    """One worker task: tokenise a batch of a corpus file's sentences with the tokenizer saved
-    at `tokenizer_file` (whose sha256 is `tokenizer_sha256`)."""
-
-    tokenizer_file: str
-    tokenizer_sha256: str
-    dtype: str
-    in_pool: bool  # in a pool's worker: the pool is the parallelism, not tokenizers' threads
-    lines: LineBatch
-
-
-def encode_lines(task: EncodeTask) -> SentenceBatch:
-    """The sentences of `task`, tokenised without special tokens."""
-    if task.in_pool:
-        os.environ["TOKENIZERS_PARALLELISM"] = "false"  # read by tokenizers at every call
-    tokenizer = _saved_tokenizer(task.tokenizer_file, task.tokenizer_sha256)
-    ids = [e.ids for e in tokenizer.encode_batch_fast(task.lines.texts, add_special_tokens=False)]
-    lengths = np.fromiter(map(len, ids), np.int64, count=len(ids))
-    flat = np.fromiter(chain.from_iterable(ids), task.dtype, count=int(lengths.sum()))
-    return SentenceBatch(lengths, flat, np.asarray(task.lines.documents, np.int64))
-
-
-@functools.lru_cache(maxsize=1)
-def _saved_tokenizer(path: str, sha256: str) -> Tokenizer:
-    """The tokenizer of a task, loaded once per process (the digest tells builds apart)."""
-    return Tokenizer.from_file(path)
-
-
-class _SentenceEncoder:
-    """`tokenize_corpus`'s `encode`: every batch of sentences a task through `run`, the
-    tokenizer saved where the workers load it."""
-
-    def __init__(self, tokenizer: Tokenizer, work_dir: Path, dtype: np.dtype, run: Callable,
-                 workers: int):
-        work_dir.mkdir(parents=True, exist_ok=True)
-        self.file = work_dir / "tokenizer.json"
-        tokenizer.save(str(self.file))
-        self.sha256 = hashlib.sha256(self.file.read_bytes()).hexdigest()
-        self.dtype, self.run, self.in_pool = dtype.str, run, workers > 1
-
-    def __call__(self, batches: Iterable[LineBatch]) -> Iterator[SentenceBatch]:
-        tasks = (EncodeTask(str(self.file), self.sha256, self.dtype, self.in_pool, lines)
-                 for lines in batches)
-        return self.run(encode_lines, tasks)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -463,7 +409,7 @@ def build_samples(
     } for folder, c in configs.items()}
     workers = config.workers or available_cores()
     with TaskRunner(workers) as run:
-        encode = _SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
+        encode = SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
         for split, path in corpus_files.items():
             other = metas[""]["train"]["documents"] if "train" in metas[""] else None
             built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,
