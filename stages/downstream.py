@@ -15,7 +15,8 @@ from bertcore.common.digests import file_sha256, fingerprint_params
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
-from bertcore.training.pretrain import MODEL_TAG, RUN_INFO
+from bertcore.training.mlflow_run import MODEL_TAG
+from bertcore.training.pretrain import RUN_INFO
 from stages.repo import experiment_name, tracking_uri
 from stages.report import track_report
 

@@ -40,7 +40,7 @@ from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
 from bertcore.training.loop import Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.pretrain import MODEL_TAG
+from bertcore.training.mlflow_run import MODEL_TAG
 from bertcore.training.step import StepRunner
 
 transformers = pytest.importorskip("transformers")

@@ -118,12 +118,17 @@ def steps_in(folder: Path) -> list[int]:
     return [c.step for c in CheckpointDir(folder).all()]
 
 
+def six_step_run(data: Path, folder: Path) -> None:
+    """`folder` set up for a run of 6 steps with a checkpoint every 3, tracking off."""
+    (folder / "data").symlink_to(data)
+    write_params(folder / "params.yaml", train={"max_steps": 6, "checkpoint_every": 3,
+                                                "eval_every": 0, "log_every": 1},
+                 tracking={"enabled": False})
+
+
 @pytest.mark.slow
 def test_an_interrupted_extension_keeps_the_finished_run_and_its_model(data, tmp_path):
-    (tmp_path / "data").symlink_to(data)
-    write_params(tmp_path / "params.yaml", train={"max_steps": 6, "checkpoint_every": 3,
-                                                  "eval_every": 0, "log_every": 1},
-                 tracking={"enabled": False})
+    six_step_run(data, tmp_path)
     root, model = tmp_path / "models" / "checkpoints", tmp_path / "models" / "pretrained"
     bert("pretrain", cwd=tmp_path)
     finished = {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()}
@@ -150,10 +155,7 @@ def test_an_interrupted_extension_keeps_the_finished_run_and_its_model(data, tmp
 
 @pytest.mark.slow
 def test_a_run_that_starts_fresh_sets_aside_the_checkpoints_it_replaces(data, tmp_path):
-    (tmp_path / "data").symlink_to(data)
-    write_params(tmp_path / "params.yaml", train={"max_steps": 6, "checkpoint_every": 3,
-                                                  "eval_every": 0, "log_every": 1},
-                 tracking={"enabled": False})
+    six_step_run(data, tmp_path)
     root = tmp_path / "models" / "checkpoints"
     aside = root / "replaced"
     bert("pretrain", cwd=tmp_path)

@@ -17,11 +17,9 @@ from __future__ import annotations
 
 import logging
 import random
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -29,14 +27,13 @@ import torch
 from pydantic import model_validator
 
 from bertcore.common.atomic import atomic_dir, write_json
-from bertcore.common.digests import file_sha256
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.common.validation import params_section
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import ModelConfig
-from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
+from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming, TimeBudget
@@ -46,11 +43,18 @@ from bertcore.training.cpu import cpu_record
 from bertcore.training.devices import device_name, resolve_device
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalConfig, evaluate, val_batches
-from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity, run_name
+from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.lineage import left_notice, replacing_notice
 from bertcore.training.loop import Trainer, TrainResult
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.mlflow_run import (
+    PHASE_TAG,
+    checkpoint_written,
+    default_run_name,
+    finish_run,
+    run_tags,
+)
 from bertcore.training.order import LengthBins
 from bertcore.training.phases import (
     Phase,
@@ -94,10 +98,9 @@ class PretrainConfig:
 
 # In the model folder: the step that made it and the run's fingerprints. Not the MLflow run:
 # its id is random, and the folder is the same bytes for the same params and data. That run
-# carries the weights' sha256 as the tag MODEL_TAG instead, so a later stage finds it.
+# carries the weights' sha256 as the tag MODEL_TAG instead (`mlflow_run`), so a later stage
+# finds it.
 RUN_INFO = "training.json"
-MODEL_TAG = "model.sha256"
-PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
 @dataclass(frozen=True)
@@ -254,7 +257,7 @@ class PretrainingRun:
             return None
         report = self.write_outputs(runner, result)
         if tracker:
-            self.finish_tracking(tracker, runner, result)
+            finish_run(tracker, self.config.tracking, self.paths, runner, result)
         return report
 
     def build_model(self) -> BertPretrainingModel:
@@ -323,7 +326,7 @@ class PretrainingRun:
         if tracker is not None and self.second is not None:
             tracker.set_tags({PHASE_TAG: phase.number})
         on_checkpoint = None if tracker is None else partial(
-            _checkpoint_written, self.checkpoints, tracker,
+            checkpoint_written, self.checkpoints, tracker,
             self.config.tracking.log_checkpoints == "all")
         return Trainer(runner, record=record, checkpoints=self.checkpoints,
                        meta=phase.identity.meta(self.dist.world_size),
@@ -387,34 +390,12 @@ class PretrainingRun:
             labels.tracking_uri,
             self.config.tracking.experiment,
             run_id=None if self.plan.continues_earlier_run else previous_run,
-            run_name=labels.run_name or self.name(),
+            run_name=labels.run_name or default_run_name(
+                self.config.model, self.config.train.max_minutes,
+                [phase for phase in (self.first, self.second) if phase is not None]),
             params=labels.params,
-            tags={**labels.tags, **self.run_tags(previous_run)},
+            tags={**labels.tags, **run_tags(self.plan, self.first, self.second, previous_run)},
         )
-
-    def name(self) -> str:
-        """The MLflow run's name when the caller gives none: MLflow's own random names come
-        from Python's global generator, which the run seeds, so every run with the same
-        train.seed would be called alike; this one says what differs (`identity.run_name`)."""
-        init = self.config.model.init_from
-        model = (Path(init).resolve().name or init) if init else self.config.model.preset
-        phases = [self.first.identity] + ([self.second.identity] if self.second else [])
-        return run_name(model, phases, self.config.train.max_minutes)
-
-    def run_tags(self, previous_run: str | None) -> dict[str, Any]:
-        """The MLflow run's tags: the phases' fingerprints, and the run it continues."""
-        plan, second = self.plan, self.second
-        tags = {f"fingerprint.{k}": v for k, v in self.first.identity.fingerprints.items()}
-        if second is not None:
-            tags.update({f"fingerprint.phase2.{k}": v
-                         for k, v in second.identity.fingerprints.items()})
-            tags["phase2.first_step"] = second.start.step + 1
-        if plan.continues_earlier_run:
-            tags.update({"extends_run": previous_run,
-                         "extended_at_step": plan.resume.checkpoint.step})
-        if plan.resume.extends:
-            tags["extended_from_steps"] = plan.resume.previous_total
-        return tags
 
     # ----------------------------------------------------------------------------- finish
     def write_outputs(self, runner: StepRunner, result: TrainResult) -> PretrainReport:
@@ -430,29 +411,3 @@ class PretrainingRun:
         write_json(paths.metrics, report.metrics, sort_keys=False)
         write_json(paths.details, report.details, sort_keys=False)
         return report
-
-    def finish_tracking(self, tracker: Tracker, runner: StepRunner, result: TrainResult) -> None:
-        """Tag the MLflow run with the weights' sha256 (see RUN_INFO) and the run's length,
-        log the last checkpoint and the exported model, and close it."""
-        # the length of the run: what ran, and where a time budget planned it to end
-        tracker.set_tags({MODEL_TAG: file_sha256(self.paths.out / WEIGHTS_NAME),
-                          "train.steps_run": result.steps,
-                          "train.planned_steps": result.planned_steps,
-                          **({"train.seconds_per_step": result.step_timing.step_s}
-                             if result.step_timing else {})})
-        final = result.checkpoint  # this run's last (not phase 2's, left with it off)
-        if self.config.tracking.log_checkpoints == "last" and final is not None:
-            tracker.log_artifacts(final, f"checkpoints/{final.name}")
-        with tempfile.TemporaryDirectory() as tmp:
-            export_hf(runner.raw_model.cpu(), tmp, self.paths.vocab)
-            tracker.log_artifacts(tmp, "hf_model")
-        tracker.finish()
-
-
-def _checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,
-                        path: Path) -> None:
-    """After each checkpoint: note which MLflow run wrote it (and log it, with
-    tracking.log_checkpoints: all)."""
-    checkpoints.record_run(path, tracker.run_id)
-    if log_all:
-        tracker.log_artifacts(path, f"checkpoints/{path.name}")

@@ -1,0 +1,77 @@
+"""What a pretraining's MLflow run carries besides its curves: its name and tags when it
+opens; after each checkpoint, which run wrote it; at the end the weights' sha256
+(`MODEL_TAG`, by which a later stage finds the run), the run's length, the last checkpoint
+and the exported model."""
+
+from __future__ import annotations
+
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from bertcore.common.digests import file_sha256
+from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.model.config import ModelConfig
+from bertcore.model.hf import WEIGHTS_NAME, export_hf
+from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.identity import run_name
+from bertcore.training.inputs import PretrainPaths
+from bertcore.training.loop import TrainResult
+from bertcore.training.phases import Phase, RunPlan
+from bertcore.training.step import StepRunner
+
+MODEL_TAG = "model.sha256"
+PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
+
+
+def default_run_name(model: ModelConfig, max_minutes: float | None, phases: list[Phase]) -> str:
+    """The MLflow run's name when the caller gives none: MLflow's own random names come
+    from Python's global generator, which the run seeds, so every run with the same
+    train.seed would be called alike; this one says what differs (`identity.run_name`)."""
+    init = model.init_from
+    name = (Path(init).resolve().name or init) if init else model.preset
+    return run_name(name, [phase.identity for phase in phases], max_minutes)
+
+
+def run_tags(plan: RunPlan, first: Phase, second: Phase | None,
+             previous_run: str | None) -> dict[str, Any]:
+    """The MLflow run's tags: the phases' fingerprints, and the run it continues."""
+    tags = {f"fingerprint.{k}": v for k, v in first.identity.fingerprints.items()}
+    if second is not None:
+        tags.update({f"fingerprint.phase2.{k}": v
+                     for k, v in second.identity.fingerprints.items()})
+        tags["phase2.first_step"] = second.start.step + 1
+    if plan.continues_earlier_run:
+        tags.update({"extends_run": previous_run,
+                     "extended_at_step": plan.resume.checkpoint.step})
+    if plan.resume.extends:
+        tags["extended_from_steps"] = plan.resume.previous_total
+    return tags
+
+
+def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,
+                       path: Path) -> None:
+    """After each checkpoint: note which MLflow run wrote it (and log it, with
+    tracking.log_checkpoints: all)."""
+    checkpoints.record_run(path, tracker.run_id)
+    if log_all:
+        tracker.log_artifacts(path, f"checkpoints/{path.name}")
+
+
+def finish_run(tracker: Tracker, config: TrackingConfig, paths: PretrainPaths,
+               runner: StepRunner, result: TrainResult) -> None:
+    """Tag the MLflow run with the weights' sha256 (see pretrain.RUN_INFO) and the run's
+    length, log the last checkpoint and the exported model, and close it."""
+    # the length of the run: what ran, and where a time budget planned it to end
+    tracker.set_tags({MODEL_TAG: file_sha256(paths.out / WEIGHTS_NAME),
+                      "train.steps_run": result.steps,
+                      "train.planned_steps": result.planned_steps,
+                      **({"train.seconds_per_step": result.step_timing.step_s}
+                         if result.step_timing else {})})
+    final = result.checkpoint  # this run's last (not phase 2's, left with it off)
+    if config.log_checkpoints == "last" and final is not None:
+        tracker.log_artifacts(final, f"checkpoints/{final.name}")
+    with tempfile.TemporaryDirectory() as tmp:
+        export_hf(runner.raw_model.cpu(), tmp, paths.vocab)
+        tracker.log_artifacts(tmp, "hf_model")
+    tracker.finish()
