@@ -17,6 +17,7 @@ import pytest
 import bertcore.data.corpus.build as corpus_build
 import bertcore.data.corpus.textfile as textfile
 from bertcore.common.atomic import write_json
+from bertcore.common.errors import BertError
 from bertcore.common.pool import TASKS_AHEAD_PER_WORKER, TaskRunner
 from bertcore.data.corpus import CorpusConfig, build_corpus
 
@@ -162,3 +163,42 @@ def test_the_pool_takes_a_bounded_number_of_tasks_ahead():
             assert result == i
             assert len(taken) <= i + 1 + TASKS_AHEAD_PER_WORKER * 2
     assert taken == list(range(40))
+
+
+def write_records(path: Path, rng: random.Random, count: int, encoding: str = "utf-8",
+                  damage_every: int = 0) -> None:
+    """`count` JSON Lines records of accented prose (non-ASCII written as is), every
+    `damage_every`-th with a stray byte that is no UTF-8, a few blank lines among them."""
+    lines = []
+    for r in range(count):
+        text = " ".join(sentence(rng, f"r{r}-{s}") for s in range(3)) + " Très bien, déjà vu."
+        line = json.dumps({"text": text}, ensure_ascii=False).encode(encoding)
+        if damage_every and r % damage_every == 1:
+            line = line.replace(b"Item", b"It\xffem", 1)
+        lines.append(line + (b"\n\n" if r % 23 == 5 else b"\n"))
+    path.write_bytes(b"".join(lines))
+
+
+def test_json_lines_damaged_or_not_utf8_as_one_process_reads_them(tmp_path, monkeypatch):
+    """JSON Lines come in blocks parsed where they are cleaned; a few bad bytes are still
+    replaced and counted per record, and a file in another encoding still stops the stage at
+    the line where it reads as one, for any number of workers."""
+    rng = random.Random(5)
+    (tmp_path / "good").mkdir()
+    write_records(tmp_path / "good" / "damaged.jsonl", rng, 400, damage_every=50)
+    write_records(tmp_path / "latin1.jsonl", rng, 40, encoding="latin-1")
+    monkeypatch.setattr(corpus_build, "TASK_SIZE", 2000)
+    outputs = {}
+    for workers in (1, 2, 3):
+        out = tmp_path / f"out{workers}"
+        outputs[workers] = corpus_outputs(tmp_path / "good", out, workers=workers)
+        stats = json.loads((out / "corpus.json").read_text())
+        assert stats["cleaning"]["invalid_utf8_sequences"] == 8, workers
+        assert stats["input"]["records"] == 400, workers
+        assert (out / "train.txt").read_text().count("It\ufffdem") + (
+            out / "val.txt").read_text().count("It\ufffdem") == 8
+        with pytest.raises(BertError, match=r"latin1.jsonl is not UTF-8: 9 of the first 9 "
+                                            r"non-ASCII .* \(line 1: "):
+            build_corpus(CorpusConfig(source=str(tmp_path / "latin1.jsonl"), workers=workers),
+                         tmp_path, progress=False)
+    assert outputs[1] == outputs[2] == outputs[3]

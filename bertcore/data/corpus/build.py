@@ -137,7 +137,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     with bar, writer, TaskRunner(workers, lazy=True) as run:
         spans = source.spans(counts, advance, TASK_SIZE)
         tasks = group_spans(spans, config.normalization, config.max_sentence_chars, TASK_SIZE)
-        parts = _parts(run(clean_task, tasks, in_parent=attrgetter("inline")), stats)
+        parts = _parts(run(clean_task, tasks, in_parent=attrgetter("inline")), stats, counts)
         for lines, ends in parts:
             stats.input["documents"] += 1
             outcome = writer.add(_document_parts(lines, ends, parts))
@@ -180,13 +180,16 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     return stats
 
 
-def _parts(results: Iterator[TaskResult], stats: CorpusStats) -> Iterator[tuple[Lines, bool]]:
+def _parts(results: Iterator[TaskResult], stats: CorpusStats,
+           counts: Counter) -> Iterator[tuple[Lines, bool]]:
     """The parts of documents in the tasks' results, in order; what cleaning did goes to
-    `stats.cleaning`, the formats of files found in the tasks to `stats.read_as`."""
+    `stats.cleaning`, the formats of files found in the tasks to `stats.read_as`, what the
+    tasks read of the source (records) to the source's `counts`."""
     for result in results:
         yield from result.parts
         stats.cleaning.update(result.cleaning)
         stats.read_as.update(result.read_as)
+        counts.update(result.found)
 
 
 def _document_parts(lines: Lines, ends: bool,

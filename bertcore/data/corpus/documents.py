@@ -8,9 +8,12 @@ after every boundary, so a document can be cut after any boundary into spans tha
 apart (in different processes) and give, in order, the document's sentences.
 
 A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
-document, up to a boundary), a `TextBlock` (`textfile`: raw lines of a UTF-8 file) or a
-`TextStream` (`textfile`: the rest of a file with a paragraph too long for a block). Each has
-`parts()`: (document, ends) pairs, `ends` False when the document goes on in the next span;
+document, up to a boundary), a `TextBlock` (`textfile`: raw lines of a UTF-8 file), a
+`TextStream` (`textfile`: the rest of a file with a paragraph too long for a block) or a
+`RecordBlock` (`jsonl`: raw lines of a JSON Lines file). Each has `parts(counts)`: (document,
+ends) pairs, `ends` False when the document goes on in the next span, adding to the source's
+`counts` what it finds where it is read (a RecordBlock: its records, and the lines that are
+not);
 `size`, to group spans into tasks; `inline`: True for a span cleaned in the main process
 as it is read (a TextStream), False for one sent whole to a worker; and `read_as`: prose or
 lines where the span decides how its text file is read (a TextBlock or TextStream of a whole
@@ -59,7 +62,7 @@ class Record:
             return ((line, True) for line in self.text.splitlines() if line.strip())
         return prose_pieces((line, True) for line in self.text.splitlines())
 
-    def parts(self) -> list[tuple[Record, bool]]:
+    def parts(self, counts: Counter) -> list[tuple[Record, bool]]:
         return [(self, True)]
 
     @property
@@ -77,7 +80,7 @@ class PieceRun:
     inline = False
     read_as = None
 
-    def parts(self) -> list[tuple[Document, bool]]:
+    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
         return [(Document("", self.pieces, self.split_sentences), self.ends)]
 
     @property
@@ -135,6 +138,18 @@ def prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
 def record_document(text: str, origin: str, fmt: str) -> Record:
     """A record's text is one document (see `Record`)."""
     return Record(origin, text, fmt)
+
+
+def records_with_text(record, field: str, origin: str, fmt: str,
+                      counts: Counter) -> Iterator[Record]:
+    """The record's document when its `field` holds text, counted as one of `records`; else
+    nothing, counted as one of `records_without_text`."""
+    text = record.get(field) if isinstance(record, dict) else None
+    if isinstance(text, str):
+        counts["records"] += 1
+        yield record_document(text, origin, fmt)
+    else:
+        counts["records_without_text"] += 1
 
 
 def line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import fnmatch
 import glob
-import json
 import logging
 import os
 from collections import Counter
@@ -29,7 +28,9 @@ from bertcore.data.corpus.documents import (
     line_documents,
     prose_pieces,
     record_document,
+    records_with_text,
 )
+from bertcore.data.corpus.jsonl import RecordBlock, jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
 from bertcore.data.corpus.textfile import (
     TextBlock,
@@ -39,7 +40,6 @@ from bertcore.data.corpus.textfile import (
     bom_encoding,
     open_bytes,
     read_head,
-    read_line,
     utf8_blocks,
     wide_lines,
 )
@@ -167,7 +167,7 @@ class FileSource(Source):
         self.total = sum(path.stat().st_size for path in files)
 
     def spans(self, counts: Counter, advance: Advance,
-              size: int) -> Iterator[Record | TextBlock | PieceRun]:
+              size: int) -> Iterator[Record | RecordBlock | TextBlock | PieceRun]:
         for path in self.files:
             counts["files"] += 1
             name = path.name.lower()
@@ -178,7 +178,8 @@ class FileSource(Source):
                     yield from parquet_documents(path, self.text_field, self.format, counts)
                     advance(path.stat().st_size)
                 elif name.endswith(JSONL_SUFFIXES):
-                    yield from jsonl_documents(path, self.text_field, self.format, counts, advance)
+                    yield from jsonl_blocks(path, self.text_field, self.format, counts,
+                                            advance, size)
                 else:
                     yield from text_file_spans(path, self.format, counts, advance, size)
             except OSError as exc:
@@ -223,27 +224,6 @@ def text_file_spans(
             yield from document_spans(document, size)
 
 
-def jsonl_documents(
-    path: Path, field: str, fmt: str, counts: Counter, advance: Advance
-) -> Iterator[Record]:
-    with open_bytes(path, advance) as (handle, progress, tool):
-        check, number = Utf8Check(path, tool), 0
-        while raw := read_line(handle, path, limit=-1):  # a record is parsed whole
-            number += 1
-            progress(len(raw))
-            line = raw.decode("utf-8", "replace")
-            counts["invalid_utf8_sequences"] += check.line(raw, line)
-            if not raw.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError:
-                counts["invalid_json_lines"] += 1
-                logger.debug("%s:%d: not JSON", path, number)
-                continue
-            yield from _text_of(record, field, f"{path}:{number}", fmt, counts)
-
-
 def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
@@ -272,7 +252,7 @@ def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iter
         for batch in table.iter_batches(batch_size=1024, columns=[field]):
             for value in batch.column(0).to_pylist():
                 row += 1
-                yield from _text_of({field: value}, field, f"{path}[{row}]", fmt, counts)
+                yield from records_with_text({field: value}, field, f"{path}[{row}]", fmt, counts)
     except pa.ArrowException as exc:
         raise BertError(f"{path}: cannot read row {row + 1} and on ({exc})") from None
 
@@ -287,15 +267,6 @@ def _is_text(arrow_type) -> bool:
     return pa.types.is_string(arrow_type) or pa.types.is_large_string(arrow_type) or is_view(
         arrow_type
     )
-
-
-def _text_of(record, field: str, origin: str, fmt: str, counts: Counter) -> Iterator[Record]:
-    text = record.get(field) if isinstance(record, dict) else None
-    if isinstance(text, str):
-        counts["records"] += 1
-        yield record_document(text, origin, fmt)
-    else:
-        counts["records_without_text"] += 1
 
 
 class HubSource(Source):
@@ -324,7 +295,7 @@ class HubSource(Source):
             )
             for number, record in enumerate(records):
                 advance(1)
-                yield from _text_of(record, self.text_field, f"{self.name}[{number}]",
+                yield from records_with_text(record, self.text_field, f"{self.name}[{number}]",
                                     self.format, counts)
         except BertError:
             raise

@@ -27,7 +27,7 @@ STREAM_BATCH = 1000  # sentences per part of a document cleaned as it is read
 
 @dataclass
 class CleanTask:
-    spans: list  # Record, PieceRun, TextBlock, TextStream: parts(), size, inline, read_as
+    spans: list  # Record, PieceRun, TextBlock, TextStream, RecordBlock (see documents)
     normalization: str
     max_sentence_chars: int
 
@@ -41,12 +41,14 @@ class CleanTask:
 class TaskResult:
     """Per part of a document: its sentences as lines, and whether the document ends there
     (False: it goes on in the next part); what cleaning removed and cut (complete once the
-    parts, a stream for an inline task, are read); and how many text files the task found to
-    be prose or lines (`prose_files`, `lines_files`: their format detected here)."""
+    parts, a stream for an inline task, are read); how many text files the task found to
+    be prose or lines (`prose_files`, `lines_files`: their format detected here); and what
+    the source's counts gain where the spans are read (`found`: the records of JSON Lines)."""
 
     parts: Iterable[tuple[Lines, bool]]
     cleaning: Counter = field(default_factory=Counter)
     read_as: Counter = field(default_factory=Counter)
+    found: Counter = field(default_factory=Counter)
 
 
 def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
@@ -70,16 +72,17 @@ def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
 def clean_task(task: CleanTask) -> TaskResult:
     """Clean and split every part of the task's spans (in a worker process, or streamed in
     this one for an inline task)."""
-    counts = Counter()
-    parts = _clean_parts(task, counts)
+    counts, found = Counter(), Counter()
+    parts = _clean_parts(task, counts, found)
     read_as = Counter(f"{span.read_as}_files" for span in task.spans if span.read_as)
-    return TaskResult(parts if task.inline else list(parts), counts, read_as)
+    return TaskResult(parts if task.inline else list(parts), counts, read_as, found)
 
 
-def _clean_parts(task: CleanTask, counts: Counter) -> Iterator[tuple[Lines, bool]]:
+def _clean_parts(task: CleanTask, counts: Counter,
+                 found: Counter) -> Iterator[tuple[Lines, bool]]:
     cleaner = TextCleaner(task.normalization)
     for span in task.spans:
-        for document, ends in span.parts():
+        for document, ends in span.parts(found):
             splitter = SentenceSplitter(task.max_sentence_chars, document.split_sentences)
             sentences = document_sentences(document, cleaner, splitter)
             if span.inline:

@@ -27,6 +27,7 @@ import lzma
 import os
 import re
 import zlib
+from collections import Counter
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from functools import cached_property
@@ -196,20 +197,30 @@ class Utf8Check:
     def block(self, data: bytes, final: bool = False) -> None:
         """Count whole lines as `line` counts them piece by piece: at once when they are valid
         UTF-8 (and no U+FFFD of the file straddles a piece of a long line)."""
-        try:
-            text = data.decode("utf-8")
-        except UnicodeDecodeError:
-            text = None
-        long_lines = len(data) > LINE_CHUNK_BYTES
-        if text is None or (long_lines and _FFFD in data):
+        text = _strict_utf8(data)
+        if text is None or (len(data) > LINE_CHUNK_BYTES and _FFFD in data):
             for _ in decoded_lines(io.BytesIO(data), self.path, self, final=final):
                 pass
             return
+        self._count_valid(data, text, LINE_CHUNK_BYTES)
+
+    def whole_lines(self, data: bytes) -> None:
+        """Count whole lines as `line` counts them when each is read whole (JSON Lines records
+        are parsed whole): at once when they are valid UTF-8."""
+        text = _strict_utf8(data)
+        if text is None:
+            for raw in io.BytesIO(data):
+                self.line(raw, raw.decode("utf-8", "replace"))
+            return
+        self._count_valid(data, text, None)
+
+    def _count_valid(self, data: bytes, text: str, limit: int | None) -> None:
+        """Count valid UTF-8 `data` (decoded: `text`) as `line` counts its pieces of `limit`."""
         if b"\0" in data:  # as `line` counts them: damage, which cleaning removes
             self.nuls += data.count(b"\0")
             self.first_nul = self.first_nul or self.lines + line_pieces(
-                data[: data.index(b"\0") + 1])
-        self.lines += line_pieces(data)
+                data[: data.index(b"\0") + 1], limit)
+        self.lines += line_pieces(data, limit)
         if not data.isascii():
             self.decoded += len(text) - len(text.encode("ascii", "ignore"))
 
@@ -301,7 +312,7 @@ class TextBlock(_FileLayout):
     def start(self) -> bytes:
         return self.data
 
-    def parts(self) -> list[tuple[Document, bool]]:
+    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
         lines = decoded_lines(io.BytesIO(self.data), Path("<block>"), final=self.final)
         if self.layout == "prose":
@@ -332,7 +343,7 @@ class TextStream(_FileLayout):
     def start(self) -> bytes:
         return self.head
 
-    def parts(self) -> Iterator[tuple[Document, bool]]:
+    def parts(self, counts: Counter) -> Iterator[tuple[Document, bool]]:
         reader = _Rejoined(self.head, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
         if self.layout == "prose":
@@ -422,9 +433,18 @@ def read_block(handle, path: Path, size: int) -> bytes:
         raise _read_error(path, exc) from None
 
 
-def line_pieces(data: bytes, limit: int = LINE_CHUNK_BYTES) -> int:
-    """How many pieces `read_line` makes of `data` (a line longer than `limit` is several)."""
-    if len(data) <= limit:
+def _strict_utf8(data: bytes) -> str | None:
+    """`data` decoded, or None where it is no valid UTF-8."""
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError:
+        return None
+
+
+def line_pieces(data: bytes, limit: int | None = LINE_CHUNK_BYTES) -> int:
+    """How many pieces `read_line` makes of `data` (a line longer than `limit` is several;
+    None: each line is one)."""
+    if limit is None or len(data) <= limit:
         return data.count(b"\n") + (not data.endswith(b"\n") and len(data) > 0)
     ends = np.flatnonzero(np.frombuffer(data, np.uint8) == 10) + 1
     if not data.endswith(b"\n"):
