@@ -69,10 +69,13 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=200_000_000)
     parser.add_argument("--batch-size", type=int, default=256)
     parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--resume-step", type=int, default=20_000)
+    parser.add_argument("--resume-step", type=int,
+                        help="step to resume at (default: 20,000, or half an epoch if less)")
     parser.add_argument("--permutation-n", type=int, default=20_000_000)
     args = parser.parse_args()
     n, size = args.samples, args.batch_size
+    if args.resume_step is None:
+        args.resume_step = min(20_000, n // size // 2)
 
     positions = order_speed(n)
     print(f"EpochOrder, {n:,} samples: {positions:,.0f} positions/s "
