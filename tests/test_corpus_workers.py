@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import bertcore.data.corpus.build as corpus_build
-import bertcore.data.corpus.textfile as textfile
+import bertcore.data.corpus.textblocks as textblocks
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TASKS_AHEAD_PER_WORKER, TaskRunner
@@ -141,7 +141,7 @@ def test_same_bytes_as_before_for_1_2_and_3_workers(corpora, case, tmp_path, mon
     for workers in (1, 2, 3):
         outputs[workers] = corpus_outputs(corpora[corpus], tmp_path / str(workers),
                                           workers=workers, **config)
-    monkeypatch.setattr(textfile, "MAX_BLOCK_BYTES", 5000)
+    monkeypatch.setattr(textblocks, "MAX_BLOCK_BYTES", 5000)
     outputs["streamed"] = corpus_outputs(corpora[corpus], tmp_path / "streamed", workers=2,
                                          **config)
     for run, hashes in outputs.items():

@@ -8,8 +8,8 @@ after every boundary, so a document can be cut after any boundary into spans tha
 apart (in different processes) and give, in order, the document's sentences.
 
 A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
-document, up to a boundary), a `TextBlock` (`textfile`: raw lines of a UTF-8 file), a
-`TextStream` (`textfile`: the rest of a file with a paragraph too long for a block) or a
+document, up to a boundary), a `TextBlock` (`textblocks`: raw lines of a UTF-8 file), a
+`TextStream` (`textblocks`: the rest of a file with a paragraph too long for a block) or a
 `RecordBlock` (`jsonl`: raw lines of a JSON Lines file). Each has `parts(counts)`: (document,
 ends) pairs, `ends` False when the document goes on in the next span, adding to the source's
 `counts` what it finds where it is read (a RecordBlock: its records, and the lines that are

@@ -32,15 +32,14 @@ from bertcore.data.corpus.documents import (
 )
 from bertcore.data.corpus.jsonl import RecordBlock, jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
+from bertcore.data.corpus.textblocks import TextBlock, utf8_blocks
 from bertcore.data.corpus.textfile import (
-    TextBlock,
     Utf8Check,
     archive_kind,
     binary_kind,
     bom_encoding,
     open_bytes,
     read_head,
-    utf8_blocks,
     wide_lines,
 )
 
