@@ -294,8 +294,8 @@ class HubSource(Source):
             )
             for number, record in enumerate(records):
                 advance(1)
-                yield from records_with_text(record, self.text_field, f"{self.name}[{number}]",
-                                    self.format, counts)
+                yield from records_with_text(record, self.text_field,
+                                             f"{self.name}[{number}]", self.format, counts)
         except BertError:
             raise
         except Exception as exc:  # network, unknown name, ...: one line for the user
