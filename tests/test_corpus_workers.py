@@ -202,3 +202,32 @@ def test_json_lines_damaged_or_not_utf8_as_one_process_reads_them(tmp_path, monk
             build_corpus(CorpusConfig(source=str(tmp_path / "latin1.jsonl"), workers=workers),
                          tmp_path, progress=False)
     assert outputs[1] == outputs[2] == outputs[3]
+
+
+def test_valid_blocks_count_their_accented_letters_as_a_read_line_by_line(tmp_path,
+                                                                          monkeypatch):
+    """Whether a few bad bytes are damage (a warning) or another encoding (a stop) depends on
+    the non-ASCII letters that decode; in blocks that are valid UTF-8 they are counted at
+    once, and must be as many as a read line by line finds: here the damaged lines hold none,
+    so only the valid blocks' letters keep the file going, as text and as JSON Lines."""
+    rng = random.Random(11)
+    sentences = []
+    for i in range(400):  # 10 damaged lines, each amid ASCII lines, between accented ones
+        if i % 40 == 10:
+            sentences.append(f"Line {i} plain text with a stray \xff byte.")
+        elif i % 40 < 20:
+            sentences.append(f"Line {i} plain text {rng.choice(WORDS)}.")
+        else:
+            sentences.append(f"Ligne {i} très agréable, déjà vue {rng.choice(WORDS)}.")
+    raw = [s.encode("utf-8").replace(b"\xc3\xbf", b"\xff") for s in sentences]
+    (tmp_path / "text").mkdir()
+    (tmp_path / "text" / "notes.txt").write_bytes(b"\n".join(raw) + b"\n")
+    (tmp_path / "records").mkdir()
+    records = [json.dumps({"text": s}, ensure_ascii=False).encode("utf-8") for s in sentences]
+    (tmp_path / "records" / "notes.jsonl").write_bytes(
+        b"\n".join(r.replace(b"\xc3\xbf", b"\xff") for r in records) + b"\n")
+    monkeypatch.setattr(corpus_build, "TASK_SIZE", 300)  # blocks of a few lines
+    for name in ("text", "records"):
+        config = CorpusConfig(source=str(tmp_path / name), workers=1, format="lines")
+        stats = build_corpus(config, tmp_path, progress=False)
+        assert stats.cleaning["invalid_utf8_sequences"] == 10, name

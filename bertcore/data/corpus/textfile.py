@@ -188,32 +188,30 @@ class Utf8Check:
     def block(self, data: bytes, final: bool = False) -> None:
         """Count whole lines as `line` counts them piece by piece: at once when they are valid
         UTF-8 (and no U+FFFD of the file straddles a piece of a long line)."""
-        text = _strict_utf8(data)
-        if text is None or (len(data) > LINE_CHUNK_BYTES and _FFFD in data):
+        if not _is_utf8(data) or (len(data) > LINE_CHUNK_BYTES and _FFFD in data):
             for _ in decoded_lines(io.BytesIO(data), self.path, self, final=final):
                 pass
             return
-        self._count_valid(data, text, LINE_CHUNK_BYTES)
+        self._count_valid(data, LINE_CHUNK_BYTES)
 
     def whole_lines(self, data: bytes) -> None:
         """Count whole lines as `line` counts them when each is read whole (JSON Lines records
         are parsed whole): at once when they are valid UTF-8."""
-        text = _strict_utf8(data)
-        if text is None:
+        if not _is_utf8(data):
             for raw in io.BytesIO(data):
                 self.line(raw, raw.decode("utf-8", "replace"))
             return
-        self._count_valid(data, text, None)
+        self._count_valid(data, None)
 
-    def _count_valid(self, data: bytes, text: str, limit: int | None) -> None:
-        """Count valid UTF-8 `data` (decoded: `text`) as `line` counts its pieces of `limit`."""
+    def _count_valid(self, data: bytes, limit: int | None) -> None:
+        """Count valid UTF-8 `data` as `line` counts its pieces of `limit`."""
         if b"\0" in data:  # as `line` counts them: damage, which cleaning removes
             self.nuls += data.count(b"\0")
             self.first_nul = self.first_nul or self.lines + line_pieces(
                 data[: data.index(b"\0") + 1], limit)
         self.lines += line_pieces(data, limit)
-        if not data.isascii():
-            self.decoded += len(text) - len(text.encode("ascii", "ignore"))
+        if not data.isascii():  # a character past ASCII has one lead byte, 0xC0 or above
+            self.decoded += int(np.count_nonzero(np.frombuffer(data, np.uint8) >= 0xC0))
 
     def report(self, counts) -> None:
         """At the end of the file: warn of the invalid sequences, and count them; warn of the
@@ -273,12 +271,12 @@ def read_block(handle, path: Path, size: int) -> bytes:
         raise _read_error(path, exc) from None
 
 
-def _strict_utf8(data: bytes) -> str | None:
-    """`data` decoded, or None where it is no valid UTF-8."""
+def _is_utf8(data: bytes) -> bool:
     try:
-        return data.decode("utf-8")
+        data.decode("utf-8")
     except UnicodeDecodeError:
-        return None
+        return False
+    return True
 
 
 def line_pieces(data: bytes, limit: int | None = LINE_CHUNK_BYTES) -> int:
