@@ -12,9 +12,10 @@ import pytest
 from conftest import assert_one_line_error, run_bert
 from test_vocab import corpus_lines, word_lines, write_corpus
 
+import bertcore.data.vocab.sample as vocab_sampling
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import read_vocab
-from bertcore.data.vocab.sample import document_spools, sample_share
+from bertcore.data.vocab.sample import corpus_documents, sample_share
 
 VOCAB_FILES = ("special_tokens_map.json", "tokenizer.json", "tokenizer_config.json", "vocab.txt")
 # sha256 of the files the vocab stage wrote before vocab.sample_bytes existed (tokenizers 0.23)
@@ -153,9 +154,51 @@ def test_a_document_is_its_lines_whatever_their_number_and_the_last_newline(tmp_
                                                          for doc in reversed(documents)))
     found = {}
     for name in ("a.txt", "b.txt"):
-        found[name] = sorted((key, spool.read()) for key, spool in
-                             document_spools(tmp_path / name))
+        found[name] = sorted((key, b"".join(pieces)) for key, pieces in
+                             corpus_documents(tmp_path / name))
     assert found["a.txt"] == found["b.txt"]
     assert len({key for key, _ in found["a.txt"]}) == len(documents)  # every line counts
     assert sorted(content for _, content in found["a.txt"]) == sorted(
         "".join(f"{line}\n" for line in doc).encode() for doc in documents)
+
+
+def lines_documents(data: bytes) -> list[bytes]:
+    """The documents of a corpus file read line by line: runs of lines that are not blank (as
+    bytes.strip sees them), each line given its newline."""
+    pieces = data.split(b"\n")
+    lines = [piece + b"\n" for piece in pieces[:-1]] + ([pieces[-1] + b"\n"] if pieces[-1] else [])
+    documents, current = [], []
+    for line in lines:
+        if line.strip():
+            current.append(line)
+        elif current:
+            documents.append(b"".join(current))
+            current = []
+    return [*documents, b"".join(current)] if current else documents
+
+
+@pytest.mark.parametrize("chunk", [7, 64, 1 << 22])
+def test_documents_are_found_alike_whatever_the_chunks(tmp_path, monkeypatch, chunk):
+    """Documents are cut out of chunks of the file at runs of blank lines: the same documents
+    and hashes as a read line by line, when chunks cut lines, blank runs and documents, and a
+    document longer than a spool's worth is read again line by line."""
+    rng = random.Random(chunk)
+    blanks = [b"\n", b" \n", b"\t \r\n", b"\x0c\n", b"\n\n \n"]
+    parts = [rng.choice(blanks)]  # blank lines before the first document
+    for d in range(40):
+        lines = [f"doc {d} line {i} {'x' * rng.randint(0, 30)}".encode()
+                 for i in range(rng.choice([1, 2, 5, 60]))]
+        ending = b"\r\n" if d % 7 == 3 else b"\n"
+        parts.append(ending.join(lines) + ending + rng.choice(blanks))
+    parts.append(b"the last document \n  whose last line has no newline")
+    data = b"".join(parts)
+    (tmp_path / "c.txt").write_bytes(data)
+    expected = lines_documents(data)
+    assert len(expected) == 41
+    monkeypatch.setattr(vocab_sampling, "_CHUNK_BYTES", chunk)
+    monkeypatch.setattr(vocab_sampling, "_SPOOL_BYTES", 1000)  # docs of 60 lines: spooled
+    found = [b"".join(pieces) for _, pieces in corpus_documents(tmp_path / "c.txt")]
+    assert found == expected
+    keys = [key for key, _ in corpus_documents(tmp_path / "c.txt")]
+    assert keys == [int.from_bytes(hashlib.blake2b(d, digest_size=8, person=b"bertcore-vocab")
+                                   .digest(), "little") for d in expected]
