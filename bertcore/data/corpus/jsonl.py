@@ -66,11 +66,11 @@ def jsonl_blocks(path: Path, field: str, fmt: str, counts: Counter, advance: Adv
     """The file in blocks of whole lines of `size` bytes or a little more (up to the end of
     the line where `size` falls), each checked as UTF-8 as it is read."""
     with open_bytes(path, advance) as (handle, progress, tool):
-        check, first_line = Utf8Check(path, tool), 1
+        check = Utf8Check(path, tool)
         while data := read_block(handle, path, size):
             data += read_line(handle, path, limit=-1)  # a record is parsed whole
             progress(len(data))
+            first_line = check.lines + 1  # the lines before are whole: the check counted them
             check.whole_lines(data)
             yield RecordBlock(data, str(path), first_line, field, fmt)
-            first_line += data.count(b"\n")
         counts["invalid_utf8_sequences"] += check.invalid

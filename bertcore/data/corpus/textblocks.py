@@ -44,6 +44,10 @@ class _FileLayout:
         """How its file is read when the span decides it (fmt auto), else None."""
         return self.layout if self.fmt == "auto" else None
 
+    @property
+    def size(self) -> int:
+        return len(self.start)
+
 
 @dataclass
 class TextBlock(_FileLayout):
@@ -56,10 +60,6 @@ class TextBlock(_FileLayout):
     ends: bool
     final: bool
     inline = False
-
-    @property
-    def size(self) -> int:
-        return len(self.data)
 
     @property
     def start(self) -> bytes:
@@ -87,10 +87,6 @@ class TextStream(_FileLayout):
     fmt: str
     advance: Advance
     inline = True
-
-    @property
-    def size(self) -> int:
-        return len(self.head)
 
     @property
     def start(self) -> bytes:

@@ -23,6 +23,8 @@ import numpy as np
 
 SPLITS = ("train", "val")
 _SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
+_COPY_BYTES = 1 << 20  # a spooled document is copied into its split this much at a time
+_DIGEST_BYTES = 16  # of a document's content: 8 of them deduplicate, all 16 choose its split
 
 
 @dataclass
@@ -34,21 +36,19 @@ class Lines:
     data: bytes
     count: int  # sentences
     characters: int
-    digest: bytes = b""
+    digest: bytes
 
     @classmethod
     def of(cls, sentences: Iterable[str]) -> Lines:
         sentences = list(sentences)
-        if not sentences:
-            return cls(b"", 0, 0)
-        data = ("\n".join(sentences) + "\n").encode("utf-8")
+        data = ("\n".join(sentences) + "\n").encode("utf-8") if sentences else b""
         return cls(data, len(sentences), sum(map(len, sentences)), content_digest(data))
 
 
 def content_digest(data: bytes) -> bytes:
     """The 128-bit digest of a document's lines, by which duplicates are found and the split
     chosen."""
-    return hashlib.blake2b(data, digest_size=16).digest()
+    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
 
 
 @dataclass
@@ -148,13 +148,12 @@ class SplitWriter:
         """Write one document, given as its sentences' lines in parts; returns "train", "val",
         "empty" or "duplicate"."""
         parts = iter(parts)
-        first = next(parts, Lines(b"", 0, 0))
+        first = next(parts, None) or Lines.of([])
         second = next(parts, None)
         if second is None:  # most documents: one part, in memory, its digest made
-            key = first.digest or content_digest(first.data)
-            return self._place(key, first.count, first.characters, [first.data])
+            return self._place(first.digest, first.count, first.characters, [first.data])
         with tempfile.SpooledTemporaryFile(_SPOOL_BYTES) as spool:
-            digest = hashlib.blake2b(digest_size=16)
+            digest = hashlib.blake2b(digest_size=_DIGEST_BYTES)
             count = characters = 0
             for lines in itertools.chain((first, second), parts):
                 digest.update(lines.data)
@@ -162,7 +161,8 @@ class SplitWriter:
                 count += lines.count
                 characters += lines.characters
             spool.seek(0)
-            return self._place(digest.digest(), count, characters, spool)
+            chunks = iter(lambda: spool.read(_COPY_BYTES), b"")
+            return self._place(digest.digest(), count, characters, chunks)
 
     def _place(self, key: bytes, count: int, characters: int, chunks: Iterable[bytes]) -> str:
         """Write a document of `count` sentences whose content has digest `key` from `chunks`,
