@@ -85,7 +85,7 @@ def write_corpus(path: Path, megabytes: float, seed: int = 0) -> None:
 def run_stage(args: list[str], cwd: Path) -> tuple[float, int]:
     """Run `bert ARGS`; return (wall seconds, peak RSS in bytes summed over its processes)."""
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "true"}
-    _, usage = run_watched([sys.executable, "-m", "stages", *args], cwd, env)
+    _, usage = run_watched([sys.executable, "-m", "bertstages", *args], cwd, env)
     return usage.seconds, usage.peak_rss
 
 

@@ -42,7 +42,7 @@ class Pipeline:
         """Run `bert ARGS` in this process; returns what it logged."""
         import click
 
-        from stages.cli import cli
+        from bertstages.cli import cli
 
         stream = io.StringIO()
         handler = logging.StreamHandler(stream)
@@ -121,7 +121,7 @@ class Pipeline:
     def ddp(self, backend: str, steps: int) -> str:
         """The same pretraining under torchrun with one process: DDP through `backend`."""
         args = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node=1",
-                "--standalone", "-m", "--", "stages", "pretrain", *self.common,
+                "--standalone", "-m", "--", "bertstages", "pretrain", *self.common,
                 "--checkpoints", "models/ddp_checkpoints", "--out", "models/ddp_pretrained",
                 "--metrics", "metrics/ddp.json", "--log", "metrics/ddp_log.tsv",
                 "--eval-log", "metrics/ddp_eval.tsv", "--set", f"train.max_steps={steps}",

@@ -46,14 +46,14 @@ import torch
 
 from bertcore.data.samples.store import SampleStore
 from bertcore.training.cpu import CpuConfig, pin_cpu
-from stages.params import load_params, parse_section
+from bertstages.params import load_params, parse_section
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def run_stage(name: str, args: list[str], overrides: list[str], work: Path) -> float:
     """`bert NAME ARGS --set ...` in `work`; returns its wall clock in seconds."""
-    cmd = [sys.executable, "-m", "stages", name, "--params", str(REPO / "params.yaml"), *args]
+    cmd = [sys.executable, "-m", "bertstages", name, "--params", str(REPO / "params.yaml"), *args]
     for item in overrides:
         cmd += ["--set", item]
     env = {**os.environ, "PYTHONPATH": str(REPO), "TOKENIZERS_PARALLELISM": "true"}

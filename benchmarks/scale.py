@@ -7,7 +7,7 @@ sentences (Vim's and Node.js's documentation where this machine has them, else t
 corpus's), mixed by a seeded generator into documents of Wikipedia-like lengths with a few
 book-length ones, and with made-up words drawn from a Zipf tail so that, as in real text, the
 vocabulary keeps growing with the corpus; every document is distinct, so deduplication drops
-none. Then it runs, as the pipeline does (`python -m stages STAGE --set ...`, params.yaml's
+none. Then it runs, as the pipeline does (`python -m bertstages STAGE --set ...`, params.yaml's
 defaults otherwise):
 
 - corpus with each of `--workers` (`corpus.workers`);
@@ -248,17 +248,17 @@ def stage_env(threads: int) -> dict:
 
 
 def bert(work: Path, stage: str, threads: int, *args: str) -> TreeUsage:
-    """`python -m stages STAGE --params params.yaml ARGS` in `work`, watched."""
-    command = [sys.executable, "-m", "stages", stage, "--params", str(REPO / "params.yaml"),
+    """`python -m bertstages STAGE --params params.yaml ARGS` in `work`, watched."""
+    command = [sys.executable, "-m", "bertstages", stage, "--params", str(REPO / "params.yaml"),
                *args]
     return run_watched(command, work, stage_env(threads))[1]
 
 
 def startup_cpu(work: Path, stage: str) -> float:
-    """CPU seconds of `python -m stages STAGE --help`: the interpreter and the imports, which
+    """CPU seconds of `python -m bertstages STAGE --help`: the interpreter and the imports, which
     every process of the stage pays once (a spawned worker imports the same), whatever the
     corpus size."""
-    return run_watched([sys.executable, "-m", "stages", stage, "--help"], work,
+    return run_watched([sys.executable, "-m", "bertstages", stage, "--help"], work,
                        stage_env(1))[1].cpu
 
 

@@ -9,7 +9,7 @@
     common/      errors, atomic outputs, locks, fingerprints, MLflow tracking
 
 Imports point one way: common <- data <- model <- training <- downstream. The library knows
-nothing of params.yaml or of the pipeline's folders: the `stages` package turns params into
+nothing of params.yaml or of the pipeline's folders: the `bertstages` package turns params into
 the typed config objects defined here and passes them in. ARCHITECTURE.md has the whole map.
 """
 

@@ -52,7 +52,7 @@ def run_bert(*args: str, cwd: Path, env: dict | None = None, check: bool = False
     """Run `bert ARGS` in a subprocess (as a user would) and return the CompletedProcess."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
     proc = subprocess.run(
-        [sys.executable, "-m", "stages", *args],
+        [sys.executable, "-m", "bertstages", *args],
         cwd=cwd,
         env=full_env,
         capture_output=True,
@@ -108,7 +108,7 @@ def paused(*a, **kw):
     return result
 
 setattr(module, attr, paused)
-from stages.cli import cli
+from bertstages.cli import cli
 cli(args, prog_name="bert")
 """
 

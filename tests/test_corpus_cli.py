@@ -116,7 +116,7 @@ def test_hub_source_without_datasets_says_what_to_install(tmp_path):
 # ru_maxrss it is not inherited from the parent across fork and exec).
 PEAK_RSS_OF_BERT_CORPUS = r"""
 import re, sys
-from stages.cli import cli
+from bertstages.cli import cli
 try:
     cli(["corpus", "--out", sys.argv[1]], standalone_mode=False)
 finally:

@@ -27,7 +27,7 @@ def corpus(cwd: Path, source: str, *, prefix: tuple[str, ...] = (), timeout: int
     (cwd / "params.yaml").write_text(yaml.safe_dump(
         {"corpus": {"source": source, "format": "prose", "val_fraction": 0.3}}))
     env = {**os.environ, "PYTHONPATH": str(REPO)}
-    return subprocess.run([*prefix, sys.executable, "-m", "stages", "corpus"], cwd=cwd, env=env,
+    return subprocess.run([*prefix, sys.executable, "-m", "bertstages", "corpus"], cwd=cwd, env=env,
                           capture_output=True, text=True, timeout=timeout)
 
 

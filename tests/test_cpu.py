@@ -19,7 +19,7 @@ from tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.training.cpu import CpuConfig, mkl_branch
-from stages.params import load_params, parse_section
+from bertstages.params import load_params, parse_section
 
 # What a host pretending to have less sets from outside; and another thread count
 PRETENDING = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}

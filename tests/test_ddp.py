@@ -165,7 +165,7 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
 
     _pretrain_params(crashed, max_restarts=1)
     # --log also names a torchrun option (--log-dir): the relaunch must pass it through
-    launcher = subprocess.Popen([sys.executable, "-m", "stages", "pretrain",
+    launcher = subprocess.Popen([sys.executable, "-m", "bertstages", "pretrain",
                                  "--log", "metrics/rows.tsv"], cwd=crashed,
                                 env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                 text=True)

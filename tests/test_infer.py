@@ -18,7 +18,7 @@ from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import export_hf
-from stages.cli import cli
+from bertstages.cli import cli
 
 DOCUMENT = [
     "paris is the capital of france.",

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import yaml
 
-from stages.cli import COMMANDS
+from bertstages.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first: a module may import from its own package and the ones before it.
@@ -37,7 +37,7 @@ def imported_modules(name: str) -> set[str]:
             continue
         for full in names:
             parts = full.split(".")
-            if parts[0] not in ("bertcore", "stages"):
+            if parts[0] not in ("bertcore", "bertstages"):
                 continue
             found.update(m for i in range(1, len(parts) + 1)
                          if module_file(m := ".".join(parts[:i])))
@@ -78,7 +78,7 @@ def test_imports_point_one_way():
     for name in bertcore_modules():
         rank = package_rank(name)
         for target in imported_modules(name):
-            if target.startswith("stages"):  # the library never reaches into the CLI
+            if target.startswith("bertstages"):  # the library never reaches into the CLI
                 upward.append(f"{name} -> {target}")
                 continue
             target_rank = package_rank(target)
@@ -91,7 +91,7 @@ def test_each_stage_depends_on_the_code_it_runs():
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     assert set(stages) <= set(COMMANDS)
     for stage, spec in stages.items():
-        deps = [ROOT / d for d in spec.get("deps", []) if d.startswith(("bertcore", "stages"))]
+        deps = [ROOT / d for d in spec.get("deps", []) if d.startswith(("bertcore", "bertstages"))]
         assert all(d.exists() for d in deps), (stage, [d for d in deps if not d.exists()])
         command_module = COMMANDS[stage].partition(":")[0]
         code = {module_file(m) for m in closure(command_module)

@@ -23,7 +23,7 @@ from bertcore.training.masking import (
     sample_keys,
     slots_to_labels,
 )
-from stages.params import load_params, parse_section
+from bertstages.params import load_params, parse_section
 
 VOCAB_SIZE = 1000
 FIRST_CONTINUATION = 700  # ids >= 700 play `##` pieces

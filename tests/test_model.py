@@ -11,7 +11,7 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel, pretraining_lo
 from bertcore.model.config import ModelConfig
 from bertcore.model.hf import to_hf_state_dict
 from bertcore.training.masking import labels_to_slots
-from stages.params import parse_section
+from bertstages.params import parse_section
 
 transformers = pytest.importorskip("transformers")
 

@@ -148,7 +148,7 @@ def test_an_output_folder_without_write_permission_is_one_line(tmp_path):
     (tmp_path / "locked").mkdir(mode=0o555)
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     for out in ("locked/corpus", "locked/sub/corpus"):
-        proc = subprocess.run([*without_root_powers(), sys.executable, "-m", "stages", "corpus",
+        proc = subprocess.run([*without_root_powers(), sys.executable, "-m", "bertstages", "corpus",
                                "--out", out], cwd=tmp_path, env=env, capture_output=True,
                               text=True, timeout=120)
         assert_one_line_error(proc, f"cannot write {out}: Permission denied",

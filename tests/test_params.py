@@ -24,7 +24,7 @@ from bertcore.training.cpu import CpuConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.phases import Phase2Config
-from stages.params import load_params, parse_section
+from bertstages.params import load_params, parse_section
 
 
 @params_section(frozen=True)

@@ -391,7 +391,7 @@ _AOT_EAGER = r"""
 import sys, torch
 real = torch.compile
 torch.compile = lambda model, **kw: real(model, **{**kw, "backend": "aot_eager"})
-from stages.cli import cli
+from bertstages.cli import cli
 cli(sys.argv[1:], prog_name="bert")
 """
 

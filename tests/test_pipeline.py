@@ -54,7 +54,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
     returns it with the environment its commands run in."""
     repo = tmp_path / name
     repo.mkdir()
-    for folder in ("bertcore", "stages"):
+    for folder in ("bertcore", "bertstages"):
         shutil.copytree(REPO / folder, repo / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", repo / "dvc.yaml")

@@ -30,7 +30,7 @@ def bert(*args: str, cwd: Path, check: bool = False):
 
 def start_bert(*args: str, cwd: Path) -> subprocess.Popen:
     env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
-    return subprocess.Popen([sys.executable, "-m", "stages", *args], cwd=cwd, env=env,
+    return subprocess.Popen([sys.executable, "-m", "bertstages", *args], cwd=cwd, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 

@@ -32,7 +32,7 @@ from bertcore.training.masking import MaskingConfig
 from bertcore.training.pretrain import PretrainConfig
 from bertcore.training.resume import plan_resume
 from bertcore.training.schedule import learning_rate
-from stages.pretrain import torchrun_command
+from bertstages.pretrain import torchrun_command
 
 
 @pytest.fixture(scope="module")
@@ -259,5 +259,5 @@ def test_torchrun_gets_the_stage_options_untouched():
     assert command[1:3] == ["-m", "torch.distributed.run"]
     parsed = get_args_parser().parse_args(command[3:])
     assert (parsed.nproc_per_node, parsed.max_restarts, parsed.module) == ("2", 1, True)
-    assert parsed.training_script == "stages"
+    assert parsed.training_script == "bertstages"
     assert parsed.training_script_args == stage

@@ -237,7 +237,7 @@ def default_params(source: str) -> dict:
 
 # pretrain, evaluate and export in one process: one import of torch instead of three
 TRAINING_STAGES = """
-from stages.cli import cli
+from bertstages.cli import cli
 for stage in ("pretrain", "evaluate", "export"):
     cli([stage], standalone_mode=False)
 """

@@ -3,7 +3,7 @@
 DVC reruns a stage when a value it lists changes, and only then: a section the stage reads but
 dvc.yaml does not list leaves a stale output after a change; one listed but not read reruns the
 stage for nothing. A stage reads params.yaml only through its module's PARAMS
-(`stages.params.read_params`), so comparing PARAMS with dvc.yaml is comparing what is read:
+(`bertstages.params.read_params`), so comparing PARAMS with dvc.yaml is comparing what is read:
 the second test holds every stage to that.
 """
 
@@ -17,8 +17,8 @@ import pytest
 import yaml
 from conftest import REPO
 
-from stages.cli import COMMANDS
-from stages.params import dvc_params
+from bertstages.cli import COMMANDS
+from bertstages.params import dvc_params
 
 DVC_YAML = REPO / "dvc.yaml"
 

@@ -28,8 +28,8 @@ from bertcore.common.tracking import (
     sqlite_uri,
 )
 from bertcore.training.identity import RunIdentity, run_name
-from stages.downstream import child_run_name
-from stages.repo import repo_root
+from bertstages.downstream import child_run_name
+from bertstages.repo import repo_root
 
 
 @pytest.fixture(scope="module")
@@ -163,7 +163,7 @@ def test_a_read_only_store_is_one_line_at_start_up(tmp_path, mlflow_db):
     prefix = without_root_powers()
     env = {**os.environ, "PYTHONPATH": str(REPO)}
     (tmp_path / "mlflow.db").chmod(0o444)
-    proc = subprocess.run([*prefix, sys.executable, "-m", "stages", "pretrain"], cwd=tmp_path,
+    proc = subprocess.run([*prefix, sys.executable, "-m", "bertstages", "pretrain"], cwd=tmp_path,
                           env=env, capture_output=True, text=True, timeout=300)
     assert_one_line_error(proc, "mlflow.db cannot be written", "mlflow.db is read-only",
                           "tracking.enabled: false")
@@ -173,7 +173,7 @@ def test_a_read_only_store_is_one_line_at_start_up(tmp_path, mlflow_db):
     (tmp_path / "models").mkdir()
     tmp_path.chmod(0o555)
     try:
-        proc = subprocess.run([*prefix, sys.executable, "-m", "stages", "pretrain"],
+        proc = subprocess.run([*prefix, sys.executable, "-m", "bertstages", "pretrain"],
                               cwd=tmp_path, env=env, capture_output=True, text=True,
                               timeout=300)
     finally:
@@ -317,7 +317,7 @@ def bert_here(*args: str) -> None:
     """`bert ARGS` through the click group, in this process (no torch import per call)."""
     from click.testing import CliRunner
 
-    from stages.cli import cli
+    from bertstages.cli import cli
 
     result = CliRunner().invoke(cli, list(args))
     assert result.exit_code == 0, f"bert {args} failed: {result.output}"

@@ -293,7 +293,7 @@ def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
                         "log_every": 1},
                  tracking={"experiment": "sigterm"})
     env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
-    proc = subprocess.Popen([sys.executable, "-m", "stages", "pretrain"], cwd=workdir, env=env,
+    proc = subprocess.Popen([sys.executable, "-m", "bertstages", "pretrain"], cwd=workdir, env=env,
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     log = workdir / "metrics" / "pretrain_log.tsv"
     wait_for_lines(log, 4, proc)  # header + 4 steps done: then the signal

@@ -48,7 +48,7 @@ def bert_in_namespace(cwd: Path, setup: str, after: str, *args: str, **env: str)
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD, **env, "SETUP": setup,
                 "AFTER": after, "STDERR": str(cwd / "stderr.txt"), "RC": str(cwd / "rc.txt")}
     proc = subprocess.run(["unshare", "-rm", "sh", "-c", IN_NAMESPACE, "sh", sys.executable,
-                           "-m", "stages", *args], cwd=cwd, env=full_env, timeout=600,
+                           "-m", "bertstages", *args], cwd=cwd, env=full_env, timeout=600,
                           capture_output=True, text=True)
     assert proc.returncode == 0, proc.stderr
     return subprocess.CompletedProcess(args, int((cwd / "rc.txt").read_text()), "",

@@ -14,20 +14,20 @@ import click
 
 from bertcore.common.atomic import NoSpaceError
 from bertcore.common.errors import BertError
-from stages.options import option_for
+from bertstages.options import option_for
 
 # name -> "module:attribute" of a click.Command
 COMMANDS = {
-    "corpus": "stages.corpus:command",
-    "vocab": "stages.vocab:command",
-    "samples": "stages.samples:command",
-    "pretrain": "stages.pretrain:command",
-    "evaluate": "stages.evaluate:command",
-    "export": "stages.export:command",
-    "finetune": "stages.finetune:command",
-    "prune": "stages.prune:command",
-    "fill-mask": "stages.infer:fill_mask",
-    "nsp": "stages.infer:nsp",
+    "corpus": "bertstages.corpus:command",
+    "vocab": "bertstages.vocab:command",
+    "samples": "bertstages.samples:command",
+    "pretrain": "bertstages.pretrain:command",
+    "evaluate": "bertstages.evaluate:command",
+    "export": "bertstages.export:command",
+    "finetune": "bertstages.finetune:command",
+    "prune": "bertstages.prune:command",
+    "fill-mask": "bertstages.infer:fill_mask",
+    "nsp": "bertstages.infer:nsp",
 }
 
 

@@ -36,11 +36,17 @@ from bertcore.training.inputs import PretrainPaths
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.phases import Phase2Config
 from bertcore.training.pretrain import PretrainConfig, RunLabels, run_pretraining
-from stages.dvcdeps import warn_unless_a_dep
-from stages.options import file_option, folder_option, samples_option, stage_options, vocab_option
-from stages.params import load_params, read_params
-from stages.repo import experiment_name, repo_root, tracking_uri
-from stages.report import details_file
+from bertstages.dvcdeps import warn_unless_a_dep
+from bertstages.options import (
+    file_option,
+    folder_option,
+    samples_option,
+    stage_options,
+    vocab_option,
+)
+from bertstages.params import load_params, read_params
+from bertstages.repo import experiment_name, repo_root, tracking_uri
+from bertstages.report import details_file
 
 log = logging.getLogger("bert.pretrain")
 
@@ -118,7 +124,7 @@ def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> li
     arguments come after `--`, so torchrun never reads them as its own (`--log` would be an
     ambiguous abbreviation of its `--log-dir`)."""
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "stages", *stage_args]
+            f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "bertstages", *stage_args]
 
 
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:

@@ -5,7 +5,7 @@ model at both lengths: at the second under `length_<N>` in both files.
 Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
 `metrics/eval_details.json` (the baselines they are read against, and how much was scored),
 and logs both into the MLflow run that trained the model (found by the sha256 of its weights,
-the run's tag `model.sha256`: see `stages/downstream.py`): the scores as results at the
+the run's tag `model.sha256`: see `bertstages/downstream.py`): the scores as results at the
 model's last step (`eval_mlm_accuracy`, ...), the details as tags (`eval.mlm_baseline_accuracy`,
 ...), both files as artifacts.
 """
@@ -24,8 +24,8 @@ from bertcore.training.devices import resolve_device
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.heldout import HeldOutScore, heldout_report, heldout_splits, score_heldout
 from bertcore.training.masking import MaskingConfig, VocabSpec
-from stages.downstream import pretraining_run
-from stages.options import (
+from bertstages.downstream import pretraining_run
+from bertstages.options import (
     file_option,
     pretrained_option,
     samples_option,
@@ -33,9 +33,9 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, read_params
-from stages.repo import load_pretrained
-from stages.report import track_report, write_report
+from bertstages.params import load_params, read_params
+from bertstages.repo import load_pretrained
+from bertstages.report import track_report, write_report
 
 log = logging.getLogger("bert.evaluate")
 

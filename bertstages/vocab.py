@@ -19,9 +19,15 @@ from bertcore.data.vocab.existing import CONFIGURED_RULES, load_source_vocabular
 from bertcore.data.vocab.files import casing_rules, save_vocab
 from bertcore.data.vocab.sample import vocab_sample
 from bertcore.data.vocab.training import LineBatches, auto_vocab_size, train_tokenizer
-from stages.dvcdeps import warn_unless_a_dep
-from stages.options import corpus_option, file_option, folder_option, stage_options, stops_at_once
-from stages.params import load_params, read_params
+from bertstages.dvcdeps import warn_unless_a_dep
+from bertstages.options import (
+    corpus_option,
+    file_option,
+    folder_option,
+    stage_options,
+    stops_at_once,
+)
+from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"vocab": VocabConfig}

@@ -6,9 +6,9 @@ import click
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.data.corpus import CorpusConfig, build_corpus
-from stages.dvcdeps import warn_unless_a_dep
-from stages.options import file_option, folder_option, stage_options, stops_at_once
-from stages.params import load_params, read_params
+from bertstages.dvcdeps import warn_unless_a_dep
+from bertstages.options import file_option, folder_option, stage_options, stops_at_once
+from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"corpus": CorpusConfig}

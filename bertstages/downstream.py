@@ -17,8 +17,8 @@ from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.training.mlflow_run import MODEL_TAG
 from bertcore.training.pretrain import RUN_INFO
-from stages.repo import experiment_name, tracking_uri
-from stages.report import track_report
+from bertstages.repo import experiment_name, tracking_uri
+from bertstages.report import track_report
 
 log = logging.getLogger("bert.downstream")
 

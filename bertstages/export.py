@@ -7,15 +7,15 @@ import click
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.model.hf import ExportConfig, export_hf
-from stages.options import (
+from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, read_params
-from stages.repo import load_pretrained
+from bertstages.params import load_params, read_params
+from bertstages.repo import load_pretrained
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"export": ExportConfig}

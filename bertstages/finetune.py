@@ -28,8 +28,8 @@ from bertcore.downstream.tasks import encode_examples, label_names, read_example
 from bertcore.model.hf import export_hf_classifier
 from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.devices import resolve_device
-from stages.downstream import DownstreamTracking
-from stages.options import (
+from bertstages.downstream import DownstreamTracking
+from bertstages.options import (
     corpus_option,
     file_option,
     folder_option,
@@ -38,9 +38,9 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, read_params
-from stages.repo import load_pretrained
-from stages.report import write_report
+from bertstages.params import load_params, read_params
+from bertstages.repo import load_pretrained
+from bertstages.report import write_report
 
 log = logging.getLogger("bert.finetune")
 

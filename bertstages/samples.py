@@ -19,7 +19,7 @@ from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig, SamplesParams
 from bertcore.data.samples.store import PHASE2_DIR
 from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
-from stages.options import (
+from bertstages.options import (
     corpus_option,
     file_option,
     folder_option,
@@ -27,7 +27,7 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import Keys, load_params, read_params
+from bertstages.params import Keys, load_params, read_params
 
 SPLITS = ("train", "val")
 METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",

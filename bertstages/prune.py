@@ -30,8 +30,8 @@ from bertcore.training.devices import resolve_device
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.heldout import val_split
 from bertcore.training.masking import MaskingConfig, VocabSpec
-from stages.downstream import DownstreamTracking
-from stages.options import (
+from bertstages.downstream import DownstreamTracking
+from bertstages.options import (
     file_option,
     folder_option,
     pretrained_option,
@@ -40,9 +40,9 @@ from stages.options import (
     stops_at_once,
     vocab_option,
 )
-from stages.params import load_params, read_params
-from stages.repo import load_pretrained
-from stages.report import write_report
+from bertstages.params import load_params, read_params
+from bertstages.repo import load_pretrained
+from bertstages.report import write_report
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
