@@ -5,9 +5,10 @@ pretraining run itself, at its last step, named `<stage>_<result>`."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -94,3 +95,12 @@ class DownstreamTracking:
     def fail(self) -> None:
         if self.run:
             self.run.finish("FAILED")
+
+    @contextlib.contextmanager
+    def failing_on_error(self) -> Iterator[None]:
+        """The child run ends FAILED when the block raises (an interrupt too)."""
+        try:
+            yield
+        except BaseException:
+            self.fail()
+            raise

@@ -19,12 +19,10 @@ import click
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.vocab.files import load_tokenizer
-from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
-from bertcore.downstream.finetune import FinetuneConfig, finetune_report, run_comparison
-from bertcore.downstream.tasks import encode_examples, label_names, read_examples, split_examples
+from bertcore.downstream.config import FinetuneConfig
+from bertcore.downstream.finetune import finetune_report, finetune_task, run_comparison
 from bertcore.model.hf import export_hf_classifier
 from bertcore.training.cpu import CpuConfig, pin_cpu
 from bertcore.training.devices import resolve_device
@@ -65,50 +63,22 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     sections = read_params(load_params(params_file, overrides), PARAMS)
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["finetune"], sections["tracking"]
-
-    # The data first: its mistakes are found in a second, before anything slow.
-    if config.data in BUILTIN_TASKS:
-        if config.test_data:
-            raise BertError(f"finetune.test_data is for a file of your own; {config.data} "
-                            "makes its own test split (set it to null)")
-        train, test = builtin_task(config.data, Path(corpus_dir) / "val.txt",
-                                   config.test_fraction, config.seed)
-        task, description = config.data, BUILTIN_TASKS[config.data].description
-    else:
-        fields = (config.text_field, config.text_pair_field, config.label_field)
-        examples = read_examples(config.data, *fields)
-        if config.test_data:
-            train, test = examples, read_examples(config.test_data, *fields)
-        else:
-            train, test = split_examples(examples, config.test_fraction, config.seed)
-        task, description = Path(config.data).name, config.data
-    labels = label_names(train, test)
-
     model, _ = load_pretrained(model_dir, vocab_dir)
-    positions = model.config.max_position_embeddings
-    if config.max_seq_length > positions:
-        raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
-                        f"model's max_position_embeddings={positions}: lower it")
     tokenizer = load_tokenizer(vocab_dir)
-    pad_id = tokenizer.token_to_id("[PAD]")
-    encoded_train = encode_examples(train, tokenizer, labels, config.max_seq_length)
-    encoded_test = encode_examples(test, tokenizer, labels, config.max_seq_length)
-    device = resolve_device(config.device)
+    task = finetune_task(config, Path(corpus_dir) / "val.txt", tokenizer,
+                         model.config.max_position_embeddings)
+    recipe = config.recipe(model.config.hidden_size)
 
     runs = DownstreamTracking(tracking, model_dir, "finetune",
                               flatten({"finetune": dataclasses.asdict(config)}))
-    try:
+    with runs.failing_on_error():
         result = run_comparison(
-            model, labels, encoded_train, encoded_test, config, device, pad_id,
+            model, task, recipe, resolve_device(config.device), tokenizer.token_to_id("[PAD]"),
             on_log=lambda which, step, loss: runs.log_curve(f"{which}/train_loss", loss, step),
         )
-    except BaseException:
-        runs.fail()
-        raise
     with atomic_dir(out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, vocab_dir)
-    metrics, details = finetune_report(task, description, result, labels, encoded_train,
-                                       encoded_test, config)
+    metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
     files = write_report(metrics_file, metrics, details)
     runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
                         for key, value in metrics[which].items()}, details)

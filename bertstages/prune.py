@@ -22,7 +22,8 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.samples.store import SampleStore, check_vocab
-from bertcore.downstream.prune import VAL_KEYS, PruneConfig, PruneData, prune_report, run_pruning
+from bertcore.downstream.config import PruneConfig
+from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
 from bertcore.model.hf import export_hf
 from bertcore.training.config import TrainConfig
 from bertcore.training.cpu import CpuConfig, pin_cpu

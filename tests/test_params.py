@@ -16,8 +16,7 @@ from bertcore.common.validation import Bool, Int, integer, number, params_sectio
 from bertcore.data.corpus import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.downstream.finetune import FinetuneConfig
-from bertcore.downstream.prune import PruneConfig
+from bertcore.downstream.config import FinetuneConfig, PruneConfig
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import TrainConfig
 from bertcore.training.cpu import CpuConfig

@@ -11,6 +11,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from bertcore.common.errors import ConfigError
+from bertcore.downstream.config import PruneConfig
 from bertcore.downstream.heads import (
     choose_heads,
     head_gate_gradients,
@@ -20,7 +21,6 @@ from bertcore.downstream.heads import (
     prune_heads,
     speed_ratio,
 )
-from bertcore.downstream.prune import PruneConfig
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
 

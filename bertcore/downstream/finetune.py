@@ -1,12 +1,14 @@
-"""Fine-tuning a sequence classifier: the check that pretraining helps a real task.
+"""Fine-tuning a sequence classifier (or regressor): the project's one fine-tuning loop, and
+the `finetune` stage's check that pretraining helps a real task.
 
-`run_comparison` fine-tunes two copies of `BertForSequenceClassification` with the same
-budget, data order and seeds: one whose encoder comes from the pretrained model, one from
-random initialisation (the control). The recipe is the usual GLUE one (Cramming's defaults):
-AdamW, batch 16, 5 epochs, 10% linear warmup then linear decay, gradient clipping at 1.0, with
-a step cap so a CPU run stays short, and a learning rate fit for the model's size
-(AUTO_LEARNING_RATES). Accuracy and macro-F1 on the test split tell what pretraining bought;
-the majority class and a bag-of-words regression tell what they are worth.
+`train_classifier` runs a `Recipe` (bertcore.downstream.config): AdamW, linear warmup then
+linear decay, gradient clipping, a step cap so a CPU run stays short; the loss is cross-entropy
+for classes, mean squared error for a regression head (one output, as transformers'
+`problem_type="regression"`). `glue` runs it per task and seed. `run_comparison` fine-tunes two
+copies of `BertForSequenceClassification` with the same recipe, data order and seeds: one whose
+encoder comes from the pretrained model, one from random initialisation (the control).
+Accuracy and macro-F1 on the test split tell what pretraining bought; the majority class and a
+bag-of-words regression tell what they are worth.
 """
 
 from __future__ import annotations
@@ -16,72 +18,30 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
-from bertcore.common.validation import Allowed, Int, checked, integer, number, params_section, text
+from bertcore.common.errors import BertError
 from bertcore.downstream.bag_of_words import bag_of_words_predictions
-from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
-from bertcore.downstream.tasks import EncodedExamples
+from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
+from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.tasks import (
+    EncodedExamples,
+    encode_examples,
+    label_names,
+    read_examples,
+    split_examples,
+)
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.training.devices import Device, autocast, resolve_precision
+from bertcore.training.devices import autocast, resolve_precision
 from bertcore.training.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
-
-
-# finetune.learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is
-# far too low for a 2-layer model. Turc et al. (2019) searched rates per miniature size (3e-4,
-# 1e-4, 5e-5, 3e-5); measured here on BERT-tiny, the top of their grid gave the pretrained model
-# its best: builtin:same-document 0.582 at 3e-4 vs 0.550 at 1e-3, a 10-topic set 0.898 vs 0.906
-# (docs/finetune.md). Between tiny and base, their grid's 1e-4 (not measured here).
-AUTO_LEARNING_RATES: tuple[tuple[int | None, float], ...] = ((128, 3e-4), (512, 1e-4), (None, 4e-5))
-
-
-@params_section
-class FinetuneConfig:
-    """The `finetune:` section of params.yaml."""
-
-    # a built-in task, or a .jsonl / .csv / .tsv file
-    data: checked(str, lambda data: bool(data.strip()) and (not data.startswith("builtin:")
-                                                            or data in BUILTIN_TASKS),
-                  f"one of {', '.join(BUILTIN_TASKS)}, or a .jsonl/.csv/.tsv file"
-                  ) = "builtin:same-document"
-    test_data: str | None = None  # null: a seeded split of `data` by test_fraction
-    test_fraction: number(gt=0, lt=1) = 0.2
-    text_field: text(min_length=1, allowed="a field name") = "text"
-    text_pair_field: str | None = None  # a second text: sentence-pair classification
-    label_field: text(min_length=1, allowed="a field name") = "label"
-    max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
-    # auto: by the model's width (AUTO_LEARNING_RATES)
-    learning_rate: Annotated[number(gt=0) | Literal["auto"],
-                             Allowed("auto or a number > 0")] = "auto"
-    batch_size: integer(ge=1) = 16
-    epochs: number(gt=0) = 5.0
-    # cap on the optimizer steps (CPU); null: no cap
-    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = 1000
-    warmup_fraction: number(ge=0, lt=1) = 0.1
-    weight_decay: number(ge=0) = 0.01
-    max_grad_norm: number(gt=0) = 1.0
-    seed: Int = 42
-    device: Device = "auto"
-
-    def learning_rate_for(self, model: BertConfig) -> float:
-        """The configured rate, or for `auto` the one of AUTO_LEARNING_RATES that fits the
-        model's hidden size."""
-        if self.learning_rate != "auto":
-            return float(self.learning_rate)
-        return next(rate for width, rate in AUTO_LEARNING_RATES
-                    if width is None or model.hidden_size <= width)
-
-    def total_steps(self, train_examples: int) -> int:
-        steps = math.ceil(self.epochs * math.ceil(train_examples / self.batch_size))
-        return min(steps, self.max_steps) if self.max_steps else steps
 
 
 @dataclass
@@ -120,17 +80,27 @@ def build_classifier(
     config: BertConfig, labels: list[str], pretrained: BertPretrainingModel | None, seed: int
 ) -> BertForSequenceClassification:
     """The classifier from `pretrained`'s encoder, or (None) from random initialisation; the
-    new weights are drawn from `seed`, so both runs get the same classifier layer."""
+    new weights are drawn from `seed`, so both runs get the same classifier layer. No labels:
+    a regression head (one output)."""
     torch.manual_seed(seed)
     if pretrained is None:
         return BertForSequenceClassification(config, labels)
     return BertForSequenceClassification.from_pretrained_model(pretrained.cpu(), labels)
 
 
+def task_loss(model: BertForSequenceClassification, logits: torch.Tensor,
+              labels: torch.Tensor) -> torch.Tensor:
+    """Cross-entropy over the classes, or for a regression head the mean squared error of its
+    one output (transformers' BertForSequenceClassification does the same)."""
+    if model.is_regression:
+        return F.mse_loss(logits.float().squeeze(-1), labels.float())
+    return F.cross_entropy(logits.float(), labels)
+
+
 def train_classifier(
     model: BertForSequenceClassification,
     train: EncodedExamples,
-    config: FinetuneConfig,
+    recipe: Recipe,
     device: torch.device,
     pad_id: int,
     *,
@@ -139,18 +109,18 @@ def train_classifier(
     log_every: int = 10,
 ) -> tuple[int, float]:
     """Fine-tune in place; returns (steps, mean loss of the last logging window). The batch
-    order depends only on the seed, so two models trained with one config see the same data."""
+    order depends only on the seed, so two models trained with one recipe see the same data."""
     model.to(device).train()
-    total = config.total_steps(len(train))
-    warmup = round(config.warmup_fraction * total)
-    optimizer = torch.optim.AdamW(model.param_groups(config.weight_decay),
-                                  lr=config.learning_rate_for(model.config), eps=1e-6,
+    total = recipe.total_steps(len(train))
+    warmup = recipe.warmup_steps(len(train))
+    optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay),
+                                  lr=recipe.learning_rate, eps=1e-6,
                                   fused=device.type == "cuda" or None)
     scheduler = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: linear_warmup_decay(step, warmup, total))
     autocast_dtype = resolve_precision("auto", device)
-    order_rng = np.random.default_rng(config.seed)
-    torch.manual_seed(config.seed + 1)  # dropout
+    order_rng = np.random.default_rng(recipe.seed)
+    torch.manual_seed(recipe.seed + 1)  # dropout
     step, window = 0, 0
     window_loss = torch.zeros((), device=device)  # summed on the device, read at log steps
     last_loss = math.nan
@@ -159,18 +129,18 @@ def train_classifier(
     with bar:
         while step < total:
             order = order_rng.permutation(len(train))
-            for start in range(0, len(order), config.batch_size):
+            for start in range(0, len(order), recipe.batch_size):
                 if step >= total:
                     break
-                batch = train.batch(order[start : start + config.batch_size].tolist(), pad_id)
+                batch = train.batch(order[start : start + recipe.batch_size].tolist(), pad_id)
                 batch = {k: v.to(device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 with autocast(device, autocast_dtype):
                     logits = model(**batch)
-                loss = F.cross_entropy(logits.float(), labels)
+                loss = task_loss(model, logits, labels)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), config.max_grad_norm)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
                 optimizer.step()
                 scheduler.step()
                 step += 1
@@ -190,7 +160,8 @@ def train_classifier(
 @torch.no_grad()
 def predict(model: BertForSequenceClassification, data: EncodedExamples, device: torch.device,
             pad_id: int, batch_size: int = 64) -> np.ndarray:
-    """Predicted class index of every example (eval mode: no dropout)."""
+    """Predicted class index of every example, or for a regression head its value (eval mode:
+    no dropout)."""
     was_training = model.training
     model.to(device).eval()
     predictions = []
@@ -201,23 +172,26 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
             batch.pop("labels")
             with autocast(device, autocast_dtype):
                 logits = model(**{k: v.to(device) for k, v in batch.items()})
-            predictions.append(logits.argmax(dim=-1).cpu().numpy())
+            values = logits.float()[:, 0] if model.is_regression else logits.argmax(dim=-1)
+            predictions.append(values.cpu().numpy())
     finally:
         model.train(was_training)
-    return np.concatenate(predictions) if predictions else np.zeros(0, dtype=np.int64)
+    if predictions:
+        return np.concatenate(predictions)
+    return np.zeros(0, dtype=np.float32 if model.is_regression else np.int64)
 
 
 def finetune_and_score(
     model: BertForSequenceClassification,
     train: EncodedExamples,
     test: EncodedExamples,
-    config: FinetuneConfig,
+    recipe: Recipe,
     device: torch.device,
     pad_id: int,
     **kwargs,
 ) -> FinetuneResult:
     started = time.perf_counter()
-    steps, loss = train_classifier(model, train, config, device, pad_id, **kwargs)
+    steps, loss = train_classifier(model, train, recipe, device, pad_id, **kwargs)
     predictions = predict(model, test, device, pad_id)
     result = scores(predictions, np.asarray(test.labels), len(model.labels))
     return FinetuneResult(model.cpu(), result, steps, loss, time.perf_counter() - started)
@@ -236,36 +210,75 @@ class Comparison:
         return {"accuracy": a.accuracy - b.accuracy, "macro_f1": a.macro_f1 - b.macro_f1}
 
 
+@dataclass
+class FinetuneTask:
+    """A labelled task, encoded: its name (a column of `dvc exp show`), where it came from,
+    the class names and both splits."""
+
+    name: str
+    description: str
+    labels: list[str]
+    train: EncodedExamples
+    test: EncodedExamples
+
+
+def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
+                  max_positions: int) -> FinetuneTask:
+    """The task `finetune.data` names, split and encoded: a built-in one made from the
+    held-out `corpus_file`, or a user's file (split by `test_fraction` unless `test_data`
+    gives the test split). Its mistakes are found in a second, before anything slow."""
+    if config.data in BUILTIN_TASKS:
+        if config.test_data:
+            raise BertError(f"finetune.test_data is for a file of your own; {config.data} "
+                            "makes its own test split (set it to null)")
+        train, test = builtin_task(config.data, corpus_file, config.test_fraction, config.seed)
+        name, description = config.data, BUILTIN_TASKS[config.data].description
+    else:
+        fields = (config.text_field, config.text_pair_field, config.label_field)
+        examples = read_examples(config.data, *fields)
+        if config.test_data:
+            train, test = examples, read_examples(config.test_data, *fields)
+        else:
+            train, test = split_examples(examples, config.test_fraction, config.seed)
+        name, description = Path(config.data).name, config.data
+    labels = label_names(train, test)
+    if config.max_seq_length > max_positions:
+        raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
+                        f"model's max_position_embeddings={max_positions}: lower it")
+    return FinetuneTask(name, description, labels,
+                        encode_examples(train, tokenizer, labels, config.max_seq_length),
+                        encode_examples(test, tokenizer, labels, config.max_seq_length))
+
+
 def run_comparison(
     pretrained: BertPretrainingModel,
-    labels: list[str],
-    train: EncodedExamples,
-    test: EncodedExamples,
-    config: FinetuneConfig,
+    task: FinetuneTask,
+    recipe: Recipe,
     device: torch.device,
     pad_id: int,
     on_log: Callable[[str, int, float], None] | None = None,
 ) -> Comparison:
-    """Fine-tune the pretrained encoder and, with the same budget, data order and seeds, the
-    same architecture from random initialisation; score both on `test`.
+    """Fine-tune the pretrained encoder and, with the same recipe, data order and seeds, the
+    same architecture from random initialisation; score both on the task's test split.
     `on_log(which, step, train_loss)` with which = "pretrained" or "scratch"."""
     results = {}
     for which, source in (("pretrained", pretrained), ("scratch", None)):
-        model = build_classifier(pretrained.config, labels, source, config.seed)
+        model = build_classifier(pretrained.config, task.labels, source, recipe.seed)
 
         def log_step(step: int, loss: float, which: str = which) -> None:
             if on_log:
                 on_log(which, step, loss)
 
-        results[which] = finetune_and_score(model, train, test, config, device, pad_id,
-                                            name=f"finetune {which}", on_log=log_step)
+        results[which] = finetune_and_score(model, task.train, task.test, recipe, device,
+                                            pad_id, name=f"finetune {which}", on_log=log_step)
         log.info("%s: test accuracy %.4f, macro-F1 %.4f (%d steps, %.1fs)", which,
                  results[which].test.accuracy, results[which].test.macro_f1,
                  results[which].steps, results[which].seconds)
-    bag_of_words = scores(bag_of_words_predictions(train, test, len(labels)),
-                          np.asarray(test.labels), len(labels))
+    classes = len(task.labels)
+    bag_of_words = scores(bag_of_words_predictions(task.train, task.test, classes),
+                          np.asarray(task.test.labels), classes)
     return Comparison(results["pretrained"], results["scratch"],
-                      majority_scores(train, test, len(labels)), bag_of_words)
+                      majority_scores(task.train, task.test, classes), bag_of_words)
 
 
 def majority_scores(train: EncodedExamples, test: EncodedExamples, num_classes: int) -> Scores:
@@ -274,12 +287,12 @@ def majority_scores(train: EncodedExamples, test: EncodedExamples, num_classes: 
     return scores(np.full(len(test), majority), np.asarray(test.labels), num_classes)
 
 
-def finetune_report(task: str, description: str, result: Comparison, labels: list[str],
-                    train, test, config: FinetuneConfig) -> tuple[dict, dict]:
+def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
+                    max_seq_length: int) -> tuple[dict, dict]:
     """metrics/finetune.json (the test scores, compared across runs) and its details (what
     they were measured on and against): the one place both are built."""
     metrics = {
-        "task": task,  # short: a column of `dvc exp show`
+        "task": task.name,  # short: a column of `dvc exp show`
         "pretrained": result.pretrained.test.to_dict(),
         "scratch": result.scratch.test.to_dict(),
         "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
@@ -288,15 +301,15 @@ def finetune_report(task: str, description: str, result: Comparison, labels: lis
         "majority_class": result.majority.to_dict(),  # the baselines
         "bag_of_words": result.bag_of_words.to_dict(),
         "data": {
-            "description": description,
-            "labels": labels,
-            "train_examples": len(train),
-            "test_examples": len(test),
-            "truncated": {"train": train.truncated, "test": test.truncated},
-            "max_seq_length": config.max_seq_length,
+            "description": task.description,
+            "labels": task.labels,
+            "train_examples": len(task.train),
+            "test_examples": len(task.test),
+            "truncated": {"train": task.train.truncated, "test": task.test.truncated},
+            "max_seq_length": max_seq_length,
         },
         "training": {
-            "learning_rate": config.learning_rate_for(result.pretrained.model.config),
+            "learning_rate": recipe.learning_rate,
             "steps": result.pretrained.steps,
             "final_train_loss": {"pretrained": result.pretrained.final_train_loss,
                                  "scratch": result.scratch.final_train_loss},

@@ -15,8 +15,8 @@ from typing import Any
 
 import torch
 
-from bertcore.common.validation import Bool, Int, integer, number, params_section
 from bertcore.data.samples.store import SampleStore
+from bertcore.downstream.config import PruneConfig
 from bertcore.downstream.heads import (
     PruneSteps,
     head_importance,
@@ -28,28 +28,13 @@ from bertcore.downstream.heads import (
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.devices import Device, resolve_precision
+from bertcore.training.devices import resolve_precision
 from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 
 
-@params_section
-class PruneConfig:
-    """The `prune:` section of params.yaml."""
-
-    # share of all heads to remove (a layer always keeps one)
-    fraction: number(ge=0, lt=1, allowed="a share of the heads in [0, 1)") = 0.5
-    batches: integer(ge=1) = 32  # pretraining batches the importance is averaged over
-    batch_size: integer(ge=1) = 32
-    iterative: Bool = False  # steps of 10% of the heads, re-scored after each
-    recovery_steps: integer(ge=0) = 100  # further pretraining of the pruned model (0: none)
-    recovery_learning_rate: number(gt=0) = 1e-4
-    # timed steps per round (5 rounds per model, interleaved)
-    throughput_steps: integer(ge=1) = 3
-    seed: Int = 42
-    device: Device = "auto"
 THROUGHPUT_KINDS = ("forward_sequences_per_s", "train_step_sequences_per_s")
 
 

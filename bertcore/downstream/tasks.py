@@ -199,11 +199,12 @@ def split_examples(
 # ------------------------------------------------------------------------------- encoding
 @dataclass
 class EncodedExamples:
-    """Token ids (unpadded) and class indices; `truncated`: examples cut to the max length."""
+    """Token ids (unpadded) and class indices (or a regression task's values);
+    `truncated`: examples cut to the max length."""
 
     input_ids: list[list[int]]
     token_type_ids: list[list[int]]
-    labels: list[int]
+    labels: list[int] | list[float]
     truncated: int
 
     def __len__(self) -> int:
@@ -227,8 +228,16 @@ class EncodedExamples:
 def encode_examples(examples: Sequence[Example], tokenizer, labels: Sequence[str],
                     max_length: int) -> EncodedExamples:
     """[CLS] text [SEP] (pair [SEP]) with the `tokenizers` Tokenizer of the vocab stage, cut
-    to `max_length` tokens (the longer text first), counting the examples that were cut."""
+    to `max_length` tokens (the longer text first), counting the examples that were cut.
+    Labels become class indices in the order of `labels`; with no `labels` (regression) they
+    are the examples' values. An example without a label (a test file's) gets 0."""
     index = {label: i for i, label in enumerate(labels)}
+
+    def target(label) -> int | float:
+        if label is None:
+            return 0.0 if not labels else 0
+        return index[label] if labels else float(label)
+
     tokenizer.enable_truncation(max_length=max_length, strategy="longest_first")
     try:
         inputs = [e.text if e.pair is None else (e.text, e.pair) for e in examples]
@@ -238,6 +247,6 @@ def encode_examples(examples: Sequence[Example], tokenizer, labels: Sequence[str
     return EncodedExamples(
         input_ids=[e.ids for e in encodings],
         token_type_ids=[e.type_ids for e in encodings],
-        labels=[index[e.label] for e in examples],
+        labels=[target(e.label) for e in examples],
         truncated=sum(1 for e in encodings if e.overflowing),
     )

@@ -1,5 +1,6 @@
 """BERT for sequence(-pair) classification, as transformers' BertForSequenceClassification:
-the encoder, the tanh pooler over [CLS], dropout, one linear layer to the labels.
+the encoder, the tanh pooler over [CLS], dropout, one linear layer to the labels; with no
+labels, a regression head of one output (transformers' `problem_type="regression"`, STS-B).
 
 The encoder and pooler have the same parameter names as `BertPretrainingModel`, so a pretrained
 model's weights load into it by name (its MLM and NSP heads are left behind);
@@ -18,21 +19,25 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel, Embeddings, En
 class BertForSequenceClassification(nn.Module):
     def __init__(self, config: BertConfig, labels: list[str]):
         super().__init__()
-        require(len(labels) >= 2, "labels", labels, "at least two classes")
+        require(len(labels) != 1, "labels", labels, "at least two classes, or none (regression)")
         self.config = config
-        self.labels = list(labels)  # class index -> label name (id2label)
+        self.labels = list(labels)  # class index -> label name (id2label); [] for regression
         self.embeddings = Embeddings(config)
         layers = range(config.num_hidden_layers)
         self.layers = nn.ModuleList(EncoderLayer(config, i) for i in layers)
         self.pooler = Pooler(config)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)  # HF: classifier_dropout=None
-        self.classifier = nn.Linear(config.hidden_size, len(labels))
+        self.classifier = nn.Linear(config.hidden_size, len(labels) or 1)
         self.apply(self._init_weights)
 
     # BERT's init and the encoder pass are exactly those of the pretraining model (they only
     # read config, embeddings and layers), so they are shared rather than copied.
     _init_weights = BertPretrainingModel._init_weights
     encode = BertPretrainingModel.encode
+
+    @property
+    def is_regression(self) -> bool:
+        return not self.labels
 
     @classmethod
     def from_pretrained_model(
@@ -52,7 +57,7 @@ class BertForSequenceClassification(nn.Module):
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
     ) -> torch.Tensor:
-        """Logits [B, num_labels]."""
+        """Logits [B, num_labels] ([B, 1] for regression: the predicted value)."""
         pooled = self.pooler(self.encode(input_ids, token_type_ids, attention_mask))
         return self.classifier(self.dropout(pooled))
 

@@ -192,7 +192,8 @@ def export_hf_classifier(
     vocab_dir: str | Path | None = None,
 ) -> None:
     """Write a Hugging Face `BertForSequenceClassification` directory (with `id2label` and
-    `label2id` from `model.labels`) and, given `vocab_dir`, its tokenizer files."""
+    `label2id` from `model.labels`; a regression head as `problem_type: regression`, one
+    label) and, given `vocab_dir`, its tokenizer files."""
     out_dir = Path(out_dir)
     config = model.config
     tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
@@ -203,11 +204,13 @@ def export_hf_classifier(
         tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
     _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
     settings = hf_config_dict(config, next(model.parameters()).dtype)
+    # a regression head has one output and no class names (transformers names it LABEL_0)
+    labels = model.labels or ["LABEL_0"]
     settings.update(
         architectures=["BertForSequenceClassification"],
-        id2label={str(i): label for i, label in enumerate(model.labels)},
-        label2id={label: i for i, label in enumerate(model.labels)},
-        problem_type="single_label_classification",
+        id2label={str(i): label for i, label in enumerate(labels)},
+        label2id={label: i for i, label in enumerate(labels)},
+        problem_type="regression" if model.is_regression else "single_label_classification",
     )
     write_json(out_dir / CONFIG_NAME, settings)
     _write_tokenizer_files(tokenizer_files, out_dir, config)

@@ -1,0 +1,161 @@
+"""The params sections of the downstream stages (`finetune:`, `glue:`, `prune:`) and the
+fine-tuning recipe they share.
+
+A `Recipe` is how one model is fine-tuned: AdamW, a linear warmup then linear decay to 0,
+gradients clipped, a step cap for a CPU. `finetune` makes one from its section, `glue` one per
+seed (and per point of Turc et al.'s grid); `bertcore.downstream.finetune.train_classifier` runs
+it, the one fine-tuning loop of the project.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+from typing import Annotated, Literal
+
+from bertcore.common.validation import (
+    Allowed,
+    Bool,
+    Int,
+    checked,
+    integer,
+    number,
+    params_section,
+    text,
+)
+from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
+from bertcore.training.devices import Device
+
+# learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
+# low for a 2-layer model. Turc et al. (2019) searched rates per miniature size (3e-4, 1e-4,
+# 5e-5, 3e-5); measured here on BERT-tiny, the top of their grid gave the pretrained model its
+# best: builtin:same-document 0.582 at 3e-4 vs 0.550 at 1e-3, a 10-topic set 0.898 vs 0.906
+# (docs/finetune.md). Between tiny and base, their grid's 1e-4 (not measured here).
+AUTO_LEARNING_RATES: tuple[tuple[int | None, float], ...] = ((128, 3e-4), (512, 1e-4), (None, 4e-5))
+
+# Turc et al. (2019), "Well-Read Students Learn Better", the miniatures' fine-tuning grid:
+# 4 epochs, every pair of these, the best on dev.
+GRID_LEARNING_RATES = (3e-4, 1e-4, 5e-5, 3e-5)
+GRID_BATCH_SIZES = (8, 16, 32, 64, 128)
+GRID_EPOCHS = 4.0
+
+LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a number > 0")]
+
+
+def auto_learning_rate(hidden_size: int) -> float:
+    """The rate of AUTO_LEARNING_RATES that fits a model of this width."""
+    return next(rate for width, rate in AUTO_LEARNING_RATES
+                if width is None or hidden_size <= width)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one model is fine-tuned (bertcore.downstream.finetune.train_classifier)."""
+
+    learning_rate: float
+    batch_size: int
+    epochs: float
+    max_steps: int | None  # cap on the optimizer steps (a CPU); None: no cap
+    warmup_fraction: float
+    weight_decay: float
+    max_grad_norm: float
+    seed: int  # classifier init, data order, dropout
+
+    def total_steps(self, train_examples: int) -> int:
+        steps = math.ceil(self.epochs * math.ceil(train_examples / self.batch_size))
+        return min(steps, self.max_steps) if self.max_steps else steps
+
+    def warmup_steps(self, train_examples: int) -> int:
+        return round(self.warmup_fraction * self.total_steps(train_examples))
+
+
+@params_section
+class FinetuneConfig:
+    """The `finetune:` section of params.yaml."""
+
+    # a built-in task, or a .jsonl / .csv / .tsv file
+    data: checked(str, lambda data: bool(data.strip()) and (not data.startswith("builtin:")
+                                                            or data in BUILTIN_TASKS),
+                  f"one of {', '.join(BUILTIN_TASKS)}, or a .jsonl/.csv/.tsv file"
+                  ) = "builtin:same-document"
+    test_data: str | None = None  # null: a seeded split of `data` by test_fraction
+    test_fraction: number(gt=0, lt=1) = 0.2
+    text_field: text(min_length=1, allowed="a field name") = "text"
+    text_pair_field: str | None = None  # a second text: sentence-pair classification
+    label_field: text(min_length=1, allowed="a field name") = "label"
+    max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
+    learning_rate: LearningRate = "auto"  # auto: by the model's width (AUTO_LEARNING_RATES)
+    batch_size: integer(ge=1) = 16
+    epochs: number(gt=0) = 5.0
+    # cap on the optimizer steps (CPU); null: no cap
+    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = 1000
+    warmup_fraction: number(ge=0, lt=1) = 0.1
+    weight_decay: number(ge=0) = 0.01
+    max_grad_norm: number(gt=0) = 1.0
+    seed: Int = 42
+    device: Device = "auto"
+
+    def recipe(self, hidden_size: int) -> Recipe:
+        """The recipe for a model of this width (`auto` learning rate resolved)."""
+        rate = (auto_learning_rate(hidden_size) if self.learning_rate == "auto"
+                else float(self.learning_rate))
+        return Recipe(rate, self.batch_size, self.epochs, self.max_steps, self.warmup_fraction,
+                      self.weight_decay, self.max_grad_norm, self.seed)
+
+
+GLUE_DATA_HF = "hf:glue"
+
+
+@params_section
+class GlueConfig:
+    """The `glue:` section of params.yaml."""
+
+    # null: no GLUE data (the stage says so); a folder in GLUE's layout; or hf:glue
+    data: str | None = None
+    tasks: list[str] | None = None  # null: every task the folder has
+    model: str | None = None  # a Hugging Face BERT folder; null: the pipeline's pretrained model
+    seeds: integer(ge=1) = 5  # fine-tunes per task (seed, seed + 1, ...): median, min, max
+    grid: Bool = False  # Turc et al.'s grid (learning rates x batch sizes, 4 epochs): best on dev
+    learning_rate: LearningRate = "auto"
+    batch_size: integer(ge=1) = 32
+    epochs: number(gt=0) = 4.0
+    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = None
+    # a seeded subset of each train file, for a CPU (QQP and MNLI have ~400k); null: all
+    max_train_examples: integer(ge=1, allowed="null or an integer >= 1") | None = None
+    max_seq_length: integer(ge=8) = 128
+    warmup_fraction: number(ge=0, lt=1) = 0.1
+    weight_decay: number(ge=0) = 0.01
+    max_grad_norm: number(gt=0) = 1.0
+    seed: Int = 42
+    device: Device = "auto"
+
+    def recipes(self, hidden_size: int) -> list[Recipe]:
+        """The recipes to try on a task, each to be run with every seed: one, or the grid's."""
+        rate = (auto_learning_rate(hidden_size) if self.learning_rate == "auto"
+                else float(self.learning_rate))
+        base = Recipe(rate, self.batch_size, self.epochs, self.max_steps, self.warmup_fraction,
+                      self.weight_decay, self.max_grad_norm, self.seed)
+        if not self.grid:
+            return [base]
+        return [replace(base, learning_rate=lr, batch_size=bs, epochs=GRID_EPOCHS)
+                for lr in GRID_LEARNING_RATES for bs in GRID_BATCH_SIZES]
+
+    def seeds_of(self, recipe: Recipe) -> list[Recipe]:
+        return [replace(recipe, seed=self.seed + i) for i in range(self.seeds)]
+
+
+@params_section
+class PruneConfig:
+    """The `prune:` section of params.yaml."""
+
+    # share of all heads to remove (a layer always keeps one)
+    fraction: number(ge=0, lt=1, allowed="a share of the heads in [0, 1)") = 0.5
+    batches: integer(ge=1) = 32  # pretraining batches the importance is averaged over
+    batch_size: integer(ge=1) = 32
+    iterative: Bool = False  # steps of 10% of the heads, re-scored after each
+    recovery_steps: integer(ge=0) = 100  # further pretraining of the pruned model (0: none)
+    recovery_learning_rate: number(gt=0) = 1e-4
+    # timed steps per round (5 rounds per model, interleaved)
+    throughput_steps: integer(ge=1) = 3
+    seed: Int = 42
+    device: Device = "auto"
