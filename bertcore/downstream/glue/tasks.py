@@ -173,16 +173,16 @@ def read_split(folder: str | Path, task: GlueTask, file_name: str) -> list[GlueE
 def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
     """(line number, tab-separated values) of each non-blank line; a UTF-8 BOM is dropped,
     and only "\\n" ends a line (the texts may hold other line separators)."""
-    number = 0
-    try:
-        with path.open(encoding="utf-8-sig", newline="\n") as lines:
-            for number, line in enumerate(lines, 1):
-                line = line.removesuffix("\n").removesuffix("\r")
-                if line.strip():
-                    yield number, line.split("\t")
-    except UnicodeDecodeError:
-        raise BertError(f"{path}:{number + 1} is not UTF-8 text: GLUE's files are UTF-8; "
-                        f"{HOW_TO_GET}") from None
+    with path.open("rb") as lines:
+        for number, raw in enumerate(lines, 1):
+            try:
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
+            except UnicodeDecodeError:
+                raise BertError(f"{path}:{number} is not UTF-8 text: GLUE's files are UTF-8; "
+                                f"{HOW_TO_GET}") from None
+            line = line.removesuffix("\n").removesuffix("\r")
+            if line.strip():
+                yield number, line.split("\t")
 
 
 def _chain(first, rest):
@@ -221,7 +221,7 @@ def _positions(path: Path, task: GlueTask, file_name: str, first: tuple[int, lis
 
 def _cola_positions(path: Path, first: tuple[int, list[str]]) -> _Positions:
     """CoLA's train/dev have no header: a first line that is a header is another file."""
-    looks = _looks_like(first[1])
+    looks = _KNOWN_HEADERS.get(tuple(first[1]))
     if looks:
         raise BertError(f"{path}:{first[0]}: a header {_shown(first[1])}, but CoLA's train/dev "
                         "files have none (source, label, original label, sentence); it looks "
