@@ -1,0 +1,1 @@
+"""GLUE: its tasks and files (`tasks`), scores (`metrics`), prediction files (`predictions`)."""
