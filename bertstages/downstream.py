@@ -14,7 +14,7 @@ from typing import Any
 
 from bertcore.common.digests import file_sha256, fingerprint_params
 from bertcore.common.errors import BertError
-from bertcore.common.tracking import Tracker, TrackingConfig
+from bertcore.common.tracking import NullTracker, Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.training.mlflow_run import MODEL_TAG
 from bertcore.training.pretrain import RUN_INFO
@@ -74,6 +74,17 @@ class DownstreamTracking:
         except BertError as error:  # the results are in the metrics files all the same
             log.warning("nothing will be logged to MLflow: %s", error)
             self.parent = None
+
+    def start_child(self, run_name: str, params: Mapping[str, Any]) -> Tracker | NullTracker:
+        """A run nested under this child run (GLUE's fine-tunes under the suite's run); one
+        that logs nothing when this one does not, or when the store fails to open it."""
+        if self.run is None:
+            return NullTracker()
+        try:
+            return self.run.start_child(run_name, params=params)
+        except BertError as error:
+            log.warning("a nested MLflow run could not be opened: %s", error)
+            return NullTracker()
 
     def log_curve(self, name: str, value: float, step: int) -> None:
         if self.run:

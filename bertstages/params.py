@@ -27,6 +27,7 @@ SECTIONS = (
     "eval",
     "export",
     "finetune",
+    "glue",
     "prune",
     "cpu",
     "tracking",

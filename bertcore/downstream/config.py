@@ -24,6 +24,7 @@ from bertcore.common.validation import (
     text,
 )
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
+from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.training.devices import Device
 
 # learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
@@ -111,8 +112,10 @@ class GlueConfig:
     """The `glue:` section of params.yaml."""
 
     # null: no GLUE data (the stage says so); a folder in GLUE's layout; or hf:glue
-    data: str | None = None
-    tasks: list[str] | None = None  # null: every task the folder has
+    data: text(min_length=1, allowed="null, a folder in GLUE's layout or hf:glue") | None = None
+    # task keys (cola sst2 mrpc stsb qqp mnli qnli rte wnli); null: every task the folder has
+    tasks: checked(list[str], lambda keys: bool(keys) and set(keys) <= set(GLUE_TASKS),
+                   f"null or a list of {', '.join(GLUE_TASKS)}") | None = None
     model: str | None = None  # a Hugging Face BERT folder; null: the pipeline's pretrained model
     seeds: integer(ge=1) = 5  # fine-tunes per task (seed, seed + 1, ...): median, min, max
     grid: Bool = False  # Turc et al.'s grid (learning rates x batch sizes, 4 epochs): best on dev

@@ -1,0 +1,242 @@
+"""The GLUE stage: the regression head against transformers', every task kind fine-tuned over
+seeds from a GLUE folder of small files (median, min, max; predictions, leaderboard files, the
+models transformers loads, MLflow's nested runs), a task that fails keeping the others'
+scores, no data by default, and `dvc exp show` reading metrics/glue.json."""
+
+from __future__ import annotations
+
+import csv
+import json
+import os
+import statistics
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from glue_files import write_glue_folder
+from scipy.stats import pearsonr
+from sklearn.metrics import matthews_corrcoef
+from tiny_pretrain import build_data, tiny_config
+
+from bertcore.common.digests import file_sha256
+from bertcore.common.tracking import Tracker, sqlite_uri
+from bertcore.data.vocab.files import read_vocab
+from bertcore.downstream.finetune import task_loss
+from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, save_model
+from bertcore.training.mlflow_run import MODEL_TAG
+
+transformers = pytest.importorskip("transformers")
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+TASKS = ["cola", "mrpc", "stsb", "mnli"]  # single, pair with F1, regression, two dev files
+SEEDS = 3
+
+
+def test_regression_head_loads_in_transformers_with_the_same_outputs_and_loss(tmp_path):
+    torch.manual_seed(0)
+    ours = BertForSequenceClassification(tiny_config(50, 0.0), []).eval()
+    assert ours.is_regression and ours.classifier.out_features == 1
+    export_hf_classifier(ours, tmp_path / "hf")
+    theirs = transformers.BertForSequenceClassification.from_pretrained(tmp_path / "hf").eval()
+    assert theirs.config.problem_type == "regression" and theirs.config.num_labels == 1
+    ids = torch.randint(5, 50, (3, 9))
+    types = torch.zeros_like(ids)
+    types[:, 5:] = 1
+    mask = torch.ones_like(ids)
+    mask[0, 7:] = 0
+    labels = torch.tensor([0.5, 4.0, 2.25])
+    with torch.no_grad():
+        logits = ours(ids, types, mask)
+        expected = theirs(input_ids=ids, token_type_ids=types, attention_mask=mask,
+                          labels=labels)
+    torch.testing.assert_close(logits, expected.logits, rtol=0, atol=1e-5)
+    torch.testing.assert_close(task_loss(ours, logits, labels), expected.loss, rtol=0,
+                               atol=1e-6)
+
+
+@pytest.fixture(scope="module")
+def glue_workdir(tmp_path_factory) -> Path:
+    """A tiny (untrained) model with its vocabulary and the MLflow run that "trained" it, a
+    GLUE folder of four tasks, and params for short fine-tunes."""
+    root = tmp_path_factory.mktemp("glue")
+    data = build_data(root, train_docs=20, val_docs=4)
+    torch.manual_seed(3)
+    model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
+    save_model(model, root / "models" / "pretrained")
+    parent = Tracker.start(sqlite_uri(root / "mlflow.db"), "tiny-glue", run_name="pretrain",
+                           tags={MODEL_TAG: file_sha256(root / "models/pretrained" / WEIGHTS_NAME)})
+    parent.finish()
+    (root / "parent_run_id").write_text(parent.run_id)
+    write_glue_folder(root / "glue_data", tasks=TASKS, rows=8)
+    params = {"glue": {"data": "glue_data", "seeds": SEEDS, "batch_size": 4, "max_steps": 3,
+                       "learning_rate": 1e-3, "max_seq_length": 32},
+              "tracking": {"experiment": "tiny-glue"}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    return root
+
+
+def read_tsv(path: Path) -> list[dict]:
+    with path.open(encoding="utf-8", newline="") as handle:
+        return list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+
+
+@pytest.mark.slow
+def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
+    proc = run_bert("glue", cwd=glue_workdir, env=ONE_THREAD, check=True)
+    metrics = json.loads((glue_workdir / "metrics" / "glue.json").read_text())
+    details = json.loads((glue_workdir / "metrics" / "glue_details.json").read_text())
+    assert list(metrics) == ["score", *TASKS]
+    assert set(metrics["mrpc"]) == {"score", "f1", "accuracy"}
+    assert set(metrics["stsb"]) == {"score", "pearson", "spearman"}
+    assert set(metrics["mnli"]) == {"score", "mnli_m_accuracy", "mnli_mm_accuracy"}
+    assert details["averaged"] == TASKS
+    assert metrics["score"] == pytest.approx(statistics.fmean(
+        metrics[key]["score"] for key in TASKS))
+    for key in TASKS:
+        spread = details["tasks"][key]["score"]
+        assert len(spread["values"]) == SEEDS
+        assert spread["median"] == pytest.approx(statistics.median(spread["values"]))
+        assert spread["min"] == min(spread["values"]) and spread["max"] == max(spread["values"])
+        assert metrics[key]["score"] == pytest.approx(spread["median"])
+        assert details["tasks"][key]["seeds"] == [42, 43, 44]
+        assert details["tasks"][key]["steps"] == 3
+    assert "glue: score" in proc.stderr and "glue stsb:" in proc.stderr
+
+    seeds = read_tsv(glue_workdir / "metrics" / "glue_seeds.tsv")
+    assert len(seeds) == len(TASKS) * SEEDS
+    assert sorted(float(r["score"]) for r in seeds if r["task"] == "cola") == pytest.approx(
+        sorted(details["tasks"]["cola"]["score"]["values"]), abs=1e-4)
+
+    # the dev predictions written are the median seed's: its metric again from the file
+    predictions = glue_workdir / "metrics" / "glue"
+    cola = read_tsv(predictions / "cola_dev.tsv")
+    assert len(cola) == 8 and {"index", "text", "gold", "prediction"} <= set(cola[0])
+    assert 100 * matthews_corrcoef([r["gold"] for r in cola], [r["prediction"] for r in cola]
+                                   ) == pytest.approx(metrics["cola"]["matthews"], abs=1e-6)
+    assert {p.name for p in predictions.glob("mnli_*.tsv")} == {"mnli_mnli_m.tsv",
+                                                                 "mnli_mnli_mm.tsv"}
+    submission = predictions / "submission"
+    assert {p.name for p in submission.iterdir()} == {
+        "CoLA.tsv", "MRPC.tsv", "STS-B.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"}
+    rows = read_tsv(submission / "MNLI-m.tsv")
+    assert len(rows) == 8 and set(rows[0]) == {"index", "prediction"}
+    assert {r["prediction"] for r in rows} <= {"entailment", "neutral", "contradiction"}
+
+    # STS-B's median model: transformers loads a regression head that gives the values written
+    folder = glue_workdir / "models" / "glue" / "STS-B"
+    model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
+    assert model.config.problem_type == "regression"
+    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
+    stsb = read_tsv(predictions / "stsb_dev.tsv")
+    inputs = tokenizer([r["text"] for r in stsb], [r["pair"] for r in stsb], padding=True,
+                       truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        values = model(**inputs).logits[:, 0].tolist()
+    assert values == pytest.approx([float(r["prediction"]) for r in stsb], abs=1e-3)
+    golds = [float(r["gold"]) for r in stsb]
+    assert 100 * pearsonr(values, golds).statistic == pytest.approx(
+        metrics["stsb"]["pearson"], abs=0.5)  # the file rounds to 3 decimals
+
+    # MLflow: the suite under the pretraining run, every fine-tune nested under the suite
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(glue_workdir / "mlflow.db"))
+    parent_id = (glue_workdir / "parent_run_id").read_text()
+    experiment = client.get_run(parent_id).info.experiment_id
+    suites = client.search_runs([experiment],
+                                filter_string=f"tags.mlflow.parentRunId = '{parent_id}'")
+    assert len(suites) == 1 and suites[0].info.run_name.startswith("glue-")
+    suite = suites[0]
+    assert suite.data.metrics["score"] == pytest.approx(metrics["score"])
+    nested = client.search_runs(
+        [experiment], filter_string=f"tags.mlflow.parentRunId = '{suite.info.run_id}'")
+    assert len(nested) == len(TASKS) * SEEDS
+    assert {r.info.status for r in nested} == {"FINISHED"}
+    by_name = {r.info.run_name: r for r in nested}
+    cola_runs = [by_name[f"cola-lr0.001-bs4-seed{seed}"] for seed in (42, 43, 44)]
+    assert sorted(100 * r.data.metrics["score"] for r in cola_runs) == pytest.approx(
+        sorted(details["tasks"]["cola"]["score"]["values"]))
+    assert client.get_run(parent_id).data.metrics["glue_score"] == pytest.approx(
+        metrics["score"])
+
+
+@pytest.mark.slow
+def test_a_task_that_fails_keeps_the_scores_of_the_others(glue_workdir, tmp_path):
+    folder = write_glue_folder(tmp_path / "glue", tasks=["sst2", "rte"], rows=6)
+    dev = folder / "RTE" / "dev.tsv"
+    lines = dev.read_text(encoding="utf-8").splitlines()
+    lines[3] = lines[3].rsplit("\t", 1)[0] + "\tmaybe"
+    dev.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    out = tmp_path / "glue.json"
+    proc = run_bert("glue", "--set", f"glue.data={folder}", "--set", "glue.seeds=1",
+                    "--set", "tracking.enabled=false", "--metrics", str(out),
+                    "--seeds", str(tmp_path / "seeds.tsv"),
+                    "--predictions", str(tmp_path / "predictions"),
+                    "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
+    assert_one_line_error(proc, "1 task(s) left out", "dev.tsv:4", "maybe")
+    metrics = json.loads(out.read_text())
+    assert list(metrics) == ["score", "sst2"]
+    details = json.loads((tmp_path / "glue_details.json").read_text())
+    assert "dev.tsv:4" in details["failed"]["rte"] and details["averaged"] == ["sst2"]
+
+
+def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = run_bert("glue", cwd=tmp_path, env=ONE_THREAD, check=True)
+    assert "no GLUE data (glue.data is null)" in proc.stderr
+    assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {
+        "score": None, "skipped": "no GLUE data (glue.data is null)"}
+    assert (tmp_path / "metrics" / "glue_seeds.tsv").read_text() == "task\tseed\tscore\n"
+    assert not any((tmp_path / "metrics" / "glue").iterdir())
+    assert not any((tmp_path / "models" / "glue").iterdir())
+
+
+def test_bad_glue_params_in_one_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = run_bert("glue", "--set", "glue.tasks=[cola, sts]", cwd=tmp_path)
+    assert_one_line_error(proc, "glue.tasks", "cola, sst2")
+    proc = run_bert("glue", "--set", f"glue.data={tmp_path / 'nowhere'}", cwd=tmp_path)
+    assert_one_line_error(proc, "nowhere")
+
+
+@pytest.mark.slow
+def test_dvc_exp_show_has_the_glue_score_and_the_task_medians(glue_workdir, tmp_path):
+    """A DVC project of the glue stage alone: `dvc exp show` has its columns."""
+    repo = tmp_path / "repo"
+    repo.mkdir()
+    for name in ("models", "data", "glue_data"):
+        (repo / name).symlink_to(glue_workdir / name)
+    params = yaml.safe_load((glue_workdir / "params.yaml").read_text())
+    params["glue"].update(seeds=1, tasks=["cola", "stsb"])
+    params["tracking"] = {"enabled": False}
+    (repo / "params.yaml").write_text(yaml.safe_dump(params))
+    stage = {"cmd": f"{sys.executable} -m bertstages glue", "deps": ["glue_data"],
+             "params": ["glue"], "metrics": [{"metrics/glue.json": {"cache": False}}]}
+    (repo / "dvc.yaml").write_text(yaml.safe_dump({"stages": {"glue": stage}}))
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": str(REPO)}
+
+    def run(*command: str) -> str:
+        done = subprocess.run(command, cwd=repo, env=env, capture_output=True, text=True,
+                              timeout=300)
+        assert done.returncode == 0, done.stdout + done.stderr
+        return done.stdout
+
+    dvc = str(Path(sys.executable).with_name("dvc"))
+    run("git", "init", "-q")
+    run(dvc, "init", "-q")
+    run(dvc, "repro", "-q")
+    shown = run(dvc, "exp", "show", "--no-pager", "--csv")
+    header, workspace = list(csv.reader(shown.splitlines()))[:2]
+    glue = json.loads((repo / "metrics" / "glue.json").read_text())
+    columns = dict(zip(header, workspace, strict=True))
+    for column, value in (("score", glue["score"]), ("cola.matthews", glue["cola"]["matthews"]),
+                          ("stsb.score", glue["stsb"]["score"]),
+                          ("stsb.pearson", glue["stsb"]["pearson"])):
+        assert float(columns[column]) == pytest.approx(value, rel=1e-4), (column, columns)
