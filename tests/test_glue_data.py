@@ -304,9 +304,11 @@ def test_dev_predictions_hold_index_texts_gold_and_prediction(tmp_path):
 
 
 def test_submission_files_name_and_format_per_task(tmp_path):
-    assert sorted(SUBMISSION_FILES.values()) == sorted([
-        "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv",
-        "MNLI-mm.tsv", "QNLI.tsv", "RTE.tsv", "WNLI.tsv"])
+    assert SUBMISSION_FILES == {
+        ("cola", "test"): "CoLA.tsv", ("sst2", "test"): "SST-2.tsv",
+        ("mrpc", "test"): "MRPC.tsv", ("stsb", "test"): "STS-B.tsv", ("qqp", "test"): "QQP.tsv",
+        ("mnli", "mnli_m"): "MNLI-m.tsv", ("mnli", "mnli_mm"): "MNLI-mm.tsv",
+        ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv", ("wnli", "test"): "WNLI.tsv"}
     expected = {"cola": "0\n1\n0", "sst2": "0\n1\n0", "mrpc": "0\n1\n0", "qqp": "0\n1\n0",
                 "wnli": "0\n1\n0", "qnli": "entailment\nnot_entailment\nentailment",
                 "rte": "entailment\nnot_entailment\nentailment",
