@@ -55,6 +55,7 @@ def test_the_tasks_in_glue_order_with_their_labels_metrics_and_files():
     assert stsb.is_regression and not mrpc.is_regression
     assert (mrpc.metrics, stsb.metrics) == (("f1", "accuracy"), ("pearson", "spearman"))
     assert [t.key for t in GLUE_TASKS.values() if not t.pair] == ["cola", "sst2"]
+    assert {task: task.key for task in GLUE_TASKS.values()}[mnli] == "mnli"  # a dict's key
 
 
 def test_every_file_of_every_task_reads_back(glue):

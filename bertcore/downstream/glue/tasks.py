@@ -32,6 +32,9 @@ class GlueTask:
     def is_regression(self) -> bool:
         return not self.labels
 
+    def __hash__(self) -> int:  # its dicts are not hashable; the key names it
+        return hash(self.key)
+
 
 def _task(key, folder, labels, metrics, pair, dev=None, test=None) -> GlueTask:
     return GlueTask(key, folder, labels, metrics, dev or {"dev": "dev.tsv"},
