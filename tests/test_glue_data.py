@@ -11,7 +11,7 @@ import types
 import pytest
 
 from bertcore.common.errors import BertError
-from bertcore.downstream.glue.metrics import glue_score, spread, task_metrics, task_score
+from bertcore.downstream.glue.metrics import Spread, glue_score, spread, task_metrics, task_score
 from bertcore.downstream.glue.predictions import (
     SUBMISSION_FILES,
     write_dev_predictions,
@@ -276,13 +276,8 @@ def test_glue_score_averages_the_tasks_given_and_names_them_in_glue_order():
 
 
 def test_spread_over_odd_and_even_counts_of_seeds():
-    assert spread([0.3, 0.1, 0.2]) == spread_of(0.2, 0.1, 0.3, (0.3, 0.1, 0.2))
+    assert spread([0.3, 0.1, 0.2]) == Spread(0.2, 0.1, 0.3, (0.3, 0.1, 0.2))
     assert spread([0.4, 0.1, 0.3, 0.2]).median == pytest.approx(0.25)
-
-
-def spread_of(median, low, high, values):
-    from bertcore.downstream.glue.metrics import Spread
-    return Spread(median, low, high, values)
 
 
 # ------------------------------------------------------------------------ prediction files
