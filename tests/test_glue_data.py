@@ -11,7 +11,7 @@ import types
 import pytest
 
 from bertcore.common.errors import BertError
-from bertcore.downstream.glue.metrics import glue_score, spread, task_metrics, task_score
+from bertcore.downstream.glue.metrics import Spread, glue_score, spread, task_metrics, task_score
 from bertcore.downstream.glue.predictions import (
     SUBMISSION_FILES,
     write_dev_predictions,
@@ -55,6 +55,7 @@ def test_the_tasks_in_glue_order_with_their_labels_metrics_and_files():
     assert stsb.is_regression and not mrpc.is_regression
     assert (mrpc.metrics, stsb.metrics) == (("f1", "accuracy"), ("pearson", "spearman"))
     assert [t.key for t in GLUE_TASKS.values() if not t.pair] == ["cola", "sst2"]
+    assert {task: task.key for task in GLUE_TASKS.values()}[mnli] == "mnli"  # a dict's key
 
 
 def test_every_file_of_every_task_reads_back(glue):
@@ -275,13 +276,8 @@ def test_glue_score_averages_the_tasks_given_and_names_them_in_glue_order():
 
 
 def test_spread_over_odd_and_even_counts_of_seeds():
-    assert spread([0.3, 0.1, 0.2]) == spread_of(0.2, 0.1, 0.3, (0.3, 0.1, 0.2))
+    assert spread([0.3, 0.1, 0.2]) == Spread(0.2, 0.1, 0.3, (0.3, 0.1, 0.2))
     assert spread([0.4, 0.1, 0.3, 0.2]).median == pytest.approx(0.25)
-
-
-def spread_of(median, low, high, values):
-    from bertcore.downstream.glue.metrics import Spread
-    return Spread(median, low, high, values)
 
 
 # ------------------------------------------------------------------------ prediction files
@@ -304,9 +300,11 @@ def test_dev_predictions_hold_index_texts_gold_and_prediction(tmp_path):
 
 
 def test_submission_files_name_and_format_per_task(tmp_path):
-    assert sorted(SUBMISSION_FILES.values()) == sorted([
-        "CoLA.tsv", "SST-2.tsv", "MRPC.tsv", "STS-B.tsv", "QQP.tsv", "MNLI-m.tsv",
-        "MNLI-mm.tsv", "QNLI.tsv", "RTE.tsv", "WNLI.tsv"])
+    assert SUBMISSION_FILES == {
+        ("cola", "test"): "CoLA.tsv", ("sst2", "test"): "SST-2.tsv",
+        ("mrpc", "test"): "MRPC.tsv", ("stsb", "test"): "STS-B.tsv", ("qqp", "test"): "QQP.tsv",
+        ("mnli", "mnli_m"): "MNLI-m.tsv", ("mnli", "mnli_mm"): "MNLI-mm.tsv",
+        ("qnli", "test"): "QNLI.tsv", ("rte", "test"): "RTE.tsv", ("wnli", "test"): "WNLI.tsv"}
     expected = {"cola": "0\n1\n0", "sst2": "0\n1\n0", "mrpc": "0\n1\n0", "qqp": "0\n1\n0",
                 "wnli": "0\n1\n0", "qnli": "entailment\nnot_entailment\nentailment",
                 "rte": "entailment\nnot_entailment\nentailment",

@@ -8,13 +8,14 @@ with no quoting, as GLUE's own code reads them.
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
 
-HOW_TO_GET = ("download GLUE with its download_glue_data.py, or use hf:glue "
+_HOW_TO_GET = ("download GLUE with its download_glue_data.py, or use hf:glue "
               "(docs/evaluation.md)")
 
 
@@ -31,6 +32,9 @@ class GlueTask:
     @property
     def is_regression(self) -> bool:
         return not self.labels
+
+    def __hash__(self) -> int:  # its dicts are not hashable; the key names it
+        return hash(self.key)
 
 
 def _task(key, folder, labels, metrics, pair, dev=None, test=None) -> GlueTask:
@@ -123,11 +127,11 @@ def tasks_in(folder: str | Path, wanted: Sequence[str] | None) -> list[GlueTask]
     there; a one-line BertError for a folder, key or task folder that is not."""
     folder = Path(folder)
     if not folder.is_dir():
-        raise BertError(f"GLUE data folder not found: {folder}; {HOW_TO_GET}")
+        raise BertError(f"GLUE data folder not found: {folder}; {_HOW_TO_GET}")
     present = [task for task in GLUE_TASKS.values() if (folder / task.folder).is_dir()]
     if not present:
         names = ", ".join(task.folder for task in GLUE_TASKS.values())
-        raise BertError(f"{folder} holds none of GLUE's task folders ({names}); {HOW_TO_GET}")
+        raise BertError(f"{folder} holds none of GLUE's task folders ({names}); {_HOW_TO_GET}")
     if wanted is None:
         return present
     unknown = [key for key in wanted if key not in GLUE_TASKS]
@@ -151,7 +155,7 @@ def read_split(folder: str | Path, task: GlueTask, file_name: str) -> list[GlueE
     path = Path(folder) / task.folder / file_name
     if not path.is_file():
         raise BertError(f"{path} not found: GLUE's {task.folder} needs {file_name}; "
-                        f"{HOW_TO_GET}")
+                        f"{_HOW_TO_GET}")
     labelled = not file_name.startswith("test")
     records = _records(path)
     first = next(records, None)
@@ -160,7 +164,7 @@ def read_split(folder: str | Path, task: GlueTask, file_name: str) -> list[GlueE
                         "per line")
     if task.key == "cola" and labelled:
         positions = _cola_positions(path, first)
-        records = _chain(first, records)
+        records = itertools.chain([first], records)
     else:
         positions = _positions(path, task, file_name, first, labelled)
     examples = [_example(path, task, positions, record) for record in records]
@@ -179,15 +183,10 @@ def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
                 line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError:
                 raise BertError(f"{path}:{number} is not UTF-8 text: GLUE's files are UTF-8; "
-                                f"{HOW_TO_GET}") from None
+                                f"{_HOW_TO_GET}") from None
             line = line.removesuffix("\n").removesuffix("\r")
             if line.strip():
                 yield number, line.split("\t")
-
-
-def _chain(first, rest):
-    yield first
-    yield from rest
 
 
 @dataclass(frozen=True)
