@@ -26,6 +26,7 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import Tracker, sqlite_uri
 from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.finetune import task_loss
+from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, save_model
@@ -232,6 +233,8 @@ def test_dvc_exp_show_has_the_glue_score_and_the_task_medians(glue_workdir, tmp_
     run("git", "init", "-q")
     run(dvc, "init", "-q")
     run(dvc, "repro", "-q")
+    run("git", "add", "-A")
+    run("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "glue")
     shown = run(dvc, "exp", "show", "--no-pager", "--csv")
     header, workspace = list(csv.reader(shown.splitlines()))[:2]
     glue = json.loads((repo / "metrics" / "glue.json").read_text())
@@ -240,3 +243,42 @@ def test_dvc_exp_show_has_the_glue_score_and_the_task_medians(glue_workdir, tmp_
                           ("stsb.score", glue["stsb"]["score"]),
                           ("stsb.pearson", glue["stsb"]["pearson"])):
         assert float(columns[column]) == pytest.approx(value, rel=1e-4), (column, columns)
+
+
+def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch):
+    """Turc et al.'s grid: 4 learning rates x 5 batch sizes, 4 epochs, each with every seed;
+    the point whose median (not best seed) is highest is the task's."""
+    from bertcore.downstream import glue
+    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue import suite
+
+    config = GlueConfig(grid=True, seeds=3)
+    recipes = config.recipes(hidden_size=128)
+    assert len(recipes) == 20 and {r.epochs for r in recipes} == {4.0}
+    assert {(r.learning_rate, r.batch_size) for r in recipes} == {
+        (lr, bs) for lr in (3e-4, 1e-4, 5e-5, 3e-5) for bs in (8, 16, 32, 64, 128)}
+
+    def score(recipe) -> float:  # batch 16 at 1e-4 has the best median, 8 at 3e-4 the best seed
+        if (recipe.learning_rate, recipe.batch_size) == (3e-4, 8):
+            return [0.9, 0.1, 0.1][recipe.seed - config.seed]
+        best = (recipe.learning_rate, recipe.batch_size) == (1e-4, 16)
+        return (0.6 if best else 0.5) + 0.01 * (recipe.seed - config.seed)
+
+    def fine_tune_once(task, encoded, model, recipe, device, start_run):
+        return suite.SeedRun(recipe, {"dev": {"accuracy": score(recipe)}}, score(recipe), 1,
+                             {}, {}, None)
+
+    monkeypatch.setattr(suite, "fine_tune_once", fine_tune_once)
+    nothing = EncodedExamples([], [], [], truncated=0)
+    monkeypatch.setattr(suite, "encode",
+                        lambda data, model, length: suite.EncodedTask(nothing, {}, {}))
+    model = suite.GlueModel(type("Encoder", (), {"config": tiny_config(50)})(), None, Path(),
+                            "tiny")
+    data = suite.TaskData(glue.tasks.GLUE_TASKS["rte"], [], {"dev": []}, {})
+    result = suite.run_task(data, model, config, torch.device("cpu"), None)
+    chosen = result.runs[0].recipe
+    assert (chosen.learning_rate, chosen.batch_size) == (1e-4, 16)
+    assert [run.recipe.seed for run in result.runs] == [42, 43, 44]
+    assert result.spread().median == pytest.approx(0.61)
+    assert len(result.tried) == 20
+    assert dict(((r.learning_rate, r.batch_size), m) for r, m in result.tried)[(3e-4, 8)] == 0.1
