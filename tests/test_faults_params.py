@@ -18,6 +18,7 @@ from conftest import ONE_THREAD, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.pool import available_cores
 from bertcore.data.corpus import CorpusConfig
 from bertcore.data.corpus.build import build_corpus
 from bertcore.data.vocab.config import VocabConfig
@@ -118,7 +119,8 @@ def _mkdir(folder: Path) -> Path:
 
 
 def build(tmp_path, source, **config):
-    return build_corpus(CorpusConfig(source=str(source), workers=1, **config),
+    config = {"workers": 1, **config}
+    return build_corpus(CorpusConfig(source=str(source), **config),
                         _mkdir(tmp_path / "out"), progress=False)
 
 
@@ -184,3 +186,16 @@ def test_latin1_text_still_stops_with_the_advice_to_convert_it(tmp_path):
     (tmp_path / "old.txt").write_bytes(text.encode("latin-1"))
     with pytest.raises(BertError, match=r"old.txt is not UTF-8.*iconv -f WINDOWS-1252"):
         build(tmp_path, tmp_path / "old.txt")
+
+
+def test_more_corpus_workers_than_cores_is_warned_of_once(tmp_path, caplog):
+    cores = available_cores()
+    (tmp_path / "notes.txt").write_text("\n\n".join(SENTENCES.format(i=i) for i in range(20)))
+    build(tmp_path, tmp_path / "notes.txt", workers=cores)
+    assert not [m for m in caplog.messages if "corpus.workers" in m]
+    stats = build(tmp_path, tmp_path / "notes.txt", workers=cores + 1)  # one task: no pool
+    assert stats.sentences == 60
+    warned = [m for m in caplog.messages if "corpus.workers" in m]
+    assert warned == [f"corpus.workers: {cores + 1} workers on the {cores} cores this stage may "
+                      f"use take turns on them, each with its own memory, and run slower than "
+                      f"{cores}: set corpus.workers: 0 (one per core)"]
