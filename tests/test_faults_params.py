@@ -22,6 +22,7 @@ from bertcore.common.pool import available_cores
 from bertcore.data.corpus import CorpusConfig
 from bertcore.data.corpus.build import build_corpus
 from bertcore.data.vocab.config import VocabConfig
+from bertcore.downstream.builtin_tasks import builtin_task
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import export_hf, save_model
 from bertcore.training.config import TrainConfig
@@ -199,3 +200,17 @@ def test_more_corpus_workers_than_cores_is_warned_of_once(tmp_path, caplog):
     assert warned == [f"corpus.workers: {cores + 1} workers on the {cores} cores this stage may "
                       f"use take turns on them, each with its own memory, and run slower than "
                       f"{cores}: set corpus.workers: 0 (one per core)"]
+
+
+# ------------------------------------------------------------ 4. a built-in task, inference
+def test_same_document_on_too_few_documents_says_so(tmp_path):
+    documents = ["\n".join(SENTENCES.format(i=i).replace(". ", ".\n").splitlines() * 8)
+                 for i in range(3)]  # 24 sentences each: many examples, but 3 documents
+    (tmp_path / "val.txt").write_text("\n\n".join(documents) + "\n")
+    with pytest.raises(BertError) as info:
+        builtin_task("builtin:same-document", tmp_path / "val.txt", 0.2, seed=0)
+    assert str(info.value) == (
+        f"{tmp_path / 'val.txt'} has too few documents to split by document for "
+        "builtin:same-document: 3 (3 of two sentences or more), where its test and its train "
+        "part each need two of two sentences or more; use a corpus of more documents, or set "
+        "finetune.data to a labelled file")
