@@ -73,8 +73,8 @@ _SIGNATURES = {
     b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1": "an old Microsoft Office document",
     b"SQLite format 3\x00": "an SQLite database",
 }
-# Control bytes that text does not hold (tab, line ends, form feeds and ESC, of terminal
-# colours, it may); a file whose first block is this share of them or more is binary.
+# Control bytes that text does not hold (it may hold tabs, line ends, form feeds, and ESC for
+# terminal colours); a file whose first block is this share of them or more is binary.
 _CONTROL = bytes(sorted(set(range(0x20)) - set(b"\t\n\v\f\r\x1b"))) + b"\x7f"
 CONTROL_SHARE = 0.05
 _DECOMPRESS_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
