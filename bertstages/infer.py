@@ -1,7 +1,7 @@
 """Commands people reach for once a model exists, on our export or any BERT dir in HF format:
 
-bert fill-mask --model models/hf "Paris is the [MASK] of France."
-bert nsp --model models/hf "It rained all day." "The streets were wet."
+bert fill-mask "Paris is the [MASK] of France."          (the pipeline's export, models/hf)
+bert nsp --model DIR "It rained all day." "The streets were wet."
 """
 
 from __future__ import annotations
@@ -14,10 +14,12 @@ import click
 from bertcore.common.errors import BertError
 
 MASK, CLS, SEP = "[MASK]", "[CLS]", "[SEP]"
+PIPELINE_MODEL = "models/hf"  # the export stage's output (dvc.yaml), the default --model
 
 model_option = click.option(
-    "--model", "model_dir", required=True, metavar="DIR",
-    help="A model dir: our export (models/hf), a saved model, or any BERT in HF format.")
+    "--model", "model_dir", default=None, metavar="DIR",
+    help=f"A model dir: our export, a saved model, or any BERT in HF format  [default: "
+         f"{PIPELINE_MODEL}, the pipeline's export].")
 vocab_option = click.option(
     "--vocab", "vocab_dir", default=None, metavar="DIR",
     help="Where the tokenizer files are, when the model dir has none (e.g. data/vocab); it "
@@ -29,10 +31,11 @@ vocab_option = click.option(
 @vocab_option
 @click.option("--top-k", default=5, show_default=True, type=click.IntRange(min=1))
 @click.argument("text")
-def fill_mask(model_dir: str, vocab_dir: str | None, top_k: int, text: str) -> None:
+def fill_mask(model_dir: str | None, vocab_dir: str | None, top_k: int, text: str) -> None:
     """Predict the tokens hidden behind each [MASK] in TEXT (top-k with probabilities)."""
     import torch
 
+    model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
     mask_id = special_id(tokenizer, MASK)
     ids = tokenizer.encode(text, add_special_tokens=False).ids
@@ -63,10 +66,11 @@ def fill_mask(model_dir: str, vocab_dir: str | None, top_k: int, text: str) -> N
 @vocab_option
 @click.argument("sentence_a")
 @click.argument("sentence_b")
-def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str) -> None:
+def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_b: str) -> None:
     """Probability that SENTENCE_B follows SENTENCE_A (next sentence prediction)."""
     import torch
 
+    model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="nsp")
     if model.config.type_vocab_size < 2:
         raise BertError(f"{model_dir} has one segment type: it cannot score sentence pairs")
@@ -92,6 +96,16 @@ def nsp(model_dir: str, vocab_dir: str | None, sentence_a: str, sentence_b: str)
 
 
 # ------------------------------------------------------------------------------- helpers
+def model_or_export(model_dir: str | None) -> str:
+    """--model as given, else the pipeline's export, which must exist."""
+    if model_dir is not None:
+        return model_dir
+    if not Path(PIPELINE_MODEL).is_dir():
+        raise BertError(f"no model in {PIPELINE_MODEL}, the pipeline's export: run `dvc repro "
+                        "export`, or pass --model DIR")
+    return PIPELINE_MODEL
+
+
 def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
     """The model in eval mode and its tokenizer, checked to fit it, or a one-line error saying
     what is missing or what does not fit."""

@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.errors import BertError, ConfigError, yaml_text
 
 T = TypeVar("T")
 
@@ -66,7 +66,7 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
             value = raw
         target = params.setdefault(section, {}) or {}
         if not isinstance(target, dict):
-            raise ConfigError(section, f"must be a mapping of keys, got {target!r}: fix "
+            raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(target)}: fix "
                                        f"params.yaml before overriding {key}")
         params[section] = target
         *parents, leaf = field.split(".")
@@ -74,7 +74,7 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
             target = target.setdefault(part, {})
             if not isinstance(target, dict):
                 where = ".".join([section, *parents[:depth]])
-                raise ConfigError(key, f"{where} is {target!r}, not a mapping: write "
+                raise ConfigError(key, f"{where} is {yaml_text(target)}, not a mapping: write "
                                        f"--set {where}=VALUE")
         target[leaf] = value
     return params
@@ -83,7 +83,7 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
 def _read_yaml(path: Path) -> Any:
     """The YAML document of `path` (None when it is empty), refusing a key written twice in
     one mapping: YAML loaders keep the last value, and the user meant one of the two."""
-    loader = yaml.SafeLoader(path.read_text(encoding="utf-8"))
+    loader = yaml.SafeLoader(_read_utf8(path))
     try:
         node = loader.get_single_node()
         if node is None:
@@ -92,6 +92,17 @@ def _read_yaml(path: Path) -> Any:
         return loader.construct_document(node)
     finally:
         loader.dispose()
+
+
+def _read_utf8(path: Path) -> str:
+    """The text of `path`; BertError naming the line of the first byte that is not UTF-8."""
+    data = path.read_bytes()
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[:exc.start].count(b"\n") + 1
+        raise BertError(f"{path}:{line} is not UTF-8 (byte 0x{data[exc.start]:02x}): save the "
+                        "file as UTF-8") from None
 
 
 def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str, seen: set[int]) -> None:
@@ -122,7 +133,7 @@ def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
     """Build the section class `cls` from `params[section]`, checking keys, types and ranges."""
     data = params.get(section) or {}
     if not isinstance(data, Mapping):
-        raise ConfigError(section, f"must be a mapping of keys, got {data!r}")
+        raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(data)}")
     try:
         return cls(**{str(key): value for key, value in data.items()})
     except ConfigError as exc:
@@ -134,7 +145,7 @@ def parse_keys(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
     `cls`): the other keys are left to the stage that reads the whole section and checks them."""
     data = params.get(section) or {}
     if not isinstance(data, Mapping):
-        raise ConfigError(section, f"must be a mapping of keys, got {data!r}")
+        raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(data)}")
     fields = {f.name for f in dataclasses.fields(cls)}
     return parse_section({section: {k: v for k, v in data.items() if k in fields}}, section, cls)
 

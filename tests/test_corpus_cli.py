@@ -220,8 +220,8 @@ def test_compressed_files_are_read_as_they_stream(tmp_path):
     with zipfile.ZipFile(tmp_path / "texts.zip", "w") as archive:
         archive.writestr("a.txt", plain)
     proc = corpus(tmp_path, source="texts.zip")
-    assert "skipping texts.zip: a zip archive (unzip it), not text" in proc.stderr
-    assert_one_line_error(proc, "only binary files", code=1)
+    assert_one_line_error(proc, "cannot use texts.zip as corpus.source: it is a zip archive "
+                          "(unzip it), not text", code=1)
     (tmp_path / "old.txt.gz").write_bytes(gzip.compress(french_documents(9).encode("latin-1")))
     assert_one_line_error(corpus(tmp_path, source="old.txt.gz"), "old.txt.gz is not UTF-8",
                           "gzip -dc old.txt.gz | iconv -f WINDOWS-1252 -t UTF-8 > old.utf8.txt")

@@ -79,8 +79,8 @@ def test_utf16_and_utf32_files_with_a_byte_order_mark_are_read(tmp_path, encodin
     # without its byte order mark it cannot be told from binary data: said so
     (tmp_path / "notes.txt").write_bytes(text.encode(encoding))
     proc = corpus(tmp_path, "notes.txt")
-    assert_one_line_error(proc, "only binary files")
-    assert "UTF-16 or UTF-32 text needs a byte order mark" in proc.stderr
+    assert_one_line_error(proc, "cannot use notes.txt as corpus.source: it is binary",
+                          "UTF-16 or UTF-32 text needs a byte order mark")
 
 
 @pytest.mark.parametrize(

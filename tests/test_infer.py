@@ -260,3 +260,18 @@ def test_a_model_padded_past_its_own_tokenizer_predicts_only_tokens(export_dir, 
     (larger / "vocab.txt").write_text("\n".join([*tokens, "extra"]) + "\n", encoding="utf-8")
     proc = bert_here("fill-mask", "--model", str(larger), "berlin is the [MASK] of germany.")
     assert_one_line_error(proc, f"has {size + 1} tokens, its model only {size}")
+
+
+def test_the_pipelines_export_is_the_default_model(export_dir, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    proc = bert_here("fill-mask", "berlin is the [MASK] of germany.")
+    assert_one_line_error(proc, "no model in models/hf, the pipeline's export: run `dvc repro "
+                          "export`, or pass --model DIR")
+    (tmp_path / "models").mkdir()
+    shutil.copytree(export_dir, tmp_path / "models" / "hf")
+    text = "berlin is the [MASK] of germany."
+    given = bert_here("fill-mask", "--model", str(export_dir), text, check=True)
+    assert bert_here("fill-mask", text, check=True).stdout == given.stdout
+    pair = ("paris is the capital of france.", "the bird sang in the tree.")
+    given = bert_here("nsp", "--model", str(export_dir), *pair, check=True)
+    assert bert_here("nsp", *pair, check=True).stdout == given.stdout

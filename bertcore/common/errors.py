@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 
 class BertError(Exception):
     """A problem with the user's input or environment: the message says what and what to do."""
@@ -30,4 +32,20 @@ class ConfigError(BertError):
 def require(condition: bool, key: str, value: object, allowed: str) -> None:
     """Raise ConfigError for `key` unless `condition` holds; `allowed` says what would."""
     if not condition:
-        raise ConfigError(key, f"{value!r} is not allowed; expected {allowed}")
+        raise ConfigError(key, f"{yaml_text(value)} is not allowed; expected {allowed}")
+
+
+def yaml_text(value: object) -> str:
+    """`value` as params.yaml writes it, for a message: null, true, .inf, [1, null], {a: 1}
+    (Python's None, True, inf); a string keeps its quotes ('c'), as YAML may write it."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, float) and not math.isfinite(value):
+        return ".nan" if math.isnan(value) else ("-.inf" if value < 0 else ".inf")
+    if isinstance(value, (list, tuple)):
+        return f"[{', '.join(yaml_text(item) for item in value)}]"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{yaml_text(k)}: {yaml_text(v)}" for k, v in value.items()) + "}"
+    return repr(value)

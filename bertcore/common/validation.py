@@ -6,8 +6,11 @@ every pydantic `ValidationError` turned into the project's one-line `ConfigError
 key, the value and what is allowed (`config_error`, the one place that does it). Its fields use
 the types below, which take the forms a value has in YAML: `Int`, `Float` and `Bool` also accept
 what YAML 1.1 leaves a string (`1e-4`, `"true"`, `--set` values), as the stages always did.
-A field's constraint carries its wording (`integer(ge=1)` says "an integer >= 1"); checks across
-fields are the class's model validators, which raise `ConfigError` themselves.
+A `Float` is finite: `.inf` and `.nan` are refused for every key (a learning rate of .inf
+trained a model of NaN); a key that means to take them would say so with a type of its own.
+Messages show values as YAML writes them (null, true, .inf: `yaml_text`). A field's
+constraint carries its wording (`integer(ge=1)` says "an integer >= 1"); checks across fields
+are the class's model validators, which raise `ConfigError` themselves.
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import pydantic
 from pydantic import AfterValidator, BeforeValidator, ConfigDict, Field
 from pydantic.dataclasses import dataclass as pydantic_dataclass
 
-from bertcore.common.errors import ConfigError
+from bertcore.common.errors import ConfigError, yaml_text
 
 # strict: no silent conversions beyond the YAML forms below (true is no integer, 1 no bool)
 SECTION_CONFIG = ConfigDict(strict=True, extra="forbid")
@@ -32,6 +35,7 @@ EXPECTED_TYPE = {  # pydantic's error types -> what the value should have been
     "float_type": "a number", "float_parsing": "a number",
     "bool_type": "true or false", "bool_parsing": "true or false",
     "string_type": "a string", "list_type": "a list", "dict_type": "a mapping",
+    "finite_number": "a number", "none_required": "null",
 }
 
 
@@ -76,7 +80,7 @@ def _yaml_bool(value: Any) -> Any:
 
 
 Int = Annotated[int, BeforeValidator(_yaml_int)]
-Float = Annotated[float, BeforeValidator(_yaml_float)]
+Float = Annotated[float, BeforeValidator(_yaml_float), Field(allow_inf_nan=False)]
 Bool = Annotated[bool, BeforeValidator(_yaml_bool)]
 
 
@@ -167,12 +171,15 @@ def config_error(cls: type, exc: pydantic.ValidationError) -> ConfigError:
 def _problem(cls: type, key: str, errors: list[dict]) -> str:
     """What is wrong with field `key`, from its errors (several: one per arm of a union)."""
     first = errors[0]
+    value = _as_held(first["input"], cls.__pydantic_fields__[key].annotation)
+    if any(error["type"] == "finite_number" for error in errors):
+        return (f"{yaml_text(value)} is not allowed; expected {_allowed(cls, key, errors)}, "
+                "finite (not .inf or .nan)")
     in_union = any(len(error["loc"]) > 1 and isinstance(error["loc"][1], str)
                    for error in errors)  # a union's errors are named by their arm
     if not in_union and first["type"] in EXPECTED_TYPE:
-        return f"expected {EXPECTED_TYPE[first['type']]}, got {first['input']!r}"
-    value = _as_held(first["input"], cls.__pydantic_fields__[key].annotation)
-    return f"{value!r} is not allowed; expected {_allowed(cls, key, errors)}"
+        return f"expected {EXPECTED_TYPE[first['type']]}, got {yaml_text(first['input'])}"
+    return f"{yaml_text(value)} is not allowed; expected {_allowed(cls, key, errors)}"
 
 
 def _as_held(value: Any, annotation: Any) -> Any:
@@ -197,7 +204,7 @@ def _allowed(cls: type, key: str, errors: list[dict]) -> str:
     if allowed is not None:
         return allowed
     if len(errors) == 1 and errors[0]["type"] == "literal_error":
-        return f"one of {list(typing.get_args(info.annotation))}"
+        return f"one of {yaml_text(list(typing.get_args(info.annotation)))}"
     arms = []
     for error in errors:
         if error["type"] == "literal_error":

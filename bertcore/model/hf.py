@@ -160,8 +160,10 @@ def save_model(model: BertPretrainingModel, model_dir: str | Path) -> None:
     """Write model.safetensors (our names) + config.json into `model_dir` (created if needed).
     Each file is written atomically; wrap the call in `atomic_dir` for a whole-directory swap."""
     model_dir = Path(model_dir)
+    state = model.state_dict()
+    refuse_nonfinite(state)
     model_dir.mkdir(parents=True, exist_ok=True)
-    _write_safetensors(model.state_dict(), model_dir / WEIGHTS_NAME)
+    _write_safetensors(state, model_dir / WEIGHTS_NAME)
     write_json(model_dir / CONFIG_NAME, {FORMAT_KEY: FORMAT_VERSION, **model.config.to_dict()})
 
 
@@ -177,6 +179,7 @@ def export_hf(
     (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
     out_dir = Path(out_dir)
     tokenizer_files = _tokenizer_files(Path(vocab_dir), model.config) if vocab_dir else []
+    refuse_nonfinite(model.state_dict())
     out_dir.mkdir(parents=True, exist_ok=True)
     config = model.config
     dtype = next(model.parameters()).dtype
@@ -197,8 +200,9 @@ def export_hf_classifier(
     out_dir = Path(out_dir)
     config = model.config
     tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
-    out_dir.mkdir(parents=True, exist_ok=True)
     state = model.state_dict()
+    refuse_nonfinite(state)
+    out_dir.mkdir(parents=True, exist_ok=True)
     tensors = to_hf_state_dict(state, config.num_hidden_layers)
     for kind in ("weight", "bias"):
         tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
@@ -253,8 +257,7 @@ def load_model(
     except RuntimeError as exc:  # shapes that disagree with config.json
         detail = str(exc).strip().splitlines()[-1].strip()
         raise BertError(f"{model_dir}: weights do not fit its config.json ({detail})") from None
-    bad = next((name for name, t in state.items() if t.is_floating_point()
-                and not torch.isfinite(t).all()), None)
+    bad = first_nonfinite(state)
     if bad is not None:
         raise BertError(f"weights file {weights_path(model_dir)} is damaged: {bad} holds NaN or "
                         "infinite values; export or save the model again")
@@ -403,6 +406,21 @@ def drop_pruned_heads(
         state[qkv_b] = state[qkv_b][qkv_rows]
         state[out_w] = state[out_w][:, rows]
     return state
+
+
+def first_nonfinite(tensors: dict[str, torch.Tensor]) -> str | None:
+    """The name of the first floating-point tensor holding NaN or an infinity, or None."""
+    return next((name for name, t in tensors.items() if t.is_floating_point()
+                 and not torch.isfinite(t).all()), None)
+
+
+def refuse_nonfinite(tensors: dict[str, torch.Tensor]) -> None:
+    """BertError before a model is written when a weight is NaN or infinite: such a model is
+    no result (it predicts nothing), and a run that made it must not end as if it had one."""
+    bad = first_nonfinite(tensors)
+    if bad is not None:
+        raise BertError(f"the model's weights hold NaN or infinite values ({bad}): training "
+                        "diverged, and no model was written; lower the learning rate")
 
 
 # ------------------------------------------------------------------------------- helpers

@@ -19,7 +19,7 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bertcore.common.digests import fingerprint_files
-from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.errors import BertError, ConfigError, yaml_text
 from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.config import ModelConfig
@@ -57,9 +57,9 @@ class InitModel:
                 dropout[key] = value
             elif value != getattr(folder, key):
                 raise ConfigError(
-                    f"model.{key}", f"{value!r} contradicts {path / CONFIG_NAME} "
-                    f"({key}: {getattr(folder, key)!r}); with {KEY} the architecture is the "
-                    f"model's: remove model.{key} (only dropout rates may be set)")
+                    f"model.{key}", f"{yaml_text(value)} contradicts {path / CONFIG_NAME} "
+                    f"({key}: {yaml_text(getattr(folder, key))}); with {KEY} the architecture "
+                    f"is the model's: remove model.{key} (only dropout rates may be set)")
         return cls(path, dataclasses.replace(folder, **dropout), _model_tokens(path))
 
     def describe(self) -> str:

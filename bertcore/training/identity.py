@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import BertError
+from bertcore.common.errors import BertError, yaml_text
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoint import Checkpoint
 
@@ -98,7 +98,8 @@ class RunIdentity:
         keys = sorted(k for k in set(before) | set(after) if before.get(k) != after.get(k))
         if not keys:
             return ""
-        shown = ", ".join(f"{k} {before.get(k)!r} -> {after.get(k)!r}" for k in keys[:5])
+        shown = ", ".join(f"{k} {yaml_text(before.get(k))} -> {yaml_text(after.get(k))}"
+                          for k in keys[:5])
         return f" ({shown}{', ...' if len(keys) > 5 else ''})"
 
 

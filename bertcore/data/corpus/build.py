@@ -12,7 +12,8 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner, available_cores
+from bertcore.common.pool import TaskRunner
+from bertcore.common.workers import worker_count
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.parts import (
     MIN_SPLIT_DOCUMENTS,
@@ -133,7 +134,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
 
     out_dir = Path(out_dir)
     writer = SplitWriter(out_dir, config.val_fraction, config.seed, _record_limit(config))
-    workers = config.workers or available_cores()
+    workers = worker_count(config.workers, "corpus.workers")
     with bar, writer, TaskRunner(workers, lazy=True) as run:
         spans = source.spans(counts, advance, TASK_SIZE)
         tasks = group_spans(spans, config.normalization, config.max_sentence_chars, TASK_SIZE)

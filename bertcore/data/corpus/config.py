@@ -15,7 +15,7 @@ class CorpusConfig:
     text_field: text(min_length=1, allowed="a field name") = "text"
     # How text files are laid out: prose (a file is a document; blank lines end paragraphs)
     # or lines (one sentence per line, blank lines between documents); auto: per file.
-    # Records (.jsonl, .parquet, hf:) are prose unless this says lines.
+    # Records (.jsonl, .parquet, hf:) are documents of prose whatever this says.
     format: Literal["auto", "prose", "lines"] = "auto"
     normalization: Literal["NFC", "NFKC"] = "NFKC"
     val_fraction: number(gt=0, lt=1) = 0.1  # share of documents held out, chosen by hash

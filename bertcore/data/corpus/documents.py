@@ -42,24 +42,19 @@ class Document:
 
 @dataclass
 class Record:
-    """A record's text (JSON Lines, Parquet, a dataset, a built-in topic): one document whose
-    pieces are made where it is cleaned. Prose (blank lines end paragraphs) unless `fmt` is
-    "lines", where each line is a sentence."""
+    """A record's text (JSON Lines, Parquet, a dataset, a built-in topic): one document of
+    prose (blank lines end paragraphs), whose pieces are made where it is cleaned.
+    `corpus.format` is for text files: a record is a document whatever it says (as `lines`,
+    a record of one line would be one sentence)."""
 
     origin: str
     text: str
-    fmt: str = "prose"
+    split_sentences = True
     inline = False
     read_as = None
 
     @property
-    def split_sentences(self) -> bool:
-        return self.fmt != "lines"
-
-    @property
     def pieces(self) -> Iterator[Piece]:
-        if self.fmt == "lines":
-            return ((line, True) for line in self.text.splitlines() if line.strip())
         return prose_pieces((line, True) for line in self.text.splitlines())
 
     def parts(self, counts: Counter) -> list[tuple[Record, bool]]:
@@ -135,19 +130,18 @@ def prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
         at_line_start = complete
 
 
-def record_document(text: str, origin: str, fmt: str) -> Record:
+def record_document(text: str, origin: str) -> Record:
     """A record's text is one document (see `Record`)."""
-    return Record(origin, text, fmt)
+    return Record(origin, text)
 
 
-def records_with_text(record, field: str, origin: str, fmt: str,
-                      counts: Counter) -> Iterator[Record]:
+def records_with_text(record, field: str, origin: str, counts: Counter) -> Iterator[Record]:
     """The record's document when its `field` holds text, counted as one of `records`; else
     nothing, counted as one of `records_without_text`."""
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
         counts["records"] += 1
-        yield record_document(text, origin, fmt)
+        yield record_document(text, origin)
     else:
         counts["records_without_text"] += 1
 

@@ -4,7 +4,8 @@ records costs the main process little more than the read itself.
 
 Each line is decoded (invalid UTF-8 becomes U+FFFD) and parsed whole, as when the file was
 read a record at a time; the UTF-8 check that stops a file in another encoding runs on the
-blocks as they are read, at the same line (`Utf8Check.whole_lines`).
+blocks as they are read, at the same line (`Utf8Check.whole_lines`), and warns of the invalid
+sequences at the end of the file as for a text file.
 """
 
 from __future__ import annotations
@@ -25,13 +26,12 @@ logger = logging.getLogger(__name__)
 @dataclass
 class RecordBlock:
     """Whole lines of a JSON Lines file, the first being line `first_line`: a span whose
-    records (those with text in `field`) are documents of format `fmt` (see `Record`)."""
+    records (those with text in `field`) are documents (see `Record`)."""
 
     data: bytes
     path: str
     first_line: int
     field: str
-    fmt: str
     inline = False
     read_as = None
 
@@ -57,11 +57,10 @@ class RecordBlock:
                 counts["invalid_json_lines"] += 1
                 logger.debug("%s:%d: not JSON", self.path, number)
                 continue
-            yield from records_with_text(record, self.field, f"{self.path}:{number}",
-                                         self.fmt, counts)
+            yield from records_with_text(record, self.field, f"{self.path}:{number}", counts)
 
 
-def jsonl_blocks(path: Path, field: str, fmt: str, counts: Counter, advance: Advance,
+def jsonl_blocks(path: Path, field: str, counts: Counter, advance: Advance,
                  size: int) -> Iterator[RecordBlock]:
     """The file in blocks of whole lines of `size` bytes or a little more (up to the end of
     the line where `size` falls), each checked as UTF-8 as it is read."""
@@ -72,5 +71,6 @@ def jsonl_blocks(path: Path, field: str, fmt: str, counts: Counter, advance: Adv
             progress(len(data))
             first_line = check.lines + 1  # the lines before are whole: the check counted them
             check.whole_lines(data)
-            yield RecordBlock(data, str(path), first_line, field, fmt)
-        counts["invalid_utf8_sequences"] += check.invalid
+            yield RecordBlock(data, str(path), first_line, field)
+        # no warning of NUL bytes: a raw one is no JSON, and its line is an invalid_json_line
+        check.report_invalid(counts)

@@ -57,14 +57,14 @@ class PythonDocsSource(Source):
     def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
         for name, text in self.topics:
             advance(1)
-            yield record_document(readable_prose(text), f"topic:{name}", "prose")
+            yield record_document(readable_prose(text), f"topic:{name}")
         for name, path in self.modules:
             advance(1)
             text = module_text(path)
             if text is None:
                 counts["unparsable_modules"] += 1
                 continue
-            yield record_document(text, f"module:{name}", "prose")
+            yield record_document(text, f"module:{name}")
 
 
 BUILTINS = {"builtin:python-docs": PythonDocsSource}

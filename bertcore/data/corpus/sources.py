@@ -63,7 +63,7 @@ def open_source(spec: str, text_field: str = "text", fmt: str = "auto") -> Sourc
             raise BertError(f"unknown built-in corpus {spec!r}; available: {', '.join(BUILTINS)}")
         return BUILTINS[spec]()
     if spec.startswith("hf:"):
-        return HubSource(spec, text_field, fmt)
+        return HubSource(spec, text_field)
     return FileSource(resolve_files(spec), text_field, fmt)
 
 
@@ -174,23 +174,24 @@ class FileSource(Source):
                 name = name.removesuffix(suffix)
             try:
                 if name.endswith(PARQUET_SUFFIXES):
-                    yield from parquet_documents(path, self.text_field, self.format, counts)
+                    yield from parquet_documents(path, self.text_field, counts)
                     advance(path.stat().st_size)
                 elif name.endswith(JSONL_SUFFIXES):
-                    yield from jsonl_blocks(path, self.text_field, self.format, counts,
-                                            advance, size)
+                    yield from jsonl_blocks(path, self.text_field, counts, advance, size)
                 else:
-                    yield from text_file_spans(path, self.format, counts, advance, size)
+                    yield from text_file_spans(path, self.format, counts, advance, size,
+                                               alone=len(self.files) == 1)
             except OSError as exc:
                 raise BertError(f"cannot read {path}: {exc.strerror or exc}") from None
 
 
 def text_file_spans(
-    path: Path, fmt: str, counts: Counter, advance: Advance, size: int
+    path: Path, fmt: str, counts: Counter, advance: Advance, size: int, alone: bool = False
 ) -> Iterator[TextBlock | PieceRun]:
     """A prose file is one document; a one-sentence-per-line file holds many, blank-separated.
     UTF-8 comes in raw blocks of about `size` bytes (decoded where they are cleaned), UTF-16
-    and UTF-32 as runs of decoded pieces."""
+    and UTF-32 as runs of decoded pieces. A binary file is skipped with a warning, or, when it
+    is the whole source (`alone`), a BertError naming it."""
     with open_bytes(path, advance) as (handle, progress, tool):
         head = read_head(handle, path)
         if not head:
@@ -198,6 +199,8 @@ def text_file_spans(
             return
         encoding = bom_encoding(head)
         binary = archive_kind(head) or (binary_kind(head) if encoding == "utf-8" else None)
+        if binary and alone:
+            raise BertError(f"cannot use {path} as corpus.source: it is {binary}")
         if binary:
             logger.warning("skipping %s: %s", path, binary)
             counts["binary_files"] += 1
@@ -223,7 +226,7 @@ def text_file_spans(
             yield from document_spans(document, size)
 
 
-def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iterator[Record]:
+def parquet_documents(path: Path, field: str, counts: Counter) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -251,7 +254,7 @@ def parquet_documents(path: Path, field: str, fmt: str, counts: Counter) -> Iter
         for batch in table.iter_batches(batch_size=1024, columns=[field]):
             for value in batch.column(0).to_pylist():
                 row += 1
-                yield from records_with_text({field: value}, field, f"{path}[{row}]", fmt, counts)
+                yield from records_with_text({field: value}, field, f"{path}[{row}]", counts)
     except pa.ArrowException as exc:
         raise BertError(f"{path}: cannot read row {row + 1} and on ({exc})") from None
 
@@ -271,7 +274,7 @@ def _is_text(arrow_type) -> bool:
 class HubSource(Source):
     """`hf:NAME[:CONFIG]`: the train split of a Hugging Face dataset, streamed."""
 
-    def __init__(self, spec: str, text_field: str, fmt: str):
+    def __init__(self, spec: str, text_field: str):
         try:
             import datasets  # noqa: F401
         except ImportError:
@@ -283,7 +286,7 @@ class HubSource(Source):
         if not name:
             raise BertError(f"corpus source {spec!r}: write hf:NAME or hf:NAME:CONFIG")
         self.name, self.config = name, config or None
-        self.text_field, self.format = text_field, fmt
+        self.text_field = text_field
 
     def documents(self, counts: Counter, advance: Advance) -> Iterator[Record]:
         import datasets
@@ -295,7 +298,7 @@ class HubSource(Source):
             for number, record in enumerate(records):
                 advance(1)
                 yield from records_with_text(record, self.text_field,
-                                             f"{self.name}[{number}]", self.format, counts)
+                                             f"{self.name}[{number}]", counts)
         except BertError:
             raise
         except Exception as exc:  # network, unknown name, ...: one line for the user

@@ -4,7 +4,9 @@ that do not decode.
 - gzip, bzip2 and xz files (known by their first bytes, whatever their name) are read through
   their decompressor as they stream, so `books.txt.gz` gives the same corpus as `books.txt`.
   Other archives (zip, zstd, 7z, tar) hold files, not text: they are skipped with a warning
-  that says to unpack them.
+  that says to unpack them. So are other binary files: known by their first bytes (images,
+  PDF, executables, ...), or by NUL or control bytes in their first 64 KB, which text holds
+  few of (random bytes hold about 11% control bytes, Latin-1 or Windows-1252 text none).
 - Text is UTF-8, or UTF-16/UTF-32 when a byte order mark says so.
 - A few invalid UTF-8 sequences in a file become U+FFFD and are counted: a damaged byte should
   not stop a large corpus. A file whose non-ASCII characters mostly do not decode is in
@@ -60,6 +62,21 @@ _ARCHIVES = {
     b"\x28\xb5\x2f\xfd": "zstd-compressed (zstd -d it)",
     b"7z\xbc\xaf\x27\x1c": "a 7z archive (7z x it)",
 }
+# Other files that are no text, by their first bytes.
+_SIGNATURES = {
+    b"\x89PNG\r\n\x1a\n": "a PNG image",
+    b"\xff\xd8\xff": "a JPEG image",
+    b"GIF87a": "a GIF image",
+    b"GIF89a": "a GIF image",
+    b"%PDF-": "a PDF document: extract its text first, e.g. with pdftotext",
+    b"\x7fELF": "an executable (ELF)",
+    b"\xd0\xcf\x11\xe0\xa1\xb1\x1a\xe1": "an old Microsoft Office document",
+    b"SQLite format 3\x00": "an SQLite database",
+}
+# Control bytes that text does not hold (it may hold tabs, line ends, form feeds, and ESC for
+# terminal colours); a file whose first block is this share of them or more is binary.
+_CONTROL = bytes(sorted(set(range(0x20)) - set(b"\t\n\v\f\r\x1b"))) + b"\x7f"
+CONTROL_SHARE = 0.05
 _DECOMPRESS_ERRORS = (OSError, EOFError, zlib.error, lzma.LZMAError)
 
 # A file is taken for another encoding when at least this many sequences are invalid, more
@@ -116,15 +133,23 @@ def archive_kind(head: bytes) -> str | None:
 
 
 def binary_kind(head: bytes) -> str | None:
-    """Why `head`, the first bytes of a file without a byte order mark, is no text: NUL bytes
-    in at least 1% of them (UTF-16 or UTF-32 text has them in a quarter or more). A few NULs
-    in text are damage: `Utf8Check` counts them, and cleaning removes them."""
+    """Why `head`, the first bytes of a file without a byte order mark, is no text: a known
+    file signature; NUL bytes in at least 1% of them (UTF-16 or UTF-32 text has them in a
+    quarter or more); control bytes in CONTROL_SHARE of them. A few NULs in text are damage:
+    `Utf8Check` counts them, and cleaning removes them."""
+    kind = next((kind for start, kind in _SIGNATURES.items() if head.startswith(start)), None)
+    if kind:
+        return f"binary, not text ({kind})"
     nuls = head.count(b"\0")
-    if nuls * 100 < len(head):
+    if nuls * 100 >= len(head):
+        return (f"binary, not text ({nuls} NUL bytes in its first {len(head)}, the first at "
+                f"byte {head.index(0)}; UTF-16 or UTF-32 text needs a byte order mark, or "
+                "conversion to UTF-8)")
+    controls = len(head) - len(head.translate(None, _CONTROL))
+    if controls < CONTROL_SHARE * len(head):
         return None
-    return (f"binary, not text ({nuls} NUL bytes in its first {len(head)}, the first at byte "
-            f"{head.index(0)}; UTF-16 or UTF-32 text needs a byte order mark, or conversion to "
-            "UTF-8)")
+    return (f"binary, not text ({controls} control bytes in its first {len(head)}, where "
+            "text holds next to none)")
 
 
 def bom_encoding(head: bytes) -> str:
@@ -213,13 +238,17 @@ class Utf8Check:
         if not data.isascii():  # a character past ASCII has one lead byte, 0xC0 or above
             self.decoded += int(np.count_nonzero(np.frombuffer(data, np.uint8) >= 0xC0))
 
-    def report(self, counts) -> None:
-        """At the end of the file: warn of the invalid sequences, and count them; warn of the
-        NUL bytes (which cleaning removed)."""
+    def report_invalid(self, counts) -> None:
+        """At the end of the file: warn of the invalid sequences, and count them."""
         if self.invalid:
             logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line "
                            "%d)", self.path, self.invalid, self.first[0])
             counts["invalid_utf8_sequences"] += self.invalid
+
+    def report(self, counts) -> None:
+        """At the end of a text file: `report_invalid`, and warn of the NUL bytes (which
+        cleaning removed)."""
+        self.report_invalid(counts)
         if self.nuls:
             logger.warning("%s: %d NUL bytes removed (first on line %d): text holds none, so "
                            "the file may be damaged", self.path, self.nuls, self.first_nul)

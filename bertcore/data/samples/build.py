@@ -37,7 +37,8 @@ from tqdm import tqdm
 
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner, available_cores
+from bertcore.common.pool import TaskRunner
+from bertcore.common.workers import worker_count
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import (
@@ -407,7 +408,7 @@ def build_samples(
         "random_seed": c.random_seed,
         "arrays_sha256": {},
     } for folder, c in configs.items()}
-    workers = config.workers or available_cores()
+    workers = worker_count(config.workers, "samples.workers")
     with TaskRunner(workers) as run:
         encode = SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
         for split, path in corpus_files.items():

@@ -30,7 +30,8 @@ class VocabConfig:
     vocab_size: Annotated[integer(ge=32, le=1_000_000) | Literal["auto"],
                           Allowed(f"{AUTO} or an integer in 32..1000000")] = AUTO
     min_frequency: integer(ge=1) = 2
-    sample_bytes: integer(ge=1) | None = SAMPLE_BYTES  # train only: see SAMPLE_BYTES
+    sample_bytes: integer(ge=1, allowed="an integer >= 1 (bytes), or null to train on the "
+                                        "whole split") | None = SAMPLE_BYTES  # train only
     # Casing and accents of a trained vocabulary, or of a bare vocab.txt; other sources bring
     # their own (from tokenizer_config.json or the tokenizer.json normaliser).
     lowercase: Bool = True
