@@ -166,7 +166,11 @@ def start_bert_paused(*args: str, at: str, signum: int, cwd: Path, nth: int = 1,
 
 def finish_paused(proc: subprocess.Popen, before: list[str]) -> subprocess.CompletedProcess:
     """What a paused command (`start_bert_paused`) did once it went on."""
-    stdout, stderr = proc.communicate(timeout=120)
+    try:
+        stdout, stderr = proc.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        proc.kill()  # hung: never left behind
+        raise
     stderr = "".join(line for line in before if line.strip() != "PAUSED") + stderr
     return subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
 

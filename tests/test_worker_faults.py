@@ -120,7 +120,7 @@ def test_a_samples_worker_dying_twice_stops_the_stage_and_keeps_its_output(tmp_p
               "cli(sys.argv[1:], prog_name='bert')\n")
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": f"{REPO}{os.pathsep}{TESTS}"}
     proc = subprocess.run([sys.executable, "-c", script, "samples"], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+                          capture_output=True, text=True, timeout=60)
     assert_one_line_error(proc, "(killed by SIGKILL) died running task 1 (pairing "
                                 "val documents 0-", "which had run once already",
                           "nothing was written; rerun `bert samples` to start again", code=1)
@@ -140,6 +140,8 @@ def test_the_workers_of_a_stage_killed_outright_end_quietly(tmp_path):
     assert "Traceback" not in stopped.stderr and "leaked" not in stopped.stderr, stopped.stderr
     assert stopped.stderr.strip() == "", stopped.stderr
     _, alive = psutil.wait_procs(workers, timeout=10)
+    for orphan in alive:
+        orphan.kill()
     assert alive == [], alive
 
 
@@ -158,7 +160,11 @@ def test_a_stage_started_by_dvc_stops_when_dvc_goes(tmp_path):
                                    env={"DVC_STAGE": "corpus", "DVC_ROOT": str(repo)})
     stage = psutil.Process(proc.pid).children()[0]
     proc.kill()  # the parent alone; the stage runs on as the launcher's orphan, unless ...
-    stage.wait(timeout=60)
+    try:
+        stage.wait(timeout=60)
+    finally:
+        if stage.is_running():
+            stage.kill()
     stopped = finish_paused(proc, seen)
     errors = [line for line in stopped.stderr.splitlines() if line.startswith("Error:")]
     assert errors == ["Error: interrupted by SIGTERM: nothing was written; rerun `bert "
