@@ -85,9 +85,10 @@ def _run_numbered(func: Callable, number: int, task: object):
     """`func(task)` in a worker, task `number` on the board while it runs."""
     cells, cell = _board_row
     cells[cell] = number
-    result = func(task)
-    cells[cell] = 0
-    return result
+    try:
+        return func(task)
+    finally:
+        cells[cell] = 0
 
 
 @dataclass
@@ -193,21 +194,23 @@ class TaskRunner:
 
     def _rerun(self, func: Callable, pending: deque) -> None:
         """A worker died: run the tasks in flight that have no result again in a new pool,
-        unless the dead worker's task had run in one that died already (`WorkerDied`)."""
+        unless the dead worker's task had run in one that died already (`WorkerDied`). A
+        worker not found (no pid) may have run any of them: each counts a death."""
         pid, how = self._dead_worker()
-        number = self.board.task_of(pid) if pid else 0
-        running = next((item for item in pending if item.number == number), None)
         dead = f"{pid} ({how})" if pid else "(pid unknown)"
-        if running is not None and running.deaths:
-            raise WorkerDied(f"worker process {dead} died running task {number}"
-                             f"{_where(running.task)}, which had run once already in a "
-                             "worker that died")
-        if running is not None:
-            running.deaths += 1
         lost = [item for item in pending if not _has_result(item.future)]
+        number = self.board.task_of(pid) if pid else 0
+        suspects = [item for item in lost if item.number == number] if pid else lost
+        for item in suspects:
+            if item.deaths:
+                raise WorkerDied(f"worker process {dead} died running task {item.number}"
+                                 f"{_where(item.task)}, which had run once already in a "
+                                 "worker that died")
+            item.deaths += 1
+        running = (f" running task {suspects[0].number}{_where(suspects[0].task)}"
+                   if len(suspects) == 1 else "")
         log.warning("worker process %s died%s: %d task(s) in flight run again in new workers",
-                    dead, f" running task {number}{_where(running.task)}" if running else "",
-                    len(lost))
+                    dead, running, len(lost))
         self._stop(terminate=True)
         self._start()
         for item in lost:
