@@ -132,7 +132,7 @@ class TaskRunner:
 
     def __exit__(self, *exc) -> None:
         if self.pool is not None:
-            self._stop(terminate=exc[0] is not None)
+            self._stop(cancel=exc[0] is not None)
 
     def run(self, func: Callable, tasks: Iterable,
             in_parent: Callable[[object], bool] | None = None) -> Iterator:
@@ -211,7 +211,7 @@ class TaskRunner:
                    if len(suspects) == 1 else "")
         log.warning("worker process %s died%s: %d task(s) in flight run again in new workers",
                     dead, running, len(lost))
-        self._stop(terminate=True)
+        self._stop(cancel=True)
         self._start()
         for item in lost:
             item.future = self._hand(func, item.number, item.task)
@@ -241,13 +241,12 @@ class TaskRunner:
                                             initargs=(self.board.cells,))
             self.processes = {}
 
-    def _stop(self, terminate: bool) -> None:
-        """Shut the pool down: after its tasks, or (`terminate`) at once."""
+    def _stop(self, cancel: bool) -> None:
+        """Shut the pool down after its tasks, or (`cancel`) after those running (tasks are
+        short). Never by terminating its workers: one stopped while it sends a result
+        leaves the pool's thread waiting for the rest of it, and the process never ends."""
         pool, self.pool = self.pool, None
-        if terminate:
-            for process in list((pool._processes or {}).values()):
-                process.terminate()
-        pool.shutdown(wait=True, cancel_futures=terminate)
+        pool.shutdown(wait=True, cancel_futures=cancel)
 
 
 def _has_result(future: Future) -> bool:
