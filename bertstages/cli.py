@@ -7,6 +7,7 @@ import errno
 import importlib
 import logging
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -14,7 +15,11 @@ import click
 
 from bertcore.common.atomic import NoSpaceError
 from bertcore.common.errors import BertError
+from bertcore.common.interrupt import signal_when_parent_dies
 from bertstages.options import option_for
+
+# Set by DVC in its stages' commands' environment (torchrun's processes inherit it).
+STARTED_BY_DVC = "DVC_STAGE"
 
 # name -> "module:attribute" of a click.Command
 COMMANDS = {
@@ -83,6 +88,10 @@ def cli(verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     fmt = "%(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
+    if STARTED_BY_DVC in os.environ:
+        # DVC gone (SIGTERM to `dvc repro` alone: `timeout`, a CI cancel), no one would
+        # record what the stage writes: it stops as on SIGTERM, its previous outputs kept.
+        signal_when_parent_dies(signal.SIGTERM)
 
 
 def main() -> None:

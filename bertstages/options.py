@@ -13,6 +13,7 @@ import click
 
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import Interrupted, interrupt_on_signals
+from bertcore.common.pool import WorkerDied
 
 
 def stage_options(func: Callable) -> Callable:
@@ -38,19 +39,24 @@ def stage_options(func: Callable) -> Callable:
 def stops_at_once(func: Callable) -> Callable:
     """SIGTERM or Ctrl-C stop the command where it is: what it had begun to write is removed
     on the way out (a worker pool shut down), and the user reads one line; the exit code is
-    128 + the signal's number, as for a process the signal killed. Put it under the options."""
+    128 + the signal's number, as for a process the signal killed. A worker process that
+    died twice on a task (`WorkerDied`) stops it the same way, with exit code 1. Put it
+    under the options."""
 
     @functools.wraps(func)
     def run(*args, **kwargs):
+        name = click.get_current_context().info_name
         try:
             with interrupt_on_signals():
                 return func(*args, **kwargs)
         except Interrupted as stop:
-            name = click.get_current_context().info_name
             error = BertError(f"interrupted by {stop}: nothing was written; rerun `bert {name}` "
                               "to start again")
             error.exit_code = stop.exit_code
             raise error from None
+        except WorkerDied as died:
+            raise BertError(f"{died}: nothing was written; rerun `bert {name}` to start "
+                            "again") from None
 
     return run
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -26,6 +27,7 @@ import click
 
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
@@ -127,13 +129,18 @@ def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> li
             f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "bertstages", *stage_args]
 
 
+def _stop_with_parent() -> None:
+    signal_when_parent_dies(signal.SIGTERM)
+
+
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     """Run this very command under torchrun with `nproc` processes on this machine; after a
     worker failure torchrun restarts them all (`max_restarts` times), and they resume from
     the latest checkpoint."""
     args = torchrun_command(nproc, max_restarts, sys.argv[1:])
     log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
-    code = subprocess.call(args)
+    # torchrun ends with this process (SIGTERM: it stops its workers, which checkpoint)
+    code = subprocess.call(args, preexec_fn=_stop_with_parent)
     if code != 0:
         raise BertError(f"torchrun with {nproc} processes failed (exit code {code}); "
                         "see the messages above")

@@ -213,3 +213,30 @@ def test_fill_mask_on_a_checkpoint_takes_only_the_vocabulary_it_was_trained_with
                                     "vocabulary than the one in swapped")
         proc = bert("fill-mask", "--model", model, "--vocab", "data/vocab", text, cwd=workdir)
         assert proc.returncode == 0 and "[MASK] 1 of 1:" in proc.stdout, proc.stderr
+
+
+@pytest.mark.slow
+def test_kill_9_of_a_dataloader_worker_stops_after_a_whole_step_with_a_checkpoint(workdir):
+    """The training process is intact when one of its DataLoader workers is killed: it stops
+    as on SIGTERM, a checkpoint of its last step written, with one line naming the worker;
+    a rerun resumes there."""
+    import psutil
+
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 100000, "checkpoint_every": 1000, "eval_every": 0,
+                        "log_every": 1, "num_workers": 2, "batch_size": 2},
+                 tracking={"enabled": False})
+    proc = start_bert("pretrain", cwd=workdir)
+    wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 3, proc)
+    worker = psutil.Process(proc.pid).children()[0]
+    worker.kill()
+    stdout, stderr = proc.communicate(timeout=120)
+    stopped = subprocess.CompletedProcess(proc.args, proc.returncode, stdout, stderr)
+    assert_one_line_error(stopped, f"DataLoader worker process {worker.pid} (killed by "
+                                   "SIGKILL) died after step ", "; run again to resume", code=1)
+    step = int(stderr.split(" died after step ")[1].split(":")[0])
+    assert f"checkpoint written in models/checkpoints/step-{step:08d}" in stderr, stderr
+    assert CheckpointDir(workdir / "models" / "checkpoints").latest().step == step
+    resumed = bert("pretrain", "--set", f"train.max_steps={step + 2}", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from step {step}" in resumed.stderr, resumed.stderr

@@ -8,7 +8,10 @@ step and with a checkpoint (`bertcore.training.stopping`).
 from __future__ import annotations
 
 import contextlib
+import ctypes
+import os
 import signal
+import sys
 import threading
 from collections.abc import Iterator
 
@@ -55,3 +58,25 @@ def ignore_interrupts_in_worker() -> None:
     """A worker process's initializer: Ctrl-C in a terminal reaches every process of the
     group, and the parent, not each worker, decides what stopping means (it stops the pool)."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
+
+
+def signal_when_parent_dies(signum: int) -> bool:
+    """Have the kernel send this process `signum` when its parent ends (Linux's
+    PR_SET_PDEATHSIG; elsewhere nothing, and False). A parent that ended before the call
+    (this process already adopted by another) is caught by comparing the parent before and
+    after: the signal is then sent at once."""
+    if not sys.platform.startswith("linux"):
+        return False
+    parent = os.getppid()
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            return False
+    except (OSError, AttributeError):
+        return False
+    if os.getppid() != parent:
+        os.kill(os.getpid(), signum)
+    return True

@@ -1,17 +1,30 @@
 """Tasks run in worker processes, their results taken in task order: `TaskRunner`.
 
 The data stages' outputs do not depend on the number of workers, because every task is a
-pure function of its arguments and the results are consumed in the order of the tasks.
+pure function of its arguments and the results are consumed in the order of the tasks. For
+the same reason a task whose worker died (killed: out of memory, `kill -9`) can run again,
+once, in new workers, and give the same bytes.
 """
 
 from __future__ import annotations
 
+import logging
 import multiprocessing
 import os
+import signal
+import sys
+import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator
+from concurrent.futures import Future, ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
+from dataclasses import dataclass
 
-from bertcore.common.interrupt import ignore_interrupts_in_worker
+from bertcore.common.errors import BertError
+from bertcore.common.interrupt import ignore_interrupts_in_worker, signal_when_parent_dies
+from bertcore.common.processes import how_it_ended
+
+log = logging.getLogger(__name__)
 
 # Tasks handed to the pool ahead of the one whose result is awaited, per worker: enough to
 # keep every worker busy, few enough that memory in flight stays bounded.
@@ -26,6 +39,69 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+class WorkerDied(BertError):
+    """A worker process died running a task that had run once already in one that died."""
+
+
+# For Python's resource tracker (a process multiprocessing starts, with the interpreter's
+# -W options, once per process): a stage killed outright leaves its pool's semaphores to it,
+# which it removes, warning of them as "leaked"; nothing for a user to act on.
+QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
+
+# In a worker process: the pool's board (see `_Board`) and this worker's row on it.
+_board_row: tuple | None = None
+
+
+class _Board:
+    """Which task each worker of a pool is running, in memory the pool's processes share
+    (a pid and a task number per worker; 0: none): when a worker dies, the pool knows it
+    did, and this tells which task it was running."""
+
+    def __init__(self, workers: int, context):
+        self.cells = context.Array("q", 2 * workers)
+
+    def task_of(self, pid: int) -> int:
+        """The number of the task worker `pid` was running; 0: none."""
+        with self.cells.get_lock():
+            cells = list(self.cells)
+        rows = zip(cells[::2], cells[1::2], strict=True)
+        return next((task for row_pid, task in rows if row_pid == pid), 0)
+
+
+def start_worker(cells) -> None:
+    """A worker process's initializer: Ctrl-C is the parent's to handle, a worker whose
+    parent is gone (killed outright) ends at once and quietly instead of waiting for ever,
+    and it takes a row of the pool's board (`cells`)."""
+    global _board_row
+    ignore_interrupts_in_worker()
+    signal_when_parent_dies(signal.SIGKILL)
+    with cells.get_lock():
+        row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
+        cells[row] = os.getpid()
+    _board_row = (cells, row + 1)
+
+
+def _run_numbered(func: Callable, number: int, task: object):
+    """`func(task)` in a worker, task `number` on the board while it runs."""
+    cells, cell = _board_row
+    cells[cell] = number
+    try:
+        return func(task)
+    finally:
+        cells[cell] = 0
+
+
+@dataclass
+class _InFlight:
+    """A task handed to the pool, its number in the stream (from 1) and the times it was
+    running in a worker that died."""
+
+    number: int
+    task: object
+    future: Future
+    deaths: int = 0
+
+
 class TaskRunner:
     """`with TaskRunner(workers) as run:` then `run(func, tasks)` yields `func(task)` for each
     task, in task order: in this process with one worker, else in a pool of `workers`
@@ -34,6 +110,10 @@ class TaskRunner:
 
     `lazy`: start the pool only once there are two tasks (a small input then spawns nothing).
     Tasks for which `in_parent` holds run in this process, in their turn (see `run`).
+    A worker that dies breaks the pool (`BrokenProcessPool`): the tasks in flight without a
+    result run again in a new pool; a task running in a worker that dies a second time
+    stops the work (`WorkerDied`, naming the worker and the task: its `where`, if it has
+    one).
     On SIGTERM or Ctrl-C (`bertcore.common.interrupt`) the parent stops the pool on the way out
     (`__exit__`); the workers ignore Ctrl-C and leave it to the parent.
     """
@@ -41,7 +121,9 @@ class TaskRunner:
     def __init__(self, workers: int, lazy: bool = False):
         self.workers = workers
         self.lazy = lazy
-        self.pool = None
+        self.pool: ProcessPoolExecutor | None = None
+        self.board: _Board | None = None
+        self.processes: dict = {}  # pid -> Process, of the current pool
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
         if self.workers > 1 and not self.lazy:
@@ -50,8 +132,7 @@ class TaskRunner:
 
     def __exit__(self, *exc) -> None:
         if self.pool is not None:
-            self.pool.terminate() if exc[0] else self.pool.close()
-            self.pool.join()
+            self._stop(cancel=exc[0] is not None)
 
     def run(self, func: Callable, tasks: Iterable,
             in_parent: Callable[[object], bool] | None = None) -> Iterator:
@@ -61,35 +142,118 @@ class TaskRunner:
         if self.workers == 1:
             yield from map(func, tasks)
             return
-        waiting = None  # lazy: the first task, until a second one makes a pool worth it
-        pending = deque()
-        for task in tasks:
+        waiting = None  # lazy: (number, task) of the first, until a second makes a pool worth it
+        pending: deque[_InFlight] = deque()
+        for number, task in enumerate(tasks, start=1):
             if in_parent is not None and in_parent(task):
                 yield from self._finish(func, pending, waiting)
                 waiting = None
                 yield func(task)
             elif self.pool is None and waiting is None:
-                waiting = task
+                waiting = (number, task)
             else:
                 self._start()
-                for ready in (waiting, task) if waiting is not None else (task,):
-                    pending.append(self.pool.apply_async(func, (ready,)))
+                for ready in (waiting, (number, task)) if waiting else ((number, task),):
+                    pending.append(self._submit(func, *ready, pending))
                 waiting = None
                 if len(pending) >= TASKS_AHEAD_PER_WORKER * self.workers:
-                    yield pending.popleft().get()
+                    yield self._result(func, pending)
         yield from self._finish(func, pending, waiting)
 
-    @staticmethod
-    def _finish(func: Callable, pending: deque, waiting) -> Iterator:
+    def _finish(self, func: Callable, pending: deque, waiting) -> Iterator:
         """The results of the tasks given so far: those in the pool, or the one held here."""
         while pending:
-            yield pending.popleft().get()
+            yield self._result(func, pending)
         if waiting is not None:
-            yield func(waiting)
+            yield func(waiting[1])
+
+    def _submit(self, func: Callable, number: int, task: object, pending: deque) -> _InFlight:
+        """Hand `task` to the pool; a pool found broken is replaced and `pending` resubmitted."""
+        try:
+            future = self._hand(func, number, task)
+        except BrokenProcessPool:
+            self._rerun(func, pending)
+            future = self._hand(func, number, task)
+        return _InFlight(number, task, future)
+
+    def _hand(self, func: Callable, number: int, task: object) -> Future:
+        future = self.pool.submit(_run_numbered, func, number, task)
+        self.processes.update(self.pool._processes)  # the workers started so far
+        return future
+
+    def _result(self, func: Callable, pending: deque):
+        """The first pending task's result, its tasks rerun in a new pool if a worker died."""
+        while True:
+            try:
+                result = pending[0].future.result()
+            except BrokenProcessPool:
+                self._rerun(func, pending)
+                continue
+            pending.popleft()
+            return result
+
+    def _rerun(self, func: Callable, pending: deque) -> None:
+        """A worker died: run the tasks in flight that have no result again in a new pool,
+        unless the dead worker's task had run in one that died already (`WorkerDied`). A
+        worker not found (no pid) may have run any of them: each counts a death."""
+        pid, how = self._dead_worker()
+        dead = f"{pid} ({how})" if pid else "(pid unknown)"
+        lost = [item for item in pending if not _has_result(item.future)]
+        number = self.board.task_of(pid) if pid else 0
+        suspects = [item for item in lost if item.number == number] if pid else lost
+        for item in suspects:
+            if item.deaths:
+                raise WorkerDied(f"worker process {dead} died running task {item.number}"
+                                 f"{_where(item.task)}, which had run once already in a "
+                                 "worker that died")
+            item.deaths += 1
+        running = (f" running task {suspects[0].number}{_where(suspects[0].task)}"
+                   if len(suspects) == 1 else "")
+        log.warning("worker process %s died%s: %d task(s) in flight run again in new workers",
+                    dead, running, len(lost))
+        self._stop(cancel=True)
+        self._start()
+        for item in lost:
+            item.future = self._hand(func, item.number, item.task)
+
+    def _dead_worker(self) -> tuple[int, str]:
+        """(pid, how it ended) of the worker that died (one that ended by itself rather than
+        those the broken pool terminated after it); pid 0 when none is found. Its exit code
+        may take a moment: the pool's own thread may be reaping it just then."""
+        deadline = time.monotonic() + 1
+        while not (ended := [(pid, p.exitcode) for pid, p in self.processes.items()
+                             if p.exitcode is not None]) and time.monotonic() < deadline:
+            time.sleep(0.01)
+        if not ended:
+            return 0, ""
+        pid, code = min(ended, key=lambda e: e[1] == -signal.SIGTERM)
+        return pid, how_it_ended(code)
 
     def _start(self) -> None:
         if self.pool is None:
             # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
-            self.pool = multiprocessing.get_context("spawn").Pool(
-                self.workers, initializer=ignore_interrupts_in_worker)
+            context = multiprocessing.get_context("spawn")
+            if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
+                sys.warnoptions.append(QUIET_TRACKER)
+            self.board = _Board(self.workers, context)
+            self.pool = ProcessPoolExecutor(self.workers, mp_context=context,
+                                            initializer=start_worker,
+                                            initargs=(self.board.cells,))
+            self.processes = {}
 
+    def _stop(self, cancel: bool) -> None:
+        """Shut the pool down after its tasks, or (`cancel`) after those running (tasks are
+        short). Never by terminating its workers: one stopped while it sends a result
+        leaves the pool's thread waiting for the rest of it, and the process never ends."""
+        pool, self.pool = self.pool, None
+        pool.shutdown(wait=True, cancel_futures=cancel)
+
+
+def _has_result(future: Future) -> bool:
+    return future.done() and not future.cancelled() and future.exception() is None
+
+
+def _where(task: object) -> str:
+    """" (what the task works on)" for a task with a `where`, else nothing."""
+    where = getattr(task, "where", None)
+    return f" ({where})" if where else ""

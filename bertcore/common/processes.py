@@ -5,6 +5,7 @@ there is no /proc, no label, and nothing is ever taken for ended."""
 from __future__ import annotations
 
 import os
+import signal
 import socket
 from pathlib import Path
 
@@ -44,3 +45,14 @@ def _start_time(pid: int) -> str:
     read after the command name, which may hold spaces)."""
     stat = Path(f"/proc/{pid}/stat").read_text(encoding="ascii", errors="replace")
     return stat.rsplit(")", 1)[1].split()[19]
+
+
+def how_it_ended(exitcode: int) -> str:
+    """A process's end in words, from its exit code as `multiprocessing` reports it (minus
+    the signal's number when a signal killed it): "killed by SIGKILL", "exit code 1"."""
+    if exitcode < 0:
+        try:
+            return f"killed by {signal.Signals(-exitcode).name}"
+        except ValueError:
+            return f"killed by signal {-exitcode}"
+    return f"exit code {exitcode}"

@@ -13,6 +13,8 @@ data is just (epoch, step), which makes resuming exact.
 
 from __future__ import annotations
 
+import signal
+import threading
 from collections.abc import Iterator
 from typing import Protocol
 
@@ -21,6 +23,7 @@ import torch
 from torch.utils.data import DataLoader, Dataset
 
 from bertcore.common.errors import BertError, require
+from bertcore.common.processes import how_it_ended
 from bertcore.training.masking import PretrainingCollator, as_tensors
 from bertcore.training.order import NO_BINS, EpochSteps, LengthBins
 
@@ -171,9 +174,15 @@ class PretrainingBatches:
                 step = []
 
 
+class DataWorkerDied(BertError):
+    """A DataLoader worker process died (killed: out of memory, `kill -9`): its batches are
+    lost. Raised where the next batch is taken, between two steps."""
+
+
 class TensorBatches:
     """A DataLoader of batches collated as numpy arrays (`PretrainingCollator.arrays`), each
-    yielded as tensors (`as_tensors`); re-iterable, with the loader's len()."""
+    yielded as tensors (`as_tensors`); re-iterable, with the loader's len(). A worker that
+    dies is `DataWorkerDied` at the next batch."""
 
     def __init__(self, loader: DataLoader, pin_memory: bool = False):
         self.loader = loader
@@ -183,8 +192,30 @@ class TensorBatches:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        for arrays in self.loader:
-            yield as_tensors(arrays, self.pin_memory)
+        batches = _iterate_without_sigchld_handler(self.loader)
+        try:
+            for arrays in batches:
+                yield as_tensors(arrays, self.pin_memory)
+        except RuntimeError as error:  # torch's "DataLoader worker (pid(s) N) exited ..."
+            dead = [w for w in getattr(batches, "_workers", ()) if w.exitcode not in (None, 0)]
+            if not dead:
+                raise
+            raise DataWorkerDied("DataLoader worker process " + ", ".join(
+                f"{w.pid} ({how_it_ended(w.exitcode)})" for w in dead) + " died") from error
+
+
+def _iterate_without_sigchld_handler(loader: DataLoader) -> Iterator:
+    """`iter(loader)`, without the SIGCHLD handler torch installs (once per process) with its
+    first worker: it raises wherever the main thread is when a worker dies, in the middle
+    of an optimizer step too. Without it the death is found where the next batch is
+    awaited (within 5 s: torch's check of its workers), with the last step whole."""
+    if threading.current_thread() is not threading.main_thread():
+        return iter(loader)  # torch sets no handler there either
+    previous = signal.getsignal(signal.SIGCHLD)
+    try:
+        return iter(loader)
+    finally:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL if previous is None else previous)
 
 
 def _too_few_samples(steps: EpochSteps, section: str) -> str:

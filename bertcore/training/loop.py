@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from bertcore.common.errors import BertError
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.training.batches import DataWorkerDied
 from bertcore.training.budget import BudgetPlanner, StepTiming, TimeBudget
 from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.evaluation import EvalMetrics
@@ -136,8 +137,11 @@ class Trainer:
         NonFiniteLossError when the loss stays non-finite."""
         self.begin()
         with StopRequest() as self.stop_request, self.progress_bar() as self.bar:
-            while self.runner.step < self.total_steps and not self.stopped:
-                self.train_epoch()
+            try:
+                while self.runner.step < self.total_steps and not self.stopped:
+                    self.train_epoch()
+            except DataWorkerDied as died:
+                raise self.lost_worker(died) from None
             if not self.stopped:
                 self.run_eval()
                 self.save_checkpoint(self.runner.read_counters())
@@ -292,12 +296,22 @@ class Trainer:
 
     def interrupted(self) -> TrainingInterrupted:
         step, signum = self.runner.step, self.stop_request.signum or signal.SIGTERM
-        if self.saved_at == step and self.saved_path is not None:
-            saved = f"checkpoint written in {self.saved_path}; run again to resume"
-        else:
-            saved = "no checkpoint written for this step"
         return TrainingInterrupted(
-            f"interrupted by {signal_name(signum)} after step {step}: {saved}", signum)
+            f"interrupted by {signal_name(signum)} after step {step}: {self.saved()}", signum)
+
+    def lost_worker(self, died: DataWorkerDied) -> BertError:
+        """A DataLoader worker died between two steps: the last one is whole, so it is
+        checkpointed as on SIGTERM (one process: with several, the others would wait for
+        this one in the checkpoint's collectives)."""
+        if not self.dist.enabled:
+            self.save_checkpoint(self.runner.read_counters())
+        return BertError(f"{died} after step {self.runner.step}: {self.saved()}")
+
+    def saved(self) -> str:
+        """What a run stopping now leaves to resume from, in words."""
+        if self.saved_at == self.runner.step and self.saved_path is not None:
+            return f"checkpoint written in {self.saved_path}; run again to resume"
+        return "no checkpoint written for this step"
 
     def result(self) -> TrainResult:
         runner = self.runner

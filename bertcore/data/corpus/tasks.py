@@ -36,6 +36,13 @@ class CleanTask:
         """Cleaned in the main process as its text is read (a `TextStream`)."""
         return any(span.inline for span in self.spans)
 
+    @property
+    def where(self) -> str:
+        """The files (or origins) its spans come from, for messages."""
+        names = (getattr(span, "path", None) or getattr(span, "origin", None)
+                 for span in self.spans)
+        return ", ".join(dict.fromkeys(str(name) for name in names if name))
+
 
 @dataclass
 class TaskResult:

@@ -59,6 +59,7 @@ class TextBlock(_FileLayout):
     fmt: str  # prose, lines, or auto: the whole file, its format to detect
     ends: bool
     final: bool
+    path: str = ""  # its file, for messages
     inline = False
 
     @property
@@ -153,10 +154,10 @@ def utf8_blocks(handle, check: Utf8Check, fmt: str, size: int,
             del buffer[:cut]
             searched = len(buffer)
             check.block(block)
-            yield TextBlock(block, fmt, ends, final=False)
+            yield TextBlock(block, fmt, ends, final=False, path=str(check.path))
     block = bytes(buffer)
     check.block(block, final=True)
-    yield TextBlock(block, fmt, ends=True, final=True)
+    yield TextBlock(block, fmt, ends=True, final=True, path=str(check.path))
 
 
 def _last_cut(buffer: bytearray, fmt: str, start: int) -> tuple[int, bool]:

@@ -91,6 +91,12 @@ class PairTask:
     short_seq_prob: float
     random_seed: int
 
+    @property
+    def where(self) -> str:
+        """What it pairs, for messages."""
+        return (f"pairing {self.split} documents {self.doc_lo}-{self.doc_hi - 1}, "
+                f"pass {self.dupe + 1}")
+
 
 def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
     """The generator of one document in one pass: independent of how work is sharded."""

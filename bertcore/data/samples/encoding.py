@@ -33,6 +33,13 @@ class EncodeTask:
     in_pool: bool  # in a pool's worker: the pool is the parallelism, not tokenizers' threads
     lines: LineBatch
 
+    @property
+    def where(self) -> str:
+        """What it tokenises, for messages."""
+        documents = self.lines.documents
+        return (f"tokenising {len(documents)} sentences of documents {documents[0]}-"
+                f"{documents[-1]}" if documents else "tokenising no sentence")
+
 
 def encode_lines(task: EncodeTask) -> SentenceBatch:
     """The sentences of `task`, tokenised without special tokens."""
