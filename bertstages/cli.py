@@ -26,6 +26,7 @@ COMMANDS = {
     "export": "bertstages.export:command",
     "finetune": "bertstages.finetune:command",
     "prune": "bertstages.prune:command",
+    "probe": "bertstages.probe:command",
     "fill-mask": "bertstages.infer:fill_mask",
     "nsp": "bertstages.infer:nsp",
 }

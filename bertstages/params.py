@@ -28,6 +28,7 @@ SECTIONS = (
     "export",
     "finetune",
     "prune",
+    "probe",
     "cpu",
     "tracking",
 )
