@@ -292,3 +292,16 @@ def test_builtin_probes_give_the_same_bytes_twice_and_depend_on_the_seed(exporte
     assert set(metrics) == {"cloze", "swapped_pairs", "replaced_pairs"}
     assert details["swapped_pairs"]["unigram_baseline"]["accuracy"] == 0.5  # same tokens: ties
     assert details["seed"] == config.seed and details["drawn_sentences"] == 40
+
+
+def test_a_swap_never_leaves_the_sentence_as_it_was():
+    """Of `the the` and `the red` only the second swap changes the sentence; with equal
+    words alone there is none."""
+    import random
+
+    from bertcore.downstream.probes.builtin import swap_adjacent
+
+    words = ["It", "Was", "the", "the", "red"]
+    assert {swap_adjacent(words, random.Random(seed)) for seed in range(20)} == {
+        "It Was the red the"}
+    assert swap_adjacent(["It", "Was", "the", "the", "Cow"], random.Random(0)) is None
