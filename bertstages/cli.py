@@ -31,6 +31,7 @@ COMMANDS = {
     "export": "bertstages.export:command",
     "finetune": "bertstages.finetune:command",
     "prune": "bertstages.prune:command",
+    "probe": "bertstages.probe:command",
     "glue": "bertstages.glue:command",
     "fill-mask": "bertstages.infer:fill_mask",
     "nsp": "bertstages.infer:nsp",

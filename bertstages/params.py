@@ -29,6 +29,7 @@ SECTIONS = (
     "finetune",
     "glue",
     "prune",
+    "probe",
     "cpu",
     "tracking",
 )

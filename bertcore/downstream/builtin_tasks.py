@@ -95,7 +95,7 @@ def _flatten(groups: Sequence[Sequence[Example]]) -> list[Example]:
     return [example for group in groups for example in group]
 
 
-def _movable(words: Sequence[str]) -> list[int]:
+def movable_positions(words: Sequence[str]) -> list[int]:
     """Positions of the words a task may replace or swap: lower-case alphabetic, not the first;
     none in a sentence of fewer than MIN_WORDS or more than MAX_WORDS words."""
     if not MIN_WORDS <= len(words) <= MAX_WORDS:
@@ -116,7 +116,7 @@ def word_order_groups(documents: list[list[str]], rng: random.Random) -> list[li
 def swap_two_words(sentence: str, rng: random.Random) -> str | None:
     """The sentence with two different movable words swapped; None when it has no such pair."""
     words = sentence.split()
-    candidates = _movable(words)
+    candidates = movable_positions(words)
     if len({words[i] for i in candidates}) < 2:
         return None
     while True:
@@ -133,7 +133,7 @@ def replaced_word_groups(documents: list[list[str]], rng: random.Random) -> list
     counts: Counter[str] = Counter()
     for sentence in sentences:
         words = sentence.split()
-        counts.update(words[i] for i in _movable(words))
+        counts.update(words[i] for i in movable_positions(words))
     if len(counts) < 2:
         return []
     vocabulary = sorted(counts)  # sorted: the draw depends on the text, not on dict order
@@ -141,7 +141,7 @@ def replaced_word_groups(documents: list[list[str]], rng: random.Random) -> list
     groups = []
     for sentence in sentences:
         words = sentence.split()
-        candidates = _movable(words)
+        candidates = movable_positions(words)
         if not candidates:
             continue
         i = rng.choice(candidates)

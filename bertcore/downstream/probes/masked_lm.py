@@ -1,0 +1,77 @@
+"""A masked language model and its tokenizer as one thing that scores masked positions: text
+to ids (with [CLS] and [SEP], checked to fit the model), and the log-probabilities over the
+vocabulary at given positions of padded batches, in eval mode and without gradients."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from bertcore.common.errors import BertError
+from bertcore.model.bert import BertPretrainingModel
+
+MASK, CLS, SEP, PAD, UNK = "[MASK]", "[CLS]", "[SEP]", "[PAD]", "[UNK]"
+
+
+@dataclass
+class MaskedLM:
+    model: BertPretrainingModel
+    tokenizer: Tokenizer
+    device: torch.device | str = "cpu"
+    batch_size: int = 256  # rows (masked copies) per forward pass
+
+    def __post_init__(self):
+        self.model.eval()
+        ids = {token: self.tokenizer.token_to_id(token) for token in (MASK, CLS, SEP, PAD)}
+        missing = [token for token, i in ids.items() if i is None]
+        if missing:
+            raise BertError(f"the tokenizer has no {missing[0]} token: is it a BERT tokenizer?")
+        self.mask_id, self.cls_id, self.sep_id, self.pad_id = ids.values()
+        self.unk_id = self.tokenizer.token_to_id(UNK)
+        # ids past the tokenizer (embeddings padded to a round size) are no token to predict
+        self.vocab_size = self.tokenizer.get_vocab_size()
+        self.special_ids = {i for i in (*ids.values(), self.unk_id) if i is not None}
+
+    @property
+    def max_tokens(self) -> int:
+        return self.model.config.max_position_embeddings
+
+    def word_ids(self, text: str) -> list[int]:
+        """The ids of `text` alone, without [CLS] and [SEP]."""
+        return self.tokenizer.encode(text, add_special_tokens=False).ids
+
+    def encode(self, text: str) -> list[int]:
+        """[CLS] text [SEP] as ids; a BertError (the caller says where) when too long."""
+        ids = [self.cls_id, *self.word_ids(text), self.sep_id]
+        if len(ids) > self.max_tokens:
+            raise BertError(f"it has {len(ids)} tokens, the model takes at most "
+                            f"{self.max_tokens}")
+        return ids
+
+    def single_token(self, word: str) -> int | None:
+        """The id of `word` when the tokenizer makes it one known token (after its own
+        normalisation, e.g. lower-casing), else None."""
+        ids = self.word_ids(word)
+        return ids[0] if len(ids) == 1 and ids[0] != self.unk_id else None
+
+    @torch.no_grad()
+    def log_probs_at(self, blocks: Sequence[torch.Tensor], positions: torch.Tensor
+                     ) -> torch.Tensor:
+        """Log-probabilities [N, vocabulary] at `positions[i]` of the i-th row of `blocks`
+        (2-d id tensors, rows of one length each, lengths differing between blocks), padded
+        here with an attention mask and run in one forward pass."""
+        width = max(block.shape[1] for block in blocks)
+        input_ids = torch.cat([F.pad(block, (0, width - block.shape[1]), value=self.pad_id)
+                               for block in blocks])
+        attention = torch.cat([F.pad(torch.ones_like(block), (0, width - block.shape[1]))
+                               for block in blocks])
+        input_ids, attention = input_ids.to(self.device), attention.to(self.device)
+        hidden = self.model.encode(input_ids, attention_mask=attention)
+        rows = torch.arange(len(input_ids), device=self.device)
+        at = hidden[rows, positions.to(self.device)]
+        logits = self.model.mlm_head(at, self.model.embeddings.tokens.weight)
+        return logits[:, : self.vocab_size].float().log_softmax(dim=-1).cpu()
