@@ -44,14 +44,14 @@ from dataclasses import dataclass
 import numpy as np
 import torch
 import torch.nn.functional as F
-from model_step import compare_pinning, cpu_config, pinning_worker
+from model_step import add_pinning_options, compare_pinning, cpu_config, pinning_worker
 
 from bertcore.downstream.finetune import FinetuneConfig, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import export_hf_classifier
-from bertcore.training.cpu import CpuConfig, pin_cpu
+from bertcore.training.cpu import pin_cpu
 from bertcore.training.devices import autocast, resolve_precision
 from bertcore.training.schedule import linear_warmup_decay
 
@@ -299,13 +299,16 @@ def profile_loop(args: argparse.Namespace, preset: str, shape: str) -> None:
     data = make_examples(shape, args.batch * steps, args.seq, args.vocab_size)
     torch.manual_seed(0)
     model = BertForSequenceClassification(config, LABELS)
+    # once before, for what a process does once: the first optimizer imports torch._dynamo
+    train_classifier(copy.deepcopy(model), data, finetune_config(args, args.warmup),
+                     torch.device("cpu"), PAD)
     profiler = cProfile.Profile()
     profiler.enable()
     train_classifier(model, data, finetune_config(args, steps), torch.device("cpu"), PAD)
     profiler.disable()
     out = io.StringIO()
-    pstats.Stats(profiler, stream=out).sort_stats("cumulative").print_stats(25)
-    print(f"--- train_classifier, {preset}/{shape}, {steps} steps (cumulative)")
+    pstats.Stats(profiler, stream=out).sort_stats("tottime").print_stats(20)
+    print(f"--- train_classifier, {preset}/{shape}, {steps} steps (by own time)")
     print(out.getvalue())
 
 
@@ -345,20 +348,13 @@ def parse_args() -> argparse.Namespace:
                         help="pin both models' kernels first, e.g. avx2:1 (the cpu section's)")
     parser.add_argument("--profile", action="store_true",
                         help="cProfile train_classifier instead of comparing")
-    parser.add_argument("--pinning", action="store_true",
-                        help="pinned vs native CPU kernels instead of ours vs transformers")
-    parser.add_argument("--variants", nargs="+", default=None, metavar="ISA[:THREADS]",
-                        help="--pinning's settings, the first the reference")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
+    add_pinning_options(parser)
     # a --pinning worker's one preset and shape (--presets' and --shapes' first)
     parser.add_argument("--preset", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--shape", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.batch, args.steps, args.warmup, args.rounds = 8, 3, 1, 1
-    if args.variants is None:
-        default = CpuConfig()
-        args.variants = ["native", f"{default.isa}:{default.threads or 'auto'}"]
     return args
 
 

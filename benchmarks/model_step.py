@@ -157,21 +157,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
-    parser.add_argument("--pinning", action="store_true",
-                        help="pinned vs native CPU kernels instead of ours vs transformers")
-    parser.add_argument("--variants", nargs="+", default=None, metavar="ISA[:THREADS]",
-                        help="--pinning's settings, the first the reference (default: native "
-                             "and the cpu section's defaults)")
+    add_pinning_options(parser)
     parser.add_argument("--rounds", type=int, default=6,
                         help="--pinning: rounds of --steps steps per setting")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.batch, args.steps, args.warmup, args.rounds = 8, 3, 1, 2
-    if args.variants is None:
-        default = CpuConfig()
-        args.variants = ["native", f"{default.isa}:{default.threads or 'auto'}"]
     return args
+
+
+def add_pinning_options(parser: argparse.ArgumentParser) -> None:
+    """--pinning, --variants and a worker's --worker (finetune_step.py's too)."""
+    default = CpuConfig()
+    parser.add_argument("--pinning", action="store_true",
+                        help="pinned vs native CPU kernels instead of ours vs transformers")
+    parser.add_argument("--variants", nargs="+", metavar="ISA[:THREADS]",
+                        default=["native", f"{default.isa}:{default.threads or 'auto'}"],
+                        help="--pinning's settings, the first the reference (default: native "
+                             "and the cpu section's defaults)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
 def compare_transformers(args: argparse.Namespace) -> None:
