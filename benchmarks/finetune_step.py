@@ -5,11 +5,13 @@ entropy, backward, gradient clipping, AdamW (its param groups, eps 1e-6, not fus
 the warmup/decay schedule. Transformers' model gets the same weights (`export_hf_classifier`,
 then `from_pretrained` with SDPA attention), the same optimizer, clipping and schedule, the same
 batches (padded to their longest: token ids, attention mask, token types of single sentences
-and pairs) and the same CPU threads. The two step in turn A B A B after a warm-up, so that load
-from other processes hits both alike, on batches collated beforehand; the batch collation
-(`EncodedExamples.batch`) is timed on its own, and `train_classifier` itself runs the same
-batches (its loop: collation, the bar, the logging window) for the overhead of the loop. Both
-models' first-step losses and gradient norms are checked to agree first.
+and pairs) and the same CPU threads. First both models' losses and every gradient (through
+the name mapping) are checked to agree, so the comparison is fair; then they step in turn
+A B A B after a warm-up, so that load from other processes hits both alike, on batches
+collated beforehand (their first-step losses checked again). Beside them: our step with fused
+AdamW (`ours+fused`, what pretraining's step uses, proposed for the loop), the batch collation
+(`EncodedExamples.batch`) timed on its own, and `train_classifier` itself over the same
+batches (its loop: collation, the bar, the logging window), for the overhead of the loop.
 
 Shapes: `full`, 32 pairs of 128 tokens; `glue`, a GLUE-like mix: half single sentences (about
 20 tokens, as SST-2 or CoLA), half pairs (about 45, as MNLI, QNLI or MRPC), drawn at random into
@@ -50,7 +52,7 @@ from bertcore.downstream.finetune import FinetuneConfig, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import export_hf_classifier
+from bertcore.model.hf import export_hf_classifier, to_hf_state_dict
 from bertcore.training.cpu import pin_cpu
 from bertcore.training.devices import autocast, resolve_precision
 from bertcore.training.schedule import linear_warmup_decay
@@ -58,6 +60,7 @@ from bertcore.training.schedule import linear_warmup_decay
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids
 LABELS = ["0", "1"]
 LOSS_TOLERANCE = 1e-5
+GRADIENT_TOLERANCE = 1e-4  # relative; measured: at most 3e-6 (float32, sums in other orders)
 SEED = 42  # finetune.seed's default
 # wall: steps/s as a user sees them; cpu: this process's CPU seconds, steadier on a machine
 # that other processes load (with one thread, the step's cost on one core)
@@ -197,6 +200,7 @@ def measure(args: argparse.Namespace, preset: str, shape: str) -> Case:
     batches = [data.batch(indices, PAD) for indices in loop_batches(data, finetune, steps)]
     with tempfile.TemporaryDirectory() as workdir:
         ours, theirs = models(config, workdir)
+    check_same_gradients(ours, theirs, batches[0])
     initial = copy.deepcopy(ours)  # train_classifier's rounds start from the same weights
     lr = finetune.learning_rate_for(config)
     fused = copy.deepcopy(initial)
@@ -226,6 +230,34 @@ def measure(args: argparse.Namespace, preset: str, shape: str) -> Case:
         b["attention_mask"].numel() for b in batches)
     return Case(preset, shape, [b["input_ids"].shape[1] for b in batches[args.warmup:]], real,
                 seconds)
+
+
+def check_same_gradients(ours, theirs, batch: dict) -> float:
+    """Both models' loss on `batch` within LOSS_TOLERANCE and every gradient, through the name
+    mapping, within GRADIENT_TOLERANCE (its relative norm): the same function of the same
+    weights (a random init's near-uniform attention hides a wrong weight from the loss alone).
+    Dropout off for the check; the gradients are dropped after. Returns the worst error."""
+    grads = {}
+    for name, model, logits in (("ours", ours, our_logits(ours)),
+                                ("transformers", theirs, their_logits(theirs))):
+        model.eval().zero_grad(set_to_none=True)
+        loss = F.cross_entropy(logits(batch).float(), batch["labels"])
+        loss.backward()
+        grads[name] = float(loss), {n: p.grad for n, p in model.named_parameters()}
+        model.train().zero_grad(set_to_none=True)
+    (our_loss, our_grads), (their_loss, their_grads) = grads["ours"], grads["transformers"]
+    assert abs(our_loss - their_loss) <= LOSS_TOLERANCE, (our_loss, their_loss)
+    mapped = to_hf_state_dict(our_grads, ours.config.num_hidden_layers)
+    mapped.update({n: g for n, g in our_grads.items() if n.startswith("classifier.")})
+    assert mapped.keys() == their_grads.keys(), set(mapped) ^ set(their_grads)
+    # relative to the tensor's norm, or to a thousandth of the whole gradient's where a tensor's
+    # is nought but round-off (the key bias's: softmax ignores a constant added to the scores)
+    floor = 1e-3 * float(torch.stack([g.norm() for g in their_grads.values()]).norm())
+    errors = {name: float((grad - their_grads[name]).norm()) / max(
+        float(their_grads[name].norm()), floor) for name, grad in mapped.items()}
+    worst = max(errors, key=errors.get)
+    assert errors[worst] <= GRADIENT_TOLERANCE, (worst, errors[worst])
+    return errors[worst]
 
 
 def check_same_step(first: dict, dropout: float) -> None:
