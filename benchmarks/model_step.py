@@ -138,9 +138,9 @@ def matmul_flops_per_s(shapes, repeats: int = 5) -> float:
 def main() -> None:
     args = parse_args()
     if args.worker:
-        pinning_worker(args)
+        pinning_worker(args, ours_training)
     elif args.pinning:
-        compare_pinning(args)
+        compare_pinning(args, __file__, ["--seq", str(args.seq)])
     else:
         compare_transformers(args)
 
@@ -157,21 +157,25 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
     )
-    parser.add_argument("--pinning", action="store_true",
-                        help="pinned vs native CPU kernels instead of ours vs transformers")
-    parser.add_argument("--variants", nargs="+", default=None, metavar="ISA[:THREADS]",
-                        help="--pinning's settings, the first the reference (default: native "
-                             "and the cpu section's defaults)")
+    add_pinning_options(parser)
     parser.add_argument("--rounds", type=int, default=6,
                         help="--pinning: rounds of --steps steps per setting")
-    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.quick:
         args.batch, args.steps, args.warmup, args.rounds = 8, 3, 1, 2
-    if args.variants is None:
-        default = CpuConfig()
-        args.variants = ["native", f"{default.isa}:{default.threads or 'auto'}"]
     return args
+
+
+def add_pinning_options(parser: argparse.ArgumentParser) -> None:
+    """--pinning, --variants and a worker's --worker (finetune_step.py's too)."""
+    default = CpuConfig()
+    parser.add_argument("--pinning", action="store_true",
+                        help="pinned vs native CPU kernels instead of ours vs transformers")
+    parser.add_argument("--variants", nargs="+", metavar="ISA[:THREADS]",
+                        default=["native", f"{default.isa}:{default.threads or 'auto'}"],
+                        help="--pinning's settings, the first the reference (default: native "
+                             "and the cpu section's defaults)")
+    parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
 
 
 def compare_transformers(args: argparse.Namespace) -> None:
@@ -284,11 +288,12 @@ def ours_training(args: argparse.Namespace):
     return step
 
 
-def pinning_worker(args: argparse.Namespace) -> None:
-    """A setting's process: pin, warm up, say what it computes with; then, for each line N on
-    stdin, take N steps and answer their seconds (one JSON line each)."""
+def pinning_worker(args: argparse.Namespace, training) -> None:
+    """A setting's process: pin, build the step (`training(args)`), warm up, say what it
+    computes with; then, for each line N on stdin, take N steps and answer their seconds (one
+    JSON line each). Also `finetune_step.py --pinning`'s."""
     pin_cpu(cpu_config(args.worker))
-    step = ours_training(args)
+    step = training(args)
     for _ in range(args.warmup):
         step()
     print(json.dumps(cpu_record()), flush=True)
@@ -301,15 +306,16 @@ def pinning_worker(args: argparse.Namespace) -> None:
         print(json.dumps(times), flush=True)
 
 
-def compare_pinning(args: argparse.Namespace) -> None:
-    """Each of `args.variants` in a worker process, stepping in turn; medians and ratios."""
+def compare_pinning(args: argparse.Namespace, script: str, shape: list[str]) -> None:
+    """Each of `args.variants` in a worker process of `script` (given `shape`, its options
+    beyond these), stepping in turn; medians and ratios."""
     env = {name: value for name, value in os.environ.items() if name not in PINNED_ENV}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                          env.get("PYTHONPATH", "")])
-    shape = ["--preset", args.preset, "--seq", str(args.seq), "--batch", str(args.batch),
-             "--vocab-size", str(args.vocab_size), "--warmup", str(args.warmup)]
+    shape = ["--preset", args.preset, "--batch", str(args.batch), "--vocab-size",
+             str(args.vocab_size), "--warmup", str(args.warmup), *shape]
     workers = {variant: subprocess.Popen(
-        [sys.executable, __file__, "--worker", variant, *shape], stdin=subprocess.PIPE,
+        [sys.executable, script, "--worker", variant, *shape], stdin=subprocess.PIPE,
         stdout=subprocess.PIPE, text=True, env=env) for variant in args.variants}
     records = {variant: json.loads(worker.stdout.readline())
                for variant, worker in workers.items()}
