@@ -81,6 +81,18 @@ def flip_to_out_of_range(samples: Path) -> None:
     path.write_bytes(bytes(raw))
 
 
+def segment_past_the_tokens(samples: Path) -> None:
+    starts = mapped(samples / "train" / "segment_starts.npy")
+    starts[5, 1] = len(np.load(samples / "train" / "tokens.npy", mmap_mode="r")) - 2
+    starts.flush()
+
+
+def segment_too_long(samples: Path) -> None:
+    lengths = mapped(samples / "train" / "segment_lengths.npy")
+    lengths[7, 0] = 40  # A alone past max_seq_length 32
+    lengths.flush()
+
+
 # damage -> what the line must say besides "is damaged" and how to rebuild
 DAMAGES = {
     "ids shifted": (shift_ids, ["train arrays", "arrays_sha256"]),
@@ -92,6 +104,11 @@ DAMAGES = {
     "a label of 7": (label_of_7, ["is_random_next.npy holds NSP label 7 for pair 3",
                                   "expected 0 or 1"]),
     "damaged header": (damage_header, ["train/segment_starts.npy has no readable .npy header"]),
+    "a segment past the tokens": (segment_past_the_tokens,
+                                  ["segment_starts.npy and segment_lengths.npy put pair 5 at",
+                                   "outside the 6933 tokens of"]),
+    "a pair too long": (segment_too_long, ["segment_lengths.npy makes pair 7",
+                                           "past meta.json's max_seq_length 32"]),
     "ids out of range": (flip_to_out_of_range, ["train/tokens.npy holds token id", "at 40",
                                                 f"outside the {VOCAB_SIZE} ids"]),
 }

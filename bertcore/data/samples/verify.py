@@ -14,6 +14,7 @@ benchmarks/verify_samples.py); the samples themselves are then read by memory ma
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 import numpy as np
@@ -87,12 +88,11 @@ class SamplesCheck:
         """Every id inside the vocabulary; returns the file's part of `arrays_sha256`."""
         key = path.resolve()
         if key not in self._checked_tokens:
-            for start, chunk in chunks(tokens):
-                if len(chunk) and (chunk.min() < 0 or chunk.max() >= len(self.tokens)):
-                    at = start + int(np.flatnonzero((chunk < 0) | (chunk >= len(self.tokens)))[0])
-                    raise damaged(samples_dir, f"{path} holds token id {int(tokens[at])} at "
-                                               f"{at}, outside the {len(self.tokens)} ids of "
-                                               f"{self.vocab_dir}")
+            at = first_outside(chunks(tokens), 0, len(self.tokens) - 1)
+            if at is not None:
+                raise damaged(samples_dir, f"{path} holds token id {int(tokens[at])} at {at}, "
+                                           f"outside the {len(self.tokens)} ids of "
+                                           f"{self.vocab_dir}")
             self._checked_tokens[key] = file_part(path)
         return self._checked_tokens[key]
 
@@ -146,30 +146,41 @@ def check_pairs(samples_dir: Path, paths: dict[str, Path], pairs: dict[str, np.n
                 n_tokens: int, max_seq_length: int) -> None:
     """NSP labels in {0, 1}; A and B inside the `n_tokens` tokens, and a pair (with [CLS] and
     two [SEP]) within `max_seq_length`."""
-    for start, labels in chunks(pairs["is_random_next"]):
-        if len(labels) and labels.max() > 1:
-            at = start + int(np.flatnonzero(labels > 1)[0])
-            raise damaged(samples_dir, f"{paths['is_random_next']} holds NSP label "
-                                       f"{int(labels[at - start])} for pair {at}, expected 0 or 1")
-    for start, starts in chunks(pairs["segment_starts"]):
-        lengths = pairs["segment_lengths"][start : start + len(starts)].astype(np.int64)
-        ends = starts + lengths
-        outside = np.flatnonzero(((starts < 0) | (starts > n_tokens) | (ends > n_tokens)).any(1))
-        if len(outside):
-            row = int(outside[0])
-            raise damaged(samples_dir, f"{paths['segment_starts']} and segment_lengths.npy put "
-                                       f"pair {start + row} at {starts[row].tolist()} + "
-                                       f"{lengths[row].tolist()}, outside the {n_tokens} tokens "
-                                       f"of {paths[TOKENS]}")
-        long = np.flatnonzero(lengths.sum(axis=1) + 3 > max_seq_length)
-        if len(long):
-            row = int(long[0])
-            raise damaged(samples_dir, f"{paths['segment_lengths']} makes pair {start + row} "
-                                       f"{int(lengths[row].sum()) + 3} tokens long, past "
-                                       f"meta.json's max_seq_length {max_seq_length}")
+    labels, starts, lengths = (pairs[name] for name in
+                               ("is_random_next", "segment_starts", "segment_lengths"))
+    at = first_outside(chunks(labels), 0, 1)
+    if at is not None:
+        raise damaged(samples_dir, f"{paths['is_random_next']} holds NSP label "
+                                   f"{int(labels[at])} for pair {at}, expected 0 or 1")
+    at = first_outside(chunks(starts), 0, n_tokens)
+    if at is None:  # the ends, once no start is so large that it would overflow
+        at = first_outside(((row, part + lengths[row : row + len(part)])
+                            for row, part in chunks(starts)), 0, n_tokens)
+    if at is not None:
+        raise damaged(samples_dir, f"{paths['segment_starts']} and segment_lengths.npy put "
+                                   f"pair {at} at {starts[at].tolist()} + "
+                                   f"{lengths[at].tolist()}, outside the {n_tokens} tokens of "
+                                   f"{paths[TOKENS]}")
+    at = first_outside(((row, part[:, 0].astype(np.int32) + part[:, 1])
+                        for row, part in chunks(lengths)), 0, max_seq_length - 3)
+    if at is not None:
+        raise damaged(samples_dir, f"{paths['segment_lengths']} makes pair {at} "
+                                   f"{int(lengths[at].sum()) + 3} tokens long, past "
+                                   f"meta.json's max_seq_length {max_seq_length}")
 
 
-def chunks(array: np.ndarray):
+def first_outside(parts: Iterable[tuple[int, np.ndarray]], low: int, high: int) -> int | None:
+    """The first row of the (first row, rows) `parts` holding a value outside [low, high];
+    None when there is none. A part is searched only when its minimum or maximum is outside
+    (two reductions: far cheaper than a comparison per element)."""
+    for row, part in parts:
+        if len(part) and (part.min() < low or part.max() > high):
+            outside = ((part < low) | (part > high)).reshape(len(part), -1).any(axis=1)
+            return row + int(np.flatnonzero(outside)[0])
+    return None
+
+
+def chunks(array: np.ndarray) -> Iterator[tuple[int, np.ndarray]]:
     """(first row, rows) of `array` in pieces of about CHUNK_BYTES."""
     rows = max(1, CHUNK_BYTES // max(1, array[:1].nbytes))
     for start in range(0, len(array), rows):
