@@ -21,7 +21,8 @@ from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import SampleStore, check_vocab
+from bertcore.data.samples.store import SampleStore
+from bertcore.data.samples.verify import SamplesCheck
 from bertcore.downstream.config import PruneConfig
 from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
 from bertcore.model.hf import export_hf
@@ -68,7 +69,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     config, masking, train = sections["prune"], sections["masking"], sections["train"]
     eval_config, tracking = sections["eval"], sections["tracking"]
     samples_dir = Path(samples_dir)
-    check_vocab(samples_dir, vocab_dir)
+    SamplesCheck(vocab_dir)(samples_dir)
     train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
     if len(train_store) < config.batch_size:
         raise BertError(f"only {len(train_store)} training samples for prune.batch_size="

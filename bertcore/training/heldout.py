@@ -16,7 +16,8 @@ from typing import Any
 import torch
 
 from bertcore.common.errors import BertError
-from bertcore.data.samples.store import SampleStore, check_vocab, phase2_samples
+from bertcore.data.samples.store import SampleStore, phase2_samples
+from bertcore.data.samples.verify import SamplesCheck
 from bertcore.training.devices import resolve_precision
 from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.masking import MaskingConfig, VocabSpec
@@ -49,12 +50,12 @@ def heldout_splits(samples_dir: str | Path, vocab_dir: str | Path,
     """The splits to score in `samples_dir` (built with the vocabulary in `vocab_dir`): phase
     1's and, when the samples stage built them, phase 2's, with `masking` scaled to its
     length."""
-    samples_dir = Path(samples_dir)
-    base = check_vocab(samples_dir, vocab_dir).get("max_seq_length")
+    samples_dir, verify = Path(samples_dir), SamplesCheck(vocab_dir)
+    base = verify(samples_dir)["max_seq_length"]
     splits = [HeldOutSplit(base, val_split(samples_dir), _train_split(samples_dir), masking)]
     longer = phase2_samples(samples_dir)
     if longer is not None:
-        length = check_vocab(longer, vocab_dir)["max_seq_length"]
+        length = verify(longer)["max_seq_length"]
         splits.append(HeldOutSplit(length, SampleStore(longer / "val"), _train_split(longer),
                                    scaled_masking(masking, base, length)))
     return splits

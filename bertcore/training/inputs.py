@@ -13,6 +13,7 @@ from typing import TYPE_CHECKING
 from bertcore.common.errors import BertError
 from bertcore.data.samples.config import require_longer_phase2
 from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
+from bertcore.data.samples.verify import SamplesCheck
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig
 from bertcore.model.init_from import InitModel
@@ -70,6 +71,8 @@ class PretrainInputs:
                 f"samples are up to {meta['max_seq_length']} tokens but the model has "
                 f"max_position_embeddings={positions}{fix} samples.max_seq_length"
             )
+        verify = SamplesCheck(paths.vocab)  # after the checks above, which cost nothing
+        verify(paths.samples)
         inputs = cls(SampleStore(paths.samples / "train"), SampleStore(paths.samples / "val"),
                      int(meta.get("max_seq_length", 0)), tokens, model_config, init)
         if not config.phase2.enabled:
@@ -93,5 +96,6 @@ class PretrainInputs:
         if built != length:
             raise BertError(f"the samples of phase 2 in {folder} are up to {built} tokens, "
                             f"phase2.max_seq_length is {length}: {rebuild}")
+        verify(folder)
         return dataclasses.replace(inputs, phase2_train=SampleStore(folder / "train"),
                                    phase2_val=SampleStore(folder / "val"))

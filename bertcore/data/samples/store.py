@@ -106,17 +106,23 @@ def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
     return digest.hexdigest()
 
 
+def file_part(path: Path) -> tuple[bytes, bytes]:
+    """(header, data digest) of one array file as `arrays_sha256` takes it, read in chunks of
+    a few MB: its first HEADER_BYTES bytes and the sha256 digest of the rest."""
+    digest = hashlib.sha256()
+    chunk = memoryview(bytearray(4 << 20))
+    with open(path, "rb") as file:
+        header = file.read(NpyAppender.HEADER_BYTES)
+        while size := file.readinto(chunk):
+            digest.update(chunk[:size])
+    return header, digest.digest()
+
+
 def arrays_sha256_of_files(split_dir: str | Path) -> str:
     """`arrays_sha256` recomputed by reading the files of a split folder (and its tokens)."""
     split_dir = Path(split_dir)
-    paths = {name: split_dir / f"{name}.npy" for name in PAIR_ARRAYS}
-    paths[TOKENS] = tokens_file(split_dir, read_meta(split_dir.parent))
-    parts = {}
-    for name, path in paths.items():
-        data = path.read_bytes()
-        header = data[: NpyAppender.HEADER_BYTES]
-        parts[name] = (header, hashlib.sha256(data[NpyAppender.HEADER_BYTES :]).digest())
-    return arrays_sha256(parts)
+    paths = split_files(split_dir, read_meta(split_dir.parent))
+    return arrays_sha256({name: file_part(path) for name, path in paths.items()})
 
 
 # ---------------------------------------------------------------------------------------------
@@ -139,10 +145,12 @@ def read_meta(samples_dir: str | Path) -> dict:
     return meta
 
 
-def tokens_file(split_dir: Path, meta: dict) -> Path:
-    """The token file the pairs of `split_dir` point into: its split's, in the samples folder
-    `tokens_dir` (relative to the one holding `split_dir`: "." or, for phase 2, "..")."""
-    return split_dir.parent / meta["tokens_dir"] / split_dir.name / f"{TOKENS}.npy"
+def split_files(split_dir: Path, meta: dict) -> dict[str, Path]:
+    """The files of ARRAYS a split is read from, by name: its pair arrays, and the token file
+    they point into: its split's, in the samples folder `tokens_dir` (relative to the one
+    holding `split_dir`: "." or, for phase 2, "..")."""
+    tokens = split_dir.parent / meta["tokens_dir"] / split_dir.name / f"{TOKENS}.npy"
+    return {TOKENS: tokens, **{name: split_dir / f"{name}.npy" for name in PAIR_ARRAYS}}
 
 
 def check_vocab(samples_dir: str | Path, vocab_dir: str | Path) -> dict[str, Any]:
@@ -169,8 +177,7 @@ class SampleStore:
     def __init__(self, split_dir: str | Path):
         self.split_dir = Path(split_dir)
         meta = read_meta(self.split_dir.parent)
-        paths = {name: self.split_dir / f"{name}.npy" for name in PAIR_ARRAYS}
-        paths[TOKENS] = tokens_file(self.split_dir, meta)
+        paths = split_files(self.split_dir, meta)
         missing = [path for path in paths.values() if not path.is_file()]
         if missing:
             raise BertError(f"no samples at {self.split_dir} ({missing[0]} missing): "
