@@ -246,7 +246,7 @@ def check_same_gradients(ours, theirs, batch: dict) -> float:
         model.eval().zero_grad(set_to_none=True)
         loss = F.cross_entropy(logits(batch).float(), batch["labels"])
         loss.backward()
-        grads[name] = float(loss), {n: p.grad for n, p in model.named_parameters()}
+        grads[name] = loss.item(), {n: p.grad for n, p in model.named_parameters()}
         model.train().zero_grad(set_to_none=True)
     (our_loss, our_grads), (their_loss, their_grads) = grads["ours"], grads["transformers"]
     assert abs(our_loss - their_loss) <= LOSS_TOLERANCE, (our_loss, their_loss)
