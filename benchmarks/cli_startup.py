@@ -44,7 +44,8 @@ def run_once(repo: Path, args: list[str]) -> tuple[float, bool]:
     done = subprocess.run([sys.executable, "-X", "importtime", "-m", "bertstages", *args],
                           cwd=repo, env=env, capture_output=True, text=True)
     seconds = time.perf_counter() - started
-    imported_torch = any(line.rstrip().endswith("| torch") for line in done.stderr.splitlines())
+    imported_torch = any(line.rpartition("|")[2].strip() == "torch"
+                         for line in done.stderr.splitlines())
     return seconds, imported_torch
 
 
