@@ -35,7 +35,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bertcore.data.corpus import CorpusConfig, build_corpus  # noqa: E402
+from bertcore.data.corpus.build import build_corpus  # noqa: E402
+from bertcore.data.corpus.config import CorpusConfig  # noqa: E402
 from bertcore.data.corpus.pythondocs import PythonDocsSource  # noqa: E402
 
 MB = 1_000_000

@@ -1,5 +1,11 @@
 """The `bert` command: one subcommand per stage plus the commands people reach for once a
-model exists. Subcommands are imported lazily, so `bert corpus` never pays for torch."""
+model exists. Subcommands are imported lazily, so `bert corpus` never pays for torch.
+
+A stage module imports at its top only click, the edge's helpers (options, params) and its
+config classes (`<Section>Config`, in modules that import no torch: `bertcore/*/config.py`,
+`common/tracking.py`); what computes (torch, numpy, mlflow) is imported inside the command,
+after the params are read. So `bert --help`, a command's help and a bad value answer without
+loading torch (well under a second)."""
 
 from __future__ import annotations
 

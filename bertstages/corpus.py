@@ -5,7 +5,7 @@ from __future__ import annotations
 import click
 
 from bertcore.common.atomic import atomic_dir, write_json
-from bertcore.data.corpus import CorpusConfig, build_corpus
+from bertcore.data.corpus.config import CorpusConfig
 from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import file_option, folder_option, stage_options, stops_at_once
 from bertstages.params import load_params, read_params
@@ -24,6 +24,8 @@ def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str,
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
     train and val by document (by parts of documents when they are few)."""
     config = read_params(load_params(params_file, overrides), PARAMS)["corpus"]
+    from bertcore.data.corpus.build import build_corpus  # once the params are read (cli.py)
+
     warn_unless_a_dep("corpus.source", config.source)
     with atomic_dir(out) as staging:
         stats = build_corpus(config, staging)

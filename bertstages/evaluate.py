@@ -14,17 +14,13 @@ from __future__ import annotations
 
 import logging
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from bertcore.common.dotted import flatten
 from bertcore.common.tracking import TrackingConfig
-from bertcore.training.cpu import CpuConfig, pin_cpu
-from bertcore.training.devices import resolve_device
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.heldout import HeldOutScore, heldout_report, heldout_splits, score_heldout
-from bertcore.training.masking import MaskingConfig, VocabSpec
-from bertstages.downstream import pretraining_run
+from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
 from bertstages.options import (
     file_option,
     pretrained_option,
@@ -36,6 +32,9 @@ from bertstages.options import (
 from bertstages.params import load_params, read_params
 from bertstages.repo import load_pretrained
 from bertstages.report import track_report, write_report
+
+if TYPE_CHECKING:
+    from bertcore.training.heldout import HeldOutScore
 
 log = logging.getLogger("bert.evaluate")
 
@@ -58,6 +57,13 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    # torch, once the params are read (cli.py)
+    from bertcore.training.cpu import pin_cpu
+    from bertcore.training.devices import resolve_device
+    from bertcore.training.heldout import heldout_report, heldout_splits, score_heldout
+    from bertcore.training.masking import VocabSpec
+    from bertstages.downstream import pretraining_run
+
     pin_cpu(sections["cpu"])  # before torch computes
     masking, config, tracking = sections["masking"], sections["eval"], sections["tracking"]
     splits = heldout_splits(samples_dir, vocab_dir, masking)  # phase 2's too, when built

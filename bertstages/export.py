@@ -6,7 +6,7 @@ from __future__ import annotations
 import click
 
 from bertcore.common.atomic import atomic_dir
-from bertcore.model.hf import ExportConfig, export_hf
+from bertcore.model.config import ExportConfig
 from bertstages.options import (
     folder_option,
     pretrained_option,
@@ -30,6 +30,8 @@ PARAMS = {"export": ExportConfig}
 def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
     read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
+    from bertcore.model.hf import export_hf  # torch, once the params are read (cli.py)
+
     model, _ = load_pretrained(model_dir, vocab_dir)
     with atomic_dir(out_dir) as staging:
         export_hf(model, staging, vocab_dir)

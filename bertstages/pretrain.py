@@ -31,13 +31,14 @@ from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
-from bertcore.training.config import TrainConfig
-from bertcore.training.cpu import CpuConfig, pin_cpu, refuse_compile_on_pinned_cpu
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.inputs import PretrainPaths
-from bertcore.training.masking import MaskingConfig
-from bertcore.training.phases import Phase2Config
-from bertcore.training.pretrain import PretrainConfig, RunLabels, run_pretraining
+from bertcore.training.config import (
+    CpuConfig,
+    EvalConfig,
+    MaskingConfig,
+    Phase2Config,
+    PretrainConfig,
+    TrainConfig,
+)
 from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     file_option,
@@ -82,6 +83,11 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     sections = read_params(params, PARAMS)
     cpu = sections.pop("cpu")
     config = PretrainConfig(**sections)
+    # torch, once the params are read (cli.py)
+    from bertcore.training.cpu import pin_cpu, refuse_compile_on_pinned_cpu
+    from bertcore.training.inputs import PretrainPaths
+    from bertcore.training.pretrain import RunLabels, run_pretraining
+
     refuse_compile_on_pinned_cpu(config.train.compile, config.train.device, cpu)
     pin_cpu(cpu)  # before torch computes; torchrun's processes inherit it
     if config.model.init_from and "WORLD_SIZE" not in os.environ:

@@ -9,7 +9,6 @@ from pathlib import Path
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig, resolve_uri, sqlite_uri
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.hf import load_model
 
 
 def repo_root(start: str | os.PathLike | None = None) -> Path:
@@ -40,6 +39,8 @@ def tracking_uri(config: TrackingConfig) -> str:
 
 def load_pretrained(model_dir: str | Path, vocab_dir: str | Path):
     """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
+    from bertcore.model.hf import load_model  # torch: not for the stages that only read paths
+
     model = load_model(model_dir)
     tokens = read_vocab(vocab_dir)
     if model.config.vocab_size != len(tokens):

@@ -14,11 +14,7 @@ import click
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
-from bertcore.data.corpus.parts import read_parts
-from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig, SamplesParams
-from bertcore.data.samples.store import PHASE2_DIR
-from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -52,6 +48,12 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
     sections = SamplesParams(**read_params(load_params(params_file, overrides), PARAMS))
     config, phase2 = sections.samples, sections.phase2
+    # what computes (numpy), once the params are read (cli.py)
+    from bertcore.data.corpus.parts import read_parts
+    from bertcore.data.samples.build import build_samples
+    from bertcore.data.samples.store import PHASE2_DIR
+    from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
+
     corpus_files = {split: Path(corpus_dir) / f"{split}.txt" for split in SPLITS}
     for path in corpus_files.values():
         if not path.is_file():

@@ -11,9 +11,11 @@ import pyarrow.parquet as pq
 import pytest
 
 from bertcore.common.errors import BertError, ConfigError
-from bertcore.data.corpus import CorpusConfig, TextCleaner, build_corpus, split_sentences
+from bertcore.data.corpus.build import build_corpus
+from bertcore.data.corpus.cleaning import TextCleaner
+from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.pythondocs import PythonDocsSource, readable_prose, stdlib_modules
-from bertcore.data.corpus.sentences import SentenceSplitter
+from bertcore.data.corpus.sentences import SentenceSplitter, split_sentences
 from bertcore.data.corpus.sources import detect_format
 
 

@@ -19,7 +19,8 @@ import bertcore.data.corpus.textblocks as textblocks
 from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TASKS_AHEAD_PER_WORKER, TaskRunner
-from bertcore.data.corpus import CorpusConfig, build_corpus
+from bertcore.data.corpus.build import build_corpus
+from bertcore.data.corpus.config import CorpusConfig
 
 WORDS = ["river", "stone", "lantern", "orchard", "harbor", "meadow", "signal", "copper",
          "winter", "garden", "falcon", "engine", "archive", "compass", "thunder", "silver",

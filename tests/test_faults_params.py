@@ -19,8 +19,8 @@ from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.pool import available_cores
-from bertcore.data.corpus import CorpusConfig
 from bertcore.data.corpus.build import build_corpus
+from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.downstream.builtin_tasks import builtin_task
 from bertcore.model.bert import BertPretrainingModel

@@ -90,6 +90,17 @@ def test_presets_have_the_published_sizes():
     assert abs(n - 110_106_428) < 1_000  # BERT-base with its heads, as HF counts it
 
 
+def test_every_hidden_act_the_config_accepts_is_an_activation_of_the_model():
+    """The config (torch-free) lists the names; the model maps them: the two lists agree."""
+    from bertcore.model.bert import ACTIVATIONS
+    from bertcore.model.config import HIDDEN_ACTS
+
+    assert tuple(ACTIVATIONS) == HIDDEN_ACTS
+    for act in HIDDEN_ACTS:
+        model = BertPretrainingModel(BertConfig.from_preset("tiny", vocab_size=16, hidden_act=act))
+        assert model.encode(torch.tensor([[1, 2, 3]])).shape == (1, 3, 128)
+
+
 def test_preset_overrides_and_validation():
     config = BertConfig.from_preset("tiny", vocab_size=99, hidden_size=64)
     assert (config.vocab_size, config.hidden_size, config.intermediate_size) == (99, 64, 256)

@@ -13,16 +13,15 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import Bool, Int, integer, number, params_section
-from bertcore.data.corpus import CorpusConfig
+from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.downstream.config import FinetuneConfig, PruneConfig
 from bertcore.model.config import ModelConfig
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import Phase2Config, TrainConfig
 from bertcore.training.cpu import CpuConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.phases import Phase2Config
 from bertstages.params import load_params, parse_section
 
 

@@ -25,11 +25,10 @@ from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.identity import phase1_identity, samples_fingerprint
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.pretrain import PretrainConfig
 from bertcore.training.resume import plan_resume
 from bertcore.training.schedule import learning_rate
 from bertstages.pretrain import torchrun_command

@@ -17,12 +17,11 @@ from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.samples.verify import REBUILD, SamplesCheck
 from bertcore.model.config import ModelConfig
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import Phase2Config, TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.heldout import heldout_splits
 from bertcore.training.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.phases import Phase2Config
 from bertcore.training.pretrain import PretrainConfig
 
 VOCAB_SIZE = 96  # build_data's

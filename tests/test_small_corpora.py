@@ -18,7 +18,8 @@ from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.common.errors import BertError
-from bertcore.data.corpus import CorpusConfig, build_corpus
+from bertcore.data.corpus.build import build_corpus
+from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.parts import neighbour_flags, plan_parts, read_parts
 from bertcore.data.samples.build import _check_random_b_sources, build_samples
 from bertcore.data.samples.config import SamplesConfig

@@ -18,12 +18,11 @@ from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.model.bert import pretraining_loss
 from bertcore.model.config import ModelConfig
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.identity import optimisation_params, resumable_params
 from bertcore.training.loop import NonFiniteLossError, Trainer
 from bertcore.training.masking import MaskingConfig
-from bertcore.training.pretrain import PretrainConfig
 from bertcore.training.step import compile_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")

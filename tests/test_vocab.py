@@ -23,7 +23,13 @@ from bertcore.data.vocab.files import (
     save_vocab,
     vocab_fingerprint,
 )
-from bertcore.data.vocab.training import auto_vocab_size, new_tokenizer, train_tokenizer
+from bertcore.data.vocab.training import (
+    _starting_alphabet,
+    _trainer,
+    auto_vocab_size,
+    new_tokenizer,
+    train_tokenizer,
+)
 
 PROSE = (
     "the quick brown fox jumps over a lazy dog while children play in the old park "
@@ -74,6 +80,21 @@ def test_the_same_lines_train_the_same_vocabulary_byte_for_byte(tmp_path):
         assert len(files) == 1, f"vocab_size {size}: {len(files)} different vocabularies"
         tokens = files.pop()[0].decode().splitlines()
         assert tokens[:5] == list(SPECIAL_TOKENS) and len(tokens) == len(set(tokens))
+
+
+@pytest.mark.parametrize("lowercase", [True, False])
+def test_the_starting_alphabet_from_the_words_is_what_a_trainer_of_size_1_keeps(lowercase):
+    """The first pass counts words instead of training: its alphabet is the one tokenizers'
+    WordPiece trainer starts from (every character, `##x` for one that follows another in a
+    word), here with accents, CJK, digits, punctuation and single-letter words."""
+    config = VocabConfig(vocab_size=100, min_frequency=3, lowercase=lowercase)
+    lines = [*corpus_lines(seed=2), "x 7 ½ a1b2 über-Ärger ##q [PAD] é.", "ﬁne ǅ İstanbul"]
+    batches = [lines[i : i + 50] for i in range(0, len(lines), 50)]
+    trained = new_tokenizer(config)
+    trained.train_from_iterator(batches, trainer=_trainer(1, config, SPECIAL_TOKENS, False))
+    expected = sorted(set(trained.get_vocab()) - set(SPECIAL_TOKENS))
+    assert _starting_alphabet(batches, config) == expected
+    assert "##b" in expected and "7" in expected  # continuations and characters
 
 
 def test_training_refuses_lines_it_cannot_read_twice():

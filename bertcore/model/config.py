@@ -1,14 +1,144 @@
-"""The `model:` section of params.yaml: a preset of the BERT family plus overrides, turned
-into the model's `BertConfig` once the vocabulary's size is known."""
+"""The model's params: the `model:` section of params.yaml (a preset of the BERT family plus
+overrides, turned into the model's `BertConfig` once the vocabulary's size is known), BERT's
+hyper-parameters themselves (`BertConfig`, with its presets) and the `export:` section.
+Nothing here imports torch (the stages read their params before they import what computes),
+as transformers' configuration_bert.py beside modeling_bert.py."""
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import field
+from typing import Any
 
 from pydantic import model_validator
 
-from bertcore.common.validation import Bool, Float, Int, params_section, text
-from bertcore.model.bert import BertConfig
+from bertcore.common.errors import ConfigError, require
+from bertcore.common.validation import (
+    Bool,
+    Float,
+    Int,
+    checked,
+    integer,
+    number,
+    params_section,
+    text,
+)
+
+# The activations `hidden_act` may name, as Hugging Face writes them (bert.py's ACTIVATIONS)
+HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
+Size = integer(gt=0)  # a count or a width: a positive integer
+Probability = number(ge=0, lt=1, allowed="a probability in [0, 1)")
+
+
+@params_section
+class BertConfig:
+    """BERT's hyper-parameters, with Hugging Face's field names (config.json round-trips)."""
+
+    vocab_size: Size = 30522
+    hidden_size: Size = 768
+    num_hidden_layers: Size = 12
+    num_attention_heads: Size = 12
+    intermediate_size: Size = 3072
+    hidden_act: checked(str, lambda act: act in HIDDEN_ACTS, f"one of {list(HIDDEN_ACTS)}") = "gelu"
+    hidden_dropout_prob: Probability = 0.1
+    attention_probs_dropout_prob: Probability = 0.1
+    max_position_embeddings: Size = 512
+    type_vocab_size: Size = 2
+    initializer_range: number(gt=0) = 0.02
+    layer_norm_eps: number(gt=0) = 1e-12
+    pad_token_id: Int = 0
+    # Heads removed by pruning: layer -> original head indices, as transformers 4.x wrote it
+    # in config.json ({"0": [1, 3]}); layer i then has num_attention_heads - len(...) heads.
+    pruned_heads: Any = field(default_factory=dict)  # checked against the layers and heads
+
+    @model_validator(mode="after")
+    def _consistent(self) -> BertConfig:
+        require(
+            self.hidden_size % self.num_attention_heads == 0,
+            "hidden_size",
+            self.hidden_size,
+            f"a multiple of num_attention_heads ({self.num_attention_heads})",
+        )
+        require(
+            0 <= self.pad_token_id < self.vocab_size,
+            "pad_token_id",
+            self.pad_token_id,
+            f"an id in [0, vocab_size={self.vocab_size})",
+        )
+        self.pruned_heads = self._checked_pruned_heads(self.pruned_heads)
+        return self
+
+    def _checked_pruned_heads(self, pruned) -> dict[int, list[int]]:
+        """{layer: sorted original head indices}, int keys (JSON gives strings), empty layers
+        dropped; every layer keeps at least one head."""
+        require(isinstance(pruned, dict), "pruned_heads", pruned, "a mapping layer -> heads")
+        layers, heads = self.num_hidden_layers, self.num_attention_heads
+        checked: dict[int, list[int]] = {}
+        for key, values in pruned.items():
+            layer = int(key) if isinstance(key, int | str) and str(key).isdigit() else -1
+            require(0 <= layer < layers, "pruned_heads", pruned, f"layers in [0, {layers})")
+            require(
+                isinstance(values, list | tuple)
+                and all(isinstance(h, int) and 0 <= h < heads for h in values),
+                "pruned_heads",
+                pruned,
+                f"lists of head indices in [0, {heads})",
+            )
+            if values:
+                checked[layer] = sorted(set(values))
+            require(
+                len(checked.get(layer, ())) < heads,
+                "pruned_heads",
+                pruned,
+                "at least one head left in every layer",
+            )
+        return dict(sorted(checked.items()))
+
+    @property
+    def head_size(self) -> int:
+        return self.hidden_size // self.num_attention_heads
+
+    def kept_heads(self, layer: int) -> list[int]:
+        """Original indices of the heads layer `layer` still has, in weight order."""
+        removed = set(self.pruned_heads.get(layer, ()))
+        return [h for h in range(self.num_attention_heads) if h not in removed]
+
+    @property
+    def heads_per_layer(self) -> list[int]:
+        return [len(self.kept_heads(i)) for i in range(self.num_hidden_layers)]
+
+    @classmethod
+    def from_preset(cls, name: str, **overrides) -> BertConfig:
+        """A preset (see PRESETS), any field overridden; intermediate_size defaults to 4×hidden."""
+        if name not in PRESETS:
+            raise ConfigError("preset", f"{name!r} is unknown; expected one of {list(PRESETS)}")
+        known = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(overrides) - known)
+        if unknown:
+            raise ConfigError(unknown[0], f"unknown BertConfig field; allowed: {', '.join(known)}")
+        values = {**PRESETS[name], **overrides}
+        values.setdefault("intermediate_size", 4 * values["hidden_size"])
+        return cls(**values)
+
+    def to_dict(self) -> dict:
+        return dataclasses.asdict(self)
+
+    @classmethod
+    def from_dict(cls, data: dict) -> BertConfig:
+        """Build from a config.json (ours or Hugging Face's); keys BERT does not use are ignored."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        return cls(**{k: v for k, v in data.items() if k in known and v is not None})
+
+
+# Sizes of the BERT family (Turc et al. 2019 for tiny..medium; Devlin et al. 2018 for base, large).
+PRESETS: dict[str, dict] = {
+    "tiny": dict(num_hidden_layers=2, hidden_size=128, num_attention_heads=2),
+    "mini": dict(num_hidden_layers=4, hidden_size=256, num_attention_heads=4),
+    "small": dict(num_hidden_layers=4, hidden_size=512, num_attention_heads=8),
+    "medium": dict(num_hidden_layers=8, hidden_size=512, num_attention_heads=8),
+    "base": dict(num_hidden_layers=12, hidden_size=768, num_attention_heads=12),
+    "large": dict(num_hidden_layers=24, hidden_size=1024, num_attention_heads=16),
+}
 
 
 @params_section
@@ -58,3 +188,8 @@ class ModelConfig:
 
     def to_config(self, vocab_size: int) -> BertConfig:
         return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **self.overrides())
+
+
+@params_section
+class ExportConfig:
+    """The `export:` section of params.yaml: it takes no keys yet."""

@@ -30,7 +30,6 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
-from bertcore.common.validation import params_section
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
@@ -165,11 +164,6 @@ def save_model(model: BertPretrainingModel, model_dir: str | Path) -> None:
     model_dir.mkdir(parents=True, exist_ok=True)
     _write_safetensors(state, model_dir / WEIGHTS_NAME)
     write_json(model_dir / CONFIG_NAME, {FORMAT_KEY: FORMAT_VERSION, **model.config.to_dict()})
-
-
-@params_section
-class ExportConfig:
-    """The `export:` section of params.yaml: it takes no keys yet."""
 
 
 def export_hf(

@@ -26,16 +26,14 @@ import logging
 import os
 import platform
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import torch
 
 from bertcore.common.errors import BertError
-from bertcore.common.validation import integer, params_section
+from bertcore.training.config import CpuConfig
 
 log = logging.getLogger(__name__)
-
-CpuIsa = Literal["avx2", "native"]
 
 # What `isa: avx2` puts into the environment before the first kernel (read by this process,
 # and inherited by the processes it starts: torchrun's).
@@ -45,15 +43,6 @@ PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
                 8: "SSE4_2", 9: "AVX", 10: "AVX2", 12: "AVX512", 14: "AVX512_E1"}
 MKL_CBWR_BRANCH = 1
-
-
-@params_section
-class CpuConfig:
-    """The `cpu:` section of params.yaml: read by every stage that computes with torch."""
-
-    isa: CpuIsa = "avx2"  # native: the best kernels of this machine (its bytes alone)
-    # torch's intra-op threads (per process); null: torch's own choice, one per core
-    threads: integer(ge=1) | None = 1
 
 
 def pin_cpu(config: CpuConfig) -> None:

@@ -3,17 +3,15 @@
 from __future__ import annotations
 
 import contextlib
-from typing import Literal
 
 import torch
 
 from bertcore.common.errors import BertError
-from bertcore.common.validation import text
-from bertcore.training.distributed import Distributed
 
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
-Device = text(pattern=r"^(auto|(cpu|cuda|mps)(:.*)?)$", allowed="auto, cpu, cuda, cuda:N or mps")
+# Device: the params type, torch-free in config.py (downstream's sections take it from here)
+from bertcore.training.config import Device as Device
+from bertcore.training.config import Precision
+from bertcore.training.distributed import Distributed
 
 
 def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch.device:

@@ -16,22 +16,12 @@ from dataclasses import asdict, dataclass
 import torch
 from torch.utils.data import DataLoader
 
-from bertcore.common.validation import Int, integer, params_section
 from bertcore.model.bert import IGNORE_INDEX
 from bertcore.training.batches import SampleSource, eval_batches
+from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.devices import autocast
 from bertcore.training.distributed import Distributed
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-
-
-@params_section
-class EvalConfig:
-    """The `eval:` section of params.yaml."""
-
-    batch_size: integer(ge=1) = 64
-    seed: Int = 1234  # seeds the fixed masks of the val split
-    # cap for the periodic evaluation during pretraining
-    max_batches: integer(ge=1, allowed="null or an integer >= 1") | None = None
+from bertcore.training.masking import PretrainingCollator, VocabSpec
 
 
 @dataclass

@@ -31,9 +31,8 @@ from bertcore.common.errors import BertError, yaml_text
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoint import Checkpoint
 
-if TYPE_CHECKING:  # pretrain and the phases import this module
-    from bertcore.training.phases import Phase2Config
-    from bertcore.training.pretrain import PretrainConfig
+if TYPE_CHECKING:
+    from bertcore.training.config import Phase2Config, PretrainConfig
 
 LENGTH = "length"  # the fingerprint that may change without starting fresh
 INIT_MODEL = "init_model"  # present only for runs that start from an existing model

@@ -15,11 +15,11 @@ from bertcore.data.samples.config import require_longer_phase2
 from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
 from bertcore.data.samples.verify import SamplesCheck
 from bertcore.data.vocab.files import read_vocab
-from bertcore.model.bert import BertConfig
+from bertcore.model.config import BertConfig
 from bertcore.model.init_from import InitModel
 
 if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.pretrain)
-    from bertcore.training.pretrain import PretrainConfig
+    from bertcore.training.config import PretrainConfig
 
 
 @dataclass(frozen=True)

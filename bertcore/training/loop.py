@@ -1,26 +1,30 @@
 """The training loop: `Trainer.train()` runs a StepRunner's steps to the planned end, with
 logging, periodic evaluation, checkpoints and stopping.
 
-The data position is the step number itself (see `bertcore.training.batches`), so a checkpoint plus
-the RNG states is all that resuming needs: the resumed run draws the same batches, masks and
-dropout as an uninterrupted one.
+The data position, (epoch, step within it), follows from the step number
+(`StepRunner.data_position`; each epoch's order: `bertcore.training.order`), so a checkpoint
+plus the RNG states is all that resuming needs: the resumed run draws the same batches, masks
+and dropout as an uninterrupted one.
 
 The Trainer owns the run's planned end (`total_steps`): the configured total, or what a time
 budget plans (`bertcore.training.budget`), which it hands to each step (the schedule) and to
 each checkpoint (its meta).
 
-The host reads the device only on "sync steps": steps that log (`log_every`), evaluate,
-checkpoint, or end the run. `Trainer.sync` does what such a step does, in order: read the
-counters, check health, log, evaluate, checkpoint, stop. Everything that needs the device's
+The host reads the device only on "sync steps" (`Trainer.due`): steps that log (every
+`log_every`, and the run's last), evaluate (`eval_every`), checkpoint (`checkpoint_every`) or
+reach `stop_after`, and, with one process, the step after which a stop was requested.
+`Trainer.sync` does what such a step does, in order: read the counters, check health, log,
+evaluate, checkpoint, stop. Everything that needs the device's
 numbers waits for them:
 - a non-finite step is skipped on the device at once (see `bertcore.training.step`), but it is
   reported, and `max_nonfinite_steps` of them in a row stop the run, at the next sync step
   (the worst run since the last read counts, so no run of bad steps goes unseen); no
   checkpoint is written while the last steps were not finite, so the last good one stays the
   latest;
-- with one process, SIGTERM or Ctrl-C stops the run after the current step; with several,
-  the processes agree on stopping at the next sync step (the vote travels with each step's
-  counts), so they all stop at the same step, up to `log_every - 1` steps later.
+- with one process, SIGTERM or Ctrl-C stops the run after the current step, with a
+  checkpoint; with several, the processes agree on stopping at the next sync step they all
+  share (a sticky vote travels with each step's all-reduced counts), so they all stop after
+  the same step, up to `log_every - 1` steps later.
 """
 
 from __future__ import annotations

@@ -25,7 +25,7 @@ import torch
 
 from bertcore.common.errors import BertError, require
 from bertcore.common.hashing import GOLDEN, mix64
-from bertcore.common.validation import Bool, integer, number, params_section
+from bertcore.training.config import MaskingConfig
 
 IGNORE_INDEX = -100
 MASK_FRACTION = 0.8  # of the selected tokens: 80% → [MASK]
@@ -34,17 +34,6 @@ PAD_MULTIPLE = 8  # tensor-core friendly sequence lengths
 
 _U64_MAX = np.uint64(0xFFFFFFFFFFFFFFFF)
 _STREAMS = 3  # per position: selection key, 80/10/10 decision, replacement token
-
-
-@params_section(frozen=True)
-class MaskingConfig:
-    """The `masking:` section of params.yaml."""
-
-    # 30%, not BERT's 15%: more predictions per sequence learn faster when sequences are few
-    # (Wettig et al. 2022); 40 slots hold 30% of a 128-token sequence
-    mlm_probability: number(gt=0, lt=1) = 0.3
-    max_predictions_per_seq: integer(ge=1) = 40
-    whole_word: Bool = False
 
 
 @dataclass(frozen=True, eq=False)

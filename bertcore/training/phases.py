@@ -31,60 +31,17 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import model_validator
-
 from bertcore.common.errors import BertError
-from bertcore.common.validation import params_section
-from bertcore.data.samples.config import Phase2Samples
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.config import (
-    AccumulationSteps,
-    BatchSize,
-    LearningRate,
-    LengthBinWidth,
-    Steps,
-    TrainConfig,
-    WarmupSteps,
-    require_whole_micro_batches,
-)
+from bertcore.training.config import MaskingConfig, TrainConfig
 from bertcore.training.identity import RunIdentity, in_phase1, phase_of
 from bertcore.training.lineage import RunLine
-from bertcore.training.masking import MaskingConfig
 from bertcore.training.records import TrainingRecord
 from bertcore.training.resume import ResumePlan, plan_resume
 from bertcore.training.step import PhaseStart, StepRunner
-
-
-@params_section(frozen=True)
-class Phase2Config(Phase2Samples):
-    """The `phase2:` section of params.yaml (`enabled` and `max_seq_length` are also the
-    samples stage's, see `Phase2Samples`)."""
-
-    max_steps: Steps = 150  # optimizer steps of phase 2, numbered on from phase 1's
-    batch_size: BatchSize = 8  # its global batch (32 x 128 tokens = 8 x 512)
-    gradient_accumulation_steps: AccumulationSteps = 1
-    # each step's samples from one bin of lengths 32 tokens wide: 3% of the tokens are padding
-    # at 512 on the built-in corpus, not 39% (docs/training.md)
-    length_bin_width: LengthBinWidth | None = 32
-    learning_rate: LearningRate = 0.001  # its peak, after its own warmup
-    warmup_steps: WarmupSteps = 15
-
-    @model_validator(mode="after")
-    def _whole_micro_batches(self) -> Phase2Config:
-        require_whole_micro_batches(self.batch_size, self.gradient_accumulation_steps, "phase2.")
-        return self
-
-    def train_config(self, train: TrainConfig) -> TrainConfig:
-        """Phase 2's training config: `train`'s, with this phase's length, batch and schedule."""
-        return dataclasses.replace(
-            train, max_steps=self.max_steps, epochs=None, max_minutes=None,
-            batch_size=self.batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
-            length_bin_width=self.length_bin_width, learning_rate=self.learning_rate,
-            warmup_steps=self.warmup_steps)
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:

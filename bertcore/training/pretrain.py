@@ -24,30 +24,27 @@ from typing import Any
 
 import numpy as np
 import torch
-from pydantic import model_validator
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import ConfigError
-from bertcore.common.tracking import Tracker, TrackingConfig
-from bertcore.common.validation import params_section
+from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.config import ModelConfig
 from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.batches import PretrainingBatches
 from bertcore.training.budget import StepTiming, TimeBudget
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
 from bertcore.training.cpu import cpu_record
 from bertcore.training.devices import device_name, resolve_device
 from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import EvalConfig, evaluate, val_batches
+from bertcore.training.evaluation import evaluate, val_batches
 from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.lineage import left_notice, replacing_notice
 from bertcore.training.loop import Trainer, TrainResult
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.masking import PretrainingCollator, VocabSpec
 from bertcore.training.mlflow_run import (
     PHASE_TAG,
     checkpoint_written,
@@ -58,7 +55,6 @@ from bertcore.training.mlflow_run import (
 from bertcore.training.order import LengthBins
 from bertcore.training.phases import (
     Phase,
-    Phase2Config,
     RunPlan,
     close_phase1,
     enter_phase2,
@@ -72,28 +68,6 @@ from bertcore.training.step import PhaseStart, StepRunner
 from bertcore.training.stopping import TrainingInterrupted
 
 log = logging.getLogger(__name__)
-
-
-@params_section(frozen=True)
-class PretrainConfig:
-    """The params sections pretraining reads, parsed and validated (each on its own, and here
-    against each other)."""
-
-    model: ModelConfig
-    masking: MaskingConfig
-    train: TrainConfig
-    eval: EvalConfig
-    tracking: TrackingConfig
-    phase2: Phase2Config = field(default_factory=Phase2Config)
-
-    @model_validator(mode="after")
-    def _phase2_after_a_fixed_phase1(self) -> PretrainConfig:
-        if self.phase2.enabled and self.train.max_minutes is not None:
-            raise ConfigError("phase2.enabled", "true needs a fixed phase 1: set "
-                                                "train.max_minutes: null (a time budget would "
-                                                "make the step phase 2 starts at depend on the "
-                                                "machine)")
-        return self
 
 
 # In the model folder: the step that made it and the run's fingerprints. Not the MLflow run:

@@ -7,9 +7,10 @@ accumulation and DDP compute the gradient of one big batch.
 
 On a GPU the CPU runs ahead of the device; a step must not make it wait (`.item()`, `float(t)`,
 `bool(t)`, a data-dependent shape). So everything a step computes stays on the device: the
-global counts that divide the losses, the gradient norm, whether the step was finite, and the
-metrics, which are summed into device tensors and read back in one transfer by
-`read_counters()` on the steps that log, evaluate or checkpoint (see `bertcore.training.loop`).
+global counts that divide the losses (all-reduced with each process's stop vote), the gradient
+norm, whether the step was finite, and the metrics, which are summed into device tensors and
+read back in one transfer by `read_counters()` on the loop's sync steps (those that log,
+evaluate, checkpoint or stop: see `bertcore.training.loop`).
 
 A step whose loss or gradient is not finite is skipped without a branch on the host: fused
 AdamW takes a `found_inf` tensor and leaves weights, moments and its step count untouched

@@ -7,8 +7,8 @@ does not (0.23: models/bpe/trainer.rs, which WordPiece training wraps): it gives
 characters and `##x` continuations their ids in the iteration order of a randomly seeded hash
 map, and breaks ties between merges of equal count by those ids, so every run differs a little
 (the order of the `##x` block; at 8000 tokens 2-12 tokens; at 30522 even the size). So training
-takes two passes: the first lists the starting alphabet (a vocabulary of size 1 holds nothing
-else), the second gets it, sorted, as special tokens after the real ones (special tokens take
+takes two passes: the first lists the starting alphabet from a count of the distinct words, the
+second gets it, sorted, as special tokens after the real ones (special tokens take
 their ids first, in the order given), so no id comes from the hash map; the result is then
 rebuilt as a plain WordPiece model whose only special tokens are the real five."""
 
@@ -51,17 +51,25 @@ def auto_vocab_size(batches: Iterable[list[str]], config: VocabConfig) -> tuple[
     AUTO_MIN_COUNT times), words as BERT's normaliser (with `config`'s casing) and
     pre-tokeniser split them; the size is that number clamped to AUTO_RANGE.
 
-    The words are counted by `tokenizers`' word-level trainer, as its WordPiece trainer counts
-    them, on its threads: counted here in Python, they held the stage's one thread for about
-    as long as both training passes took on theirs (2 MB/s), and ~100 bytes a distinct word."""
+    The words are counted as the WordPiece trainer counts them (`distinct_words`)."""
+    frequent = len(distinct_words(batches, config, AUTO_MIN_COUNT))
+    low, high = AUTO_RANGE
+    return min(max(frequent, low), high), frequent
+
+
+def distinct_words(batches: Iterable[list[str]], config: VocabConfig, min_count: int = 1
+                   ) -> list[str]:
+    """The words of `batches` seen at least `min_count` times, as BERT's normaliser (with
+    `config`'s casing) and pre-tokeniser split them: counted by `tokenizers`' word-level
+    trainer, on its threads, from the same words its WordPiece trainer counts. (Counted here
+    in Python, they held the stage's one thread for about as long as both training passes took
+    on theirs, 2 MB/s, and ~100 bytes a distinct word.)"""
     counter = new_tokenizer(config)
     counter.model = models.WordLevel()
     counter.train_from_iterator(batches, trainer=trainers.WordLevelTrainer(
-        vocab_size=sys.maxsize, min_frequency=AUTO_MIN_COUNT, special_tokens=[],
+        vocab_size=sys.maxsize, min_frequency=min_count, special_tokens=[],
         show_progress=False))
-    frequent = counter.get_vocab_size()
-    low, high = AUTO_RANGE
-    return min(max(frequent, low), high), frequent
+    return list(counter.get_vocab())
 
 
 def train_tokenizer(
@@ -93,11 +101,17 @@ def train_tokenizer(
 
 
 def _starting_alphabet(batches: Iterable[list[str]], config: VocabConfig) -> list[str]:
-    """Every starting character and `##x` continuation of the words in `batches`, sorted: what
-    the trainer puts in the vocabulary before any merge (so a size of 1 yields just these)."""
-    tokenizer = new_tokenizer(config)
-    tokenizer.train_from_iterator(batches, trainer=_trainer(1, config, SPECIAL_TOKENS, False))
-    return sorted(set(tokenizer.get_vocab()) - set(SPECIAL_TOKENS))
+    """What the WordPiece trainer puts in the vocabulary before any merge, sorted: every
+    character of the words in `batches`, and `##x` for each one that follows another in a word
+    (tokenizers' bpe/trainer.rs: `compute_alphabet`, all characters as no `limit_alphabet` is
+    set, then `tokenize_words`). A count of the distinct words gives it: no trainer's pair
+    counts, which a trainer of size 1 built only to stop before its first merge."""
+    characters: set[str] = set()
+    continuations: set[str] = set()
+    for word in distinct_words(batches, config):
+        characters.update(word)
+        continuations.update(word[1:])
+    return sorted(characters | {f"##{c}" for c in continuations})
 
 
 def _trainer(size: int, config: VocabConfig, special: Iterable[str],
