@@ -17,16 +17,10 @@ from pathlib import Path
 
 import click
 
-from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import FinetuneConfig
-from bertcore.downstream.finetune import finetune_report, finetune_task, run_comparison
-from bertcore.model.hf import export_hf_classifier
-from bertcore.training.cpu import CpuConfig, pin_cpu
-from bertcore.training.devices import resolve_device
-from bertstages.downstream import DownstreamTracking
+from bertcore.training.config import CpuConfig
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -61,6 +55,15 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    # torch, once the params are read (cli.py)
+    from bertcore.common.atomic import atomic_dir
+    from bertcore.data.vocab.files import load_tokenizer
+    from bertcore.downstream.finetune import finetune_report, finetune_task, run_comparison
+    from bertcore.model.hf import export_hf_classifier
+    from bertcore.training.cpu import pin_cpu
+    from bertcore.training.devices import resolve_device
+    from bertstages.downstream import DownstreamTracking
+
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["finetune"], sections["tracking"]
     model, _ = load_pretrained(model_dir, vocab_dir)

@@ -19,29 +19,16 @@ import dataclasses
 import logging
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
-from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
-from bertcore.downstream.glue.report import (
-    glue_details,
-    glue_metrics,
-    write_models,
-    write_predictions,
-    write_seed_scores,
-)
-from bertcore.downstream.glue.suite import GlueModel, TaskFailure, TaskResult, run_glue
 from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
-from bertcore.model import hf
-from bertcore.model.tokenizer import model_tokenizer
-from bertcore.training.cpu import CpuConfig, pin_cpu
-from bertcore.training.devices import resolve_device
-from bertstages.downstream import DownstreamTracking
+from bertcore.training.config import CpuConfig
 from bertstages.options import (
     file_option,
     folder_option,
@@ -53,6 +40,9 @@ from bertstages.options import (
 from bertstages.params import load_params, read_params
 from bertstages.repo import load_pretrained
 from bertstages.report import write_report
+
+if TYPE_CHECKING:
+    from bertcore.downstream.glue.suite import GlueModel
 
 log = logging.getLogger("bert.glue")
 
@@ -82,6 +72,12 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
             params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    # torch, once the params are read (cli.py)
+    from bertcore.downstream.glue.suite import TaskFailure, run_glue
+    from bertcore.training.cpu import pin_cpu
+    from bertcore.training.devices import resolve_device
+    from bertstages.downstream import DownstreamTracking
+
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["glue"], sections["tracking"]
     paths = OutputPaths(metrics_file, seeds_file, predictions_dir, models_dir)
@@ -121,6 +117,11 @@ class OutputPaths:
 def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     """The encoder GLUE fine-tunes: `glue.model` (a Hugging Face BERT folder with its
     tokenizer), else the pipeline's model with its vocabulary."""
+    from bertcore.data.vocab.files import load_tokenizer
+    from bertcore.downstream.glue.suite import GlueModel
+    from bertcore.model import hf
+    from bertcore.model.tokenizer import model_tokenizer
+
     if config.model is None:
         model, _ = load_pretrained(model_dir, vocab_dir)
         return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
@@ -142,6 +143,15 @@ def write_outputs(outcomes, model: GlueModel | None, config: GlueConfig, paths: 
                   ) -> tuple[dict, dict, tuple[Path, Path]]:
     """Every output, each whole or not at all (empty where nothing ran); returns the report
     and its two files."""
+    from bertcore.common.atomic import atomic_dir
+    from bertcore.downstream.glue.report import (
+        glue_details,
+        glue_metrics,
+        write_models,
+        write_predictions,
+        write_seed_scores,
+    )
+
     with atomic_dir(paths.predictions_dir) as staging:
         write_predictions(staging, outcomes)
     with atomic_dir(paths.models_dir) as staging:
@@ -155,6 +165,8 @@ def write_outputs(outcomes, model: GlueModel | None, config: GlueConfig, paths: 
 def summary(outcomes, metrics: dict, details: dict, metrics_file: str) -> list[str]:
     """A line per task (median and spread over seeds), then the GLUE score and what it
     averaged."""
+    from bertcore.downstream.glue.suite import TaskResult
+
     lines = []
     for result in outcomes:
         if isinstance(result, TaskResult):

@@ -20,11 +20,7 @@ import click
 from bertcore.common.dotted import flatten
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
-from bertcore.downstream.probes.masked_lm import MaskedLM
-from bertcore.downstream.probes.probing import run_probes, write_items
-from bertcore.training.cpu import CpuConfig, pin_cpu
-from bertcore.training.devices import resolve_device
-from bertstages.downstream import pretraining_run
+from bertcore.training.config import CpuConfig
 from bertstages.infer import load_model_and_tokenizer
 from bertstages.options import (
     corpus_option,
@@ -60,6 +56,13 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    # torch, once the params are read (cli.py)
+    from bertcore.downstream.probes.masked_lm import MaskedLM
+    from bertcore.downstream.probes.probing import run_probes, write_items
+    from bertcore.training.cpu import pin_cpu
+    from bertcore.training.devices import resolve_device
+    from bertstages.downstream import pretraining_run
+
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["probe"], sections["tracking"]
     if config.model:  # a BERT folder of its own, with its own tokenizer

@@ -17,22 +17,11 @@ from pathlib import Path
 
 import click
 
-from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig
-from bertcore.data.samples.store import SampleStore
-from bertcore.data.samples.verify import SamplesCheck
 from bertcore.downstream.config import PruneConfig
-from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
-from bertcore.model.hf import export_hf
-from bertcore.training.config import TrainConfig
-from bertcore.training.cpu import CpuConfig, pin_cpu
-from bertcore.training.devices import resolve_device
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.heldout import val_split
-from bertcore.training.masking import MaskingConfig, VocabSpec
-from bertstages.downstream import DownstreamTracking
+from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig, TrainConfig
 from bertstages.options import (
     file_option,
     folder_option,
@@ -65,6 +54,18 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    # torch, once the params are read (cli.py)
+    from bertcore.common.atomic import atomic_dir
+    from bertcore.data.samples.store import SampleStore
+    from bertcore.data.samples.verify import SamplesCheck
+    from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
+    from bertcore.model.hf import export_hf
+    from bertcore.training.cpu import pin_cpu
+    from bertcore.training.devices import resolve_device
+    from bertcore.training.heldout import val_split
+    from bertcore.training.masking import VocabSpec
+    from bertstages.downstream import DownstreamTracking
+
     pin_cpu(sections["cpu"])  # before torch computes
     config, masking, train = sections["prune"], sections["masking"], sections["train"]
     eval_config, tracking = sections["eval"], sections["tracking"]
@@ -82,11 +83,8 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     data = PruneData(train_store, val_store, VocabSpec.from_tokens(tokens), masking, eval_config)
     runs = DownstreamTracking(tracking, model_dir, "prune",
                               flatten({"prune": dataclasses.asdict(config)}))
-    try:
+    with runs.failing_on_error():
         outcome = run_pruning(model, data, config, train, device)
-    except BaseException:
-        runs.fail()
-        raise
     with atomic_dir(out_dir) as staging:
         export_hf(model.cpu(), staging, vocab_dir)
     summary, details, timing = prune_report(outcome, model, config)

@@ -17,10 +17,12 @@ from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from bertcore.common.errors import BertError
+
+if TYPE_CHECKING:
+    import torch
 
 FORMATS = (".jsonl", ".csv", ".tsv")
 
@@ -212,6 +214,8 @@ class EncodedExamples:
 
     def batch(self, indices: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
         """Padded to the longest of these examples."""
+        import torch  # here: the finetune section's check reads this module (bertstages/cli.py)
+
         length = max(len(self.input_ids[i]) for i in indices)
         ids = torch.full((len(indices), length), pad_id, dtype=torch.long)
         types = torch.zeros((len(indices), length), dtype=torch.long)
