@@ -9,6 +9,7 @@ import sys
 import types
 
 import pytest
+from glue_files import expected_examples, write_glue_folder
 
 from bertcore.common.errors import BertError
 from bertcore.downstream.glue.metrics import Spread, glue_score, spread, task_metrics, task_score
@@ -25,7 +26,6 @@ from bertcore.downstream.glue.tasks import (
     read_split,
     tasks_in,
 )
-from tests.glue_files import expected_examples, write_glue_folder
 
 GLUE_ORDER = ["cola", "sst2", "mrpc", "stsb", "qqp", "mnli", "qnli", "rte", "wnli"]
 

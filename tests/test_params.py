@@ -16,12 +16,16 @@ from bertcore.common.validation import Bool, Int, integer, number, params_sectio
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.downstream.config import FinetuneConfig, PruneConfig
+from bertcore.downstream.config import FinetuneConfig, GlueConfig, PruneConfig
+from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.model.config import ModelConfig
-from bertcore.training.config import Phase2Config, TrainConfig
-from bertcore.training.cpu import CpuConfig
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.masking import MaskingConfig
+from bertcore.training.config import (
+    CpuConfig,
+    EvalConfig,
+    MaskingConfig,
+    Phase2Config,
+    TrainConfig,
+)
 from bertstages.params import load_params, parse_section
 
 
@@ -105,7 +109,9 @@ SECTION_CONFIGS = {
     "phase2": Phase2Config,
     "eval": EvalConfig,
     "finetune": FinetuneConfig,
+    "glue": GlueConfig,
     "prune": PruneConfig,
+    "probe": ProbeConfig,
     "cpu": CpuConfig,
     "tracking": TrackingConfig,
 }

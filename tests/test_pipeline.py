@@ -181,7 +181,8 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
         baselines["mlm_baseline_accuracy"], rel=1e-5)
     assert {a.path for a in client.list_artifacts(runs[1].info.run_id, "metrics")} == {
-        "metrics/eval.json", "metrics/eval_details.json"}
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
+        "metrics/probe_details.json"}
     assert runs[0].data.tags["mlflow.source.git.commit"] == commit
     assert runs[1].data.tags.get("DVC_EXP_NAME")
     assert runs[0].data.params["train.learning_rate"] != runs[1].data.params[
@@ -251,7 +252,7 @@ def test_a_bad_value_leaves_the_last_good_outputs_in_place(reproduced):
     steps = json.loads((repo / "metrics" / "pretrain.json").read_text())["steps"]
     assert steps == changed["train"]["max_steps"]
     assert json.loads(run([DVC, "status", "--json"], repo, env).stdout).keys() == {
-        "evaluate", "export", "finetune", "prune"}  # they read the new model
+        "evaluate", "export", "finetune", "prune", "probe", "glue"}  # they read the new model
     assert_stored_once(repo)
 
 
@@ -343,7 +344,7 @@ def is_statistic(name: str) -> bool:
     return (any(word in name for word in STATISTICS)
             or name.replace("/", ".").rsplit(".", 1)[-1] in COUNTS)
 METRICS_FILES = ("metrics/pretrain.json", "metrics/eval.json", "metrics/finetune.json",
-                 "metrics/prune.json")
+                 "metrics/prune.json", "metrics/probe.json", "metrics/glue.json")
 
 
 def assert_metrics_are_curves_or_results(client, run, curves: int) -> None:
@@ -373,6 +374,9 @@ def assert_exp_show_is_readable(repo: Path, env: dict) -> None:
     assert {"pretrained.accuracy", "scratch.accuracy", "gain.accuracy"} <= set(
         columns["metrics/finetune.json"])
     assert {"heads.removed", "val.mlm_accuracy.recovered"} <= set(columns["metrics/prune.json"])
+    assert {"builtin.cloze.p_at_1", "builtin.swapped_pairs.accuracy"} <= set(
+        columns["metrics/probe.json"])
+    assert set(columns["metrics/glue.json"]) == {"skipped"}  # no GLUE data: a null score, and why
     names = [name for file in columns.values() for name in file]
     # nothing timed: speed is the machine's, and the same params must give the same files
     assert not [name for name in names if "per_s" in name or "speed" in name or "second" in name]
@@ -383,7 +387,7 @@ def assert_exp_show_is_readable(repo: Path, env: dict) -> None:
                 if name.split(".")[0] not in ("steps", "train")]
     # the statistics and details are plain outputs beside them, out of the table
     for stats in ("corpus", "vocab", "samples", "pretrain_details", "eval_details",
-                  "finetune_details", "prune_details"):
+                  "finetune_details", "prune_details", "probe_details", "glue_details"):
         assert (repo / "metrics" / f"{stats}.json").is_file(), stats
 
     # the README's command: the param that was varied beside the headline metrics
