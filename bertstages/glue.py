@@ -157,7 +157,7 @@ def write_outputs(outcomes, model: GlueModel | None, config: GlueConfig, paths: 
     with atomic_dir(paths.models_dir) as staging:
         write_models(staging, outcomes, model)
     write_seed_scores(paths.seeds_file, outcomes)
-    metrics = glue_metrics(outcomes) | ({} if model else {"skipped": NO_DATA})
+    metrics = glue_metrics(outcomes) | ({} if model else {"status": NO_DATA})
     details = glue_details(outcomes, model.name if model else None, config.seeds)
     return metrics, details, write_report(paths.metrics_file, metrics, details)
 

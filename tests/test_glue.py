@@ -208,7 +208,7 @@ def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
     proc = run_bert("glue", cwd=tmp_path, env=ONE_THREAD, check=True)
     assert "no GLUE data (glue.data is null)" in proc.stderr
     assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {
-        "score": None, "skipped": "no GLUE data (glue.data is null)"}
+        "score": None, "status": "no GLUE data (glue.data is null)"}
     assert (tmp_path / "metrics" / "glue_seeds.tsv").read_text() == "task\tseed\tscore\n"
     assert not any((tmp_path / "metrics" / "glue").iterdir())
     assert not any((tmp_path / "models" / "glue").iterdir())
