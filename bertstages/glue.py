@@ -89,7 +89,8 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     tasks = (tasks_in(config.data, config.tasks) if config.data != GLUE_DATA_HF
              else [GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)])
     model = glue_model(config, model_dir, vocab_dir)
-    runs = DownstreamTracking(tracking, model_dir, "glue",
+    # under the pretraining run of the model scored (none for another project's BERT)
+    runs = DownstreamTracking(tracking, config.model or model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
         outcomes = run_glue(tasks, model, config, resolve_device(config.device),

@@ -1,7 +1,8 @@
-"""The layout's two rules, checked on the source: bertcore's imports point one way (common <-
-data <- model <- training <- downstream), and every stage's deps in dvc.yaml cover the bertcore
-code the stage runs, so `dvc repro` reruns a stage whenever that code changes. And every output
-in dvc.yaml persists, so that a stage that fails leaves the last good ones."""
+"""The layout's rules, checked on the source: bertcore's imports point one way (common <-
+data <- model <- training <- downstream), no module is in an import cycle, and every stage's
+deps in dvc.yaml cover the bertcore code the stage runs, so `dvc repro` reruns a stage whenever
+that code changes. And every output in dvc.yaml persists, so that a stage that fails leaves the
+last good ones."""
 
 from __future__ import annotations
 
@@ -114,3 +115,46 @@ def test_every_output_outlives_a_failed_run_of_its_stage():
                      for kind in ("outs", "metrics", "plots") for out in spec.get(kind, [])
                      if isinstance(out, str) or not next(iter(out.values())).get("persist")]
     assert not deleted_first, f"dvc.yaml: outputs without persist: true: {deleted_first}"
+
+
+def module_level_imports(name: str) -> set[str]:
+    """The bertcore and bertstages modules `name` imports at its top level, those under `if
+    TYPE_CHECKING:` too: an import a function makes when it runs ties no module at import."""
+    found = set()
+
+    def visit(nodes) -> None:
+        for node in nodes:
+            if isinstance(node, ast.If):
+                visit(node.body)
+                visit(node.orelse)
+            elif isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+                candidates = [f"{node.module}.{alias.name}" for alias in node.names]
+                found.update(c for c in candidates if module_file(c))
+                if module_file(node.module) and not any(module_file(c) for c in candidates):
+                    found.add(node.module)
+            elif isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names if module_file(alias.name))
+
+    visit(ast.parse(module_file(name).read_text(encoding="utf-8")).body)
+    return {m for m in found if m.startswith(("bertcore", "bertstages"))} - {name}
+
+
+def test_no_import_cycle_between_modules():
+    """No module is reached again from its own imports (type-only ones counted): a reader can
+    take the modules in an order, and a config class never needs the code that uses it."""
+    modules = [*bertcore_modules(), *sorted(
+        ".".join(p.relative_to(ROOT).with_suffix("").parts).removesuffix(".__init__")
+        for p in (ROOT / "bertstages").rglob("*.py"))]
+    graph = {name: module_level_imports(name) for name in modules}
+    cycles = []
+    for start in modules:
+        seen, todo = set(), list(graph[start])
+        while todo:
+            name = todo.pop()
+            if name == start:
+                cycles.append(start)
+                break
+            if name not in seen:
+                seen.add(name)
+                todo.extend(graph.get(name, ()))
+    assert not cycles, f"modules in an import cycle: {cycles}"
