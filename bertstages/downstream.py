@@ -14,7 +14,8 @@ from typing import Any
 
 from bertcore.common.digests import file_sha256, fingerprint_params
 from bertcore.common.errors import BertError
-from bertcore.common.tracking import NullTracker, Tracker, TrackingConfig
+from bertcore.common.null_tracker import NullTracker
+from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.training.mlflow_run import MODEL_TAG
 from bertcore.training.pretrain import RUN_INFO

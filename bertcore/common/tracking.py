@@ -437,29 +437,3 @@ def _first_line(exc: BaseException) -> str:
     """The first line of an error, whole (MLflow's advice comes at its end) up to a limit."""
     text = str(exc).strip().splitlines()
     return text[0][:_MAX_MESSAGE_LENGTH] if text else type(exc).__name__
-
-
-class NullTracker:
-    """A run that logs nothing (tracking off, or no store): the same calls as a `Tracker`, so
-    the code that logs never asks whether it is tracked."""
-
-    def start_child(self, run_name: str, **kwargs: Any) -> NullTracker:
-        return self
-
-    def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
-        pass
-
-    def log_results(self, results: Mapping[str, float], step: int) -> None:
-        pass
-
-    def set_tags(self, tags: Mapping[str, Any]) -> None:
-        pass
-
-    def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
-        pass
-
-    def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
-        pass
-
-    def finish(self, status: str = "FINISHED") -> None:
-        pass
