@@ -38,7 +38,7 @@ import torch
 
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import to_hf_state_dict
-from bertcore.training.cpu import PINNED_ENV, CpuConfig, cpu_record, pin_cpu
+from bertcore.training.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
 from bertcore.training.masking import labels_to_slots
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
@@ -309,7 +309,7 @@ def pinning_worker(args: argparse.Namespace, training) -> None:
 def compare_pinning(args: argparse.Namespace, script: str, shape: list[str]) -> None:
     """Each of `args.variants` in a worker process of `script` (given `shape`, its options
     beyond these), stepping in turn; medians and ratios."""
-    env = {name: value for name, value in os.environ.items() if name not in PINNED_ENV}
+    env = {name: value for name, value in os.environ.items() if name not in PINNED_NAMES}
     env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]),
                                          env.get("PYTHONPATH", "")])
     shape = ["--preset", args.preset, "--batch", str(args.batch), "--vocab-size",
@@ -333,11 +333,11 @@ def compare_pinning(args: argparse.Namespace, script: str, shape: list[str]) -> 
     reference = medians[args.variants[0]]
     print(f"preset={args.preset} batch={args.batch} seq={args.seq} vocab={args.vocab_size} "
           f"rounds={args.rounds} steps_per_round={args.steps} (settings in turn)")
-    print(f"{'setting':<12}{'capability':>12}{'mkl':>8}{'threads':>9}{'median step s':>15}"
+    print(f"{'setting':<12}{'capability':>12}{'mkl':>12}{'threads':>9}{'median step s':>15}"
           f"{'ratio':>8}")
     for variant, seconds in medians.items():
         record = records[variant]
-        print(f"{variant:<12}{record['cpu_capability']:>12}{record['mkl_cbwr']!s:>8}"
+        print(f"{variant:<12}{record['cpu_capability']:>12}{record['mkl_cbwr']!s:>12}"
               f"{record['threads']:>9}{seconds:>15.4f}{seconds / reference:>8.2f}")
     print(" ".join(f"{variant}={seconds / reference:.2f}" for variant, seconds in
                    medians.items()))

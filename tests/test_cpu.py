@@ -26,11 +26,11 @@ PRETENDING = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_
 UNPINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
 
 
-def pretrain(root, data, env: dict) -> tuple[str, dict]:
+def pretrain(root, data, env: dict, isa: str = "avx2") -> tuple[str, dict]:
     """`bert pretrain` (4 steps, tracking off) in `root`: the weights' sha256 and the details."""
     write_params(root / "params.yaml", train={"max_steps": 4, "checkpoint_every": 0,
                                               "eval_every": 0},
-                 tracking={"enabled": False}, cpu={"threads": 1})
+                 tracking={"enabled": False}, cpu={"threads": 1, "isa": isa})
     run_bert("pretrain", "--samples", str(data / "samples"), "--vocab", str(data / "vocab"),
              cwd=root, env=env, check=True)
     weights = (root / "models" / "pretrained" / "model.safetensors").read_bytes()
@@ -61,6 +61,28 @@ def test_weights_do_not_change_when_the_host_pretends_to_have_less(tmp_path, mon
     assert ran["mkl_cbwr"] in ("AVX2", "AUTO", None)  # AUTO: MKL on a processor not Intel's
 
 
+@pytest.mark.skipif(mkl_branch() is None, reason="a torch without MKL")
+def test_portable_runs_mkl_compatible_branch_whatever_the_environment(tmp_path, monkeypatch):
+    """`cpu.isa: portable` is MKL's COMPATIBLE branch (the one both Intel and AMD honour), with
+    ATen and oneDNN at AVX2: the environment cannot change it, and its bytes are not those of
+    `avx2` (whose MKL branch is another)."""
+    for name in UNPINNED:
+        monkeypatch.delenv(name, raising=False)
+    data = build_data(tmp_path)
+    runs = {}
+    for name, isa, env in (("portable", "portable", {}), ("pretending", "portable", PRETENDING),
+                           ("avx2", "avx2", {})):
+        (tmp_path / name).mkdir()
+        runs[name] = pretrain(tmp_path / name, data, {**env, "OMP_NUM_THREADS": "1"}, isa)
+    assert runs["portable"] == runs["pretending"]
+    ran = runs["portable"][1]["computed_with"]
+    assert ran["mkl_cbwr"] == "COMPATIBLE" and ran["onednn_max_cpu_isa"] == "AVX2"
+    if platform.machine() in ("x86_64", "AMD64"):
+        assert ran["cpu_capability"] in ("AVX2", "DEFAULT")
+    assert runs["avx2"][1]["computed_with"]["mkl_cbwr"] != "COMPATIBLE"
+    assert runs["avx2"][0] != runs["portable"][0]
+
+
 _COMPUTED_FIRST = """
 import torch
 from bertcore.training.cpu import CpuConfig, pin_cpu
@@ -85,7 +107,8 @@ def test_pinning_after_torch_computed_is_refused():
 
 @pytest.mark.parametrize(("override", "fragment"), [
     ("cpu.threads=0", "cpu.threads: 0 is not allowed; expected an integer >= 1"),
-    ("cpu.isa=avx512", "cpu.isa: 'avx512' is not allowed; expected one of ['avx2', 'native']"),
+    ("cpu.isa=avx512",
+     "cpu.isa: 'avx512' is not allowed; expected one of ['avx2', 'portable', 'native']"),
 ])
 def test_bad_cpu_params_name_the_key(tmp_path, override, fragment):
     path = tmp_path / "params.yaml"

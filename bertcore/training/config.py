@@ -165,7 +165,7 @@ class Phase2Config(Phase2Samples):
             warmup_steps=self.warmup_steps)
 
 
-CpuIsa = Literal["avx2", "native"]
+CpuIsa = Literal["avx2", "portable", "native"]
 
 
 @params_section

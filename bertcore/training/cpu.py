@@ -1,5 +1,5 @@
 """How torch computes on the CPU: the kernels' instruction set and the number of threads,
-pinned so that the same params give the same bytes on any x86-64 machine with AVX2.
+pinned so that the same params give the same bytes on other x86-64 machines with AVX2.
 
 Three libraries inside torch pick their kernels by the processor they find, and kernels of
 another vector width add up in another order: ATen's own kernels (`ATEN_CPU_CAPABILITY`;
@@ -9,14 +9,16 @@ numerical reproducibility: one fixed code branch) and oneDNN's primitives (GELU;
 their work by it (measured with torch 2.13: 1, 2, 3, 4, 8 and 16 threads, six different
 weights after five steps).
 
-`pin_cpu` sets the three variables to AVX2, replacing values from outside (the bytes must not
-depend on the environment; `cpu.isa: native` is the way to leave them), and torch's thread
-count to `cpu.threads`. Each library reads its variable at its first kernel, not when torch is
-imported, so a stage pins right after reading its params, before it builds or loads a model;
-torch, or MKL, found to have chosen before that is an error. `cpu_record` reads back what is in
-effect. MKL honours a branch other than AUTO or COMPATIBLE only on Intel processors and runs
-AUTO elsewhere (its record then says AUTO): an AMD and an Intel machine may still differ in
-the matrix products.
+`pin_cpu` sets the three variables (`PINNED_ENV`), replacing values from outside (the bytes
+must not depend on the environment; `cpu.isa: native` is the way to leave them), and torch's
+thread count to `cpu.threads`. Each library reads its variable at its first kernel, not when
+torch is imported, so a stage pins right after reading its params, before it builds or loads a
+model; torch, or MKL, found to have chosen before that is an error. `cpu_record` reads back
+what is in effect. MKL honours a branch other than AUTO or COMPATIBLE only on Intel
+processors and runs AUTO elsewhere: `isa: avx2` (MKL's AVX2 branch, AUTO on AMD) gives the
+same bytes among machines of one vendor, `isa: portable` (MKL's COMPATIBLE branch, honoured by
+both vendors; ATen and oneDNN at AVX2, which choose by instruction set, not vendor) among
+Intel and AMD machines alike, at the cost docs/training.md measures.
 """
 
 from __future__ import annotations
@@ -35,9 +37,15 @@ from bertcore.training.config import CpuConfig
 
 log = logging.getLogger(__name__)
 
-# What `isa: avx2` puts into the environment before the first kernel (read by this process,
-# and inherited by the processes it starts: torchrun's).
-PINNED_ENV = {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
+# What each pinned `cpu.isa` puts into the environment before the first kernel (read by this
+# process, and inherited by the processes it starts: torchrun's).
+PINNED_ENV = {
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
+                 "ONEDNN_MAX_CPU_ISA": "AVX2"},
+}
+# The environment variables the pinning sets (a benchmark leaves them out of its workers').
+PINNED_NAMES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
 
 # MKL's branch constants (mkl_cbwr_get(MKL_CBWR_BRANCH)) by name; 1: CNR off
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
@@ -48,40 +56,44 @@ MKL_CBWR_BRANCH = 1
 def pin_cpu(config: CpuConfig) -> None:
     """Pin the kernels and the thread count of this process (and of those it starts) before
     torch computes anything; BertError if torch already chose its kernels."""
-    if config.isa == "avx2":
-        replaced = {name: os.environ[name] for name, value in PINNED_ENV.items()
+    pinned = PINNED_ENV.get(config.isa)
+    if pinned is not None:
+        replaced = {name: os.environ[name] for name, value in pinned.items()
                     if os.environ.get(name, value) != value}
         if replaced:
-            log.info("cpu.isa avx2: replacing %s from the environment",
+            log.info("cpu.isa %s: replacing %s from the environment", config.isa,
                      ", ".join(f"{name}={value}" for name, value in replaced.items()))
-        os.environ.update(PINNED_ENV)
+        os.environ.update(pinned)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    if config.isa == "avx2":
-        _check_pinned()
+    if pinned is not None:
+        _check_pinned(config.isa)
 
 
 def refuse_compile_on_pinned_cpu(compile_mode: bool | str, device: str, config: CpuConfig) -> None:
     """BertError for train.compile on the CPU with the kernels pinned to AVX2: Inductor's code
     then trains wrong (measured, torch 2.13: a train loss of 0.0 where eager gives 5.24)."""
     on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
-    if compile_mode and config.isa == "avx2" and not on_cuda:
-        raise BertError("train.compile on the CPU trains wrong with cpu.isa: avx2 (torch "
-                        "2.13): set cpu.isa: native to compile on the CPU, or train.compile: false")
+    if compile_mode and config.isa in PINNED_ENV and not on_cuda:
+        raise BertError(f"train.compile on the CPU trains wrong with cpu.isa: {config.isa} "
+                        "(torch 2.13): set cpu.isa: native to compile on the CPU, or "
+                        "train.compile: false")
 
 
-def _check_pinned() -> None:
-    """That the kernels are AVX2's: torch or MKL that chose before the pinning (this process
-    computed already) is an error; a processor without AVX2 gets its own, with a warning."""
+def _check_pinned(isa: str) -> None:
+    """That the kernels are those `isa` pins: torch or MKL that chose before the pinning (this
+    process computed already) is an error; a processor without AVX2 gets its own, with a
+    warning."""
     capability = torch.backends.cpu.get_cpu_capability()
     branch = mkl_branch()
-    if capability.startswith("AVX512") or branch == "OFF":
+    chose_before = branch == "OFF" or (isa == "portable" and branch not in (None, "COMPATIBLE"))
+    if capability.startswith("AVX512") or chose_before:
         raise BertError(f"torch chose its CPU kernels ({capability}, MKL branch {branch}) "
-                        "before cpu.isa: avx2 could pin them: run the stage in a process of "
+                        f"before cpu.isa: {isa} could pin them: run the stage in a process of "
                         "its own, or set cpu.isa: native")
     if capability != "AVX2":
-        log.warning("cpu.isa avx2: this %s processor has no AVX2 (torch runs %s kernels): its "
-                    "bytes match only machines like it", platform.machine(), capability)
+        log.warning("cpu.isa %s: this %s processor has no AVX2 (torch runs %s kernels): its "
+                    "bytes match only machines like it", isa, platform.machine(), capability)
 
 
 def mkl_branch() -> str | None:
