@@ -22,10 +22,10 @@ file with corpus.format auto), else None (the source counted it, or it is no tex
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.sentences import split_sentences
 
 Piece = tuple[str, bool]
@@ -57,7 +57,7 @@ class Record:
     def pieces(self) -> Iterator[Piece]:
         return prose_pieces((line, True) for line in self.text.splitlines())
 
-    def parts(self, counts: Counter) -> list[tuple[Record, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Record, bool]]:
         return [(self, True)]
 
     @property
@@ -75,7 +75,7 @@ class PieceRun:
     inline = False
     read_as = None
 
-    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:
         return [(Document("", self.pieces, self.split_sentences), self.ends)]
 
     @property
@@ -95,10 +95,10 @@ class Source:
         metrics/corpus.json (the built-in docs: the interpreter's version)."""
         return {}
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document | Record]:
+    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Document | Record]:
         raise NotImplementedError
 
-    def spans(self, counts: Counter, advance: Advance, size: int) -> Iterator:
+    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator:
         """The documents as spans of about `size` characters (see `document_spans`)."""
         for document in self.documents(counts, advance):
             yield from document_spans(document, size)
@@ -135,15 +135,15 @@ def record_document(text: str, origin: str) -> Record:
     return Record(origin, text)
 
 
-def records_with_text(record, field: str, origin: str, counts: Counter) -> Iterator[Record]:
+def records_with_text(record, field: str, origin: str, counts: CorpusCounts) -> Iterator[Record]:
     """The record's document when its `field` holds text, counted as one of `records`; else
     nothing, counted as one of `records_without_text`."""
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
-        counts["records"] += 1
+        counts.records += 1
         yield record_document(text, origin)
     else:
-        counts["records_without_text"] += 1
+        counts.records_without_text += 1
 
 
 def line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:

@@ -9,11 +9,11 @@ task order, so the output does not depend on how many processes run them.
 from __future__ import annotations
 
 import itertools
-from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from bertcore.data.corpus.cleaning import TextCleaner, safe_cut
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import Document
 from bertcore.data.corpus.sentences import SentenceSplitter
 from bertcore.data.corpus.writer import Lines
@@ -47,15 +47,12 @@ class CleanTask:
 @dataclass
 class TaskResult:
     """Per part of a document: its sentences as lines, and whether the document ends there
-    (False: it goes on in the next part); what cleaning removed and cut (complete once the
-    parts, a stream for an inline task, are read); how many text files the task found to
-    be prose or lines (`prose_files`, `lines_files`: their format detected here); and what
-    the source's counts gain where the spans are read (`found`: the records of JSON Lines)."""
+    (False: it goes on in the next part); and what the task counted (complete once the parts,
+    a stream for an inline task, are read): what cleaning removed and cut, the text files
+    whose format it found (`prose_files`, `lines_files`), the records of JSON Lines."""
 
     parts: Iterable[tuple[Lines, bool]]
-    cleaning: Counter = field(default_factory=Counter)
-    read_as: Counter = field(default_factory=Counter)
-    found: Counter = field(default_factory=Counter)
+    counts: CorpusCounts = field(default_factory=CorpusCounts)
 
 
 def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
@@ -79,25 +76,26 @@ def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
 def clean_task(task: CleanTask) -> TaskResult:
     """Clean and split every part of the task's spans (in a worker process, or streamed in
     this one for an inline task)."""
-    counts, found = Counter(), Counter()
-    parts = _clean_parts(task, counts, found)
-    read_as = Counter(f"{span.read_as}_files" for span in task.spans if span.read_as)
-    return TaskResult(parts if task.inline else list(parts), counts, read_as, found)
+    counts = CorpusCounts()
+    for span in task.spans:
+        if span.read_as:
+            counts.file_read_as(span.read_as)
+    parts = _clean_parts(task, counts)
+    return TaskResult(parts if task.inline else list(parts), counts)
 
 
-def _clean_parts(task: CleanTask, counts: Counter,
-                 found: Counter) -> Iterator[tuple[Lines, bool]]:
+def _clean_parts(task: CleanTask, counts: CorpusCounts) -> Iterator[tuple[Lines, bool]]:
     cleaner = TextCleaner(task.normalization)
     for span in task.spans:
-        for document, ends in span.parts(found):
+        for document, ends in span.parts(counts):
             splitter = SentenceSplitter(task.max_sentence_chars, document.split_sentences)
             sentences = document_sentences(document, cleaner, splitter)
             if span.inline:
                 yield from _in_batches(sentences, ends)
             else:
                 yield Lines.of(sentences), ends
-            counts["overlong_sentence_cuts"] += splitter.overlong_cuts
-    counts.update(cleaner.counts)
+            counts.overlong_sentence_cuts += splitter.overlong_cuts
+    counts.add(cleaner.counts)
 
 
 def _in_batches(sentences: Iterator[str], ends: bool) -> Iterator[tuple[Lines, bool]]:

@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
@@ -66,7 +66,7 @@ class TextBlock(_FileLayout):
     def start(self) -> bytes:
         return self.data
 
-    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
         lines = decoded_lines(io.BytesIO(self.data), Path("<block>"), final=self.final)
         if self.layout == "prose":
@@ -93,7 +93,7 @@ class TextStream(_FileLayout):
     def start(self) -> bytes:
         return self.head
 
-    def parts(self, counts: Counter) -> Iterator[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> Iterator[tuple[Document, bool]]:
         reader = _Rejoined(self.head, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
         if self.layout == "prose":
