@@ -1,5 +1,5 @@
 """What every corpus source yields: `Document`s whose text arrives as `pieces`, and the spans
-of them that worker processes clean (`bertcore.data.corpus.tasks`).
+of them that worker processes clean (`Span`, `bertcore.data.corpus.tasks`).
 
 A piece is a (text, boundary) pair, where `boundary` marks a hard break after the text (the
 end of a paragraph in prose, the end of a line in one-sentence-per-line input). Pieces are
@@ -10,20 +10,14 @@ apart (in different processes) and give, in order, the document's sentences.
 A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
 document, up to a boundary), a `TextBlock` (`textblocks`: raw lines of a UTF-8 file), a
 `TextStream` (`textblocks`: the rest of a file with a paragraph too long for a block) or a
-`RecordBlock` (`jsonl`: raw lines of a JSON Lines file). Each has `parts(counts)`: (document,
-ends) pairs, `ends` False when the document goes on in the next span, adding to the source's
-`counts` what it finds where it is read (a RecordBlock: its records, and the lines that are
-not);
-`size`, to group spans into tasks; `inline`: True for a span cleaned in the main process
-as it is read (a TextStream), False for one sent whole to a worker; and `read_as`: prose or
-lines where the span decides how its text file is read (a TextBlock or TextStream of a whole
-file with corpus.format auto), else None (the source counted it, or it is no text file).
+`RecordBlock` (`jsonl`: raw lines of a JSON Lines file); what they have in common is `Span`.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
 from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.sentences import split_sentences
@@ -38,6 +32,31 @@ class Document:
     origin: str  # for messages: a path, "module:os", ...
     pieces: Iterable[Piece]
     split_sentences: bool = True  # False: every piece boundary already ends a sentence
+
+
+class Span(Protocol):
+    """A stretch of a source's documents that one process cleans whole, in order with the
+    others (cleaning and sentence splitting start afresh where it ends)."""
+
+    inline: bool  # cleaned in the main process as it is read (a TextStream), not in a worker
+
+    @property
+    def size(self) -> int:
+        """How much text it holds (bytes or characters), to group spans into tasks."""
+        ...
+
+    @property
+    def read_as(self) -> str | None:
+        """prose or lines where the span decides how its text file is read (a TextBlock or
+        TextStream of a whole file with corpus.format auto), else None (the source counted
+        it, or it is no text file)."""
+        ...
+
+    def parts(self, counts: CorpusCounts) -> Iterable[tuple[Document | Record, bool]]:
+        """(document, ends) pairs, `ends` False when the document goes on in the next span;
+        adds to `counts` what it finds where it is read (a RecordBlock: its records, and
+        the lines that are not)."""
+        ...
 
 
 @dataclass
@@ -98,7 +117,7 @@ class Source:
     def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Document | Record]:
         raise NotImplementedError
 
-    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator:
+    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator[Span]:
         """The documents as spans of about `size` characters (see `document_spans`)."""
         for document in self.documents(counts, advance):
             yield from document_spans(document, size)

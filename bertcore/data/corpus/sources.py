@@ -20,9 +20,9 @@ from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
-    PieceRun,
     Record,
     Source,
+    Span,
     detect_format,
     document_spans,
     line_documents,
@@ -30,9 +30,9 @@ from bertcore.data.corpus.documents import (
     record_document,
     records_with_text,
 )
-from bertcore.data.corpus.jsonl import RecordBlock, jsonl_blocks
+from bertcore.data.corpus.jsonl import jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
-from bertcore.data.corpus.textblocks import TextBlock, utf8_blocks
+from bertcore.data.corpus.textblocks import utf8_blocks
 from bertcore.data.corpus.textfile import (
     Utf8Check,
     archive_kind,
@@ -165,8 +165,7 @@ class FileSource(Source):
         self.format = fmt
         self.total = sum(path.stat().st_size for path in files)
 
-    def spans(self, counts: CorpusCounts, advance: Advance,
-              size: int) -> Iterator[Record | RecordBlock | TextBlock | PieceRun]:
+    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator[Span]:
         for path in self.files:
             counts.files += 1
             name = path.name.lower()
@@ -187,7 +186,7 @@ class FileSource(Source):
 
 def text_file_spans(
     path: Path, fmt: str, counts: CorpusCounts, advance: Advance, size: int, alone: bool = False
-) -> Iterator[TextBlock | PieceRun]:
+) -> Iterator[Span]:
     """A prose file is one document; a one-sentence-per-line file holds many, blank-separated.
     UTF-8 comes in raw blocks of about `size` bytes (decoded where they are cleaned), UTF-16
     and UTF-32 as runs of decoded pieces. A binary file is skipped with a warning, or, when it

@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 
 from bertcore.data.corpus.cleaning import TextCleaner, safe_cut
 from bertcore.data.corpus.counts import CorpusCounts
-from bertcore.data.corpus.documents import Document
+from bertcore.data.corpus.documents import Document, Span
 from bertcore.data.corpus.sentences import SentenceSplitter
 from bertcore.data.corpus.writer import Lines
 
@@ -27,7 +27,7 @@ STREAM_BATCH = 1000  # sentences per part of a document cleaned as it is read
 
 @dataclass
 class CleanTask:
-    spans: list  # Record, PieceRun, TextBlock, TextStream, RecordBlock (see documents)
+    spans: list[Span]
     normalization: str
     max_sentence_chars: int
 
@@ -55,7 +55,7 @@ class TaskResult:
     counts: CorpusCounts = field(default_factory=CorpusCounts)
 
 
-def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
+def group_spans(spans: Iterable[Span], normalization: str, max_sentence_chars: int,
                 size: int = TASK_SIZE) -> Iterator[CleanTask]:
     """Consecutive spans in tasks of about `size` each (a larger span, or one to clean
     inline, is a task of its own)."""
