@@ -6,7 +6,6 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from operator import attrgetter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -27,7 +26,7 @@ from bertcore.data.corpus.sources import open_source
 from bertcore.data.corpus.tasks import (
     TASK_SIZE,
     TaskResult,
-    clean_task,
+    clean_in_order,
     group_spans,
 )
 from bertcore.data.corpus.writer import Lines, SplitStats, SplitWriter
@@ -146,7 +145,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     with bar, writer, TaskRunner(workers, lazy=True) as run:
         spans = source.spans(counts, advance, TASK_SIZE)
         tasks = group_spans(spans, config.normalization, config.max_sentence_chars, TASK_SIZE)
-        parts = _parts(run(clean_task, tasks, in_parent=attrgetter("inline")), counts)
+        parts = _parts(clean_in_order(run, tasks), counts)
         for lines, ends in parts:
             counts.documents += 1
             outcome = writer.add(_document_parts(lines, ends, parts))

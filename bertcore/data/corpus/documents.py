@@ -38,8 +38,6 @@ class Span(Protocol):
     """A stretch of a source's documents that one process cleans whole, in order with the
     others (cleaning and sentence splitting start afresh where it ends)."""
 
-    inline: bool  # cleaned in the main process as it is read (a TextStream), not in a worker
-
     @property
     def size(self) -> int:
         """How much text it holds (bytes or characters), to group spans into tasks."""
@@ -69,7 +67,6 @@ class Record:
     origin: str
     text: str
     split_sentences = True
-    inline = False
     read_as = None
 
     @property
@@ -91,7 +88,6 @@ class PieceRun:
     pieces: list[Piece]
     split_sentences: bool
     ends: bool
-    inline = False
     read_as = None
 
     def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:

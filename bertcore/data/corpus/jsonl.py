@@ -32,7 +32,6 @@ class RecordBlock:
     path: str
     first_line: int
     field: str
-    inline = False
     read_as = None
 
     @property

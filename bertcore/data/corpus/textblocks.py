@@ -60,7 +60,6 @@ class TextBlock(_FileLayout):
     ends: bool
     final: bool
     path: str = ""  # its file, for messages
-    inline = False
 
     @property
     def start(self) -> bytes:
@@ -79,15 +78,14 @@ class TextBlock(_FileLayout):
 @dataclass
 class TextStream(_FileLayout):
     """The rest of a UTF-8 file from a run of MAX_BLOCK_BYTES with nowhere to end a block (a
-    paragraph or line that long): cleaned in the main process as it is read (`inline`), so
-    that memory stays bounded; `head` is what was read of it already."""
+    paragraph or line that long): cleaned in the main process as it is read, so that memory
+    stays bounded (`tasks.clean_in_order`); `head` is what was read of it already."""
 
     head: bytes
     handle: BinaryIO
     check: Utf8Check
     fmt: str
     advance: Advance
-    inline = True
 
     @property
     def start(self) -> bytes:
