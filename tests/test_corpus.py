@@ -106,8 +106,8 @@ def test_cleaning_removes_html_and_control_characters_and_folds_whitespace():
         "Read from <stdin>, List<int>, a < b > c.\u200b ﬁne"
     )
     assert cleaner.clean(raw) == " Hello world ! Read from <stdin>, List<int>, a < b > c. fine"
-    assert cleaner.counts["html_tags_removed"] == 5
-    assert cleaner.counts["control_characters_removed"] == 2  # \a and the zero-width space
+    assert cleaner.counts.html_tags_removed == 5
+    assert cleaner.counts.control_characters_removed == 2  # \a and the zero-width space
     assert TextCleaner("NFC").clean("ﬁne Ａ") == "ﬁne Ａ"
     assert TextCleaner("NFKC").clean("ﬁne Ａ") == "fine A"
 

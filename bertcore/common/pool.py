@@ -108,8 +108,7 @@ class TaskRunner:
     processes, with at most TASKS_AHEAD_PER_WORKER tasks per worker taken from `tasks` and
     not yet consumed, so that a long stream of tasks is never held in memory.
 
-    `lazy`: start the pool only once there are two tasks (a small input then spawns nothing).
-    Tasks for which `in_parent` holds run in this process, in their turn (see `run`).
+    `lazy`: start the pool only once a run has two tasks (a small input then spawns nothing).
     A worker that dies breaks the pool (`BrokenProcessPool`): the tasks in flight without a
     result run again in a new pool; a task running in a worker that dies a second time
     stops the work (`WorkerDied`, naming the worker and the task: its `where`, if it has
@@ -134,30 +133,23 @@ class TaskRunner:
         if self.pool is not None:
             self._stop(cancel=exc[0] is not None)
 
-    def run(self, func: Callable, tasks: Iterable,
-            in_parent: Callable[[object], bool] | None = None) -> Iterator:
-        """`in_parent(task)` true: run that task here, once the results before it are taken,
-        and take the next task only once its result is (it may share state with the stream
-        of tasks: a file being read)."""
+    def run(self, func: Callable, tasks: Iterable) -> Iterator:
+        """`func(task)` for each task, in task order (the tasks numbered from 1)."""
         if self.workers == 1:
             yield from map(func, tasks)
             return
         waiting = None  # lazy: (number, task) of the first, until a second makes a pool worth it
         pending: deque[_InFlight] = deque()
         for number, task in enumerate(tasks, start=1):
-            if in_parent is not None and in_parent(task):
-                yield from self._finish(func, pending, waiting)
-                waiting = None
-                yield func(task)
-            elif self.pool is None and waiting is None:
+            if self.pool is None and waiting is None:
                 waiting = (number, task)
-            else:
-                self._start()
-                for ready in (waiting, (number, task)) if waiting else ((number, task),):
-                    pending.append(self._submit(func, *ready, pending))
-                waiting = None
-                if len(pending) >= TASKS_AHEAD_PER_WORKER * self.workers:
-                    yield self._result(func, pending)
+                continue
+            self._start()
+            for ready in (waiting, (number, task)) if waiting else ((number, task),):
+                pending.append(self._submit(func, *ready, pending))
+            waiting = None
+            if len(pending) >= TASKS_AHEAD_PER_WORKER * self.workers:
+                yield self._result(func, pending)
         yield from self._finish(func, pending, waiting)
 
     def _finish(self, func: Callable, pending: deque, waiting) -> Iterator:

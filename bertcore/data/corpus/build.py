@@ -6,7 +6,6 @@ import logging
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import asdict, dataclass, field
-from operator import attrgetter
 from pathlib import Path
 
 from tqdm import tqdm
@@ -15,6 +14,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.common.workers import worker_count
 from bertcore.data.corpus.config import CorpusConfig
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.parts import (
     MIN_SPLIT_DOCUMENTS,
     PartPlan,
@@ -26,7 +26,7 @@ from bertcore.data.corpus.sources import open_source
 from bertcore.data.corpus.tasks import (
     TASK_SIZE,
     TaskResult,
-    clean_task,
+    clean_in_order,
     group_spans,
 )
 from bertcore.data.corpus.writer import Lines, SplitStats, SplitWriter
@@ -44,13 +44,25 @@ class CorpusStats:
     source: str
     train: SplitStats = field(default_factory=SplitStats)
     val: SplitStats = field(default_factory=SplitStats)
-    input: Counter = field(default_factory=Counter)  # files, records, documents, bytes
-    dropped: Counter = field(default_factory=Counter)  # reason -> count
-    cleaning: Counter = field(default_factory=Counter)  # what cleaning removed or cut
+    counts: CorpusCounts = field(default_factory=CorpusCounts)  # read, dropped, cleaned
     split: dict = field(default_factory=lambda: {"by": "documents"})  # how train/val were made
     documents: int = 0
-    read_as: Counter = field(default_factory=Counter)  # text files per format (not in metrics)
     made_with: dict = field(default_factory=dict)  # what the text depends on beyond the source
+
+    @property
+    def input(self) -> Counter:
+        """What was read (files, bytes, records, documents), by name."""
+        return Counter(self.counts.section("input"))
+
+    @property
+    def dropped(self) -> Counter:
+        """What was left out, by reason."""
+        return Counter(self.counts.section("dropped"))
+
+    @property
+    def cleaning(self) -> Counter:
+        """What cleaning replaced, removed or cut, by name."""
+        return Counter(self.counts.section("cleaning"))
 
     @property
     def sentences(self) -> int:
@@ -91,7 +103,7 @@ class CorpusStats:
     def _how_found(self) -> str:
         """How the documents were found in text files; where prose files gave too few to
         split by documents, how to give several documents in one file."""
-        prose, lines = self.read_as["prose_files"], self.read_as["lines_files"]
+        prose, lines = self.counts.prose_files, self.counts.lines_files
         found = [f"{prose} file(s) read as prose, one document each"] if prose else []
         if lines:
             found.append(f"{lines} file(s) of one sentence per line, documents between blank "
@@ -102,14 +114,6 @@ class CorpusStats:
                   "line, a blank line between documents) or JSON Lines (one per record)"
                   if prose and self.split["by"] == "parts" else "")
         return f" (documents: {', '.join(found)}{advice})"
-
-
-# Counters the sources keep, and where they belong in the stats.
-_DROP_REASONS = (
-    "binary_files", "empty_files", "invalid_json_lines", "records_without_text",
-    "unparsable_modules",
-)
-_READ_AS = ("prose_files", "lines_files")  # for the summary only: metrics stay as they were
 
 
 def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = True) -> CorpusStats:
@@ -123,13 +127,16 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     warns when the result is too small for NSP pairs.
     """
     source = open_source(config.source, config.text_field, config.format)
-    stats = CorpusStats(config.source, made_with=source.made_with())
-    counts: Counter = Counter()  # filled by the source
+    counts = CorpusCounts()  # filled by the source, the tasks and the writing below
+    stats = CorpusStats(config.source, counts=counts, made_with=source.made_with())
     bar = tqdm(total=source.total, unit=source.unit, unit_scale=True, desc="corpus",
                disable=None if progress else True, leave=False)
 
     def advance(amount: int) -> None:
-        counts["bytes" if source.unit == "B" else "units_read"] += amount
+        if source.unit == "B":
+            counts.bytes += amount
+        else:
+            counts.units_read += amount
         bar.update(amount)
 
     out_dir = Path(out_dir)
@@ -138,12 +145,14 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     with bar, writer, TaskRunner(workers, lazy=True) as run:
         spans = source.spans(counts, advance, TASK_SIZE)
         tasks = group_spans(spans, config.normalization, config.max_sentence_chars, TASK_SIZE)
-        parts = _parts(run(clean_task, tasks, in_parent=attrgetter("inline")), stats, counts)
+        parts = _parts(clean_in_order(run, tasks), counts)
         for lines, ends in parts:
-            stats.input["documents"] += 1
+            counts.documents += 1
             outcome = writer.add(_document_parts(lines, ends, parts))
-            if outcome in ("empty", "duplicate"):
-                stats.dropped[f"{outcome}_documents"] += 1
+            if outcome == "empty":
+                counts.empty_documents += 1
+            elif outcome == "duplicate":
+                counts.duplicate_documents += 1
         plan = _part_plan(config, writer)
         if plan is None:
             writer.balance()
@@ -164,14 +173,6 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
         }
         write_parts_file(out_dir, {"split_by": "parts", "requested": config.split_by,
                                    "part_sentences": plan.part_sentences, **entries})
-    for key, value in counts.items():
-        if key in _READ_AS:
-            stats.read_as[key] += value
-            continue
-        target = stats.dropped if key in _DROP_REASONS else stats.input
-        target[key] += value
-    stats.cleaning["invalid_utf8_sequences"] = stats.input.pop("invalid_utf8_sequences", 0)
-    stats.cleaning.setdefault("overlong_sentence_cuts", 0)
     if stats.documents == 0:
         raise BertError(_nothing_left(config, stats))
     if plan is None:
@@ -181,16 +182,13 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     return stats
 
 
-def _parts(results: Iterator[TaskResult], stats: CorpusStats,
-           counts: Counter) -> Iterator[tuple[Lines, bool]]:
-    """The parts of documents in the tasks' results, in order; what cleaning did goes to
-    `stats.cleaning`, the formats of files found in the tasks to `stats.read_as`, what the
-    tasks read of the source (records) to the source's `counts`."""
+def _parts(results: Iterator[TaskResult],
+           counts: CorpusCounts) -> Iterator[tuple[Lines, bool]]:
+    """The parts of documents in the tasks' results, in order; what each task counted is
+    added to `counts` once its parts are read."""
     for result in results:
         yield from result.parts
-        stats.cleaning.update(result.cleaning)
-        stats.read_as.update(result.read_as)
-        counts.update(result.found)
+        counts.add(result.counts)
 
 
 def _document_parts(lines: Lines, ends: bool,
@@ -204,18 +202,18 @@ def _document_parts(lines: Lines, ends: bool,
 
 def _nothing_left(config: CorpusConfig, stats: CorpusStats) -> str:
     """Why a source gave no text, in words the user can act on."""
-    source, dropped = config.source, stats.dropped
-    if dropped["binary_files"] and dropped["binary_files"] == stats.input["files"]:
-        count = dropped["binary_files"]
+    source, counts = config.source, stats.counts
+    if counts.binary_files and counts.binary_files == counts.files:
+        count = counts.binary_files
         return f"corpus source {source} holds only binary files ({count}); give it text"
-    if stats.input["files"] and dropped["empty_files"] == stats.input["files"]:
+    if counts.files and counts.empty_files == counts.files:
         return f"corpus source {source} is empty: its files hold no text"
-    if dropped["records_without_text"] and not stats.input["records"]:
+    if counts.records_without_text and not counts.records:
         return (
             f"no record of {source} has a text field {config.text_field!r} "
             "(set corpus.text_field to the field holding the text)"
         )
-    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(dropped.items()) if n)
+    reasons = ", ".join(f"{n} {reason}" for reason, n in sorted(stats.dropped.items()) if n)
     return f"no text left after cleaning {source} ({reasons or 'nothing read'})"
 
 

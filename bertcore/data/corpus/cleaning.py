@@ -10,7 +10,8 @@ from __future__ import annotations
 import html
 import re
 import unicodedata
-from collections import Counter
+
+from bertcore.data.corpus.counts import CorpusCounts
 
 # Element names of HTML: only these count as tags, so "<stdin>" or "List<int>" survive.
 HTML_ELEMENTS = (
@@ -49,17 +50,19 @@ _CONTROL_TABLE.update({ord(ch): None for ch in "\u00ad\u200b\u2060\ufeff"})
 
 
 class TextCleaner:
-    """Clean text and count what was removed (in `counts`)."""
+    """Clean text and count what was removed (in `counts`: a count stays None until some
+    text needs its step)."""
 
     def __init__(self, normalization: str = "NFKC"):
         self.normalization = normalization
-        self.counts: Counter[str] = Counter()
+        self.counts = CorpusCounts()
 
     def clean(self, text: str) -> str:
+        counts = self.counts
         if "<" in text:
             text, scripts = _SCRIPT_OR_STYLE.subn(" ", text)
             text, tags = _TAG.subn(" ", text)
-            self.counts["html_tags_removed"] += scripts + tags
+            counts.html_tags_removed = (counts.html_tags_removed or 0) + scripts + tags
         if "&" in text:
             text = html.unescape(text)
         # Everything removed or folded below is "not printable" (or a double space): most
@@ -67,7 +70,8 @@ class TextCleaner:
         if not text.isprintable():
             length = len(text)
             text = text.translate(_CONTROL_TABLE)
-            self.counts["control_characters_removed"] += length - len(text)
+            removed = length - len(text)
+            counts.control_characters_removed = (counts.control_characters_removed or 0) + removed
         if not text.isascii():
             text = unicodedata.normalize(self.normalization, text)
         if "  " in text or not text.isprintable():

@@ -1,5 +1,5 @@
 """What every corpus source yields: `Document`s whose text arrives as `pieces`, and the spans
-of them that worker processes clean (`bertcore.data.corpus.tasks`).
+of them that worker processes clean (`Span`, `bertcore.data.corpus.tasks`).
 
 A piece is a (text, boundary) pair, where `boundary` marks a hard break after the text (the
 end of a paragraph in prose, the end of a line in one-sentence-per-line input). Pieces are
@@ -10,22 +10,16 @@ apart (in different processes) and give, in order, the document's sentences.
 A span is one of: a `Record` (a record's text: a whole document), a `PieceRun` (pieces of a
 document, up to a boundary), a `TextBlock` (`textblocks`: raw lines of a UTF-8 file), a
 `TextStream` (`textblocks`: the rest of a file with a paragraph too long for a block) or a
-`RecordBlock` (`jsonl`: raw lines of a JSON Lines file). Each has `parts(counts)`: (document,
-ends) pairs, `ends` False when the document goes on in the next span, adding to the source's
-`counts` what it finds where it is read (a RecordBlock: its records, and the lines that are
-not);
-`size`, to group spans into tasks; `inline`: True for a span cleaned in the main process
-as it is read (a TextStream), False for one sent whole to a worker; and `read_as`: prose or
-lines where the span decides how its text file is read (a TextBlock or TextStream of a whole
-file with corpus.format auto), else None (the source counted it, or it is no text file).
+`RecordBlock` (`jsonl`: raw lines of a JSON Lines file); what they have in common is `Span`.
 """
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
+from typing import Protocol
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.sentences import split_sentences
 
 Piece = tuple[str, bool]
@@ -40,6 +34,29 @@ class Document:
     split_sentences: bool = True  # False: every piece boundary already ends a sentence
 
 
+class Span(Protocol):
+    """A stretch of a source's documents that one process cleans whole, in order with the
+    others (cleaning and sentence splitting start afresh where it ends)."""
+
+    @property
+    def size(self) -> int:
+        """How much text it holds (bytes or characters), to group spans into tasks."""
+        ...
+
+    @property
+    def read_as(self) -> str | None:
+        """prose or lines where the span decides how its text file is read (a TextBlock or
+        TextStream of a whole file with corpus.format auto), else None (the source counted
+        it, or it is no text file)."""
+        ...
+
+    def parts(self, counts: CorpusCounts) -> Iterable[tuple[Document | Record, bool]]:
+        """(document, ends) pairs, `ends` False when the document goes on in the next span;
+        adds to `counts` what it finds where it is read (a RecordBlock: its records, and
+        the lines that are not)."""
+        ...
+
+
 @dataclass
 class Record:
     """A record's text (JSON Lines, Parquet, a dataset, a built-in topic): one document of
@@ -50,14 +67,13 @@ class Record:
     origin: str
     text: str
     split_sentences = True
-    inline = False
     read_as = None
 
     @property
     def pieces(self) -> Iterator[Piece]:
         return prose_pieces((line, True) for line in self.text.splitlines())
 
-    def parts(self, counts: Counter) -> list[tuple[Record, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Record, bool]]:
         return [(self, True)]
 
     @property
@@ -72,10 +88,9 @@ class PieceRun:
     pieces: list[Piece]
     split_sentences: bool
     ends: bool
-    inline = False
     read_as = None
 
-    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:
         return [(Document("", self.pieces, self.split_sentences), self.ends)]
 
     @property
@@ -95,10 +110,10 @@ class Source:
         metrics/corpus.json (the built-in docs: the interpreter's version)."""
         return {}
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document | Record]:
+    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Document | Record]:
         raise NotImplementedError
 
-    def spans(self, counts: Counter, advance: Advance, size: int) -> Iterator:
+    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator[Span]:
         """The documents as spans of about `size` characters (see `document_spans`)."""
         for document in self.documents(counts, advance):
             yield from document_spans(document, size)
@@ -135,15 +150,15 @@ def record_document(text: str, origin: str) -> Record:
     return Record(origin, text)
 
 
-def records_with_text(record, field: str, origin: str, counts: Counter) -> Iterator[Record]:
+def records_with_text(record, field: str, origin: str, counts: CorpusCounts) -> Iterator[Record]:
     """The record's document when its `field` holds text, counted as one of `records`; else
     nothing, counted as one of `records_without_text`."""
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
-        counts["records"] += 1
+        counts.records += 1
         yield record_document(text, origin)
     else:
-        counts["records_without_text"] += 1
+        counts.records_without_text += 1
 
 
 def line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:

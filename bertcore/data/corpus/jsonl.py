@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import json
 import logging
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import Advance, Record, records_with_text
 from bertcore.data.corpus.textfile import Utf8Check, open_bytes, read_block, read_line
 
@@ -32,19 +32,18 @@ class RecordBlock:
     path: str
     first_line: int
     field: str
-    inline = False
     read_as = None
 
     @property
     def size(self) -> int:
         return len(self.data)
 
-    def parts(self, counts: Counter) -> list[tuple[Record, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Record, bool]]:
         """Each record with text, a whole document; the records, the records without text
         and the lines that are no JSON are counted in `counts`."""
         return [(record, True) for record in self.records(counts)]
 
-    def records(self, counts: Counter) -> Iterator[Record]:
+    def records(self, counts: CorpusCounts) -> Iterator[Record]:
         lines = self.data.split(b"\n")
         if not lines[-1]:  # the block ends with a line's end
             lines.pop()
@@ -54,13 +53,13 @@ class RecordBlock:
             try:
                 record = json.loads(raw.decode("utf-8", "replace"))
             except ValueError:
-                counts["invalid_json_lines"] += 1
+                counts.invalid_json_lines += 1
                 logger.debug("%s:%d: not JSON", self.path, number)
                 continue
             yield from records_with_text(record, self.field, f"{self.path}:{number}", counts)
 
 
-def jsonl_blocks(path: Path, field: str, counts: Counter, advance: Advance,
+def jsonl_blocks(path: Path, field: str, counts: CorpusCounts, advance: Advance,
                  size: int) -> Iterator[RecordBlock]:
     """The file in blocks of whole lines of `size` bytes or a little more (up to the end of
     the line where `size` falls), each checked as UTF-8 as it is read."""

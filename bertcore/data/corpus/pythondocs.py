@@ -17,10 +17,10 @@ import platform
 import re
 import sysconfig
 import warnings
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import Advance, Document, Source, record_document
 
 # Packages that are tests, GUIs, demos or bundled wheels rather than documented library.
@@ -54,7 +54,7 @@ class PythonDocsSource(Source):
         """The interpreter whose documentation the text is."""
         return {"python": platform.python_version()}
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Document]:
+    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Document]:
         for name, text in self.topics:
             advance(1)
             yield record_document(readable_prose(text), f"topic:{name}")
@@ -62,7 +62,7 @@ class PythonDocsSource(Source):
             advance(1)
             text = module_text(path)
             if text is None:
-                counts["unparsable_modules"] += 1
+                counts.unparsable_modules += 1
                 continue
             yield record_document(text, f"module:{name}")
 

@@ -12,17 +12,17 @@ import fnmatch
 import glob
 import logging
 import os
-from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
-    PieceRun,
     Record,
     Source,
+    Span,
     detect_format,
     document_spans,
     line_documents,
@@ -30,9 +30,9 @@ from bertcore.data.corpus.documents import (
     record_document,
     records_with_text,
 )
-from bertcore.data.corpus.jsonl import RecordBlock, jsonl_blocks
+from bertcore.data.corpus.jsonl import jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
-from bertcore.data.corpus.textblocks import TextBlock, utf8_blocks
+from bertcore.data.corpus.textblocks import utf8_blocks
 from bertcore.data.corpus.textfile import (
     Utf8Check,
     archive_kind,
@@ -165,10 +165,9 @@ class FileSource(Source):
         self.format = fmt
         self.total = sum(path.stat().st_size for path in files)
 
-    def spans(self, counts: Counter, advance: Advance,
-              size: int) -> Iterator[Record | RecordBlock | TextBlock | PieceRun]:
+    def spans(self, counts: CorpusCounts, advance: Advance, size: int) -> Iterator[Span]:
         for path in self.files:
-            counts["files"] += 1
+            counts.files += 1
             name = path.name.lower()
             for suffix in COMPRESSED_SUFFIXES:  # books.jsonl.gz holds JSON Lines
                 name = name.removesuffix(suffix)
@@ -186,8 +185,8 @@ class FileSource(Source):
 
 
 def text_file_spans(
-    path: Path, fmt: str, counts: Counter, advance: Advance, size: int, alone: bool = False
-) -> Iterator[TextBlock | PieceRun]:
+    path: Path, fmt: str, counts: CorpusCounts, advance: Advance, size: int, alone: bool = False
+) -> Iterator[Span]:
     """A prose file is one document; a one-sentence-per-line file holds many, blank-separated.
     UTF-8 comes in raw blocks of about `size` bytes (decoded where they are cleaned), UTF-16
     and UTF-32 as runs of decoded pieces. A binary file is skipped with a warning, or, when it
@@ -195,7 +194,7 @@ def text_file_spans(
     with open_bytes(path, advance) as (handle, progress, tool):
         head = read_head(handle, path)
         if not head:
-            counts["empty_files"] += 1
+            counts.empty_files += 1
             return
         encoding = bom_encoding(head)
         binary = archive_kind(head) or (binary_kind(head) if encoding == "utf-8" else None)
@@ -203,7 +202,7 @@ def text_file_spans(
             raise BertError(f"cannot use {path} as corpus.source: it is {binary}")
         if binary:
             logger.warning("skipping %s: %s", path, binary)
-            counts["binary_files"] += 1
+            counts.binary_files += 1
             progress(path.stat().st_size)
             return
         handle.seek(0)
@@ -212,7 +211,7 @@ def text_file_spans(
             fmt = detect_format(head.decode(encoding, "replace"))
             logger.debug("%s: format %s", path, fmt)
         if fmt != "auto":  # how its documents were found (the summary says it); a format
-            counts[f"{fmt}_files"] += 1  # found where the file is cleaned is counted there
+            counts.file_read_as(fmt)  # found where the file is cleaned is counted there
         if encoding == "utf-8":  # ... whose format is found where it is cleaned (tasks)
             check = Utf8Check(path, tool)
             yield from utf8_blocks(handle, check, fmt, whole if fmt == "auto" else size,
@@ -226,7 +225,7 @@ def text_file_spans(
             yield from document_spans(document, size)
 
 
-def parquet_documents(path: Path, field: str, counts: Counter) -> Iterator[Record]:
+def parquet_documents(path: Path, field: str, counts: CorpusCounts) -> Iterator[Record]:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
@@ -288,7 +287,7 @@ class HubSource(Source):
         self.name, self.config = name, config or None
         self.text_field = text_field
 
-    def documents(self, counts: Counter, advance: Advance) -> Iterator[Record]:
+    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Record]:
         import datasets
 
         try:

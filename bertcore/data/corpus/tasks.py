@@ -1,21 +1,25 @@
 """The corpus stage's work in worker processes: spans of documents (`documents`) grouped into
 tasks in order, each cleaned and split into sentences where it runs (`clean_task`), the
-sentences coming back encoded as the lines of train.txt / val.txt.
+sentences coming back encoded as the lines of train.txt / val.txt (`clean_in_order`).
 
 Every task is a function of its spans and the config alone, and the results are taken in
-task order, so the output does not depend on how many processes run them.
+task order, so the output does not depend on how many processes run them. A `TextStream`
+(the rest of a file past a paragraph too long for a block) reads its file through the
+handle the source holds open: it is a task of its own, cleaned in the main process as it
+is read, in its turn.
 """
 
 from __future__ import annotations
 
 import itertools
-from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 
 from bertcore.data.corpus.cleaning import TextCleaner, safe_cut
-from bertcore.data.corpus.documents import Document
+from bertcore.data.corpus.counts import CorpusCounts
+from bertcore.data.corpus.documents import Document, Span
 from bertcore.data.corpus.sentences import SentenceSplitter
+from bertcore.data.corpus.textblocks import TextStream
 from bertcore.data.corpus.writer import Lines
 
 CHUNK_CHARS = 1 << 16  # raw text is cleaned in pieces of about this size
@@ -27,14 +31,14 @@ STREAM_BATCH = 1000  # sentences per part of a document cleaned as it is read
 
 @dataclass
 class CleanTask:
-    spans: list  # Record, PieceRun, TextBlock, TextStream, RecordBlock (see documents)
+    spans: list[Span]
     normalization: str
     max_sentence_chars: int
 
     @property
-    def inline(self) -> bool:
-        """Cleaned in the main process as its text is read (a `TextStream`)."""
-        return any(span.inline for span in self.spans)
+    def streamed(self) -> bool:
+        """A `TextStream`'s task: cleaned in the main process as its text is read."""
+        return isinstance(self.spans[0], TextStream)
 
     @property
     def where(self) -> str:
@@ -47,57 +51,81 @@ class CleanTask:
 @dataclass
 class TaskResult:
     """Per part of a document: its sentences as lines, and whether the document ends there
-    (False: it goes on in the next part); what cleaning removed and cut (complete once the
-    parts, a stream for an inline task, are read); how many text files the task found to
-    be prose or lines (`prose_files`, `lines_files`: their format detected here); and what
-    the source's counts gain where the spans are read (`found`: the records of JSON Lines)."""
+    (False: it goes on in the next part); and what the task counted (complete once the parts,
+    a stream for a streamed task, are read): what cleaning removed and cut, the text files
+    whose format it found (`prose_files`, `lines_files`), the records of JSON Lines."""
 
     parts: Iterable[tuple[Lines, bool]]
-    cleaning: Counter = field(default_factory=Counter)
-    read_as: Counter = field(default_factory=Counter)
-    found: Counter = field(default_factory=Counter)
+    counts: CorpusCounts = field(default_factory=CorpusCounts)
 
 
-def group_spans(spans: Iterable, normalization: str, max_sentence_chars: int,
+def group_spans(spans: Iterable[Span], normalization: str, max_sentence_chars: int,
                 size: int = TASK_SIZE) -> Iterator[CleanTask]:
-    """Consecutive spans in tasks of about `size` each (a larger span, or one to clean
-    inline, is a task of its own)."""
+    """Consecutive spans in tasks of about `size` each (a larger span, or a `TextStream`, is
+    a task of its own)."""
     group, total = [], 0
     for span in spans:
-        if span.inline and group:
+        streamed = isinstance(span, TextStream)
+        if streamed and group:
             yield CleanTask(group, normalization, max_sentence_chars)
             group, total = [], 0
         group.append(span)
         total += span.size
-        if total >= size or span.inline:
+        if total >= size or streamed:
             yield CleanTask(group, normalization, max_sentence_chars)
             group, total = [], 0
     if group:
         yield CleanTask(group, normalization, max_sentence_chars)
 
 
+Run = Callable[[Callable, Iterable], Iterator]  # a TaskRunner's: func(task) for each, in order
+
+
+def clean_in_order(run: Run, tasks: Iterable[CleanTask]) -> Iterator[TaskResult]:
+    """`clean_task` of each task, in order: the tasks between two streamed ones through
+    `run` (in workers), a streamed task here once the results before it are taken. The task
+    after it is taken only once its parts are read, as the source reads on in its file
+    only then."""
+    tasks = iter(tasks)
+    streamed: list[CleanTask] = []
+
+    def until_streamed() -> Iterator[CleanTask]:
+        for task in tasks:
+            if task.streamed:
+                streamed.append(task)
+                return
+            yield task
+
+    while True:
+        yield from run(clean_task, until_streamed())
+        if not streamed:
+            return
+        yield clean_task(streamed.pop())
+
+
 def clean_task(task: CleanTask) -> TaskResult:
     """Clean and split every part of the task's spans (in a worker process, or streamed in
-    this one for an inline task)."""
-    counts, found = Counter(), Counter()
-    parts = _clean_parts(task, counts, found)
-    read_as = Counter(f"{span.read_as}_files" for span in task.spans if span.read_as)
-    return TaskResult(parts if task.inline else list(parts), counts, read_as, found)
+    this one for a streamed task)."""
+    counts = CorpusCounts()
+    for span in task.spans:
+        if span.read_as:
+            counts.file_read_as(span.read_as)
+    parts = _clean_parts(task, counts)
+    return TaskResult(parts if task.streamed else list(parts), counts)
 
 
-def _clean_parts(task: CleanTask, counts: Counter,
-                 found: Counter) -> Iterator[tuple[Lines, bool]]:
+def _clean_parts(task: CleanTask, counts: CorpusCounts) -> Iterator[tuple[Lines, bool]]:
     cleaner = TextCleaner(task.normalization)
     for span in task.spans:
-        for document, ends in span.parts(found):
+        for document, ends in span.parts(counts):
             splitter = SentenceSplitter(task.max_sentence_chars, document.split_sentences)
             sentences = document_sentences(document, cleaner, splitter)
-            if span.inline:
+            if task.streamed:
                 yield from _in_batches(sentences, ends)
             else:
                 yield Lines.of(sentences), ends
-            counts["overlong_sentence_cuts"] += splitter.overlong_cuts
-    counts.update(cleaner.counts)
+            counts.overlong_sentence_cuts += splitter.overlong_cuts
+    counts.add(cleaner.counts)
 
 
 def _in_batches(sentences: Iterator[str], ends: bool) -> Iterator[tuple[Lines, bool]]:

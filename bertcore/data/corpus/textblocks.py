@@ -8,13 +8,13 @@ from __future__ import annotations
 
 import io
 import re
-from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import BinaryIO
 
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import (
     Advance,
     Document,
@@ -60,13 +60,12 @@ class TextBlock(_FileLayout):
     ends: bool
     final: bool
     path: str = ""  # its file, for messages
-    inline = False
 
     @property
     def start(self) -> bytes:
         return self.data
 
-    def parts(self, counts: Counter) -> list[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
         lines = decoded_lines(io.BytesIO(self.data), Path("<block>"), final=self.final)
         if self.layout == "prose":
@@ -79,21 +78,20 @@ class TextBlock(_FileLayout):
 @dataclass
 class TextStream(_FileLayout):
     """The rest of a UTF-8 file from a run of MAX_BLOCK_BYTES with nowhere to end a block (a
-    paragraph or line that long): cleaned in the main process as it is read (`inline`), so
-    that memory stays bounded; `head` is what was read of it already."""
+    paragraph or line that long): cleaned in the main process as it is read, so that memory
+    stays bounded (`tasks.clean_in_order`); `head` is what was read of it already."""
 
     head: bytes
     handle: BinaryIO
     check: Utf8Check
     fmt: str
     advance: Advance
-    inline = True
 
     @property
     def start(self) -> bytes:
         return self.head
 
-    def parts(self, counts: Counter) -> Iterator[tuple[Document, bool]]:
+    def parts(self, counts: CorpusCounts) -> Iterator[tuple[Document, bool]]:
         reader = _Rejoined(self.head, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
         if self.layout == "prose":

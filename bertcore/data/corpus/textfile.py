@@ -35,6 +35,7 @@ from typing import BinaryIO
 import numpy as np
 
 from bertcore.common.errors import BertError
+from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.documents import (
     Advance,
     Piece,
@@ -238,14 +239,14 @@ class Utf8Check:
         if not data.isascii():  # a character past ASCII has one lead byte, 0xC0 or above
             self.decoded += int(np.count_nonzero(np.frombuffer(data, np.uint8) >= 0xC0))
 
-    def report_invalid(self, counts) -> None:
+    def report_invalid(self, counts: CorpusCounts) -> None:
         """At the end of the file: warn of the invalid sequences, and count them."""
         if self.invalid:
             logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line "
                            "%d)", self.path, self.invalid, self.first[0])
-            counts["invalid_utf8_sequences"] += self.invalid
+            counts.invalid_utf8_sequences += self.invalid
 
-    def report(self, counts) -> None:
+    def report(self, counts: CorpusCounts) -> None:
         """At the end of a text file: `report_invalid`, and warn of the NUL bytes (which
         cleaning removed)."""
         self.report_invalid(counts)
@@ -320,7 +321,8 @@ def line_pieces(data: bytes, limit: int | None = LINE_CHUNK_BYTES) -> int:
     return int(((lengths + limit - 1) // limit).sum())
 
 
-def wide_lines(handle, encoding: str, path: Path, counts, advance: Advance) -> Iterator[Piece]:
+def wide_lines(handle, encoding: str, path: Path, counts: CorpusCounts,
+               advance: Advance) -> Iterator[Piece]:
     """(text, complete) per line of a UTF-16/UTF-32 stream with a byte order mark."""
     width = 2 if encoding == "utf-16" else 4
     text = io.TextIOWrapper(handle, encoding=encoding, errors="replace", newline="")
@@ -333,4 +335,4 @@ def wide_lines(handle, encoding: str, path: Path, counts, advance: Advance) -> I
     if invalid:
         logger.warning("%s: %d invalid %s sequences replaced by U+FFFD", path, invalid,
                        encoding.upper())
-        counts["invalid_utf8_sequences"] += invalid
+        counts.invalid_utf8_sequences += invalid
