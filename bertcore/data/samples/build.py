@@ -11,7 +11,7 @@ Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
     phase2/                            meta.json and the pair arrays at phase 2's length
 
 Building streams: each split is tokenised once, in worker processes, a batch of sentences per
-task (`encoding`), into its `tokens.npy` and a document table on disk (`doctable`); then
+task (`tokenizing`), into its `tokens.npy` and a document table on disk (`doctable`); then
 worker processes pair shards of documents into NSP instances (`pairing`), for phase 1's
 length and then phase 2's, and the shards' pairs are appended in order to each
 folder's pair arrays (`store`). Every document gets its own random generator, seeded from
@@ -41,15 +41,7 @@ from bertcore.common.pool import TaskRunner
 from bertcore.common.workers import worker_count
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.doctable import (
-    NEIGHBOURS,
-    ORIGINS,
-    DocTable,
-    LineBatch,
-    SentenceBatch,
-    tokenize_corpus,
-)
-from bertcore.data.samples.encoding import SentenceEncoder
+from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
 from bertcore.data.samples.pairing import pair_document
 from bertcore.data.samples.store import (
     FORMAT_VERSION,
@@ -61,8 +53,14 @@ from bertcore.data.samples.store import (
     arrays_sha256,
     token_dtype,
 )
+from bertcore.data.samples.tokenizing import (
+    LineBatch,
+    SentenceBatch,
+    SentenceEncoder,
+    tokenize_corpus,
+)
 
-# Sentences are tokenised in tasks of about this many bytes of the corpus file (`encoding`).
+# Sentences are tokenised in tasks of about this many bytes of the corpus file (`tokenizing`).
 SENTENCE_BATCH_BYTES = 1 << 20
 # Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
 SHARD_TOKENS = 1 << 19
@@ -223,12 +221,12 @@ def build_split(
 def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None:
     """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
     block of the file), beside its document table."""
-    origins = np.fromfile(table_dir / ORIGINS, np.int64)
+    origins = read_origins(table_dir)
     if len(origins) and origins[-1] >= len(entries):
         raise BertError(f"{corpus_file} does not match the parts.json beside it: "
                         "rerun `bert corpus`")
     flags = neighbour_flags(entries, origins)
-    flags.tofile(table_dir / NEIGHBOURS)
+    write_neighbour_flags(table_dir, flags)
     if len(flags) <= NEIGHBOURHOOD:  # a larger split has a document outside any neighbourhood
         with DocTable(table_dir) as table:
             documents = table.documents(0, table.n_documents)
