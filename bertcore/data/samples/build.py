@@ -1,20 +1,12 @@
-"""NSP training samples on disk: built from a corpus and a tokenizer, read by memory map.
-
-Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
-
-    meta.json                          vocab fingerprint, [CLS]/[SEP] ids, lengths, counts,
-                                       NSP balance per split
-    {train,val}/tokens.npy             every sentence's token ids, concatenated (no specials)
-    {train,val}/segment_starts.npy     int64 (n, 2): where pair i's A and B begin in tokens
-    {train,val}/segment_lengths.npy    uint16 (n, 2): how long A and B are
-    {train,val}/is_random_next.npy     uint8 (n,): 1 when B is a random segment (NSP label 1)
-    phase2/                            meta.json and the pair arrays at phase 2's length
+"""NSP training samples built from a corpus and a tokenizer into a samples folder, whose
+layout, writer and reader are `bertcore.data.samples.store`'s (the contract in
+ARCHITECTURE.md).
 
 Building streams: each split is tokenised once, in worker processes, a batch of sentences per
 task (`tokenizing`), into its `tokens.npy` and a document table on disk (`doctable`); then
 worker processes pair shards of documents into NSP instances (`pairing`), for phase 1's
 length and then phase 2's, and the shards' pairs are appended in order to each
-folder's pair arrays (`store`). Every document gets its own random generator, seeded from
+phase's pair arrays (`store`). Every document gets its own random generator, seeded from
 (random_seed, split, dupe, document), so the output is byte-identical whatever the number of
 workers, and phase 1's is the same with phase 2 on or off.
 
@@ -35,7 +27,6 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.common.workers import worker_count
@@ -44,14 +35,15 @@ from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
 from bertcore.data.samples.pairing import pair_document
 from bertcore.data.samples.store import (
-    FORMAT_VERSION,
-    META_FILE,
-    PAIR_ARRAYS,
+    PHASE1_DIR,
     PHASE2_DIR,
     TOKENS,
     NpyAppender,
-    arrays_sha256,
+    SplitPairsWriter,
+    add_split,
+    new_meta,
     token_dtype,
+    write_meta,
 )
 from bertcore.data.samples.tokenizing import (
     LineBatch,
@@ -184,9 +176,9 @@ def build_split(
     progress: bool = False,
 ) -> dict[str, tuple[dict, str]]:
     """Tokenise one split once (`encode`) into `out_dir/split/tokens.npy`, then pair it (through
-    `run(pair_shard, tasks)`) for each samples folder of `configs` (folder relative to
-    `out_dir` -> its settings); return each folder's statistics and `arrays_sha256` of the
-    split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
+    `run(pair_shard, tasks)`) for each phase of `configs` (its folder, PHASE1_DIR or
+    PHASE2_DIR, -> its settings); return each phase's meta.json entry and `arrays_sha256` of
+    the split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
     for advice."""
     table_dir = out_dir / ".work" / split
     (out_dir / split).mkdir(parents=True)
@@ -201,9 +193,9 @@ def build_split(
     with DocTable(table_dir) as table:
         shards = list(_shards(table))
     built = {}
-    for folder, config in configs.items():
+    for phase_dir, config in configs.items():
         pairing = _SplitPairing(table_dir, split, config, shards)
-        pairs = _SplitPairs(out_dir / folder / split)
+        pairs = SplitPairsWriter(out_dir / phase_dir / split)
         passes = _pair_passes(pairing, run, pairs, progress)
         digest = pairs.close(tokens_part)
         if pairs.count == 0:
@@ -213,7 +205,8 @@ def build_split(
                 "documents of two sentences or more (in one-sentence-per-line text a blank "
                 "line ends a document: check corpus.format)"
             )
-        built[folder] = _split_stats(stats, parts, passes, pairs), digest
+        entry = pairs.meta_entry(stats, parts.get("split_by", "documents"), passes)
+        built[phase_dir] = entry, digest
     shutil.rmtree(table_dir)
     return built
 
@@ -261,44 +254,7 @@ class _SplitPairing:
                                config.max_seq_length, config.short_seq_prob, config.random_seed)
 
 
-class _SplitPairs:
-    """The pair arrays of one split of one samples folder, appended shard after shard in task
-    order, with the counts its statistics need."""
-
-    def __init__(self, out_dir: Path):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.writers = {name: NpyAppender(out_dir / f"{name}.npy", dtype, columns)
-                        for name, (dtype, columns) in PAIR_ARRAYS.items()}
-        self.tokens = self.random_count = 0
-        self.min_length, self.max_length = np.iinfo(np.int64).max, 0
-
-    @property
-    def count(self) -> int:
-        """Pairs written so far."""
-        return self.writers["is_random_next"].count
-
-    def append(self, instances: np.ndarray) -> None:
-        """One shard's instances (what `pair_shard` returns)."""
-        a0, a1, b0, b1, is_random = instances.T
-        segment_lengths = np.stack([a1 - a0, b1 - b0], axis=1)
-        self.writers["segment_starts"].append(np.stack([a0, b0], axis=1))
-        self.writers["segment_lengths"].append(segment_lengths)
-        self.writers["is_random_next"].append(is_random)
-        lengths = segment_lengths.sum(axis=1) + 3  # [CLS] A [SEP] B [SEP]
-        self.tokens += int(lengths.sum())
-        self.random_count += int(is_random.sum())
-        if len(lengths):
-            self.max_length = max(self.max_length, int(lengths.max()))
-            self.min_length = min(self.min_length, int(lengths.min()))
-
-    def close(self, tokens_part: tuple[bytes, bytes]) -> str:
-        """Finish the files; returns the split's `arrays_sha256`, with `tokens_part` (header,
-        data digest) of the token file the pairs point into."""
-        parts = {name: writer.close() for name, writer in self.writers.items()}
-        return arrays_sha256({TOKENS: tokens_part, **parts})
-
-
-def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: _SplitPairs,
+def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: SplitPairsWriter,
                  progress: bool) -> int:
     """Pair the split's passes into `pairs`: every pass at once, or (min_pairs > 0) one at a
     time until the split holds min_pairs. Returns the passes made."""
@@ -316,26 +272,6 @@ def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: _SplitPairs,
             if min_pairs and pairs.count >= min_pairs:
                 break
     return passes
-
-
-def _split_stats(stats: dict, parts: dict, passes: int, pairs: _SplitPairs) -> dict:
-    """meta.json's entry of one split: its corpus's counts (`stats`), and its pairs'."""
-    count = pairs.count
-    return {
-        "documents": stats["documents"],
-        "split_by": parts.get("split_by", "documents"),
-        "sentences": stats["sentences"],
-        "corpus_tokens": stats["tokens"],
-        "single_sentence_documents": stats["single_sentence_documents"],
-        "empty_sentences_dropped": stats["empty_sentences_dropped"],
-        "dupe_factor": passes,
-        "count": count,
-        "tokens": pairs.tokens,
-        "mean_length": round(pairs.tokens / count, 3),
-        "min_length": pairs.min_length,
-        "max_length": pairs.max_length,
-        "nsp_random_fraction": round(pairs.random_count / count, 4),
-    }
 
 
 def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
@@ -384,7 +320,8 @@ def build_samples(
     """Build every split of `corpus_files` ({"train": path, "val": path}) into `out_dir`
     (a fresh folder) with a `tokenizers.Tokenizer`, and with `phase2_length` the samples of
     BERT's second phase at that length into `out_dir/phase2` (pointing into the same tokens);
-    write each folder's meta.json and return them: {"": phase 1's, PHASE2_DIR: phase 2's}.
+    write each phase's meta.json and return them by the phase's folder: {PHASE1_DIR (""):
+    phase 1's, PHASE2_DIR: phase 2's}.
 
     `parts`: the corpus's parts.json (`bertcore.data.corpus.parts.read_parts`), when it is split
     by parts of documents. meta.json's `arrays_sha256` fingerprints each split's arrays.
@@ -394,37 +331,23 @@ def build_samples(
     dtype = token_dtype(vocab_size)
     cls_id, sep_id = _special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]")
 
-    configs = {"": config}
+    configs = {PHASE1_DIR: config}
     if phase2_length is not None:
         configs[PHASE2_DIR] = dataclasses.replace(config, max_seq_length=phase2_length)
-    metas = {folder: {
-        "format": FORMAT_VERSION,
-        "vocab_fingerprint": vocab_fingerprint,
-        "vocab_size": vocab_size,
-        "dtype": dtype.name,
-        "cls_id": cls_id,
-        "sep_id": sep_id,
-        "tokens_dir": ".." if folder else ".",  # where {split}/tokens.npy is, from here
-        "max_seq_length": c.max_seq_length,
-        "short_seq_prob": c.short_seq_prob,
-        "dupe_factor": c.dupe_factor,
-        "val_pairs": c.val_pairs,
-        "random_seed": c.random_seed,
-        "arrays_sha256": {},
-    } for folder, c in configs.items()}
+    metas = {phase_dir: new_meta(phase_dir, c, vocab_fingerprint, vocab_size, cls_id, sep_id)
+             for phase_dir, c in configs.items()}
     workers = worker_count(config.workers, "samples.workers")
     with TaskRunner(workers) as run:
         encode = SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
         for split, path in corpus_files.items():
-            other = metas[""]["train"]["documents"] if "train" in metas[""] else None
+            other = metas[PHASE1_DIR].get("train", {}).get("documents")
             built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,
                                 parts or {}, other_documents=other, progress=progress)
-            for folder, (stats, digest) in built.items():
-                metas[folder][split] = stats
-                metas[folder]["arrays_sha256"][split] = digest
+            for phase_dir, (entry, digest) in built.items():
+                add_split(metas[phase_dir], split, entry, digest)
     shutil.rmtree(out_dir / ".work", ignore_errors=True)
-    for folder, meta in metas.items():
-        write_json(out_dir / folder / META_FILE, meta)
+    for phase_dir, meta in metas.items():
+        write_meta(out_dir / phase_dir, meta)
     return metas
 
 
