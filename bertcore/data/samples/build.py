@@ -5,10 +5,11 @@ ARCHITECTURE.md).
 Building streams: each split is tokenised once, in worker processes, a batch of sentences per
 task (`tokenizing`), into its `tokens.npy` and a document table on disk (`doctable`); then
 worker processes pair shards of documents into NSP instances (`pairing`), for phase 1's
-length and then phase 2's, and the shards' pairs are appended in order to each
-phase's pair arrays (`store`). Every document gets its own random generator, seeded from
-(random_seed, split, dupe, document), so the output is byte-identical whatever the number of
-workers, and phase 1's is the same with phase 2 on or off.
+length and then phase 2's, and the shards' pairs are appended in order to each phase's pair
+arrays (`store`). This module is the main process's part: the shards, the tasks, the order of
+their results and the messages. Every document gets its own random generator
+(`pairing.document_rng`), so the output is byte-identical whatever the number of workers, and
+phase 1's is the same with phase 2 on or off.
 
 A corpus split by parts of documents (`bertcore.data.corpus.parts`, its parts.json passed as
 `parts`) is paired part by part, and a random B never comes from A's own part nor from the
@@ -18,8 +19,6 @@ parts right before and after it in the same document.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import random
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -33,7 +32,7 @@ from bertcore.common.workers import worker_count
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
-from bertcore.data.samples.pairing import pair_document
+from bertcore.data.samples.pairing import PairTask, pair_shard
 from bertcore.data.samples.store import (
     PHASE1_DIR,
     PHASE2_DIR,
@@ -62,85 +61,6 @@ SHARD_TOKENS = 1 << 19
 VAL_MAX_PASSES = 20
 # A document's neighbourhood (no random B from it): itself and the parts either side.
 NEIGHBOURHOOD = 3
-
-
-# ---------------------------------------------------------------------------------------------
-# Pairing (in worker processes)
-
-
-@dataclasses.dataclass(frozen=True)
-class PairTask:
-    """One worker task: pair documents [doc_lo, doc_hi) of a table in pass `dupe`."""
-
-    table_dir: str
-    split: str
-    dupe: int
-    doc_lo: int
-    doc_hi: int
-    max_seq_length: int
-    short_seq_prob: float
-    random_seed: int
-
-    @property
-    def where(self) -> str:
-        """What it pairs, for messages."""
-        return (f"pairing {self.split} documents {self.doc_lo}-{self.doc_hi - 1}, "
-                f"pass {self.dupe + 1}")
-
-
-def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
-    """The generator of one document in one pass: independent of how work is sharded."""
-    key = hashlib.blake2b(f"{random_seed}/{split}/{dupe}/{doc}".encode(), digest_size=8)
-    return random.Random(int.from_bytes(key.digest(), "little"))
-
-
-def pair_shard(task: PairTask) -> np.ndarray:
-    """NSP instances of one shard: int64 rows (a_start, a_stop, b_start, b_stop,
-    is_random_next), token offsets into the split's tokens."""
-    max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    with DocTable(task.table_dir) as table:
-        rows = table.documents(task.doc_lo, task.doc_hi)
-        flags = table.neighbour_flags(task.doc_lo, task.doc_hi).tolist()
-        sent_lo = int(rows[0, 0])
-        offsets = table.sentence_starts(sent_lo, int(rows[-1, 0])).tolist()
-        first_sentences = (rows[:, 0] - sent_lo).tolist()
-        instances = []
-        for k, doc in enumerate(range(task.doc_lo, task.doc_hi)):
-            instances += pair_document(
-                offsets[first_sentences[k] : first_sentences[k + 1] + 1],
-                document_rng(task.random_seed, task.split, task.dupe, doc),
-                max_num_tokens,
-                task.short_seq_prob,
-                _random_segments(table, doc, flags[k]),
-            )
-    return np.array(instances, np.int64).reshape(len(instances), 5)
-
-
-def excluded_range(doc: int, flags: int) -> tuple[int, int]:
-    """The documents lo..hi that give `doc` (its neighbour `flags`) no random B: itself, and
-    its neighbouring parts."""
-    return doc - (flags & 1), doc + (flags >> 1)
-
-
-def _random_segments(table: DocTable, doc: int, flags: int):
-    """Google's random B for document `doc`: from a random start sentence of another
-    document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
-    that document ends)."""
-    n_docs = table.n_documents
-    lo, hi = excluded_range(doc, flags)
-    excluded = hi - lo + 1
-
-    def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
-        other = rng.randrange(n_docs - excluded)
-        other += excluded if other >= lo else 0  # any document but lo..hi
-        first, stop = table.documents(other, other + 1)[:, 0].tolist()
-        return table.segment(first + rng.randrange(stop - first), stop, min_tokens)
-
-    return random_segment
-
-
-# ---------------------------------------------------------------------------------------------
-# Building (in the main process)
 
 
 def _shards(table: DocTable) -> Iterator[tuple[int, int]]:

@@ -1,7 +1,7 @@
 """The document table: a tokenised corpus split on disk, its writer (`DocTableWriter`) and its
 reader (`DocTable`), so that memory does not grow with the corpus. It lives in the samples
 folder's `.work/` while the stage runs (`bertcore.data.samples.tokenizing` writes it,
-the pairing tasks read it) and is removed when the stage is done.
+`bertcore.data.samples.pairing` reads it) and is removed when the stage is done.
 
 A corpus file (one sentence per line, blank line between documents) becomes flat files:
 

@@ -109,7 +109,8 @@ class NpyAppender:
 class SplitPairsWriter:
     """The pair arrays of one split of one phase's samples, appended in order from NSP
     instances (int64 rows: a_start, a_stop, b_start, b_stop, is_random_next, token offsets
-    into the split's tokens), with the counts of its meta.json entry (`meta_entry`)."""
+    into the split's tokens, as `bertcore.data.samples.pairing.pair_shard` gives them), with
+    the counts of its meta.json entry (`meta_entry`)."""
 
     def __init__(self, split_dir: Path):
         split_dir.mkdir(parents=True, exist_ok=True)
