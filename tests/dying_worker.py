@@ -8,7 +8,7 @@ import os
 import signal
 from pathlib import Path
 
-from bertcore.data.samples.build import pair_shard as _pair_shard
+from bertcore.data.samples.pairing import pair_shard as _pair_shard
 
 
 def _die() -> None:

@@ -19,6 +19,7 @@ from bertcore.data.samples.build import VAL_MAX_PASSES, build_samples
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.samples.pairing import pair_document, truncation
 from bertcore.data.samples.store import (
+    PHASE1_DIR,
     PHASE2_DIR,
     SampleStore,
     arrays_sha256_of_files,
@@ -73,7 +74,7 @@ def build(data, out, phase2_length=None, **config):
     vocab = data / "vocab"
     out.mkdir()
     return build_samples(files, load_tokenizer(vocab), out, config, vocab_fingerprint(vocab),
-                         phase2_length=phase2_length)[""]
+                         phase2_length=phase2_length)[PHASE1_DIR]
 
 
 def test_layout_and_invariants(data, tmp_path):

@@ -1,22 +1,15 @@
-"""NSP training samples on disk: built from a corpus and a tokenizer, read by memory map.
-
-Layout of a samples folder (the contract in ARCHITECTURE.md; `store`):
-
-    meta.json                          vocab fingerprint, [CLS]/[SEP] ids, lengths, counts,
-                                       NSP balance per split
-    {train,val}/tokens.npy             every sentence's token ids, concatenated (no specials)
-    {train,val}/segment_starts.npy     int64 (n, 2): where pair i's A and B begin in tokens
-    {train,val}/segment_lengths.npy    uint16 (n, 2): how long A and B are
-    {train,val}/is_random_next.npy     uint8 (n,): 1 when B is a random segment (NSP label 1)
-    phase2/                            meta.json and the pair arrays at phase 2's length
+"""NSP training samples built from a corpus and a tokenizer into a samples folder, whose
+layout, writer and reader are `bertcore.data.samples.store`'s (the contract in
+ARCHITECTURE.md).
 
 Building streams: each split is tokenised once, in worker processes, a batch of sentences per
-task (`encoding`), into its `tokens.npy` and a document table on disk (`doctable`); then
+task (`tokenizing`), into its `tokens.npy` and a document table on disk (`doctable`); then
 worker processes pair shards of documents into NSP instances (`pairing`), for phase 1's
-length and then phase 2's, and the shards' pairs are appended in order to each
-folder's pair arrays (`store`). Every document gets its own random generator, seeded from
-(random_seed, split, dupe, document), so the output is byte-identical whatever the number of
-workers, and phase 1's is the same with phase 2 on or off.
+length and then phase 2's, and the shards' pairs are appended in order to each phase's pair
+arrays (`store`). This module is the main process's part: the shards, the tasks, the order of
+their results and the messages. Every document gets its own random generator
+(`pairing.document_rng`), so the output is byte-identical whatever the number of workers, and
+phase 1's is the same with phase 2 on or off.
 
 A corpus split by parts of documents (`bertcore.data.corpus.parts`, its parts.json passed as
 `parts`) is paired part by part, and a random B never comes from A's own part nor from the
@@ -26,8 +19,6 @@ parts right before and after it in the same document.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import random
 import shutil
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
@@ -35,34 +26,32 @@ from pathlib import Path
 import numpy as np
 from tqdm import tqdm
 
-from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.common.workers import worker_count
 from bertcore.data.corpus.parts import neighbour_flags
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.doctable import (
-    NEIGHBOURS,
-    ORIGINS,
-    DocTable,
-    LineBatch,
-    SentenceBatch,
-    tokenize_corpus,
-)
-from bertcore.data.samples.encoding import SentenceEncoder
-from bertcore.data.samples.pairing import pair_document
+from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
+from bertcore.data.samples.pairing import PairTask, pair_shard
 from bertcore.data.samples.store import (
-    FORMAT_VERSION,
-    META_FILE,
-    PAIR_ARRAYS,
+    PHASE1_DIR,
     PHASE2_DIR,
     TOKENS,
     NpyAppender,
-    arrays_sha256,
+    SplitPairsWriter,
+    add_split,
+    new_meta,
     token_dtype,
+    write_meta,
+)
+from bertcore.data.samples.tokenizing import (
+    LineBatch,
+    SentenceBatch,
+    SentenceEncoder,
+    tokenize_corpus,
 )
 
-# Sentences are tokenised in tasks of about this many bytes of the corpus file (`encoding`).
+# Sentences are tokenised in tasks of about this many bytes of the corpus file (`tokenizing`).
 SENTENCE_BATCH_BYTES = 1 << 20
 # Documents are paired in shards of about this many corpus tokens (one task per shard and dupe).
 SHARD_TOKENS = 1 << 19
@@ -72,85 +61,6 @@ SHARD_TOKENS = 1 << 19
 VAL_MAX_PASSES = 20
 # A document's neighbourhood (no random B from it): itself and the parts either side.
 NEIGHBOURHOOD = 3
-
-
-# ---------------------------------------------------------------------------------------------
-# Pairing (in worker processes)
-
-
-@dataclasses.dataclass(frozen=True)
-class PairTask:
-    """One worker task: pair documents [doc_lo, doc_hi) of a table in pass `dupe`."""
-
-    table_dir: str
-    split: str
-    dupe: int
-    doc_lo: int
-    doc_hi: int
-    max_seq_length: int
-    short_seq_prob: float
-    random_seed: int
-
-    @property
-    def where(self) -> str:
-        """What it pairs, for messages."""
-        return (f"pairing {self.split} documents {self.doc_lo}-{self.doc_hi - 1}, "
-                f"pass {self.dupe + 1}")
-
-
-def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
-    """The generator of one document in one pass: independent of how work is sharded."""
-    key = hashlib.blake2b(f"{random_seed}/{split}/{dupe}/{doc}".encode(), digest_size=8)
-    return random.Random(int.from_bytes(key.digest(), "little"))
-
-
-def pair_shard(task: PairTask) -> np.ndarray:
-    """NSP instances of one shard: int64 rows (a_start, a_stop, b_start, b_stop,
-    is_random_next), token offsets into the split's tokens."""
-    max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
-    with DocTable(task.table_dir) as table:
-        rows = table.documents(task.doc_lo, task.doc_hi)
-        flags = table.neighbour_flags(task.doc_lo, task.doc_hi).tolist()
-        sent_lo = int(rows[0, 0])
-        offsets = table.sentence_starts(sent_lo, int(rows[-1, 0])).tolist()
-        first_sentences = (rows[:, 0] - sent_lo).tolist()
-        instances = []
-        for k, doc in enumerate(range(task.doc_lo, task.doc_hi)):
-            instances += pair_document(
-                offsets[first_sentences[k] : first_sentences[k + 1] + 1],
-                document_rng(task.random_seed, task.split, task.dupe, doc),
-                max_num_tokens,
-                task.short_seq_prob,
-                _random_segments(table, doc, flags[k]),
-            )
-    return np.array(instances, np.int64).reshape(len(instances), 5)
-
-
-def excluded_range(doc: int, flags: int) -> tuple[int, int]:
-    """The documents lo..hi that give `doc` (its neighbour `flags`) no random B: itself, and
-    its neighbouring parts."""
-    return doc - (flags & 1), doc + (flags >> 1)
-
-
-def _random_segments(table: DocTable, doc: int, flags: int):
-    """Google's random B for document `doc`: from a random start sentence of another
-    document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
-    that document ends)."""
-    n_docs = table.n_documents
-    lo, hi = excluded_range(doc, flags)
-    excluded = hi - lo + 1
-
-    def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
-        other = rng.randrange(n_docs - excluded)
-        other += excluded if other >= lo else 0  # any document but lo..hi
-        first, stop = table.documents(other, other + 1)[:, 0].tolist()
-        return table.segment(first + rng.randrange(stop - first), stop, min_tokens)
-
-    return random_segment
-
-
-# ---------------------------------------------------------------------------------------------
-# Building (in the main process)
 
 
 def _shards(table: DocTable) -> Iterator[tuple[int, int]]:
@@ -186,9 +96,9 @@ def build_split(
     progress: bool = False,
 ) -> dict[str, tuple[dict, str]]:
     """Tokenise one split once (`encode`) into `out_dir/split/tokens.npy`, then pair it (through
-    `run(pair_shard, tasks)`) for each samples folder of `configs` (folder relative to
-    `out_dir` -> its settings); return each folder's statistics and `arrays_sha256` of the
-    split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
+    `run(pair_shard, tasks)`) for each phase of `configs` (its folder, PHASE1_DIR or
+    PHASE2_DIR, -> its settings); return each phase's meta.json entry and `arrays_sha256` of
+    the split. `parts` is the corpus's parts.json; `other_documents`, the other split's count,
     for advice."""
     table_dir = out_dir / ".work" / split
     (out_dir / split).mkdir(parents=True)
@@ -203,9 +113,9 @@ def build_split(
     with DocTable(table_dir) as table:
         shards = list(_shards(table))
     built = {}
-    for folder, config in configs.items():
+    for phase_dir, config in configs.items():
         pairing = _SplitPairing(table_dir, split, config, shards)
-        pairs = _SplitPairs(out_dir / folder / split)
+        pairs = SplitPairsWriter(out_dir / phase_dir / split)
         passes = _pair_passes(pairing, run, pairs, progress)
         digest = pairs.close(tokens_part)
         if pairs.count == 0:
@@ -215,7 +125,8 @@ def build_split(
                 "documents of two sentences or more (in one-sentence-per-line text a blank "
                 "line ends a document: check corpus.format)"
             )
-        built[folder] = _split_stats(stats, parts, passes, pairs), digest
+        entry = pairs.meta_entry(stats, parts.get("split_by", "documents"), passes)
+        built[phase_dir] = entry, digest
     shutil.rmtree(table_dir)
     return built
 
@@ -223,12 +134,12 @@ def build_split(
 def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None:
     """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
     block of the file), beside its document table."""
-    origins = np.fromfile(table_dir / ORIGINS, np.int64)
+    origins = read_origins(table_dir)
     if len(origins) and origins[-1] >= len(entries):
         raise BertError(f"{corpus_file} does not match the parts.json beside it: "
                         "rerun `bert corpus`")
     flags = neighbour_flags(entries, origins)
-    flags.tofile(table_dir / NEIGHBOURS)
+    write_neighbour_flags(table_dir, flags)
     if len(flags) <= NEIGHBOURHOOD:  # a larger split has a document outside any neighbourhood
         with DocTable(table_dir) as table:
             documents = table.documents(0, table.n_documents)
@@ -263,44 +174,7 @@ class _SplitPairing:
                                config.max_seq_length, config.short_seq_prob, config.random_seed)
 
 
-class _SplitPairs:
-    """The pair arrays of one split of one samples folder, appended shard after shard in task
-    order, with the counts its statistics need."""
-
-    def __init__(self, out_dir: Path):
-        out_dir.mkdir(parents=True, exist_ok=True)
-        self.writers = {name: NpyAppender(out_dir / f"{name}.npy", dtype, columns)
-                        for name, (dtype, columns) in PAIR_ARRAYS.items()}
-        self.tokens = self.random_count = 0
-        self.min_length, self.max_length = np.iinfo(np.int64).max, 0
-
-    @property
-    def count(self) -> int:
-        """Pairs written so far."""
-        return self.writers["is_random_next"].count
-
-    def append(self, instances: np.ndarray) -> None:
-        """One shard's instances (what `pair_shard` returns)."""
-        a0, a1, b0, b1, is_random = instances.T
-        segment_lengths = np.stack([a1 - a0, b1 - b0], axis=1)
-        self.writers["segment_starts"].append(np.stack([a0, b0], axis=1))
-        self.writers["segment_lengths"].append(segment_lengths)
-        self.writers["is_random_next"].append(is_random)
-        lengths = segment_lengths.sum(axis=1) + 3  # [CLS] A [SEP] B [SEP]
-        self.tokens += int(lengths.sum())
-        self.random_count += int(is_random.sum())
-        if len(lengths):
-            self.max_length = max(self.max_length, int(lengths.max()))
-            self.min_length = min(self.min_length, int(lengths.min()))
-
-    def close(self, tokens_part: tuple[bytes, bytes]) -> str:
-        """Finish the files; returns the split's `arrays_sha256`, with `tokens_part` (header,
-        data digest) of the token file the pairs point into."""
-        parts = {name: writer.close() for name, writer in self.writers.items()}
-        return arrays_sha256({TOKENS: tokens_part, **parts})
-
-
-def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: _SplitPairs,
+def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: SplitPairsWriter,
                  progress: bool) -> int:
     """Pair the split's passes into `pairs`: every pass at once, or (min_pairs > 0) one at a
     time until the split holds min_pairs. Returns the passes made."""
@@ -318,26 +192,6 @@ def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: _SplitPairs,
             if min_pairs and pairs.count >= min_pairs:
                 break
     return passes
-
-
-def _split_stats(stats: dict, parts: dict, passes: int, pairs: _SplitPairs) -> dict:
-    """meta.json's entry of one split: its corpus's counts (`stats`), and its pairs'."""
-    count = pairs.count
-    return {
-        "documents": stats["documents"],
-        "split_by": parts.get("split_by", "documents"),
-        "sentences": stats["sentences"],
-        "corpus_tokens": stats["tokens"],
-        "single_sentence_documents": stats["single_sentence_documents"],
-        "empty_sentences_dropped": stats["empty_sentences_dropped"],
-        "dupe_factor": passes,
-        "count": count,
-        "tokens": pairs.tokens,
-        "mean_length": round(pairs.tokens / count, 3),
-        "min_length": pairs.min_length,
-        "max_length": pairs.max_length,
-        "nsp_random_fraction": round(pairs.random_count / count, 4),
-    }
 
 
 def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
@@ -386,7 +240,8 @@ def build_samples(
     """Build every split of `corpus_files` ({"train": path, "val": path}) into `out_dir`
     (a fresh folder) with a `tokenizers.Tokenizer`, and with `phase2_length` the samples of
     BERT's second phase at that length into `out_dir/phase2` (pointing into the same tokens);
-    write each folder's meta.json and return them: {"": phase 1's, PHASE2_DIR: phase 2's}.
+    write each phase's meta.json and return them by the phase's folder: {PHASE1_DIR (""):
+    phase 1's, PHASE2_DIR: phase 2's}.
 
     `parts`: the corpus's parts.json (`bertcore.data.corpus.parts.read_parts`), when it is split
     by parts of documents. meta.json's `arrays_sha256` fingerprints each split's arrays.
@@ -396,37 +251,23 @@ def build_samples(
     dtype = token_dtype(vocab_size)
     cls_id, sep_id = _special_id(tokenizer, "[CLS]"), _special_id(tokenizer, "[SEP]")
 
-    configs = {"": config}
+    configs = {PHASE1_DIR: config}
     if phase2_length is not None:
         configs[PHASE2_DIR] = dataclasses.replace(config, max_seq_length=phase2_length)
-    metas = {folder: {
-        "format": FORMAT_VERSION,
-        "vocab_fingerprint": vocab_fingerprint,
-        "vocab_size": vocab_size,
-        "dtype": dtype.name,
-        "cls_id": cls_id,
-        "sep_id": sep_id,
-        "tokens_dir": ".." if folder else ".",  # where {split}/tokens.npy is, from here
-        "max_seq_length": c.max_seq_length,
-        "short_seq_prob": c.short_seq_prob,
-        "dupe_factor": c.dupe_factor,
-        "val_pairs": c.val_pairs,
-        "random_seed": c.random_seed,
-        "arrays_sha256": {},
-    } for folder, c in configs.items()}
+    metas = {phase_dir: new_meta(phase_dir, c, vocab_fingerprint, vocab_size, cls_id, sep_id)
+             for phase_dir, c in configs.items()}
     workers = worker_count(config.workers, "samples.workers")
     with TaskRunner(workers) as run:
         encode = SentenceEncoder(tokenizer, out_dir / ".work", dtype, run, workers)
         for split, path in corpus_files.items():
-            other = metas[""]["train"]["documents"] if "train" in metas[""] else None
+            other = metas[PHASE1_DIR].get("train", {}).get("documents")
             built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,
                                 parts or {}, other_documents=other, progress=progress)
-            for folder, (stats, digest) in built.items():
-                metas[folder][split] = stats
-                metas[folder]["arrays_sha256"][split] = digest
+            for phase_dir, (entry, digest) in built.items():
+                add_split(metas[phase_dir], split, entry, digest)
     shutil.rmtree(out_dir / ".work", ignore_errors=True)
-    for folder, meta in metas.items():
-        write_json(out_dir / folder / META_FILE, meta)
+    for phase_dir, meta in metas.items():
+        write_meta(out_dir / phase_dir, meta)
     return metas
 
 

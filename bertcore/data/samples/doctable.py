@@ -1,4 +1,7 @@
-"""Tokenised documents on disk, so that memory does not grow with the corpus.
+"""The document table: a tokenised corpus split on disk, its writer (`DocTableWriter`) and its
+reader (`DocTable`), so that memory does not grow with the corpus. It lives in the samples
+folder's `.work/` while the stage runs (`bertcore.data.samples.tokenizing` writes it,
+`bertcore.data.samples.pairing` reads it) and is removed when the stage is done.
 
 A corpus file (one sentence per line, blank line between documents) becomes flat files:
 
@@ -8,7 +11,8 @@ A corpus file (one sentence per line, blank line between documents) becomes flat
 - `documents.bin`: int64 rows (first sentence, first token), document d spans rows d..d+1
   (n_documents + 1 rows);
 - `origins.bin`: int64, the block of the corpus file each document came from (blocks that
-  tokenise to nothing leave no document, so the two numberings can differ).
+  tokenise to nothing leave no document, so the two numberings can differ);
+- `neighbours.bin` (a corpus split by parts only): uint8 neighbour flags per document.
 
 Readers fetch what they need with `os.pread`, not a memory map and not whole: random segments
 are read from anywhere in the corpus, and a map would keep every touched page in the process's
@@ -19,12 +23,11 @@ that grows with the corpus.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
-from typing import TYPE_CHECKING, NamedTuple
+from typing import TYPE_CHECKING
 
 import numpy as np
-from tqdm import tqdm
 
 if TYPE_CHECKING:
     from bertcore.data.samples.store import NpyAppender
@@ -41,102 +44,14 @@ INDEX_CHUNK = 1 << 16
 _ROW_BYTES = 16  # a row of the document index: two int64
 
 
-def read_line_batches(path: Path, batch_bytes: int, progress: tqdm | None) -> Iterator[list[str]]:
-    """Stream the lines of a UTF-8 file in lists of about `batch_bytes` (invalid bytes replaced)."""
-    with open(path, "rb") as handle:
-        while True:
-            chunk = handle.readlines(batch_bytes)
-            if not chunk:
-                return
-            data = b"".join(chunk)
-            if progress is not None:
-                progress.update(len(data))
-            yield data.decode("utf-8", errors="replace").split("\n")[: len(chunk)]
-
-
-class LineBatch(NamedTuple):
-    """Sentences of a corpus file, in order: their text and the document each is in."""
-
-    texts: list[str]
-    documents: list[int]
-
-
-class SentenceBatch(NamedTuple):
-    """A `LineBatch` tokenised: each sentence's token count, their ids one after the other
-    (no special tokens), and the document of each sentence."""
-
-    lengths: np.ndarray  # int64
-    ids: np.ndarray  # the token dtype
-    documents: np.ndarray  # int64
-
-
-def tokenize_corpus(
-    path: str | Path,
-    encode: Callable[[Iterable[LineBatch]], Iterator[SentenceBatch]],
-    table_dir: str | Path,
-    tokens: NpyAppender,
-    *,
-    batch_bytes: int = 1 << 20,
-    progress: bool = False,
-) -> dict:
-    """Tokenise `path` into a document table in `table_dir`, its tokens appended to `tokens`
-    (an `NpyAppender` of the token dtype); return its counts.
-
-    `encode` maps the stream of the file's `LineBatch`es to their `SentenceBatch`es, in order
-    (in worker processes, or here). Sentences that tokenise to nothing are dropped; documents
-    left empty disappear.
-    """
-    path, table_dir = Path(path), Path(table_dir)
-    table_dir.mkdir(parents=True, exist_ok=True)
-    documents = _LineDocuments()
-    bar = tqdm(
-        total=path.stat().st_size,
-        unit="B",
-        unit_scale=True,
-        desc=f"tokenise {path.name}",
-        disable=not progress,
-        leave=False,
-    )
-    with _TableWriter(table_dir, tokens) as table, bar:
-        batches = (documents.number(lines) for lines in read_line_batches(path, batch_bytes, bar))
-        for sentences in encode(batch for batch in batches if batch.texts):
-            table.add(sentences)
-        table.finish()
-    return _table_counts(table_dir, table)
-
-
-class _LineDocuments:
-    """Numbers the documents of a stream of lines, batch after batch: blank lines between two
-    lines of text end a document; blank lines before the first text separate nothing."""
-
-    def __init__(self):
-        self.current = 0  # counts blank-line gaps between text seen so far
-        self.gap = False  # a blank line came since the last non-blank line
-        self.seen_text = False
-
-    def number(self, lines: list[str]) -> LineBatch:
-        """The non-blank lines of `lines` (stripped) and the document of each."""
-        texts: list[str] = []
-        numbers: list[int] = []
-        for line in lines:
-            line = line.strip()
-            if not line:
-                self.gap = self.seen_text
-                continue
-            self.seen_text = True
-            if self.gap:
-                self.current += 1
-                self.gap = False
-            texts.append(line)
-            numbers.append(self.current)
-        return LineBatch(texts, numbers)
-
-
-class _TableWriter:
-    """The files of a document table, appended one batch of tokenised sentences at a time (the
-    tokens to `tokens`); `finish` writes the closing row of the document index."""
+class DocTableWriter:
+    """A document table written into `table_dir`, one batch of tokenised sentences at a time
+    (their ids appended to `tokens`); `finish` writes the closing row of the document index,
+    and once closed `counts` reads the table's counts back."""
 
     def __init__(self, table_dir: Path, tokens: NpyAppender):
+        table_dir.mkdir(parents=True, exist_ok=True)
+        self.table_dir = table_dir
         self.tokens_file = tokens
         self.sentences = self.tokens = 0  # kept so far
         self.dropped = 0  # sentences that tokenised to nothing
@@ -146,21 +61,22 @@ class _TableWriter:
             self.files[name] = open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
         np.zeros(1, np.int64).tofile(self.files[SENTENCES])
 
-    def __enter__(self) -> _TableWriter:
+    def __enter__(self) -> DocTableWriter:
         return self
 
     def __exit__(self, *exc) -> None:
         for handle in self.files.values():
             handle.close()
 
-    def add(self, batch: SentenceBatch) -> None:
-        """The next sentences of the file, tokenised."""
-        kept = batch.lengths > 0
+    def add(self, lengths: np.ndarray, ids: np.ndarray, documents: np.ndarray) -> None:
+        """The next sentences of the file, tokenised: each one's token count (int64), their
+        ids one after the other, and the document (int64) of each."""
+        kept = lengths > 0
         self.dropped += int((~kept).sum())
-        lengths = batch.lengths[kept]
+        lengths = lengths[kept]
         if not len(lengths):
             return
-        doc_of = batch.documents[kept]
+        doc_of = documents[kept]
         ends = self.tokens + np.cumsum(lengths)
         starts = ends - lengths
         new_doc = doc_of != np.concatenate([[self.last_doc], doc_of[:-1]])
@@ -168,7 +84,7 @@ class _TableWriter:
         rows = np.stack([first_sentence, starts[new_doc]], axis=1).astype(np.int64)
         rows.tofile(self.files[DOCUMENTS])
         doc_of[new_doc].tofile(self.files[ORIGINS])
-        self.tokens_file.append(batch.ids)  # empty sentences hold no ids
+        self.tokens_file.append(ids)  # empty sentences hold no ids
         ends.tofile(self.files[SENTENCES])
         self.sentences += len(lengths)
         self.tokens = int(ends[-1])
@@ -178,29 +94,41 @@ class _TableWriter:
         """The document index's last row: where a document after the last would begin."""
         np.array([[self.sentences, self.tokens]], np.int64).tofile(self.files[DOCUMENTS])
 
+    def counts(self) -> dict:
+        """The counts of the table written (once closed): documents, sentences, tokens,
+        single-sentence documents and the sentences dropped (tokenised to nothing)."""
+        single = 0
+        with DocTable(self.table_dir) as table:
+            for _, rows in table.index_chunks():
+                single += int((np.diff(rows[:, 0]) == 1).sum())
+            documents = table.n_documents
+        return {
+            "documents": documents,
+            "sentences": self.sentences,
+            "tokens": self.tokens,
+            "single_sentence_documents": single,
+            "empty_sentences_dropped": self.dropped,
+        }
 
-def _table_counts(table_dir: Path, written: _TableWriter) -> dict:
-    """What `tokenize_corpus` returns: the counts of the table `written` to `table_dir`."""
-    single = 0
-    with DocTable(table_dir) as table:
-        for _, rows in table.index_chunks():
-            single += int((np.diff(rows[:, 0]) == 1).sum())
-        documents = table.n_documents
-    return {
-        "documents": documents,
-        "sentences": written.sentences,
-        "tokens": written.tokens,
-        "single_sentence_documents": single,
-        "empty_sentences_dropped": written.dropped,
-    }
+
+def read_origins(table_dir: Path) -> np.ndarray:
+    """int64 (n_documents,): the block of the corpus file each document of the table came
+    from."""
+    return np.fromfile(table_dir / ORIGINS, np.int64)
+
+
+def write_neighbour_flags(table_dir: Path, flags: np.ndarray) -> None:
+    """The table's neighbour flags (uint8 per document, see `DocTable.neighbour_flags`), for a
+    corpus split by parts; written before the table is opened for reading."""
+    np.asarray(flags, np.uint8).tofile(table_dir / NEIGHBOURS)
 
 
 class DocTable:
-    """Random access to a document table written by `tokenize_corpus`: its sentences and
+    """Random access to a document table written by `DocTableWriter`: its sentences and
     document index, read where needed (nothing held in memory but the open files).
 
-    `neighbour_flags` (from `neighbours.bin`, written by the samples stage when the corpus is
-    split by parts): per document, bit 0 when the document before it is its neighbour, bit 1
+    `neighbour_flags` (from `neighbours.bin`, written by `write_neighbour_flags` when the corpus
+    is split by parts): per document, bit 0 when the document before it is its neighbour, bit 1
     when the one after it is; neighbours give no random B.
     """
 

@@ -1,5 +1,9 @@
-"""Next-sentence-prediction pairs from one document: the algorithm of Google's
-`create_pretraining_data.py` (`create_instances_from_document`), with its flaws fixed.
+"""The samples stage's pairing: next-sentence-prediction pairs from one document, by the
+algorithm of Google's `create_pretraining_data.py` (`create_instances_from_document`) with its
+flaws fixed (`pair_document`), and of a shard of documents of a document table, a task per
+shard in worker processes (`PairTask`, `pair_shard`). Every document gets its own random
+generator, seeded from (random_seed, split, dupe, document) (`document_rng`), so the pairs do
+not depend on how the documents are sharded or on the number of workers.
 
 Google's algorithm: draw a target length (`max_num_tokens`, or with probability
 `short_seq_prob` a random one in [2, max_num_tokens]); gather whole sentences into a chunk
@@ -25,13 +29,23 @@ All positions are token offsets in one flat token array (see `bertcore.data.samp
 
 from __future__ import annotations
 
+import dataclasses
+import hashlib
 import random
 from collections.abc import Callable
+
+import numpy as np
+
+from bertcore.data.samples.doctable import DocTable
 
 # (a_start, a_stop, b_start, b_stop, is_random_next)
 Instance = tuple[int, int, int, int, int]
 # (rng, min_tokens) -> token range of whole sentences from a random OTHER document
 RandomSegment = Callable[[random.Random, int], tuple[int, int]]
+
+
+# ---------------------------------------------------------------------------------------------
+# One document (Google's algorithm)
 
 
 def pair_document(
@@ -101,3 +115,78 @@ def truncation(len_a: int, len_b: int, excess: int) -> tuple[int, int]:
 def _heads(rng: random.Random, flips: int) -> int:
     """How many of `flips` fair coins land heads (cuts taken from the front)."""
     return rng.getrandbits(flips).bit_count() if flips else 0
+
+
+# ---------------------------------------------------------------------------------------------
+# A shard of a document table (in worker processes)
+
+
+@dataclasses.dataclass(frozen=True)
+class PairTask:
+    """One worker task: pair documents [doc_lo, doc_hi) of a table in pass `dupe`."""
+
+    table_dir: str
+    split: str
+    dupe: int
+    doc_lo: int
+    doc_hi: int
+    max_seq_length: int
+    short_seq_prob: float
+    random_seed: int
+
+    @property
+    def where(self) -> str:
+        """What it pairs, for messages."""
+        return (f"pairing {self.split} documents {self.doc_lo}-{self.doc_hi - 1}, "
+                f"pass {self.dupe + 1}")
+
+
+def document_rng(random_seed: int, split: str, dupe: int, doc: int) -> random.Random:
+    """The generator of one document in one pass: independent of how work is sharded."""
+    key = hashlib.blake2b(f"{random_seed}/{split}/{dupe}/{doc}".encode(), digest_size=8)
+    return random.Random(int.from_bytes(key.digest(), "little"))
+
+
+def pair_shard(task: PairTask) -> np.ndarray:
+    """NSP instances of one shard: int64 rows (a_start, a_stop, b_start, b_stop,
+    is_random_next), token offsets into the split's tokens."""
+    max_num_tokens = task.max_seq_length - 3  # room for [CLS], [SEP], [SEP]
+    with DocTable(task.table_dir) as table:
+        rows = table.documents(task.doc_lo, task.doc_hi)
+        flags = table.neighbour_flags(task.doc_lo, task.doc_hi).tolist()
+        sent_lo = int(rows[0, 0])
+        offsets = table.sentence_starts(sent_lo, int(rows[-1, 0])).tolist()
+        first_sentences = (rows[:, 0] - sent_lo).tolist()
+        instances = []
+        for k, doc in enumerate(range(task.doc_lo, task.doc_hi)):
+            instances += pair_document(
+                offsets[first_sentences[k] : first_sentences[k + 1] + 1],
+                document_rng(task.random_seed, task.split, task.dupe, doc),
+                max_num_tokens,
+                task.short_seq_prob,
+                _random_segments(table, doc, flags[k]),
+            )
+    return np.array(instances, np.int64).reshape(len(instances), 5)
+
+
+def excluded_range(doc: int, flags: int) -> tuple[int, int]:
+    """The documents lo..hi that give `doc` (its neighbour `flags`) no random B: itself, and
+    its neighbouring parts."""
+    return doc - (flags & 1), doc + (flags >> 1)
+
+
+def _random_segments(table: DocTable, doc: int, flags: int):
+    """Google's random B for document `doc`: from a random start sentence of another
+    document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
+    that document ends)."""
+    n_docs = table.n_documents
+    lo, hi = excluded_range(doc, flags)
+    excluded = hi - lo + 1
+
+    def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:
+        other = rng.randrange(n_docs - excluded)
+        other += excluded if other >= lo else 0  # any document but lo..hi
+        first, stop = table.documents(other, other + 1)[:, 0].tolist()
+        return table.segment(first + rng.randrange(stop - first), stop, min_tokens)
+
+    return random_segment

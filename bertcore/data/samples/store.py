@@ -1,6 +1,6 @@
-"""The samples folder on disk: each split's tokenised corpus, written once, and its NSP pairs as
-references into it; meta.json beside them (see `bertcore.data.samples.build` for how they are
-built).
+"""The samples folder on disk, its writer and its reader: each split's tokenised corpus,
+written once, and its NSP pairs as references into it; meta.json beside them
+(`bertcore.data.samples.build` builds them with what is written here).
 
     meta.json                          format, vocab fingerprint, [CLS]/[SEP] ids, lengths,
                                        counts, NSP balance per split, `arrays_sha256` per split
@@ -13,7 +13,8 @@ built).
 
 A and B are each one contiguous run of a document's tokens (whole sentences, then truncated at
 either end), so sample i is `[CLS] A [SEP] B [SEP]`, assembled when it is read (`SampleStore`).
-Written by appending (`NpyAppender`, hashing as it writes), read by memory map.
+Written by appending (`NpyAppender`, `SplitPairsWriter`, hashing as they write), meta.json
+last (`new_meta`, `add_split`, `write_meta`); read by memory map (`read_meta`, `SampleStore`).
 """
 
 from __future__ import annotations
@@ -22,11 +23,15 @@ import hashlib
 import json
 import struct
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
+
+if TYPE_CHECKING:
+    from bertcore.data.samples.config import SamplesConfig
 
 META_FILE = "meta.json"
 FORMAT_VERSION = 2
@@ -41,9 +46,14 @@ PAIR_ARRAYS = {
 }
 # What `arrays_sha256` covers, in its order: the token file the pairs point into, then theirs.
 ARRAYS = (TOKENS, *PAIR_ARRAYS)
-# The samples of BERT's second phase (params.yaml `phase2`), a samples folder of their own inside
-# phase 1's, so that phase 1's files, and their fingerprint, are the same with it on or off.
+# The samples of each phase, by their folder inside the samples folder: phase 1's are the folder
+# itself; BERT's second phase's (params.yaml `phase2`) a samples folder of their own inside it,
+# so that phase 1's files, and their fingerprint, are the same with it on or off.
+PHASE1_DIR = ""
 PHASE2_DIR = "phase2"
+# Where each phase's pairs find the {split}/tokens.npy they point into, from its folder
+# (meta.json `tokens_dir`): phase 2's share phase 1's.
+TOKENS_DIRS = {PHASE1_DIR: ".", PHASE2_DIR: ".."}
 
 
 def token_dtype(vocab_size: int) -> np.dtype:
@@ -54,6 +64,10 @@ def phase2_samples(samples_dir: str | Path) -> Path | None:
     """The phase-2 samples folder inside `samples_dir`, when the samples stage built one."""
     folder = Path(samples_dir) / PHASE2_DIR
     return folder if (folder / META_FILE).is_file() else None
+
+
+# ---------------------------------------------------------------------------------------------
+# Writing
 
 
 class NpyAppender:
@@ -92,6 +106,66 @@ class NpyAppender:
         return self.header, self.data_sha256.digest()
 
 
+class SplitPairsWriter:
+    """The pair arrays of one split of one phase's samples, appended in order from NSP
+    instances (int64 rows: a_start, a_stop, b_start, b_stop, is_random_next, token offsets
+    into the split's tokens, as `bertcore.data.samples.pairing.pair_shard` gives them), with
+    the counts of its meta.json entry (`meta_entry`)."""
+
+    def __init__(self, split_dir: Path):
+        split_dir.mkdir(parents=True, exist_ok=True)
+        self.writers = {name: NpyAppender(split_dir / f"{name}.npy", dtype, columns)
+                        for name, (dtype, columns) in PAIR_ARRAYS.items()}
+        self.tokens = self.random_count = 0
+        self.min_length, self.max_length = np.iinfo(np.int64).max, 0
+
+    @property
+    def count(self) -> int:
+        """Pairs written so far."""
+        return self.writers["is_random_next"].count
+
+    def append(self, instances: np.ndarray) -> None:
+        """The next instances, in order."""
+        a0, a1, b0, b1, is_random = instances.T
+        segment_lengths = np.stack([a1 - a0, b1 - b0], axis=1)
+        self.writers["segment_starts"].append(np.stack([a0, b0], axis=1))
+        self.writers["segment_lengths"].append(segment_lengths)
+        self.writers["is_random_next"].append(is_random)
+        lengths = segment_lengths.sum(axis=1) + 3  # [CLS] A [SEP] B [SEP]
+        self.tokens += int(lengths.sum())
+        self.random_count += int(is_random.sum())
+        if len(lengths):
+            self.max_length = max(self.max_length, int(lengths.max()))
+            self.min_length = min(self.min_length, int(lengths.min()))
+
+    def close(self, tokens_part: tuple[bytes, bytes]) -> str:
+        """Finish the files; returns the split's `arrays_sha256`, with `tokens_part` (header,
+        data digest) of the token file the pairs point into."""
+        parts = {name: writer.close() for name, writer in self.writers.items()}
+        return arrays_sha256({TOKENS: tokens_part, **parts})
+
+    def meta_entry(self, corpus: dict, split_by: str, passes: int) -> dict:
+        """meta.json's entry of the split: its corpus's counts (`corpus`, as
+        `bertcore.data.samples.doctable.DocTableWriter.counts` gives them), what its corpus
+        split dealt out (`split_by`), the passes made over it, and its pairs' counts."""
+        count = self.count
+        return {
+            "documents": corpus["documents"],
+            "split_by": split_by,
+            "sentences": corpus["sentences"],
+            "corpus_tokens": corpus["tokens"],
+            "single_sentence_documents": corpus["single_sentence_documents"],
+            "empty_sentences_dropped": corpus["empty_sentences_dropped"],
+            "dupe_factor": passes,
+            "count": count,
+            "tokens": self.tokens,
+            "mean_length": round(self.tokens / count, 3),
+            "min_length": self.min_length,
+            "max_length": self.max_length,
+            "nsp_random_fraction": round(self.random_count / count, 4),
+        }
+
+
 def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
     """The fingerprint of one split of a samples folder (meta.json `arrays_sha256`): sha256
     over, for each array of ARRAYS in that order, its file name (`tokens.npy`...) and a newline,
@@ -104,6 +178,42 @@ def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
         header, data_digest = parts[name]
         digest.update(f"{name}.npy\n".encode() + header + data_digest)
     return digest.hexdigest()
+
+
+def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, vocab_size: int,
+             cls_id: int, sep_id: int) -> dict:
+    """meta.json of one phase's samples (`phase_dir`: PHASE1_DIR or PHASE2_DIR) built with
+    `config` and the vocabulary described, before its splits are added (`add_split`)."""
+    return {
+        "format": FORMAT_VERSION,
+        "vocab_fingerprint": vocab_fingerprint,
+        "vocab_size": vocab_size,
+        "dtype": token_dtype(vocab_size).name,
+        "cls_id": cls_id,
+        "sep_id": sep_id,
+        "tokens_dir": TOKENS_DIRS[phase_dir],
+        "max_seq_length": config.max_seq_length,
+        "short_seq_prob": config.short_seq_prob,
+        "dupe_factor": config.dupe_factor,
+        "val_pairs": config.val_pairs,
+        "random_seed": config.random_seed,
+        "arrays_sha256": {},
+    }
+
+
+def add_split(meta: dict, split: str, entry: dict, digest: str) -> None:
+    """A split's entry (`SplitPairsWriter.meta_entry`) and `arrays_sha256` into `meta`."""
+    meta[split] = entry
+    meta["arrays_sha256"][split] = digest
+
+
+def write_meta(samples_dir: str | Path, meta: dict) -> None:
+    """meta.json of a samples folder, written last: once it is there, the arrays are whole."""
+    write_json(Path(samples_dir) / META_FILE, meta)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
 
 
 def file_part(path: Path) -> tuple[bytes, bytes]:
@@ -123,10 +233,6 @@ def arrays_sha256_of_files(split_dir: str | Path) -> str:
     split_dir = Path(split_dir)
     paths = split_files(split_dir, read_meta(split_dir.parent))
     return arrays_sha256({name: file_part(path) for name, path in paths.items()})
-
-
-# ---------------------------------------------------------------------------------------------
-# Reading
 
 
 def read_meta(samples_dir: str | Path) -> dict:
