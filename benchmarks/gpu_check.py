@@ -22,8 +22,8 @@ The parts, the essential ones first; a part starts only if its estimate fits the
 
 Needs only torch, transformers, tokenizers, numpy, click, pyyaml, safetensors: tracking is off
 and nothing imports mlflow or dvc. `--dry-run` runs the same on the CPU with tiny sizes (names
-end in _cpu, _gloo, s32, s64), mlflow and dvc made unimportable, compiling with aot_eager (the
-graphs inductor would get, no code generated).
+end in _cpu, _gloo, s32, s64; samples of 32 tokens, phase 2 at 64), mlflow and dvc made
+unimportable, compiling with aot_eager (the graphs inductor would get, no code generated).
 """
 
 from __future__ import annotations
@@ -72,10 +72,15 @@ DRY = Sizes(short=StepSizes("tiny", 2000, 32, 8, warmup=2, rounds=2, per_round=1
                             sync_steps=2),
             long=StepSizes("tiny", 2000, 64, 4, warmup=2, rounds=2, per_round=1, sync_steps=2),
             matmul=256, backend="aot_eager", pretrain=(6, 8), resume_steps=4, ddp_steps=4,
-            fp16_steps=4, datapath_steps=4, phase2=(512, 4, 4, 4),
+            fp16_steps=4, datapath_steps=4, phase2=(64, 4, 4, 4),
             estimate=dict(device=5, data=15, pretrain=15, resume=10, ddp=20, step=10, fp16=10,
                           compile=5, datapath=10, phase2=20),
-            overrides=["samples.dupe_factor=1", "vocab.vocab_size=2000",
+            # the samples as long as the short steps, phase 2 as the long ones (as on a GPU:
+            # 128 and 512): the compiled model's shapes fit the real data path, and nothing
+            # is evaluated at 512 tokens on a CPU; val one pass (~1/3: each part evaluates)
+            overrides=["samples.max_seq_length=32", "samples.dupe_factor=1",
+                       "samples.val_pairs=0",
+                       "vocab.vocab_size=2000",
                        "model.hidden_size=32", "model.num_hidden_layers=1",
                        "model.intermediate_size=64", "train.batch_size=8"])
 
