@@ -51,7 +51,7 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
     # what computes (numpy), once the params are read (cli.py)
     from bertcore.data.corpus.parts import read_parts
     from bertcore.data.samples.build import build_samples
-    from bertcore.data.samples.store import PHASE2_DIR
+    from bertcore.data.samples.store import PHASE1_DIR, PHASE2_DIR
     from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
 
     corpus_files = {split: Path(corpus_dir) / f"{split}.txt" for split in SPLITS}
@@ -66,7 +66,7 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
         built = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
                               phase2_length=phase2.max_seq_length if phase2.enabled else None,
                               parts=parts, progress=sys.stderr.isatty())
-    metrics = {s: {k: built[""][s][k] for k in METRIC_KEYS} for s in SPLITS}
+    metrics = {s: {k: built[PHASE1_DIR][s][k] for k in METRIC_KEYS} for s in SPLITS}
     if phase2.enabled:  # only then: with phase 2 off the file is what it always was
         metrics[PHASE2_DIR] = {s: {k: built[PHASE2_DIR][s][k] for k in METRIC_KEYS}
                                for s in SPLITS}

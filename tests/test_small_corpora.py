@@ -23,7 +23,7 @@ from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.parts import neighbour_flags, plan_parts, read_parts
 from bertcore.data.samples.build import _check_random_b_sources, build_samples
 from bertcore.data.samples.config import SamplesConfig
-from bertcore.data.samples.store import SampleStore
+from bertcore.data.samples.store import PHASE1_DIR, SampleStore
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, save_vocab
 from bertcore.data.vocab.training import train_tokenizer
@@ -200,7 +200,7 @@ def test_random_b_never_comes_from_its_own_or_a_neighbouring_part(tmp_path):
         meta = build_samples({s: corpus / f"{s}.txt" for s in ("train", "val")}, tokenizer,
                              outs[workers], SamplesConfig(max_seq_length=24, dupe_factor=8,
                                                           workers=workers),
-                             "fingerprint", parts=read_parts(corpus))[""]
+                             "fingerprint", parts=read_parts(corpus))[PHASE1_DIR]
     for path in sorted(outs[1].rglob("*.*")):
         assert path.read_bytes() == (outs[2] / path.relative_to(outs[1])).read_bytes(), path
     assert meta["train"]["split_by"] == "parts"
