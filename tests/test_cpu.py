@@ -18,12 +18,12 @@ from conftest import REPO, assert_one_line_error, run_bert
 from tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
+from bertcore.training.cpu import PINNED_NAMES as UNPINNED  # what a run must not inherit
 from bertcore.training.cpu import CpuConfig, mkl_branch
 from bertstages.params import load_params, parse_section
 
 # What a host pretending to have less sets from outside; and another thread count
 PRETENDING = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_CBWR": "AVX2"}
-UNPINNED = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "MKL_CBWR")
 
 
 def pretrain(root, data, env: dict, isa: str = "avx2") -> tuple[str, dict]:

@@ -137,7 +137,7 @@ def work_copy(dry_run_data: Path, tmp_path: Path) -> Path:
     """A work folder holding the data part's data only (not the phase2 part's samples)."""
     work = tmp_path / "work"
     shutil.copytree(dry_run_data / "data", work / "data",
-                    ignore=lambda folder, names: {"two_phase_samples"} & set(names))
+                    ignore=shutil.ignore_patterns("two_phase_samples"))
     return work
 
 

@@ -213,8 +213,12 @@ class TaskRunner:
         those the broken pool terminated after it); pid 0 when none is found. Its exit code
         may take a moment: the pool's own thread may be reaping it just then."""
         deadline = time.monotonic() + 1
-        while not (ended := [(pid, p.exitcode) for pid, p in self.processes.items()
-                             if p.exitcode is not None]) and time.monotonic() < deadline:
+        while True:
+            ended = [(pid, p.exitcode) for pid, p in self.processes.items()
+                     if p.exitcode is not None]
+            # the ones it terminated may be reaped before the one that died: wait for that one
+            if any(code != -signal.SIGTERM for _, code in ended) or time.monotonic() > deadline:
+                break
             time.sleep(0.01)
         if not ended:
             return 0, ""

@@ -39,13 +39,14 @@ log = logging.getLogger(__name__)
 
 # What each pinned `cpu.isa` puts into the environment before the first kernel (read by this
 # process, and inherited by the processes it starts: torchrun's).
+# The modes differ only in MKL's branch: ATen and oneDNN choose by instruction set, not vendor.
+_AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
 PINNED_ENV = {
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "AVX2", "ONEDNN_MAX_CPU_ISA": "AVX2"},
-    "portable": {"ATEN_CPU_CAPABILITY": "avx2", "MKL_CBWR": "COMPATIBLE",
-                 "ONEDNN_MAX_CPU_ISA": "AVX2"},
+    "avx2": {**_AVX2_KERNELS, "MKL_CBWR": "AVX2"},
+    "portable": {**_AVX2_KERNELS, "MKL_CBWR": "COMPATIBLE"},
 }
 # The environment variables the pinning sets (a benchmark leaves them out of its workers').
-PINNED_NAMES = ("ATEN_CPU_CAPABILITY", "MKL_CBWR", "ONEDNN_MAX_CPU_ISA")
+PINNED_NAMES = tuple(PINNED_ENV["avx2"])
 
 # MKL's branch constants (mkl_cbwr_get(MKL_CBWR_BRANCH)) by name; 1: CNR off
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
