@@ -96,7 +96,7 @@ def test_a_params_file_that_is_not_utf8_is_one_line_naming_its_line(tmp_path):
 # ----------------------------------------------------------------- 3. messages in YAML's words
 @pytest.mark.parametrize(("section", "cls", "override", "message"), [
     ("cpu", CpuConfig, "cpu.isa=null", "cpu.isa: null is not allowed; expected one of "
-                                       "['avx2', 'native']"),
+                                       "['avx2', 'portable', 'native']"),
     ("train", TrainConfig, "train.batch_size=true", "train.batch_size: expected an integer, "
                                                     "got true"),
     ("train", TrainConfig, "train.max_steps=false", "got false"),

@@ -75,6 +75,22 @@ def test_sigterm_and_ctrl_c_during_samples_with_workers(tmp_path):
         assert tree(data / "samples") == before and temporaries(data) == []
 
 
+def test_ctrl_c_while_a_worker_starts_leaves_no_traceback(capfd):
+    """Ctrl-C reaches a worker the moment it is spawned, before its initializer ignores it
+    (as at a pool's first task): it is held, then dropped, and the worker runs on."""
+    import multiprocessing
+    import os
+
+    from bertcore.common.interrupt import ctrl_c_held, ignore_interrupts_in_worker
+
+    with ctrl_c_held():
+        worker = multiprocessing.get_context("spawn").Process(target=ignore_interrupts_in_worker)
+        worker.start()
+    os.kill(worker.pid, signal.SIGINT)  # the child is still starting its interpreter
+    worker.join(timeout=60)
+    assert worker.exitcode == 0 and "Traceback" not in capfd.readouterr().err
+
+
 def test_sigterm_during_export_keeps_the_previous_export(tmp_path):
     data = build_data(tmp_path)
     (tmp_path / "params.yaml").write_text("export: {}\n")

@@ -21,7 +21,11 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 
 from bertcore.common.errors import BertError
-from bertcore.common.interrupt import ignore_interrupts_in_worker, signal_when_parent_dies
+from bertcore.common.interrupt import (
+    ctrl_c_held,
+    ignore_interrupts_in_worker,
+    signal_when_parent_dies,
+)
 from bertcore.common.processes import how_it_ended
 
 log = logging.getLogger(__name__)
@@ -169,7 +173,8 @@ class TaskRunner:
         return _InFlight(number, task, future)
 
     def _hand(self, func: Callable, number: int, task: object) -> Future:
-        future = self.pool.submit(_run_numbered, func, number, task)
+        with ctrl_c_held():  # a submit may start a worker
+            future = self.pool.submit(_run_numbered, func, number, task)
         self.processes.update(self.pool._processes)  # the workers started so far
         return future
 
