@@ -99,6 +99,7 @@ class Pipeline:
         import torch
 
         from bertcore.training.checkpoint import CheckpointDir
+        from bertcore.training.checkpointer import Checkpointer
         from bertcore.training.loop import Trainer
 
         def trainer():
@@ -109,7 +110,7 @@ class Pipeline:
         Trainer(trainer(), on_step=lambda r: straight.append(r.loss), progress=False).train()
         resumed: list[float] = []
         checkpoints = CheckpointDir("models/resume_check")
-        Trainer(trainer(), checkpoints=checkpoints, stop_after=steps, progress=False,
+        Trainer(trainer(), checkpointer=Checkpointer(checkpoints), stop_after=steps, progress=False,
                 on_step=lambda r: resumed.append(r.loss)).train()
         second = trainer()
         second.resume_from(checkpoints.latest())

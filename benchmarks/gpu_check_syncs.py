@@ -100,10 +100,11 @@ def datapath_check(trainer, batches, steps: int, device) -> StepSyncs | None:
     import dataclasses
 
     from bertcore.training.loop import Trainer
+    from bertcore.training.step import PhaseSteps
 
     # a phase of `steps` more steps over `batches`: nothing logs, evaluates or saves before it
-    length = dataclasses.replace(trainer.config, max_steps=trainer.step + steps, epochs=None)
-    trainer.begin_phase(length, batches, trainer.start)
+    config = dataclasses.replace(trainer.config, max_steps=trainer.step + steps, epochs=None)
+    trainer.begin_phase(PhaseSteps.configured(config, batches))
     per_step: list[tuple[int, bool, bool]] = []  # syncs, busy, compiled during the step
     cuda = device.type == "cuda"
     compiled_before = [graphs_compiled()]

@@ -22,10 +22,18 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import BudgetPlanner, StepTiming, TimeBudget, planned_steps
+from bertcore.training.budget import (
+    BudgetPlanner,
+    StepTiming,
+    TimeBudget,
+    planned_steps,
+    recorded_timing,
+)
 from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
+from bertcore.training.length import RunLength
 from bertcore.training.loop import Trainer
 from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.step import StepRunner
@@ -92,7 +100,8 @@ def test_the_planner_plans_once_from_rank_0s_timing():
 
     def planner(configured: int, timing: StepTiming | None = None) -> BudgetPlanner:
         # rank 0 measured 2 s a step where this process measured 1
-        return BudgetPlanner(budget, configured, 0, timing, synchronize=lambda: syncs.append(1),
+        return BudgetPlanner(budget, RunLength(0, configured, configured), 0, timing,
+                             synchronize=lambda: syncs.append(1),
                              broadcast=lambda timing: {**timing, "step_s": 2.0})
 
     plan = planner(40)
@@ -101,18 +110,19 @@ def test_the_planner_plans_once_from_rank_0s_timing():
         clock.tick()
         answers.append(plan.after_step(step))
     # 28.5 s after the reserve, 4 spent, 2 s a step: 12 more steps after the plan step 4
-    assert answers == [None, None, None, 16, None, None, None]
+    assert answers == [None, None, None, RunLength(0, 40, 16), None, None, None]
     assert syncs == [1, 1]  # the clock read after step 1 (the start of timing) and step 4
-    assert plan.total == 16 and plan.timing == StepTiming(4, 4.0, 2.0, 2)
+    assert plan.length.planned == 16 and plan.timing == StepTiming(4, 4.0, 2.0, 2)
     assert plan.announcement() == (
         logging.INFO, "time budget 0.5 min: 2 s/step over steps 2-4 -> 16 of 40 steps planned")
     # a run that ends by the plan step is never timed; a resumed one plans from its timing
     assert planner(4).stopwatch is None and planner(4).after_step(4) is None
     resumed = planner(40, StepTiming(4, 4.0, 1.0, 2))
-    assert resumed.stopwatch is None and resumed.total == 28
-    tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), 40, 0, StepTiming(4, 4.0, 1, 2),
-                         synchronize=lambda: None, broadcast=lambda timing: timing)
-    assert tiny.total == 4 and tiny.announcement()[0] == logging.WARNING
+    assert resumed.stopwatch is None and resumed.length.planned == 28
+    tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), RunLength(0, 40, 40), 0,
+                         StepTiming(4, 4.0, 1, 2), synchronize=lambda: None,
+                         broadcast=lambda timing: timing)
+    assert tiny.length.planned == 4 and tiny.announcement()[0] == logging.WARNING
 
 
 def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> StepRunner:
@@ -196,15 +206,18 @@ def test_a_resumed_budget_run_keeps_its_plan_without_timing_again(data, tmp_path
     clock = FakeClock(1.0)
     first = make_trainer(data, checkpoint_every=5)
     checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
-    run(first, clock, budget=budget_of(first, 0.5, clock), checkpoints=checkpoints,
-        stop_after=10)
+    run(first, clock, budget=budget_of(first, 0.5, clock),
+        checkpointer=Checkpointer(checkpoints, every=5), stop_after=10)
     assert checkpoints.latest().meta["step_timing"]["step_s"] == 1.0
 
     # the resumed process is 5 times slower: timing it again would plan another end
     slow = FakeClock(5.0)
     second = make_trainer(data, checkpoint_every=5)
-    second.resume_from(checkpoints.latest())
-    result, _ = run(second, slow, budget=budget_of(second, 0.5, slow), checkpoints=checkpoints)
+    latest = checkpoints.latest()
+    second.resume_from(latest)
+    result, _ = run(second, slow, budget=budget_of(second, 0.5, slow),
+                    timing=recorded_timing(latest),
+                    checkpointer=Checkpointer(checkpoints, every=5))
     assert result.steps == result.planned_steps == 28
     assert result.step_timing == StepTiming(plan_step=4, elapsed_s=4.0, step_s=1.0,
                                             timed_from=2)

@@ -105,16 +105,16 @@ def test_keep_last_never_rotates_away_a_finished_checkpoint(tmp_path):
     def line(ckpt) -> bool:  # the run's line: its params, any length
         return ckpt.fingerprints["params"] == FPS["params"]
 
-    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2, line=line)
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
     model = tiny_model()
     for total, steps in ((4, (2, 4)), (10, (6, 8, 10)), (12, (11,))):
         for step in steps:
             meta = {"fingerprints": {**FPS, "length": str(total)}, "total_steps": total}
-            checkpoints.save(step, model, state_of(model), meta)
+            checkpoints.save(step, model, state_of(model), meta, line=line)
     other = {"fingerprints": {**FPS, "params": "e" * 64}, "total_steps": 3}
     CheckpointDir(tmp_path / "ckpt").save(3, model, state_of(model), other)  # another line
     checkpoints.save(12, model, state_of(model),
-                     {"fingerprints": {**FPS, "length": "12"}, "total_steps": 12})
+                     {"fingerprints": {**FPS, "length": "12"}, "total_steps": 12}, line=line)
     assert [(c.step, c.finished) for c in checkpoints.all()] == [
         (3, True), (4, True), (10, True), (11, False), (12, True)]
 

@@ -28,6 +28,7 @@ from bertcore.training.checkpoint import CheckpointDir
 from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.evaluation import EvalConfig
 from bertcore.training.identity import phase1_identity, samples_fingerprint
+from bertcore.training.length import RunLength
 from bertcore.training.masking import MaskingConfig
 from bertcore.training.resume import plan_resume
 from bertcore.training.schedule import learning_rate
@@ -197,12 +198,13 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     same inputs: resume; only the length changed: extend."""
     run = PretrainConfig(ModelConfig(), MaskingConfig(), TrainConfig(learning_rate=0.003),
                          EvalConfig(), TrackingConfig())
-    same = phase1_identity(run, data / "vocab", data / "samples", 8)
+    same = phase1_identity(run, data / "vocab", data / "samples", RunLength(0, 8, 8))
     checkpoints = CheckpointDir(tmp_path / "ckpt")
     model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
-    checkpoints.save(4, model, {"step": 4}, same.meta(world_size=1))
+    # as the loop writes it: with the end the run was planned to reach
+    checkpoints.save(4, model, {"step": 4}, {**same.meta(world_size=1), "total_steps": 8})
     assert plan_resume(checkpoints.latest(), same).checkpoint.step == 4
-    longer_run = phase1_identity(run, data / "vocab", data / "samples", 12)
+    longer_run = phase1_identity(run, data / "vocab", data / "samples", RunLength(0, 12, 12))
     longer = plan_resume(checkpoints.latest(), longer_run)
     assert longer.extends and longer.previous_total == 8
 
@@ -218,8 +220,8 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab,
                config)
     for what, identity in (
-        ("samples", phase1_identity(run, data / "vocab", samples, 8)),
-        ("vocab", phase1_identity(run, vocab, data / "samples", 8)),
+        ("samples", phase1_identity(run, data / "vocab", samples, RunLength(0, 8, 8))),
+        ("vocab", phase1_identity(run, vocab, data / "samples", RunLength(0, 8, 8))),
     ):
         plan = plan_resume(checkpoints.latest(), identity)
         assert plan.checkpoint is None, what

@@ -28,6 +28,7 @@ from bertcore.common.tracking import (
     sqlite_uri,
 )
 from bertcore.training.identity import RunIdentity, run_name
+from bertcore.training.length import RunLength
 from bertstages.downstream import child_run_name
 from bertstages.repo import repo_root
 
@@ -262,10 +263,11 @@ def test_a_run_left_running_by_a_process_that_ended_is_ended_by_the_next(store):
     elsewhere.finish()
 
 
-def _identity(phase: int, total_steps: int, **fingerprints: str) -> RunIdentity:
-    prints = {"params": "p", "vocab": "v", "samples": "s", "length": str(total_steps),
+def _identity(phase: int, total_steps: int, start: int = 0, **fingerprints: str
+              ) -> RunIdentity:
+    prints = {"params": "p", "vocab": "v", "samples": "s", "length": str(total_steps - start),
               **fingerprints}
-    return RunIdentity(phase, prints, {}, total_steps)
+    return RunIdentity(phase, prints, {}, RunLength(start, total_steps, total_steps))
 
 
 def test_a_run_is_named_by_its_model_length_and_what_else_makes_it():
@@ -276,7 +278,7 @@ def test_a_run_is_named_by_its_model_length_and_what_else_makes_it():
     # anything else that makes the run differs: another name
     assert run_name("tiny", [_identity(1, 1500, params="q")]) != name
     assert run_name("tiny", [_identity(1, 1500, samples="t")]) != name
-    two_phases = [_identity(1, 1500), _identity(2, 2000, phase1="x", params="r")]
+    two_phases = [_identity(1, 1500), _identity(2, 2000, 1500, phase1="x", params="r")]
     assert re.fullmatch(r"base-1500\+500steps-[0-9a-f]{6}", run_name("base", two_phases))
     assert re.fullmatch(r"tiny-1500steps-30min-[0-9a-f]{6}",
                         run_name("tiny", [_identity(1, 1500)], max_minutes=30))

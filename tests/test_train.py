@@ -23,6 +23,7 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches, micro_batches_of
 from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
 from bertcore.training.distributed import Distributed
 from bertcore.training.evaluation import EvalMetrics
@@ -172,7 +173,8 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     first = make_trainer(data, **kw)
     losses_resumed: list[float] = []
     checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
-    Trainer(first, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
+    every5 = Checkpointer(checkpoints, every=5)
+    Trainer(first, checkpointer=every5, on_step=lambda r: losses_resumed.append(r.loss),
             stop_after=13, progress=False).train()  # epoch 1, step 4 of 9
     assert [c.step for c in checkpoints.all()] == [10, 13]
     assert checkpoints.latest().meta["step_in_epoch"] == 4
@@ -181,11 +183,12 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     second = make_trainer(data, **kw)
     second.resume_from(checkpoints.latest())
     assert second.step == 13
-    Trainer(second, checkpoints=checkpoints, on_step=lambda r: losses_resumed.append(r.loss),
-            progress=False).train()
+    Trainer(second, checkpointer=Checkpointer(checkpoints, every=5),
+            on_step=lambda r: losses_resumed.append(r.loss), progress=False).train()
     assert len(losses_straight) == 24
     assert losses_resumed == losses_straight  # exactly, step by step
-    assert second.tokens_seen == straight.tokens_seen > 0  # the run's counters resume too
+    # the run's counters resume too
+    assert second.state.tokens_seen == straight.state.tokens_seen > 0
     for (name, a), b in zip(straight.raw_model.state_dict().items(),
                             second.raw_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
@@ -231,10 +234,11 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
         poisoned["on"] = result.step >= 4
 
     with pytest.raises(NonFiniteLossError, match="3 steps in a row") as error:
-        Trainer(trainer, checkpoints=checkpoints, on_step=on_step, progress=False).train()
+        Trainer(trainer, checkpointer=Checkpointer(checkpoints, every=2), on_step=on_step,
+                progress=False).train()
     assert "step-00000004" in str(error.value)
     assert [r.skipped for r in results] == [False] * 4 + [True] * 3
-    assert trainer.skipped_steps == 3
+    assert trainer.state.skipped_steps == 3
     # the good checkpoint of step 4 is still the latest, and its weights are finite
     latest = checkpoints.latest()
     assert latest.step == 4

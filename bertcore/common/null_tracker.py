@@ -13,6 +13,8 @@ class NullTracker:
     """A run that logs nothing (tracking off, or no store): the same calls as a `Tracker`, so
     the code that logs never asks whether it is tracked."""
 
+    run_id = None  # no MLflow run (a Tracker's is its run's id)
+
     def start_child(self, run_name: str, **kwargs: Any) -> NullTracker:
         return self
 

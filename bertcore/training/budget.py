@@ -20,8 +20,8 @@ the end, so this holds too.)
   it or the export after it.
 
 `BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop`): the loop
-asks it after every step, and it answers with the planned total once, at the plan step; the
-`Stopwatch` under it times the steps up to there.
+asks it after every step, and it answers once, at the plan step, with the run's length planned
+(`RunLength.planned`); the `Stopwatch` under it times the steps up to there.
 """
 
 from __future__ import annotations
@@ -32,6 +32,9 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
+
+from bertcore.training.checkpoint import Checkpoint
+from bertcore.training.length import RunLength
 
 PROBE_STEPS = 20  # the plan step, at most (and the steps timed after a late start)
 RESERVE = 0.05  # share of the budget kept for checkpoints, the final save and noise
@@ -100,22 +103,23 @@ class TimeBudget:
     def eval_seconds(self, step_s: float) -> float:
         return step_s * EVAL_COST * self.eval_sequences / max(1, self.batch_size)
 
-    def total(self, configured: int, timing: StepTiming) -> int:
-        """The planned total for the configured total (`max_steps` or `epochs`)."""
-        return planned_steps(configured, self.seconds, timing,
-                             self.eval_seconds(timing.step_s), self.eval_every)
+    def plan(self, length: RunLength, timing: StepTiming) -> RunLength:
+        """`length` with the end planned from `timing`: its configured end or earlier."""
+        return length.planned_at(planned_steps(length.configured, self.seconds, timing,
+                                               self.eval_seconds(timing.step_s),
+                                               self.eval_every))
 
-    def stops_at_plan(self, configured: int, timing: StepTiming) -> bool:
+    def stops_at_plan(self, length: RunLength, timing: StepTiming) -> bool:
         """Whether the budget fits no step after the plan step (of fewer than configured)."""
-        return self.total(configured, timing) == timing.plan_step < configured
+        return self.plan(length, timing).planned == timing.plan_step < length.configured
 
-    def describe(self, configured: int, timing: StepTiming) -> str:
+    def describe(self, length: RunLength, timing: StepTiming) -> str:
         """One line for the log."""
-        total = self.total(configured, timing)
+        total, configured = self.plan(length, timing).planned, length.configured
         line = (f"time budget {self.minutes:g} min: {timing.step_s:.3g} s/step over steps "
                 f"{timing.timed_from}-{timing.plan_step} -> {total} of {configured} steps "
                 "planned")
-        if self.stops_at_plan(configured, timing):
+        if self.stops_at_plan(length, timing):
             line += (f"; the budget does not fit more than the {total} steps run before the "
                      "plan: stopping there (raise train.max_minutes)")
         return line
@@ -151,37 +155,43 @@ class Stopwatch:
         return StepTiming(self.plan_step, elapsed, step_s, self.timed_from)
 
 
+def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
+    """What a time budget planned from, as `checkpoint` recorded it (None: no budget)."""
+    return StepTiming.from_dict(checkpoint.meta.get("step_timing"))
+
+
 class BudgetPlanner:
     """The planned end of one training run (one `Trainer.train()`) under a time budget: from the
     timing a resumed run recorded, at once; else from its own first steps, timed on a
     Stopwatch, once, at the plan step. Every process plans from rank 0's timing, so all of them
     end at the same step."""
 
-    def __init__(self, budget: TimeBudget, configured: int, start_step: int,
+    def __init__(self, budget: TimeBudget, length: RunLength, start_step: int,
                  timing: StepTiming | None, *, synchronize: Callable[[], None],
                  broadcast: Callable[[Any], Any]):
-        """`configured`: the total steps without a budget; `timing`: what the checkpoint the
-        run resumed from recorded (None: time the first steps); `synchronize()` waits for the
-        device; `broadcast(obj)` returns rank 0's `obj` on every process."""
-        self.budget, self.configured = budget, configured
+        """`length`: the run's length as configured; `start_step`: the step the run starts (or
+        resumes) at; `timing`: what the checkpoint it resumed from recorded (None: time the
+        first steps); `synchronize()` waits for the device; `broadcast(obj)` returns rank 0's
+        `obj` on every process."""
+        self.budget, self.configured = budget, length
         self.timing = timing  # what the plan is made from (None until the plan step)
         self.synchronize, self.broadcast = synchronize, broadcast
         self.stopwatch: Stopwatch | None = None
-        if timing is None and start_step < configured:
+        if timing is None and start_step < length.configured:
             stopwatch = Stopwatch(budget, start_step)
-            if stopwatch.plan_step < configured:  # else the run ends before a plan could
-                self.stopwatch = stopwatch  # shorten it
+            if stopwatch.plan_step < length.configured:  # else the run ends before a plan
+                self.stopwatch = stopwatch  # could shorten it
 
     @property
-    def total(self) -> int:
-        """The total steps as planned so far: the configured total until there is a timing."""
+    def length(self) -> RunLength:
+        """The run's length as planned so far: as configured until there is a timing."""
         if self.timing is None:
             return self.configured
-        return self.budget.total(self.configured, self.timing)
+        return self.budget.plan(self.configured, self.timing)
 
-    def after_step(self, step: int) -> int | None:
-        """Called after every step: the planned total after the plan step, else None. Waits
-        for the device only on the steps whose end the stopwatch reads."""
+    def after_step(self, step: int) -> RunLength | None:
+        """Called after every step: the run's length planned after the plan step, else None.
+        Waits for the device only on the steps whose end the stopwatch reads."""
         stopwatch = self.stopwatch
         if stopwatch is None or not stopwatch.wants_clock(step):
             return None
@@ -191,7 +201,7 @@ class BudgetPlanner:
             return None
         self.stopwatch = None  # the plan is made once
         self.timing = StepTiming.from_dict(self.broadcast(timing.to_dict()))
-        return self.total
+        return self.length
 
     def announcement(self) -> tuple[int, str]:
         """The log level and line of the plan just made: a warning when the budget fits no

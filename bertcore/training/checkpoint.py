@@ -116,10 +116,16 @@ class Checkpoint:
         return dict(self.meta.get("fingerprints", {}))
 
     @property
+    def planned_end(self) -> int | None:
+        """The step the run (the phase) that wrote it was planned to end at."""
+        end = self.meta.get("total_steps")
+        return end if isinstance(end, int) else None
+
+    @property
     def finished(self) -> bool:
         """Whether it is the last checkpoint of a run (of a phase) that reached its planned
         end, rather than one on the way or of an interrupted run."""
-        return self.step == self.meta.get("total_steps")
+        return self.step == self.planned_end
 
     def load_state(self) -> dict[str, Any]:
         """trainer.pt, as plain data (weights_only)."""
@@ -165,15 +171,11 @@ def checkpoint_name(step: int) -> str:
 class CheckpointDir:
     """The folder of checkpoints of one training run."""
 
-    def __init__(self, root: str | os.PathLike, keep_last: int = 2,
-                 line: Callable[[Checkpoint], bool] | None = None):
-        """`line(checkpoint)`: whether a checkpoint is of the line of the run writing here,
-        which `keep_last` rotates among (None: those of the fingerprints just saved)."""
+    def __init__(self, root: str | os.PathLike, keep_last: int = 2):
         if keep_last < 1:
             raise ValueError("keep_last must be >= 1")
         self.root = Path(root)
         self.keep_last = keep_last
-        self.line = line
 
     def all(self) -> list[Checkpoint]:
         """Committed checkpoints, oldest first (a folder without meta.json is not one)."""
@@ -275,8 +277,10 @@ class CheckpointDir:
         state: Mapping[str, Any],
         meta: Mapping[str, Any],
         texts: Mapping[str, str] | None = None,
+        line: Callable[[Checkpoint], bool] | None = None,
     ) -> Path:
-        """Commit checkpoint `step` atomically, then prune; returns its folder.
+        """Commit checkpoint `step` atomically, then prune (`line`: see `prune`); returns its
+        folder.
 
         Refuses (BertError) to save weights that are not finite: a bad state must never
         replace a good checkpoint."""
@@ -293,16 +297,18 @@ class CheckpointDir:
             # meta.json last: its presence marks a complete checkpoint even without the rename
             full_meta = {**meta, "step": step, "files": files}
             (staging / META_FILE).write_text(json.dumps(full_meta, indent=2, sort_keys=True))
-        self.prune(current=meta.get("fingerprints", {}))
+        self.prune(current=meta.get("fingerprints", {}), line=line)
         return final
 
-    def prune(self, current: Mapping[str, str]) -> None:
-        """Rotate the checkpoints of the run's line (`line`; without one, those whose
-        fingerprints are `current`): keep the newest `keep_last` and every finished one, and
+    def prune(self, current: Mapping[str, str],
+              line: Callable[[Checkpoint], bool] | None = None) -> None:
+        """Rotate the checkpoints of the run's line (`line(checkpoint)`: whether it is of the
+        line of the run writing here; without one, those whose fingerprints are `current`):
+        keep the newest `keep_last` and every finished one, and
         delete the others of the line, plus staging folders left by processes that died
         (never a live one's). Checkpoints of other lines are left alone (a run sets aside the
         ones it replaces before it trains), and so are those set aside."""
-        line = self.line or (lambda ckpt: ckpt.fingerprints == dict(current))
+        line = line or (lambda ckpt: ckpt.fingerprints == dict(current))
         mine = [c for c in self.all() if line(c)]
         for ckpt in mine[: -self.keep_last]:
             if not ckpt.finished:

@@ -30,6 +30,7 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, yaml_text
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoint import Checkpoint
+from bertcore.training.length import RunLength
 
 if TYPE_CHECKING:
     from bertcore.training.config import Phase2Config, PretrainConfig
@@ -55,12 +56,12 @@ TRAIN_LENGTH = ("max_steps", "epochs", "max_minutes")
 class RunIdentity:
     """What a checkpoint of one phase must share with this run to be resumed (all of
     `fingerprints`), or extended (all but the length); `params` name what changed in a
-    notice; `total_steps` is where the phase ends (phase 2: numbered on from phase 1's)."""
+    notice; `length`: where the phase starts and ends (phase 2: numbered on from phase 1's)."""
 
     phase: int  # 1, or 2 for BERT's second phase
     fingerprints: dict[str, str]
     params: dict[str, Any]  # the optimisation params, length included
-    total_steps: int
+    length: RunLength
 
     def meta(self, world_size: int) -> dict[str, Any]:
         """What each checkpoint of the phase records besides its position (meta.json)."""
@@ -119,26 +120,25 @@ def after_phase1(checkpoint: Checkpoint, phase1: RunIdentity) -> bool:
 
 
 def phase1_identity(config: PretrainConfig, vocab_dir: str | Path, samples_dir: str | Path,
-                    configured_steps: int, total_steps: int | None = None,
-                    init_model: str | None = None) -> RunIdentity:
-    """Phase 1's identity (a run without phase 2 is phase 1 alone). `configured_steps`: its
-    length as the params set it; `total_steps`: where it ends, when a time budget re-planned
-    that; `init_model`: the content hash of the model it starts from (`InitModel.fingerprint`)."""
+                    length: RunLength, init_model: str | None = None) -> RunIdentity:
+    """Phase 1's identity (a run without phase 2 is phase 1 alone): its configured length is
+    fingerprinted, its planned end recorded; `init_model`: the content hash of the model it
+    starts from (`InitModel.fingerprint`)."""
     fingerprints = {
         "params": fingerprint_params(resumable_params(config)),
         "vocab": vocab_fingerprint(vocab_dir),
         "samples": samples_fingerprint(samples_dir),
-        LENGTH: length_fingerprint(configured_steps, config.train.max_minutes),
+        LENGTH: length_fingerprint(length.configured, config.train.max_minutes),
     }
     if init_model is not None:
         fingerprints[INIT_MODEL] = init_model
-    end = configured_steps if total_steps is None else total_steps
-    return RunIdentity(1, fingerprints, optimisation_params(config), end)
+    return RunIdentity(1, fingerprints, optimisation_params(config), length)
 
 
-def phase2_identity(phase1: RunIdentity, config: Phase2Config,
-                    samples_dir: str | Path) -> RunIdentity:
-    """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`."""
+def phase2_identity(phase1: RunIdentity, config: Phase2Config, samples_dir: str | Path,
+                    length: RunLength) -> RunIdentity:
+    """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`,
+    of `length` (its steps numbered on from phase 1's)."""
     params = _without(_section(config), ("enabled",))
     fingerprints = {
         PHASE1: fingerprint_params(phase1.fingerprints),
@@ -147,8 +147,7 @@ def phase2_identity(phase1: RunIdentity, config: Phase2Config,
         "samples": samples_fingerprint(samples_dir),
         LENGTH: str(config.max_steps),
     }
-    return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params},
-                       phase1.total_steps + config.max_steps)
+    return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params}, length)
 
 
 def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | None = None
@@ -157,9 +156,7 @@ def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | Non
     it starts from), its length (`1500steps`; `1500+500steps` with phase 2; `-30min` with a
     time budget) and 6 hex digits of the rest of its identity (params, data, initial model),
     so that two runs share a name only when they are the same run, or one extends the other."""
-    ends = [phase.total_steps for phase in phases]  # phase 2's numbered on from phase 1's
-    starts = [0, *ends[:-1]]
-    length = "+".join(str(end - start) for start, end in zip(starts, ends, strict=True))
+    length = "+".join(str(phase.length.planned - phase.length.start) for phase in phases)
     length += "steps"
     if max_minutes is not None:
         length += f"-{max_minutes:g}min"
@@ -210,7 +207,8 @@ def samples_fingerprint(samples_dir: str | Path) -> str:
     return fingerprint_files([meta_file])
 
 
-def length_fingerprint(total_steps: int, max_minutes: float | None = None) -> str:
+def length_fingerprint(configured: int, max_minutes: float | None = None) -> str:
     """The configured length of a run: `1500`, or `1500, 6 min` with a time budget (the
-    planned end then comes from the timing the checkpoint records)."""
-    return str(total_steps) if max_minutes is None else f"{total_steps}, {max_minutes:g} min"
+    planned end then comes from the timing the checkpoint records). Never read back: a
+    checkpoint records its planned end as a number (`Checkpoint.planned_end`)."""
+    return str(configured) if max_minutes is None else f"{configured}, {max_minutes:g} min"

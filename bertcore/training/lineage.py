@@ -75,6 +75,6 @@ def replacing_notice(replaced: Sequence[Checkpoint], root: Path, keep: bool,
 def left_notice(left: Sequence[Checkpoint], phase1: RunIdentity, out: Path) -> str:
     """The line that says phase 2 is off: phase 1's model is the result, and phase 2's
     checkpoints stay."""
-    return (f"phase 2 is off: the run ends with phase 1 at step {phase1.total_steps}, whose "
+    return (f"phase 2 is off: the run ends with phase 1 at step {phase1.length.planned}, whose "
             f"model goes to {out}; phase 2's checkpoints after it ({names(left)}) stay where "
             "they are, for phase2.enabled: true")

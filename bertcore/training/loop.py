@@ -2,13 +2,16 @@
 logging, periodic evaluation, checkpoints and stopping.
 
 The data position, (epoch, step within it), follows from the step number
-(`StepRunner.data_position`; each epoch's order: `bertcore.training.order`), so a checkpoint
+(`PhaseSteps.position`; each epoch's order: `bertcore.training.order`), so a checkpoint
 plus the RNG states is all that resuming needs: the resumed run draws the same batches, masks
 and dropout as an uninterrupted one.
 
-The Trainer owns the run's planned end (`total_steps`): the configured total, or what a time
-budget plans (`bertcore.training.budget`), which it hands to each step (the schedule) and to
-each checkpoint (its meta).
+The Trainer carries the phase's `RunLength` as planned (`bertcore.training.length`): the one
+the run was planned with, or the new one a time budget plans after its first steps
+(`bertcore.training.budget`); it hands it to each step (the schedule) and each checkpoint (the
+planned end). What the loop changes is small and owned elsewhere: the step and the run's
+counters (`TrainingState`), the logging window (`LoggingWindow`, both on the StepRunner) and
+the last checkpoint written (`Checkpointer`, which also decides when one is due).
 
 The host reads the device only on "sync steps" (`Trainer.due`): steps that log (every
 `log_every`, and the run's last), evaluate (`eval_every`), checkpoint (`checkpoint_every`) or
@@ -35,7 +38,6 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from tqdm.auto import tqdm
 
@@ -43,8 +45,9 @@ from bertcore.common.errors import BertError
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import DataWorkerDied
 from bertcore.training.budget import BudgetPlanner, StepTiming, TimeBudget
-from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpointer import Checkpointer
 from bertcore.training.evaluation import EvalMetrics
+from bertcore.training.length import RunLength
 from bertcore.training.records import TrainingRecord
 from bertcore.training.step import StepResult, StepRunner
 from bertcore.training.stopping import StopRequest, TrainingInterrupted, signal_name
@@ -91,47 +94,41 @@ class Trainer:
         self,
         runner: StepRunner,
         *,
+        length: RunLength | None = None,
+        timing: StepTiming | None = None,
         record: TrainingRecord | None = None,
-        checkpoints: CheckpointDir | None = None,
-        meta: Mapping[str, Any] | None = None,
+        checkpointer: Checkpointer | None = None,
         evaluate: Callable[[BertPretrainingModel], EvalMetrics] | None = None,
         on_step: Callable[[StepResult], None] | None = None,
-        on_checkpoint: Callable[[Path], None] | None = None,
         stop_after: int | None = None,
         progress: bool | None = None,
         budget: TimeBudget | None = None,
     ):
-        """`meta` goes into every checkpoint's meta.json (the run's identity: `RunIdentity.meta`).
-        `evaluate(model)` scores the model every `eval_every` steps and at the end.
-        `on_step(result)` is called after every step (reading a number of `result` waits for
-        the device). `on_checkpoint(path)` is called on rank 0 after each committed checkpoint.
-        `stop_after`: stop (with a checkpoint) after this step, as an interruption would.
-        `progress`: a progress bar (None: on a terminal, on rank 0). `budget`: a time budget;
-        unless the runner resumed with its timing, the first steps are timed and the total is
-        planned once, at the budget's plan step (see `bertcore.training.budget`)."""
+        """`length`: the phase's (None: the runner's phase's), as planned. `budget`: a time
+        budget; without `timing` (what the checkpoint the runner resumed from recorded) the
+        first steps are timed and the end is planned once, at the budget's plan step (see
+        `bertcore.training.budget`). `checkpointer`: where and when checkpoints are written
+        (None: never). `evaluate(model)` scores the model every `eval_every` steps and at the
+        end. `on_step(result)` is called after every step (reading a number of `result` waits
+        for the device). `stop_after`: stop (with a checkpoint) after this step, as
+        an interruption would. `progress`: a progress bar (None: on a terminal, on rank 0)."""
         self.runner, self.dist = runner, runner.dist
         self.record = record or TrainingRecord()
-        self.checkpoints = checkpoints
-        self.meta = dict(meta or {})
+        self.checkpointer = checkpointer or Checkpointer(None)
         self.evaluate = evaluate
         self.on_step = on_step
-        self.on_checkpoint = on_checkpoint
         self.stop_after = stop_after
         self.progress = progress
-        self.budget = budget
-        # What the loop changes, set up by train(): the plan, and what it has done so far.
-        self.total_steps = 0  # where the run is planned to end
-        self.step_timing: StepTiming | None = None  # what a time budget planned from
-        self.planner: BudgetPlanner | None = None
-        self.stop_request: StopRequest | None = None
-        self.bar: tqdm | None = None
+        self.length = length or runner.phase.length  # as planned so far
+        self.timing = timing  # what a time budget planned from
+        self.planner = None if budget is None else BudgetPlanner(
+            budget, self.length, runner.step, timing, synchronize=runner.synchronize,
+            broadcast=self.dist.broadcast_object)
+        # What the loop has done so far, set up by train().
         self.started = 0.0
         self.last_train: dict[str, float] = {}
         self.last_eval: EvalMetrics | None = None
-        self.saved_at: int | None = None  # the step of the last checkpoint saved
-        self.saved_path: Path | None = None  # its folder (rank 0)
         self.skipped_reported = 0  # skipped steps reported so far
-        self.window_start, self.window_tokens_base = 0.0, 0.0  # the logging window's start
         self.stopped = False  # stop_after reached
 
     # ---------------------------------------------------------------------- the loop
@@ -140,10 +137,10 @@ class Trainer:
         Raises TrainingInterrupted after a SIGTERM/Ctrl-C (checkpoint written) and
         NonFiniteLossError when the loss stays non-finite."""
         self.begin()
-        with StopRequest() as self.stop_request, self.progress_bar() as self.bar:
+        with StopRequest() as stop, self.progress_bar() as bar:
             try:
-                while self.runner.step < self.total_steps and not self.stopped:
-                    self.train_epoch()
+                while self.runner.step < self.length.planned and not self.stopped:
+                    self.train_epoch(stop, bar)
             except DataWorkerDied as died:
                 raise self.lost_worker(died) from None
             if not self.stopped:
@@ -153,55 +150,51 @@ class Trainer:
 
     def begin(self) -> None:
         """The clock, the counters and the plan at the start of the run."""
-        runner = self.runner
         self.started = time.perf_counter()
-        counters = runner.read_counters()
+        counters = self.runner.read_counters()
         self.skipped_reported = counters["skipped_steps"]
-        self.window_start, self.window_tokens_base = self.started, counters["tokens"]
+        self.runner.window.restart_clock(counters)
         self.last_train = self.record.train.last_row()  # resumed at the end: not empty
-        self.total_steps, self.step_timing = runner.configured_steps, runner.recorded_timing
-        if self.budget is not None:
-            self.planner = BudgetPlanner(
-                self.budget, runner.configured_steps, runner.step, runner.recorded_timing,
-                synchronize=runner.synchronize, broadcast=self.dist.broadcast_object)
-            self.total_steps = self.planner.total  # a resumed run: re-planned, not re-timed
+        if self.planner is not None:
+            self.length = self.planner.length  # a resumed run: re-planned, not re-timed
 
-    def train_epoch(self) -> None:
+    def train_epoch(self, stop: StopRequest, bar: tqdm) -> None:
         """The steps from the data position to the end of its epoch, or of the run."""
-        epoch, start = self.runner.data_position()
-        for micro_batches in self.runner.batches.iterate(epoch, start):
-            result = self.runner.train_step(micro_batches, stop=self.stop_request.requested,
-                                            total_steps=self.total_steps)
-            self.bar.update(1)
+        runner = self.runner
+        epoch, start = runner.phase.position(runner.step)
+        for micro_batches in runner.batches.iterate(epoch, start):
+            result = runner.train_step(micro_batches, stop=stop.requested, length=self.length)
+            bar.update(1)
             if self.on_step:
                 self.on_step(result)
-            self.plan(self.runner.step)
-            due = self.due(self.runner.step)
+            self.plan(runner.step, bar)
+            due = self.due(runner.step, stop)
             if due:
-                self.sync(due, result)
-            if self.stopped or self.runner.step >= self.total_steps:
+                self.sync(due, result, stop, bar)
+            if self.stopped or runner.step >= self.length.planned:
                 return
 
-    def due(self, step: int) -> SyncDue:
-        cfg, total = self.runner.config, self.total_steps
+    def due(self, step: int, stop: StopRequest) -> SyncDue:
+        cfg, end = self.runner.config, self.length.planned
         return SyncDue(
-            log=step % cfg.log_every == 0 or step == total,
-            evaluate=bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != total,
-            checkpoint=bool(cfg.checkpoint_every) and step % cfg.checkpoint_every == 0,
+            log=step % cfg.log_every == 0 or step == end,
+            evaluate=bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != end,
+            checkpoint=self.checkpointer.due(step),
             stop_after=self.stop_after is not None and step >= self.stop_after,
             # One process knows of its own stop request at once; several agree on it at the
             # sync steps they all share.
-            stop=self.stop_request.requested and not self.dist.enabled,
+            stop=stop.requested and not self.dist.enabled,
         )
 
-    def sync(self, due: SyncDue, result: StepResult) -> None:
+    def sync(self, due: SyncDue, result: StepResult, stop_request: StopRequest,
+             bar: tqdm) -> None:
         """A sync step: read the device's counters (once), check health, then log, evaluate,
         checkpoint and stop as due."""
         counters = self.runner.read_counters()
         self.check_health(counters)
         stop = due.stop or (self.dist.enabled and counters["stop_votes"] > 0)
         if due.log:
-            self.log_train(counters, result)
+            self.log_train(counters, result, bar)
         if due.evaluate:
             self.run_eval()
         if due.checkpoint:
@@ -209,17 +202,17 @@ class Trainer:
         if stop or due.stop_after:
             self.save_checkpoint(counters)
         if stop:
-            raise self.interrupted()
+            raise self.interrupted(stop_request)
         self.stopped = due.stop_after
 
     # ---------------------------------------------------------------- what a step does
-    def plan(self, step: int) -> None:
+    def plan(self, step: int, bar: tqdm) -> None:
         """Let a time budget plan the end after `step` (once, at its plan step)."""
-        total = self.planner.after_step(step) if self.planner is not None else None
-        if total is None:
+        length = self.planner.after_step(step) if self.planner is not None else None
+        if length is None:
             return
-        self.total_steps, self.step_timing = total, self.planner.timing
-        self.bar.total = total
+        self.length, self.timing = length, self.planner.timing
+        bar.total = length.planned
         if self.dist.is_main:
             level, line = self.planner.announcement()
             log.log(level, "%s", line)
@@ -233,7 +226,7 @@ class Trainer:
             self.skipped_reported = skipped
         worst = int(counters["worst_nonfinite_run"])
         if worst >= self.runner.config.max_nonfinite_steps:
-            last = self.checkpoints.latest() if self.checkpoints else None
+            last = self.checkpointer.latest()
             kept = f"checkpoint {last.path} is kept" if last else "no checkpoint exists"
             raise NonFiniteLossError(
                 f"loss or gradient not finite for {worst} steps in a row (up to step "
@@ -241,16 +234,14 @@ class Trainer:
                 f"fp32/bf16; {kept}"
             )
 
-    def log_train(self, counters: Mapping[str, float], result: StepResult) -> None:
+    def log_train(self, counters: Mapping[str, float], result: StepResult, bar: tqdm) -> None:
         """A row of the train log: the means over the window since the last row."""
-        runner, now = self.runner, time.perf_counter()
-        window = runner.take_window(counters)
-        tokens = window["tokens"] - self.window_tokens_base
-        tokens_per_s = tokens / max(now - self.window_start, 1e-9)
-        self.window_start, self.window_tokens_base = now, 0.0
+        runner = self.runner
+        window = runner.window.close(counters, runner.config)
+        tokens_per_s = window["tokens_per_s"]
         self.last_train = {
             "step": runner.step,
-            "epoch": round(runner.epochs_done(), 4),
+            "epoch": round(runner.phase.epochs_done(runner.step), 4),
             **{k: window[k] for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss",
                                       "nsp_accuracy", "grad_norm")},
             "learning_rate": result.learning_rate,
@@ -260,8 +251,8 @@ class Trainer:
             self.record.log_train(self.last_train, extra={
                 "train/tokens_per_s": tokens_per_s,
                 "tokens_per_s_per_process": tokens_per_s / self.dist.world_size})
-        self.bar.set_postfix(loss=f"{window['loss']:.3f}", lr=f"{result.learning_rate:.2e}",
-                             tok_s=f"{tokens_per_s:,.0f}", refresh=False)
+        bar.set_postfix(loss=f"{window['loss']:.3f}", lr=f"{result.learning_rate:.2e}",
+                        tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 
     def run_eval(self) -> None:
         if self.evaluate is None:
@@ -274,34 +265,25 @@ class Trainer:
             last = self.last_train
             train = f"train loss {last['loss']:.4f}; " if "loss" in last else ""
             log.info("step %d/%d: %sval MLM loss %.4f accuracy %.4f, NSP accuracy %.4f",
-                     step, self.total_steps, train, e.mlm_loss, e.mlm_accuracy, e.nsp_accuracy)
+                     step, self.length.planned, train, e.mlm_loss, e.mlm_accuracy, e.nsp_accuracy)
 
     def save_checkpoint(self, counters: Mapping[str, float]) -> None:
-        """A checkpoint of this step, unless one exists or the last steps were not finite."""
-        step = self.runner.step
-        if counters["nonfinite_in_a_row"]:  # never let a sick state replace a good checkpoint
-            log.warning("no checkpoint at step %d: the last steps were not finite", step)
-            return
-        if self.checkpoints is None or self.saved_at == step:
-            return
-        self.saved_path = self.runner.save_checkpoint(
-            self.checkpoints, self.meta, self.record.texts(), self.total_steps, self.step_timing)
-        self.saved_at = step
-        if self.saved_path is not None and self.on_checkpoint is not None:
-            self.on_checkpoint(self.saved_path)
+        self.checkpointer.save(self.runner, counters, self.record, self.length.planned,
+                               self.timing)
 
     # ---------------------------------------------------------------------- the end
     def progress_bar(self) -> tqdm:
         # tqdm's disable=None shows the bar only on a terminal
         progress = self.progress
         disable = (None if self.dist.is_main else True) if progress is None else not progress
-        return tqdm(total=self.total_steps, initial=self.runner.step, desc="pretrain",
+        return tqdm(total=self.length.planned, initial=self.runner.step, desc="pretrain",
                     unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
-    def interrupted(self) -> TrainingInterrupted:
-        step, signum = self.runner.step, self.stop_request.signum or signal.SIGTERM
-        return TrainingInterrupted(
-            f"interrupted by {signal_name(signum)} after step {step}: {self.saved()}", signum)
+    def interrupted(self, stop: StopRequest) -> TrainingInterrupted:
+        step, signum = self.runner.step, stop.signum or signal.SIGTERM
+        saved = self.checkpointer.saved(step)
+        return TrainingInterrupted(f"interrupted by {signal_name(signum)} after step {step}: "
+                                   f"{saved}", signum)
 
     def lost_worker(self, died: DataWorkerDied) -> BertError:
         """A DataLoader worker died between two steps: the last one is whole, so it is
@@ -309,24 +291,19 @@ class Trainer:
         this one in the checkpoint's collectives)."""
         if not self.dist.enabled:
             self.save_checkpoint(self.runner.read_counters())
-        return BertError(f"{died} after step {self.runner.step}: {self.saved()}")
-
-    def saved(self) -> str:
-        """What a run stopping now leaves to resume from, in words."""
-        if self.saved_at == self.runner.step and self.saved_path is not None:
-            return f"checkpoint written in {self.saved_path}; run again to resume"
-        return "no checkpoint written for this step"
+        step = self.runner.step
+        return BertError(f"{died} after step {step}: {self.checkpointer.saved(step)}")
 
     def result(self) -> TrainResult:
         runner = self.runner
         return TrainResult(
             steps=runner.step,
-            tokens_seen=runner.tokens_seen,
-            skipped_steps=runner.skipped_steps,
+            tokens_seen=runner.state.tokens_seen,
+            skipped_steps=runner.state.skipped_steps,
             seconds=time.perf_counter() - self.started,
-            planned_steps=self.total_steps,
-            step_timing=self.step_timing,
+            planned_steps=self.length.planned,
+            step_timing=self.timing,
             last_train=self.last_train,
             last_eval=self.last_eval,
-            checkpoint=self.saved_path,
+            checkpoint=self.checkpointer.saved_path,
         )

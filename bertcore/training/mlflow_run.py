@@ -6,6 +6,7 @@ and the exported model."""
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -24,7 +25,8 @@ MODEL_TAG = "model.sha256"
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
-def default_run_name(model: ModelConfig, max_minutes: float | None, phases: list[Phase]) -> str:
+def default_run_name(model: ModelConfig, max_minutes: float | None,
+                     phases: Sequence[Phase]) -> str:
     """The MLflow run's name when the caller gives none: MLflow's own random names come
     from Python's global generator, which the run seeds, so every run with the same
     train.seed would be called alike; this one says what differs (`identity.run_name`)."""
@@ -33,14 +35,16 @@ def default_run_name(model: ModelConfig, max_minutes: float | None, phases: list
     return run_name(name, [phase.identity for phase in phases], max_minutes)
 
 
-def run_tags(plan: RunPlan, first: Phase, second: Phase | None,
-             previous_run: str | None) -> dict[str, Any]:
+def run_tags(plan: RunPlan, phases: Sequence[Phase], previous_run: str | None
+             ) -> dict[str, Any]:
     """The MLflow run's tags: the phases' fingerprints, and the run it continues."""
+    first, *later = phases
     tags = {f"fingerprint.{k}": v for k, v in first.identity.fingerprints.items()}
-    if second is not None:
-        tags.update({f"fingerprint.phase2.{k}": v
-                     for k, v in second.identity.fingerprints.items()})
-        tags["phase2.first_step"] = second.start.step + 1
+    for phase in later:
+        prefix = f"phase{phase.number}"
+        tags.update({f"fingerprint.{prefix}.{k}": v
+                     for k, v in phase.identity.fingerprints.items()})
+        tags[f"{prefix}.first_step"] = phase.length.start + 1
     if plan.continues_earlier_run:
         tags.update({"extends_run": previous_run,
                      "extended_at_step": plan.resume.checkpoint.step})
@@ -52,7 +56,9 @@ def run_tags(plan: RunPlan, first: Phase, second: Phase | None,
 def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,
                        path: Path) -> None:
     """After each checkpoint: note which MLflow run wrote it (and log it, with
-    tracking.log_checkpoints: all)."""
+    tracking.log_checkpoints: all); nothing when nothing is tracked."""
+    if tracker.run_id is None:
+        return
     checkpoints.record_run(path, tracker.run_id)
     if log_all:
         tracker.log_artifacts(path, f"checkpoints/{path.name}")
@@ -61,7 +67,10 @@ def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bo
 def finish_run(tracker: Tracker, config: TrackingConfig, paths: PretrainPaths,
                runner: StepRunner, result: TrainResult) -> None:
     """Tag the MLflow run with the weights' sha256 (see pretrain.RUN_INFO) and the run's
-    length, log the last checkpoint and the exported model, and close it."""
+    length, log the last checkpoint and the exported model, and close it; nothing when
+    nothing is tracked."""
+    if tracker.run_id is None:
+        return
     # the length of the run: what ran, and where a time budget planned it to end
     tracker.set_tags({MODEL_TAG: file_sha256(paths.out / WEIGHTS_NAME),
                       "train.steps_run": result.steps,

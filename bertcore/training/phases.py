@@ -35,13 +35,15 @@ from bertcore.common.errors import BertError
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.batches import PretrainingBatches
+from bertcore.training.budget import StepTiming, TimeBudget
 from bertcore.training.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.config import MaskingConfig, TrainConfig
 from bertcore.training.identity import RunIdentity, in_phase1, phase_of
+from bertcore.training.length import RunLength
 from bertcore.training.lineage import RunLine
 from bertcore.training.records import TrainingRecord
 from bertcore.training.resume import ResumePlan, plan_resume
-from bertcore.training.step import PhaseStart, StepRunner
+from bertcore.training.step import PhaseSteps, StepRunner
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:
@@ -59,25 +61,46 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
     return math.ceil(phase1_steps / phase1_steps_per_epoch)
 
 
-def phase2_start(phase1: Phase) -> PhaseStart:
-    """Where phase 2 begins: at phase 1's last step, in the first epoch phase 1 did not reach."""
-    steps = phase1.identity.total_steps
-    return PhaseStart(steps, first_epoch(steps, phase1.batches.steps_per_epoch))
+def phase2_steps(phase1: Phase, train: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
+    """Phase 2's steps: from phase 1's last step, in the first epoch phase 1 did not reach."""
+    end = phase1.length.planned
+    return PhaseSteps(train, batches,
+                      RunLength.configured_by(train, batches.steps_per_epoch, start=end),
+                      first_epoch(end, phase1.batches.steps_per_epoch))
 
 
 @dataclass(frozen=True)
 class Phase:
     """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
-    when it is on."""
+    when it is on. Its length is planned once (`plan_pretraining`): `steps.length`, which its
+    identity records."""
 
     number: int
     max_seq_length: int  # of its samples
-    train: TrainConfig
     masking: MaskingConfig
-    batches: PretrainingBatches
+    steps: PhaseSteps  # its config, batches, length and first epoch
     val_store: SampleStore
-    start: PhaseStart
-    identity: RunIdentity  # what its checkpoints share and record, and its last step
+    identity: RunIdentity  # what its checkpoints share and record
+    budget: TimeBudget | None = None  # train.max_minutes (phase 1 only)
+    timing: StepTiming | None = None  # what the budget planned from, as a checkpoint recorded
+
+    @property
+    def length(self) -> RunLength:
+        return self.steps.length
+
+    @property
+    def train(self) -> TrainConfig:
+        return self.steps.config
+
+    @property
+    def batches(self) -> PretrainingBatches:
+        return self.steps.batches
+
+    def planned(self, length: RunLength, timing: StepTiming | None) -> Phase:
+        """This phase with its length planned again (its steps and identity alike)."""
+        return dataclasses.replace(
+            self, steps=dataclasses.replace(self.steps, length=length),
+            identity=dataclasses.replace(self.identity, length=length), timing=timing)
 
 
 # ------------------------------------------------------------------------ where a run starts
@@ -101,6 +124,14 @@ class RunPlan:
     @property
     def trains_phase1(self) -> bool:
         return self.phase == 1 and not self.phase1_done
+
+    def enters(self, phase: int) -> bool:
+        """Whether the run goes through `phase`: the one it (re)starts in and those after."""
+        return phase >= self.phase
+
+    def trains(self, phase: int) -> bool:
+        """Whether the run trains `phase` (not phase 1 when it is done)."""
+        return self.enters(phase) and (phase > 1 or not self.phase1_done)
 
     @property
     def continues_earlier_run(self) -> bool:
@@ -160,7 +191,7 @@ def _where_it_starts(checkpoints: CheckpointDir, phase1_latest: Checkpoint | Non
 def ends_phase1(checkpoint: Checkpoint | None, phase1: RunIdentity) -> bool:
     """Whether `checkpoint` is phase 1's last: at its last step, made with its identity."""
     return (checkpoint is not None and in_phase1(checkpoint)
-            and checkpoint.step == phase1.total_steps and phase1.made(checkpoint))
+            and checkpoint.step == phase1.length.planned and phase1.made(checkpoint))
 
 
 def boundary(checkpoints: CheckpointDir, phase1: RunIdentity) -> Checkpoint | None:
@@ -197,8 +228,8 @@ def enter_phase2(runner: StepRunner, checkpoints: CheckpointDir, plan: RunPlan, 
     start_from = plan.resume.checkpoint if plan.phase == 2 else edge
     if start_from is None:
         raise BertError(f"phase 1 left no checkpoint at its last step "
-                        f"({first.identity.total_steps}) for phase 2 to start from (see the "
+                        f"({first.length.planned}) for phase 2 to start from (see the "
                         "warnings above): run again")
-    runner.begin_phase(second.train, second.batches, second.start)
+    runner.begin_phase(second.steps)
     runner.resume_from(start_from)
     return start_from

@@ -49,8 +49,9 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
         "timed_steps": f"{timing.timed_from}-{timing.plan_step}" if timing else None,
     }
     if second is not None:  # only then: with phase 2 off the file is what it always was
-        details["phase2"] = {"first_step": second.start.step + 1,
-                             "steps": second.identity.total_steps - second.start.step,
+        length = second.length
+        details["phase2"] = {"first_step": length.start + 1,
+                             "steps": length.planned - length.start,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     details["computed_with"] = computed_with

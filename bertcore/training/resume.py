@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertcore.training.checkpoint import Checkpoint
-from bertcore.training.identity import LENGTH, NAMES, RunIdentity
+from bertcore.training.identity import NAMES, RunIdentity
 
 
 @dataclass(frozen=True)
@@ -32,8 +32,8 @@ class ResumePlan:
 
 def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
     """Decide from the latest intact checkpoint (`CheckpointDir.latest()`, which verifies
-    every file: read it once). `identity.total_steps`: where this run would end if it resumed
-    `latest` (with a time budget: as re-planned from its timing)."""
+    every file: read it once). `identity.length.planned`: where this run would end if it
+    resumed `latest` (with a time budget: as re-planned from its timing)."""
     if latest is None:
         return ResumePlan(None)
     changed = identity.changed(latest)
@@ -45,8 +45,8 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
     if identity.same_length(latest):
         return ResumePlan(latest)
     # The end it was heading for (with a time budget: as planned, when the plan was made).
-    saved_total = str(latest.meta.get("total_steps", latest.fingerprints.get(LENGTH))).split(",")[0]
-    what, total_steps = identity.param_changes(latest), identity.total_steps
+    saved_total = latest.planned_end
+    what, total_steps = identity.param_changes(latest), identity.length.planned
     if latest.step > total_steps:
         return ResumePlan(None, f"checkpoint {latest.path} is at step {latest.step}, past the "
                                 f"new end of the run{what} at step {total_steps}: starting "
@@ -55,4 +55,4 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
     return ResumePlan(latest, f"the run's length changed{what}: resuming from step "
                               f"{latest.step} with the learning-rate schedule re-planned to end "
                               f"at step {total_steps} instead of {saved_total}",
-                      previous_total=int(saved_total))
+                      previous_total=saved_total)

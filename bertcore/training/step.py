@@ -21,7 +21,8 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Mapping
+import time
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,16 +32,21 @@ from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
 from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import StepTiming
-from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
+from bertcore.training.checkpoint import (
+    Checkpoint,
+    CheckpointDir,
+    capture_rng_state,
+    restore_rng_state,
+)
 from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.distributed import Distributed
+from bertcore.training.length import RunLength
 from bertcore.training.schedule import learning_rate as scheduled_rate
 
 log = logging.getLogger(__name__)
 
-# The sums of a logging window (finite steps only), in the order of StepRunner.window.
+# The sums of a logging window (finite steps only), in the order of LoggingWindow.sums.
 WINDOW = (
     "mlm_loss_sum",
     "mlm_count",
@@ -52,7 +58,7 @@ WINDOW = (
     "good_steps",
     "tokens",
 )
-# The run's counters, in the order of StepRunner.totals.
+# The run's counters, in the order of TrainingState.counters.
 TOTALS = ("skipped_steps", "nonfinite_in_a_row", "worst_nonfinite_run", "tokens_seen",
           "stop_votes")
 # What a StepResult holds, in the order of its device tensor.
@@ -86,13 +92,133 @@ class StepResult:
 
 
 @dataclass(frozen=True)
-class PhaseStart:
-    """Where a phase of the run begins: the optimizer steps and the epochs done before it.
-    Phase 1 starts at (0, 0); BERT's second phase numbers its steps and epochs on from phase 1's
-    (see `bertcore.training.phases`)."""
+class PhaseSteps:
+    """What a StepRunner steps through in one phase: the phase's config (batch, schedule, loss
+    weights), its batches, its length and the epoch it starts in (phase 1: 0; BERT's second
+    phase numbers its steps and epochs on from phase 1's, see `bertcore.training.phases`)."""
 
-    step: int = 0
-    epoch: int = 0
+    config: TrainConfig
+    batches: PretrainingBatches
+    length: RunLength
+    first_epoch: int = 0
+
+    @classmethod
+    def configured(cls, config: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
+        """A first phase of the length `config` sets."""
+        return cls(config, batches, RunLength.configured_by(config, batches.steps_per_epoch))
+
+    def position(self, step: int) -> tuple[int, int]:
+        """(epoch, step within it) of the step after `step`: which batch, and which masks,
+        it draws."""
+        epoch, within = divmod(step - self.length.start, self.batches.steps_per_epoch)
+        return self.first_epoch + epoch, within
+
+    def epochs_done(self, step: int) -> float:
+        """Passes over the data after `step` (over phase 1's samples, then over phase 2's)."""
+        return self.first_epoch + (step - self.length.start) / self.batches.steps_per_epoch
+
+    def learning_rate(self, step: int, length: RunLength | None = None) -> float:
+        """The rate of optimizer step `step` (0-based) on the phase's schedule, which ends
+        where `length` (by default the phase's own) is planned to end."""
+        cfg, length = self.config, length or self.length
+        return scheduled_rate(cfg.learning_rate, step - length.start, cfg.warmup_steps,
+                              length.planned - length.start)
+
+
+class TrainingState:
+    """Where the run stands: the optimizer steps done, and on the device the run's counters
+    (TOTALS: skipped steps, the current and the worst run of non-finite steps, tokens seen,
+    the processes' stop votes of the last step)."""
+
+    def __init__(self, device: torch.device):
+        self.step = 0
+        self.counters = torch.zeros(len(TOTALS), dtype=torch.int64, device=device)
+
+    def count(self, skipped: torch.Tensor, sick: torch.Tensor, tokens: torch.Tensor,
+              stop_votes: torch.Tensor) -> None:
+        """One more step, on the device: `skipped` (its update was not applied), `sick` (a
+        non-finite loss, or gradient without a scaler), its tokens and stop votes."""
+        skipped_steps, in_a_row, worst, tokens_seen, _ = self.counters.unbind()
+        in_a_row = torch.where(sick, in_a_row + 1, torch.where(skipped, in_a_row, 0))
+        self.counters = torch.stack([skipped_steps + skipped.long(), in_a_row,
+                                     torch.maximum(worst, in_a_row),
+                                     tokens_seen + tokens.long(), stop_votes.long()])
+        self.step += 1
+
+    def forget_worst_run(self) -> None:
+        """After a read: the worst run of non-finite steps counts from the current one on."""
+        self.counters[2] = self.counters[1]
+
+    def _count(self, name: str) -> int:
+        return int(self.counters[TOTALS.index(name)])  # reads the device
+
+    @property
+    def skipped_steps(self) -> int:
+        return self._count("skipped_steps")
+
+    @property
+    def nonfinite_in_a_row(self) -> int:
+        return self._count("nonfinite_in_a_row")
+
+    @property
+    def tokens_seen(self) -> int:
+        return self._count("tokens_seen")
+
+    def state_dict(self) -> dict[str, int]:
+        counters = dict(zip(TOTALS, self.counters.tolist(), strict=True))
+        return {"step": self.step, **{name: counters[name] for name in TOTALS[:2]},
+                "tokens_seen": counters["tokens_seen"]}
+
+    def load_state_dict(self, state: Mapping[str, Any]) -> None:
+        self.step = int(state["step"])
+        in_a_row = int(state["nonfinite_in_a_row"])
+        self.counters = torch.tensor(
+            [int(state["skipped_steps"]), in_a_row, in_a_row, int(state["tokens_seen"]), 0],
+            dtype=torch.int64, device=self.counters.device,
+        )
+
+
+class LoggingWindow:
+    """The steps since the last row of the train log: their sums on the device (WINDOW,
+    finite steps only), and the clock and token count the row's speed is measured from."""
+
+    def __init__(self, device: torch.device):
+        self.sums = torch.zeros(len(WINDOW), dtype=torch.float64, device=device)
+        self.opened = time.perf_counter()
+        self.tokens_before = 0.0  # tokens in the sums before `opened` (a resumed window)
+
+    def add(self, good: torch.Tensor, step_sums: torch.Tensor) -> None:
+        self.sums += torch.where(good, step_sums, 0.0)  # NaN never reaches the window
+
+    def restart_clock(self, counters: Mapping[str, float]) -> None:
+        """Time the window from now, its tokens so far (`counters`, as read) not counted."""
+        self.opened, self.tokens_before = time.perf_counter(), counters["tokens"]
+
+    def close(self, counters: Mapping[str, float], config: TrainConfig) -> dict[str, float]:
+        """Means over the window's steps (finite steps only) from `counters` (as read by
+        StepRunner.read_counters) and its speed (`tokens_per_s`); then a new window opens."""
+        now, w = time.perf_counter(), counters
+        self.sums.zero_()
+        steps = max(w["good_steps"], 1.0)
+        mlm_den, nsp_den = max(w["mlm_count"], 1.0), max(w["nsp_count"], 1.0)
+        mlm_loss, nsp_loss = w["mlm_loss_sum"] / mlm_den, w["nsp_loss_sum"] / nsp_den
+        tokens_per_s = (w["tokens"] - self.tokens_before) / max(now - self.opened, 1e-9)
+        self.opened, self.tokens_before = now, 0.0
+        return {
+            "loss": config.mlm_weight * mlm_loss + config.nsp_weight * nsp_loss,
+            "mlm_loss": mlm_loss,
+            "mlm_accuracy": w["mlm_correct"] / mlm_den,
+            "nsp_loss": nsp_loss,
+            "nsp_accuracy": w["nsp_correct"] / nsp_den,
+            "grad_norm": w["grad_norm_sum"] / steps,
+            "tokens_per_s": tokens_per_s,
+        }
+
+    def state_dict(self) -> torch.Tensor:
+        return self.sums.cpu().clone()
+
+    def load_state_dict(self, sums: torch.Tensor) -> None:
+        self.sums = sums.clone().double().to(self.sums.device)
 
 
 def compile_model(model: torch.nn.Module, mode: CompileMode,
@@ -106,8 +232,9 @@ def compile_model(model: torch.nn.Module, mode: CompileMode,
 
 
 class StepRunner:
-    """Runs optimizer steps: holds the model, its fused AdamW, schedule and scaler, and the
-    device counters of a run."""
+    """Runs optimizer steps: holds the model (with its DDP and torch.compile wrappers), its
+    fused AdamW and scaler, the phase it steps through (`phase`), where the run stands
+    (`state`) and the logging window (`window`)."""
 
     def __init__(
         self,
@@ -118,15 +245,13 @@ class StepRunner:
         device: torch.device | str | None = None,
         dist: Distributed | None = None,
     ):
-        self.config = config
+        """`config` and `batches`: the first phase, of the length `config` sets (another
+        phase follows with `begin_phase`)."""
         self.dist = dist or Distributed()
         self.device = torch.device(device) if device is not None else resolve_device(
             config.device, self.dist
         )
-        self.batches = batches
-        self.start = PhaseStart()
-        # what a time budget planned from, as the checkpoint this run resumed from recorded it
-        self.recorded_timing: StepTiming | None = None
+        self.phase = PhaseSteps.configured(config, batches)
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
         self.model: torch.nn.Module = self.raw_model
@@ -149,41 +274,27 @@ class StepRunner:
         )
         fp16 = self.autocast_dtype == torch.float16
         self.scaler = torch.amp.GradScaler(self.device.type) if fp16 else None
-        self.step = 0
-        self.window = torch.zeros(len(WINDOW), dtype=torch.float64, device=self.device)
-        self.totals = torch.zeros(len(TOTALS), dtype=torch.int64, device=self.device)
+        self.state = TrainingState(self.device)
+        self.window = LoggingWindow(self.device)
         self._stop_flag = torch.zeros((), dtype=torch.float64, device=self.device)
 
     @property
-    def configured_steps(self) -> int:
-        """The step the phase ends at as configured (`max_steps` or `epochs`, numbered on from
-        the phase's start); a time budget may plan an earlier end (see `bertcore.training.loop`)."""
-        return self.start.step + self.config.total_steps(self.batches.steps_per_epoch)
+    def config(self) -> TrainConfig:
+        return self.phase.config
 
-    def learning_rate(self, step: int, total_steps: int | None = None) -> float:
-        """The rate of optimizer step `step` (0-based), on the phase's schedule: one that ends
-        at `total_steps`, by default the configured end."""
-        cfg, start = self.config, self.start.step
-        total = self.configured_steps if total_steps is None else total_steps
-        return scheduled_rate(cfg.learning_rate, step - start, cfg.warmup_steps, total - start)
+    @property
+    def batches(self) -> PretrainingBatches:
+        return self.phase.batches
 
-    def begin_phase(self, config: TrainConfig, batches: PretrainingBatches,
-                    start: PhaseStart) -> None:
-        """Go on with another phase of the run: its config (batch, schedule, length) and
-        batches, its steps and epochs numbered on from `start`. The model, its wrappers (DDP,
-        torch.compile) and the optimizer stay; load the checkpoint the phase starts from next
-        (`resume_from`)."""
-        self.config, self.batches, self.start = config, batches, start
-        self.recorded_timing = None
+    @property
+    def step(self) -> int:
+        return self.state.step
 
-    def data_position(self) -> tuple[int, int]:
-        """(epoch, step within it) of the next step: which batch, and which masks, it draws."""
-        epoch, step = divmod(self.step - self.start.step, self.batches.steps_per_epoch)
-        return self.start.epoch + epoch, step
-
-    def epochs_done(self) -> float:
-        """Passes over the data so far (over phase 1's samples, then over phase 2's)."""
-        return self.start.epoch + (self.step - self.start.step) / self.batches.steps_per_epoch
+    def begin_phase(self, phase: PhaseSteps) -> None:
+        """Go on with another phase of the run (its batch, schedule, length and data). The
+        model, its wrappers (DDP, torch.compile) and the optimizer stay; load the checkpoint
+        the phase starts from next (`resume_from`)."""
+        self.phase = phase
 
     # ----------------------------------------------------------------------- one step
     def accumulate_gradients(
@@ -231,9 +342,10 @@ class StepRunner:
         return counts, sums
 
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False,
-                   total_steps: int | None = None):
+                   length: RunLength | None = None) -> StepResult:
         """One optimizer step over this process's micro-batches (see accumulate_gradients), at
-        the rate of a schedule that ends at `total_steps` (by default the configured end)."""
+        the rate of the phase's schedule ending where `length` (by default the phase's own) is
+        planned to end."""
         cfg = self.config
         counts, sums = self.accumulate_gradients(micro_batches, stop)
         mlm_den, nsp_den = counts[0].clamp_min(1), counts[1].clamp_min(1)
@@ -247,7 +359,7 @@ class StepRunner:
         ).double()
         loss_finite = torch.isfinite(total_loss)
         good = loss_finite & torch.isfinite(grad_norm)
-        rate = self.learning_rate(self.step, total_steps)
+        rate = self.phase.learning_rate(self.step, length)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.found_inf = (~good).float()  # fused AdamW: skip the update when set
@@ -255,21 +367,16 @@ class StepRunner:
         if self.scaler:
             self.scaler.update()  # its own overflow check (in unscale_) sets the next scale
         self.optimizer.zero_grad(set_to_none=True)
-        self.step += 1
 
         # The counters, on the device. With fp16 an overflowing gradient is the scaler's
         # normal business; a non-finite loss (or gradient without a scaler) is a sick run.
         skipped = ~good
-        sick = ~loss_finite if self.scaler else skipped
-        skipped_steps, in_a_row, worst, tokens_seen, _ = self.totals.unbind()
-        in_a_row = torch.where(sick, in_a_row + 1, torch.where(skipped, in_a_row, 0))
-        self.totals = torch.stack([skipped_steps + skipped.long(), in_a_row,
-                                   torch.maximum(worst, in_a_row),
-                                   tokens_seen + counts[2].long(), counts[3].long()])
+        self.state.count(skipped, ~loss_finite if self.scaler else skipped, counts[2],
+                         counts[3])
         tokens = counts[2]
-        step_sums = torch.stack([sums[0], counts[0], sums[1], sums[2], counts[1], sums[3],
-                                 grad_norm, torch.ones_like(grad_norm), tokens])
-        self.window += torch.where(good, step_sums, 0.0)  # NaN never reaches the window
+        self.window.add(good, torch.stack([sums[0], counts[0], sums[1], sums[2], counts[1],
+                                           sums[3], grad_norm, torch.ones_like(grad_norm),
+                                           tokens]))
         values = torch.stack([total_loss, mlm_loss, sums[1] / mlm_den, nsp_loss,
                               sums[3] / nsp_den, grad_norm, tokens, skipped.double()])
         return StepResult(step=self.step, learning_rate=rate, values=values.detach())
@@ -286,61 +393,24 @@ class StepRunner:
         """The window's sums and the run's counters, in one transfer (the host waits here:
         call it on logging, evaluation and checkpoint steps only). Resets the worst run of
         non-finite steps seen since the last call."""
-        both = torch.cat([self.window, self.totals.double()]).tolist()
-        self.totals[2] = self.totals[1]
+        both = torch.cat([self.window.sums, self.state.counters.double()]).tolist()
+        self.state.forget_worst_run()
         return dict(zip(WINDOW + TOTALS, both, strict=True))
 
-    def take_window(self, counters: Mapping[str, float]) -> dict[str, float]:
-        """Means over the steps since the last call (finite steps only) from `counters` (as
-        read by read_counters), then reset the window."""
-        self.window.zero_()
-        w = counters
-        steps = max(w["good_steps"], 1.0)
-        mlm_den, nsp_den = max(w["mlm_count"], 1.0), max(w["nsp_count"], 1.0)
-        mlm_loss, nsp_loss = w["mlm_loss_sum"] / mlm_den, w["nsp_loss_sum"] / nsp_den
-        return {
-            "loss": self.config.mlm_weight * mlm_loss + self.config.nsp_weight * nsp_loss,
-            "mlm_loss": mlm_loss,
-            "mlm_accuracy": w["mlm_correct"] / mlm_den,
-            "nsp_loss": nsp_loss,
-            "nsp_accuracy": w["nsp_correct"] / nsp_den,
-            "grad_norm": w["grad_norm_sum"] / steps,
-            "tokens": w["tokens"],
-        }
-
-    def _total(self, name: str) -> int:
-        return int(self.totals[TOTALS.index(name)])  # reads the device
-
-    @property
-    def skipped_steps(self) -> int:
-        return self._total("skipped_steps")
-
-    @property
-    def nonfinite_in_a_row(self) -> int:
-        return self._total("nonfinite_in_a_row")
-
-    @property
-    def tokens_seen(self) -> int:
-        return self._total("tokens_seen")
-
-    @property
-    def epoch(self) -> int:
-        return self.data_position()[0]
-
-    # --------------------------------------------------------------------- state
-    def state_dict(self, total_steps: int) -> dict[str, Any]:
-        """Everything but the weights and the RNG states, as plain data; `total_steps`: where
+    # ----------------------------------------------------------------- checkpoints
+    def state_dict(self, planned_end: int) -> dict[str, Any]:
+        """Everything but the weights and the RNG states, as plain data; `planned_end`: where
         the run is planned to end (a record: a resumed run plans its own end)."""
-        totals = dict(zip(TOTALS, self.totals.tolist(), strict=True))
+        state = self.state.state_dict()
         return {
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
-            "step": self.step,
-            "total_steps": total_steps,
-            "skipped_steps": totals["skipped_steps"],
-            "nonfinite_in_a_row": totals["nonfinite_in_a_row"],
-            "tokens_seen": totals["tokens_seen"],
-            "window": self.window.cpu().clone(),
+            "step": state["step"],
+            "total_steps": planned_end,
+            "skipped_steps": state["skipped_steps"],
+            "nonfinite_in_a_row": state["nonfinite_in_a_row"],
+            "tokens_seen": state["tokens_seen"],
+            "window": self.window.state_dict(),
             "world_size": self.dist.world_size,
         }
 
@@ -351,41 +421,32 @@ class StepRunner:
         self.optimizer.load_state_dict(state["optimizer"])
         if self.scaler is not None and state.get("scaler"):
             self.scaler.load_state_dict(state["scaler"])
-        self.step = int(state["step"])
-        in_a_row = int(state["nonfinite_in_a_row"])
-        self.totals = torch.tensor(
-            [int(state["skipped_steps"]), in_a_row, in_a_row, int(state["tokens_seen"]), 0],
-            dtype=torch.int64, device=self.device,
-        )
-        self.window = state["window"].clone().double().to(self.device)
+        self.state.load_state_dict(state)
+        self.window.load_state_dict(state["window"])
 
-    # ----------------------------------------------------------------- checkpoints
-    def save_checkpoint(
-        self, checkpoints: CheckpointDir, meta: Mapping[str, Any], texts: Mapping[str, str],
-        total_steps: int, step_timing: StepTiming | None = None,
-    ) -> Path | None:
+    def save_checkpoint(self, checkpoints: CheckpointDir, meta: Mapping[str, Any],
+                        texts: Mapping[str, str], planned_end: int,
+                        line: Callable[[Checkpoint], bool] | None = None) -> Path | None:
         """Every process hands its RNG state to rank 0, which commits the checkpoint once all
-        processes have finished the step; returns the folder (None on other ranks). The run's
-        plan goes into its meta: `total_steps`, where it is planned to end, and `step_timing`,
-        what a time budget planned from."""
+        processes have finished the step; returns the folder (None on other ranks). `meta`:
+        what the checkpoint records besides its position and `planned_end`; `line`: the
+        checkpoints `keep_last` rotates among (`CheckpointDir.prune`)."""
         rng = self.dist.all_gather_objects(capture_rng_state())
         self.dist.barrier()
         path = None
         if self.dist.is_main:
-            state = {**self.state_dict(total_steps), "rng": rng}
-            position = {"step": self.step, "epoch": self.epoch, "total_steps": total_steps,
-                        "step_in_epoch": self.data_position()[1]}
-            if step_timing is not None:  # a budget run resumes its plan from it
-                position["step_timing"] = step_timing.to_dict()
-            path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts)
+            state = {**self.state_dict(planned_end), "rng": rng}
+            epoch, step_in_epoch = self.phase.position(self.step)
+            position = {"step": self.step, "epoch": epoch, "total_steps": planned_end,
+                        "step_in_epoch": step_in_epoch}
+            path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts,
+                                    line)
         self.dist.barrier()
         return path
 
-    def resume_from(self, checkpoint) -> None:
-        """Load weights, optimizer, scaler, counters, the timing of a time budget's plan and
-        this process's RNG state."""
+    def resume_from(self, checkpoint: Checkpoint) -> None:
+        """Load weights, optimizer, scaler, counters and this process's RNG state."""
         checkpoint.load_model(self.raw_model)
-        self.recorded_timing = StepTiming.from_dict(checkpoint.meta.get("step_timing"))
         state = checkpoint.load_state()
         self.load_state_dict(state)
         rng = state.get("rng") or []

@@ -1,0 +1,68 @@
+"""When the training loop writes a checkpoint, and what it last wrote (torchtitan's
+`CheckpointManager` in small): a checkpoint every `train.checkpoint_every` steps, at the end
+and when the run stops; never two of one step, never of a state whose last steps were not
+finite (a sick state must not replace a good checkpoint). The folder's format and rotation are
+`bertcore.training.checkpoint`'s; the state is the StepRunner's."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from bertcore.training.budget import StepTiming
+from bertcore.training.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.records import TrainingRecord
+from bertcore.training.step import StepRunner
+
+log = logging.getLogger(__name__)
+
+
+class Checkpointer:
+    """The checkpoints of one `Trainer.train()`: into `folder` (None: none are written), each
+    recording `meta` (the run's identity: `RunIdentity.meta`); `on_written(path)` is called on
+    rank 0 after each; `line`: the checkpoints `keep_last` rotates among (None: those of
+    `meta`'s fingerprints; see `CheckpointDir.prune`)."""
+
+    def __init__(self, folder: CheckpointDir | None, every: int = 0,
+                 meta: Mapping[str, Any] | None = None,
+                 on_written: Callable[[Path], None] | None = None,
+                 line: Callable[[Checkpoint], bool] | None = None):
+        self.folder, self.line = folder, line
+        self.every = every  # train.checkpoint_every (0: only at the end and on a stop)
+        self.meta = dict(meta or {})
+        self.on_written = on_written
+        self.saved_step: int | None = None  # the step of the last checkpoint written
+        self.saved_path: Path | None = None  # its folder (rank 0)
+
+    def due(self, step: int) -> bool:
+        """Whether `step` is a periodic checkpoint step."""
+        return bool(self.every) and step % self.every == 0
+
+    def save(self, runner: StepRunner, counters: Mapping[str, float], record: TrainingRecord,
+             planned_end: int, timing: StepTiming | None) -> None:
+        """A checkpoint of the runner's step, unless one exists or the last steps were not
+        finite (`counters`, as read); `timing`: what a time budget planned from (a budget run
+        resumes its plan from it)."""
+        step = runner.step
+        if counters["nonfinite_in_a_row"]:
+            log.warning("no checkpoint at step %d: the last steps were not finite", step)
+            return
+        if self.folder is None or self.saved_step == step:
+            return
+        meta = self.meta if timing is None else {**self.meta, "step_timing": timing.to_dict()}
+        self.saved_path = runner.save_checkpoint(self.folder, meta, record.texts(), planned_end,
+                                                 self.line)
+        self.saved_step = step
+        if self.saved_path is not None and self.on_written is not None:
+            self.on_written(self.saved_path)
+
+    def latest(self) -> Checkpoint | None:
+        return self.folder.latest() if self.folder is not None else None
+
+    def saved(self, step: int) -> str:
+        """What a run stopping after `step` leaves to resume from, in words."""
+        if self.saved_step == step and self.saved_path is not None:
+            return f"checkpoint written in {self.saved_path}; run again to resume"
+        return "no checkpoint written for this step"
