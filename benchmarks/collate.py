@@ -21,7 +21,7 @@ import numpy as np
 import torch
 from torch.utils.data import DataLoader
 
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 VOCAB_SIZE = 30522
 CONTINUATION_SHARE = 0.2  # share of vocabulary ids that are `##` pieces

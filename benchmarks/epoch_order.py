@@ -1,4 +1,4 @@
-"""Speed and memory of the epoch order (bertcore.training.order) on one CPU core, against
+"""Speed and memory of the epoch order (bertcore.training.data.order) on one CPU core, against
 the loader's need (target: >= 20,000 samples/s per DataLoader worker) and against the
 permutation it replaced (`rng.permutation(n)` per epoch, in every process).
 
@@ -24,7 +24,7 @@ from pathlib import Path
 
 import numpy as np
 
-from bertcore.training.order import CHUNK, EpochOrder, EpochSteps, LengthBins
+from bertcore.training.data.order import CHUNK, EpochOrder, EpochSteps, LengthBins
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 from pattern_store import PatternStore  # the tests' store of any size, lengths from the index

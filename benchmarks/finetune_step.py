@@ -55,9 +55,9 @@ from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import export_hf_classifier, to_hf_state_dict
-from bertcore.training.cpu import pin_cpu
-from bertcore.training.devices import autocast, resolve_precision
-from bertcore.training.schedule import linear_warmup_decay
+from bertcore.training.hardware.cpu import pin_cpu
+from bertcore.training.hardware.devices import autocast, resolve_precision
+from bertcore.training.loop.schedule import linear_warmup_decay
 
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids
 LABELS = ["0", "1"]

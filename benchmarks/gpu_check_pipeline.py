@@ -98,9 +98,9 @@ class Pipeline:
         """A run stopped at a checkpoint and resumed draws the same losses as a straight run."""
         import torch
 
-        from bertcore.training.checkpoint import CheckpointDir
-        from bertcore.training.checkpointer import Checkpointer
-        from bertcore.training.loop import Trainer
+        from bertcore.training.checkpoints.checkpoint import CheckpointDir
+        from bertcore.training.checkpoints.checkpointer import Checkpointer
+        from bertcore.training.loop.trainer import Trainer
 
         def trainer():
             torch.manual_seed(3)
@@ -180,10 +180,10 @@ def tiny_trainer(device, **train):
     from bertcore.data.samples.store import SampleStore
     from bertcore.data.vocab.files import read_vocab
     from bertcore.model.bert import BertConfig, BertPretrainingModel
-    from bertcore.training.batches import PretrainingBatches
     from bertcore.training.config import TrainConfig
-    from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-    from bertcore.training.step import StepRunner
+    from bertcore.training.data.batches import PretrainingBatches
+    from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+    from bertcore.training.loop.step import StepRunner
 
     tokens = read_vocab("data/vocab")
     config = TrainConfig(batch_size=8, warmup_steps=2, eval_every=0, checkpoint_every=0,
@@ -200,8 +200,8 @@ def datapath_batches(device, batch_size: int, slots: int):
     (pinned on a GPU), with `slots` MLM slots."""
     from bertcore.data.samples.store import SampleStore
     from bertcore.data.vocab.files import read_vocab
-    from bertcore.training.batches import PretrainingBatches
-    from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+    from bertcore.training.data.batches import PretrainingBatches
+    from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
     tokens = read_vocab("data/vocab")
     collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=slots),

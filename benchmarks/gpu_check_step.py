@@ -119,7 +119,7 @@ def new_trainer(config, sizes: StepSizes, bench: Bench, compiled: bool):
 
     from bertcore.model.bert import BertPretrainingModel
     from bertcore.training.config import TrainConfig
-    from bertcore.training.step import StepRunner, compile_model
+    from bertcore.training.loop.step import StepRunner, compile_model
 
     torch.manual_seed(0)
     train = TrainConfig(max_steps=10**6, batch_size=sizes.batch, warmup_steps=0,

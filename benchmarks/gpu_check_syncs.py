@@ -99,8 +99,8 @@ def datapath_check(trainer, batches, steps: int, device) -> StepSyncs | None:
     None there."""
     import dataclasses
 
-    from bertcore.training.loop import Trainer
-    from bertcore.training.step import PhaseSteps
+    from bertcore.training.loop.step import PhaseSteps
+    from bertcore.training.loop.trainer import Trainer
 
     # a phase of `steps` more steps over `batches`: nothing logs, evaluates or saves before it
     config = dataclasses.replace(trainer.config, max_steps=trainer.step + steps, epochs=None)

@@ -27,12 +27,17 @@ import torch
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec, padded_length
-from bertcore.training.order import EpochSteps, LengthBins
-from bertcore.training.phases import scaled_masking
-from bertcore.training.step import StepRunner
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.data.masking import (
+    MaskingConfig,
+    PretrainingCollator,
+    VocabSpec,
+    padded_length,
+)
+from bertcore.training.data.order import EpochSteps, LengthBins
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.run.phases import scaled_masking
 
 
 def padding(store: SampleStore, bins: LengthBins, batch: int, epochs: int) -> tuple[float, float]:

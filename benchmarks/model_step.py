@@ -10,11 +10,12 @@ in the same run. The last line is machine-readable:
     python benchmarks/model_step.py            # preset mini, seq 128, batch 32
     python benchmarks/model_step.py --quick    # a short run (smaller batch, fewer steps)
 
-`--pinning` instead measures what pinning the CPU kernels costs (`bertcore.training.cpu`): our
-step in one process per setting (the kernels are chosen once per process), the same model and
-batch in each, stepping in turn A B B A ... so that load from other processes hits all alike;
-the first setting is the reference. A setting is ISA[:THREADS]: `native` (this machine's best
-kernels, torch's own thread count), `avx2:1` (what `cpu: {isa: avx2, threads: 1}` runs), ...
+`--pinning` instead measures what pinning the CPU kernels costs
+(`bertcore.training.hardware.cpu`): our step in one process per setting (the kernels are chosen
+once per process), the same model and batch in each, stepping in turn A B B A ... so that load
+from other processes hits all alike; the first setting is the reference. A setting is
+ISA[:THREADS]: `native` (this machine's best kernels, torch's own thread count), `avx2:1` (what
+`cpu: {isa: avx2, threads: 1}` runs), ...
 The last line gives each setting's median step time over the reference's:
 
     native=1.00 avx2:1=X.XX
@@ -38,8 +39,8 @@ import torch
 
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import to_hf_state_dict
-from bertcore.training.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
-from bertcore.training.masking import labels_to_slots
+from bertcore.training.data.masking import labels_to_slots
+from bertcore.training.hardware.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 

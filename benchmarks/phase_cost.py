@@ -29,7 +29,7 @@ from model_step import make_batch, ours_inputs
 
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.training.config import TrainConfig
-from bertcore.training.step import StepRunner
+from bertcore.training.loop.step import StepRunner
 
 SHAPES = ((128, 32), (512, 8), (512, 32))  # (length, batch)
 SLOTS_AT_128 = 40  # masking.max_predictions_per_seq; phase 2 scales it with the length

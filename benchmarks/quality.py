@@ -45,7 +45,7 @@ import numpy as np
 import torch
 
 from bertcore.data.samples.store import SampleStore
-from bertcore.training.cpu import CpuConfig, pin_cpu
+from bertcore.training.hardware.cpu import CpuConfig, pin_cpu
 from bertstages.params import load_params, parse_section
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bertcore.data.samples.store import SampleStore
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 TARGET = 20_000  # samples/s per DataLoader worker, collation included
 BATCH = 32

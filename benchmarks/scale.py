@@ -375,8 +375,8 @@ def loader_rate(work: Path, num_workers: int, count: int) -> tuple[float, int]:
     import torch
 
     from bertcore.data.vocab.files import read_vocab
-    from bertcore.training.batches import PretrainingBatches
-    from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+    from bertcore.training.data.batches import PretrainingBatches
+    from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
     torch.set_num_threads(1)
     store = train_samples(work / "samples")

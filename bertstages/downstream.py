@@ -17,8 +17,8 @@ from bertcore.common.errors import BertError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.hf import WEIGHTS_NAME
-from bertcore.training.mlflow_run import MODEL_TAG
-from bertcore.training.pretrain import RUN_INFO
+from bertcore.training.run.mlflow_run import MODEL_TAG
+from bertcore.training.run.pretrain import RUN_INFO
 from bertstages.repo import experiment_name, tracking_uri
 from bertstages.report import track_report
 

@@ -34,7 +34,7 @@ from bertstages.repo import load_pretrained
 from bertstages.report import track_report, write_report
 
 if TYPE_CHECKING:
-    from bertcore.training.heldout import HeldOutScore
+    from bertcore.training.evaluation.heldout import HeldOutScore
 
 log = logging.getLogger("bert.evaluate")
 
@@ -58,10 +58,10 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     # torch, once the params are read (cli.py)
-    from bertcore.training.cpu import pin_cpu
-    from bertcore.training.devices import resolve_device
-    from bertcore.training.heldout import heldout_report, heldout_splits, score_heldout
-    from bertcore.training.masking import VocabSpec
+    from bertcore.training.data.masking import VocabSpec
+    from bertcore.training.evaluation.heldout import heldout_report, heldout_splits, score_heldout
+    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.hardware.devices import resolve_device
     from bertstages.downstream import pretraining_run
 
     pin_cpu(sections["cpu"])  # before torch computes

@@ -60,8 +60,8 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     from bertcore.data.vocab.files import load_tokenizer
     from bertcore.downstream.finetune import finetune_report, finetune_task, run_comparison
     from bertcore.model.hf import export_hf_classifier
-    from bertcore.training.cpu import pin_cpu
-    from bertcore.training.devices import resolve_device
+    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.hardware.devices import resolve_device
     from bertstages.downstream import DownstreamTracking
 
     pin_cpu(sections["cpu"])  # before torch computes

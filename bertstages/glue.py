@@ -74,8 +74,8 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     sections = read_params(load_params(params_file, overrides), PARAMS)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.suite import TaskFailure, run_glue
-    from bertcore.training.cpu import pin_cpu
-    from bertcore.training.devices import resolve_device
+    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.hardware.devices import resolve_device
     from bertstages.downstream import DownstreamTracking
 
     pin_cpu(sections["cpu"])  # before torch computes

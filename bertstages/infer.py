@@ -129,8 +129,8 @@ def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
 def trained_with(directory: Path) -> str | None:
     """The fingerprint of the vocabulary our pretraining recorded beside a model: in
     training.json (models/pretrained) or meta.json (a checkpoint); None for other folders."""
-    from bertcore.training.checkpoint import META_FILE
-    from bertcore.training.pretrain import RUN_INFO
+    from bertcore.training.checkpoints.checkpoint import META_FILE
+    from bertcore.training.run.pretrain import RUN_INFO
 
     for name in (RUN_INFO, META_FILE):
         try:

@@ -2,14 +2,14 @@
 
 Reads the sections model, masking, train, phase2 (BERT's second phase: more steps on longer
 samples, from phase 1's end), eval (batch size and seed of the periodic evaluation) and
-tracking, and hands them to `bertcore.training.pretrain`, after pinning the CPU kernels and
-threads of `cpu` (`bertcore.training.cpu`); `model.init_from` starts
+tracking, and hands them to `bertcore.training.run.pretrain`, after pinning the CPU kernels and
+threads of `cpu` (`bertcore.training.hardware.cpu`); `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
 extends the run); otherwise starts fresh and says why, setting aside the checkpoints it
 replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
-early when its steps would not fit in the time (see `bertcore.training.budget`). With
+early when its steps would not fit in the time (see `bertcore.training.run.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
 started by torchrun, it joins the process group.
 """
@@ -84,9 +84,9 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
     cpu = sections.pop("cpu")
     config = PretrainConfig(**sections)
     # torch, once the params are read (cli.py)
-    from bertcore.training.cpu import pin_cpu, refuse_compile_on_pinned_cpu
-    from bertcore.training.inputs import PretrainPaths
-    from bertcore.training.pretrain import RunLabels, run_pretraining
+    from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
+    from bertcore.training.run.inputs import PretrainPaths
+    from bertcore.training.run.pretrain import RunLabels, run_pretraining
 
     refuse_compile_on_pinned_cpu(config.train.compile, config.train.device, cpu)
     pin_cpu(cpu)  # before torch computes; torchrun's processes inherit it

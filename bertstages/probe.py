@@ -59,8 +59,8 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     # torch, once the params are read (cli.py)
     from bertcore.downstream.probes.masked_lm import MaskedLM
     from bertcore.downstream.probes.probing import run_probes, write_items
-    from bertcore.training.cpu import pin_cpu
-    from bertcore.training.devices import resolve_device
+    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.hardware.devices import resolve_device
     from bertstages.downstream import pretraining_run
 
     pin_cpu(sections["cpu"])  # before torch computes

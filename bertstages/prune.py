@@ -60,10 +60,10 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     from bertcore.data.samples.verify import SamplesCheck
     from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
     from bertcore.model.hf import export_hf
-    from bertcore.training.cpu import pin_cpu
-    from bertcore.training.devices import resolve_device
-    from bertcore.training.heldout import val_split
-    from bertcore.training.masking import VocabSpec
+    from bertcore.training.data.masking import VocabSpec
+    from bertcore.training.evaluation.heldout import val_split
+    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.hardware.devices import resolve_device
     from bertstages.downstream import DownstreamTracking
 
     pin_cpu(sections["cpu"])  # before torch computes

@@ -13,9 +13,9 @@ from conftest import save_samples
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.samples.store import SampleStore
-from bertcore.training import order
-from bertcore.training.batches import PretrainingBatches, eval_batches
-from bertcore.training.masking import (
+from bertcore.training.data import order
+from bertcore.training.data.batches import PretrainingBatches, eval_batches
+from bertcore.training.data.masking import (
     IGNORE_INDEX,
     MaskingConfig,
     PretrainingCollator,
@@ -23,7 +23,7 @@ from bertcore.training.masking import (
     padded_length,
     slots_to_labels,
 )
-from bertcore.training.order import NO_BINS, EpochOrder, LengthBins
+from bertcore.training.data.order import NO_BINS, EpochOrder, LengthBins
 
 VOCAB_SIZE = 5000
 

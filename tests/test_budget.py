@@ -21,22 +21,22 @@ from bertcore.common.errors import ConfigError
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import (
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.config import TrainConfig
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.loop.trainer import Trainer
+from bertcore.training.run.budget import (
     BudgetPlanner,
     StepTiming,
     TimeBudget,
     planned_steps,
     recorded_timing,
 )
-from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.checkpointer import Checkpointer
-from bertcore.training.config import TrainConfig
-from bertcore.training.distributed import Distributed
-from bertcore.training.length import RunLength
-from bertcore.training.loop import Trainer
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.step import StepRunner
+from bertcore.training.run.length import RunLength
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

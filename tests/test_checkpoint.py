@@ -23,7 +23,11 @@ from bertcore.common.errors import BertError
 from bertcore.common.lock import FolderInUseError, lock_path
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import load_model
-from bertcore.training.checkpoint import CheckpointDir, capture_rng_state, restore_rng_state
+from bertcore.training.checkpoints.checkpoint import (
+    CheckpointDir,
+    capture_rng_state,
+    restore_rng_state,
+)
 
 FPS = {"params": "a" * 64, "vocab": "b" * 64, "samples": "c" * 64}
 
@@ -188,7 +192,7 @@ def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
     # truncated weights
     weights = root / "step-00000006" / "model.safetensors"
     weights.write_bytes(weights.read_bytes()[:1000])
-    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoints.checkpoint"):
         assert checkpoints.latest().step == 4
     (line,) = [r.getMessage() for r in caplog.records]
     assert "step-00000006 is damaged (model.safetensors does not match its checksum)" in line
@@ -199,7 +203,7 @@ def test_damaged_checkpoints_are_set_aside_never_deleted(tmp_path, caplog):
     overwrite(root / "step-00000004" / "trainer.pt", 2048, b"\xff" * 4096)
     (root / "step-00000002" / "train_log.tsv").unlink()
     caplog.clear()
-    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoints.checkpoint"):
         assert checkpoints.latest() is None
     messages = [r.getMessage() for r in caplog.records]
     assert len(messages) == 2 and all("no intact one is left" in m for m in messages)
@@ -228,7 +232,7 @@ def test_a_checkpoint_whose_meta_lists_no_files_is_set_aside(tmp_path, caplog):
     meta = json.loads(meta_path.read_text())
     del meta["files"]
     meta_path.write_text(json.dumps(meta))
-    with caplog.at_level("WARNING", logger="bertcore.training.checkpoint"):
+    with caplog.at_level("WARNING", logger="bertcore.training.checkpoints.checkpoint"):
         assert checkpoints.latest().step == 3
     (line,) = [r.getMessage() for r in caplog.records]
     assert "step-00000005 is damaged (meta.json lists no files)" in line
@@ -238,7 +242,7 @@ def test_a_checkpoint_whose_meta_lists_no_files_is_set_aside(tmp_path, caplog):
 HOLD = """
 import os, sys, time
 from bertcore.common.atomic import atomic_dir
-from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
 what, path, then = sys.argv[1:4]
 context = CheckpointDir(path).lock() if what == "lock" else atomic_dir(path)
 context.__enter__()

@@ -24,11 +24,11 @@ from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_
 
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
-from bertcore.training.batches import eval_batches
-from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import evaluate
-from bertcore.training.loop import Trainer
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.batches import eval_batches
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.evaluation.metrics import evaluate
+from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.trainer import Trainer
 
 TRAIN = dict(max_steps=6, batch_size=16, gradient_accumulation_steps=2, learning_rate=3e-3,
              warmup_steps=2)

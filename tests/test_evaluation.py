@@ -14,10 +14,15 @@ from conftest import save_samples
 from tiny_pretrain import tiny_config
 
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import eval_batches
-from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import EvalSums, evaluate
-from bertcore.training.masking import IGNORE_INDEX, MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.batches import eval_batches
+from bertcore.training.data.masking import (
+    IGNORE_INDEX,
+    MaskingConfig,
+    PretrainingCollator,
+    VocabSpec,
+)
+from bertcore.training.evaluation.metrics import EvalSums, evaluate
+from bertcore.training.hardware.distributed import Distributed
 
 VOCAB = 48
 FREQUENT, SECOND = 7, 8  # the most frequent token, and the one the model is pushed towards
@@ -185,7 +190,7 @@ class PairSamples:
 def test_bag_of_words_nsp_reads_the_shared_words_of_a_and_b():
     """The model-free NSP baseline `bert evaluate` reports: near perfect where a following B
     shares its A's words, near chance where sharing words says nothing of the label."""
-    from bertcore.training.nsp_baseline import bag_of_words_nsp
+    from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
 
     assert bag_of_words_nsp(PairSamples(400, 0), PairSamples(200, 1)) >= 0.95
     unrelated = bag_of_words_nsp(PairSamples(400, 0, topical=False),
@@ -202,13 +207,13 @@ def test_bert_evaluate_scores_each_length_with_its_masks_and_refuses_an_empty_va
     from bertcore.common.errors import BertError
     from bertcore.data.samples.store import PHASE2_DIR, SampleStore
     from bertcore.data.vocab.files import read_vocab
-    from bertcore.training.evaluation import CONTEXT, SCORES, EvalConfig, val_batches
-    from bertcore.training.heldout import (
+    from bertcore.training.evaluation.heldout import (
         heldout_report,
         heldout_splits,
         score_heldout,
         val_split,
     )
+    from bertcore.training.evaluation.metrics import CONTEXT, SCORES, EvalConfig, val_batches
 
     data = build_data(tmp_path, phase2_length=64)
     samples, masking = data / "samples", MaskingConfig(max_predictions_per_seq=5)

@@ -26,7 +26,7 @@ from bertcore.downstream.builtin_tasks import builtin_task
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import export_hf, save_model
 from bertcore.training.config import TrainConfig
-from bertcore.training.cpu import CpuConfig
+from bertcore.training.hardware.cpu import CpuConfig
 from bertstages.params import load_params, parse_section
 
 

@@ -32,7 +32,7 @@ from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, save_model
-from bertcore.training.mlflow_run import MODEL_TAG
+from bertcore.training.run.mlflow_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
 

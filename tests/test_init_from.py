@@ -25,9 +25,9 @@ from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.model.hf import load_model
 from bertcore.model.init_from import InitModel
-from bertcore.training.batches import PretrainingBatches
-from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 
 transformers = pytest.importorskip("transformers")
 

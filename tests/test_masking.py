@@ -13,7 +13,7 @@ import torch
 from conftest import REPO
 
 from bertcore.common.errors import BertError, ConfigError
-from bertcore.training.masking import (
+from bertcore.training.data.masking import (
     IGNORE_INDEX,
     MaskingConfig,
     PretrainingCollator,
@@ -211,7 +211,7 @@ def words_of(ids: np.ndarray) -> list[list[int]]:
 def test_whole_word_matches_googles_sequential_walk(items):
     """Selected sets equal a plain-Python Google walk over words ordered by the same keys;
     never a partial word; never more than the count; one 80/10/10 fate per word."""
-    from bertcore.training.masking import position_hashes
+    from bertcore.training.data.masking import position_hashes
 
     config = MaskingConfig(whole_word=True)
     subset = items[:800]

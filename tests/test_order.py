@@ -1,4 +1,4 @@
-"""The epoch order (bertcore.training.order): a permutation of the samples for every n, the
+"""The epoch order (bertcore.training.data.order): a permutation of the samples for every n, the
 same whatever part of it is computed where, in memory that does not grow with the samples
 (200 M of them), and mixed: each step draws from across the whole split, epochs are unrelated.
 How steps are cut from it, split over processes and resumed: test_batches.py."""
@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 from pattern_store import PatternStore
 
-from bertcore.training.order import EpochOrder, EpochSteps, LengthBins
+from bertcore.training.data.order import EpochOrder, EpochSteps, LengthBins
 
 WIKIPEDIA = 200_000_000  # samples of Wikipedia at dupe factor 5
 MEMORY_LIMIT = 100 * 2**20  # bytes per process, at WIKIPEDIA samples

@@ -20,7 +20,7 @@ from tiny_pretrain import build_data, write_params
 from unprivileged import without_root_powers
 
 from bertcore.common.atomic import NoSpaceError, atomic_dir, atomic_file
-from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
 
 def no_space_error(proc, mount: Path, what: str, option: str = "--out") -> None:

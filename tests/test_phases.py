@@ -28,9 +28,9 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore, read_meta
 from bertcore.model.hf import load_model
-from bertcore.training.masking import MaskingConfig
-from bertcore.training.phases import first_epoch, scaled_masking
-from bertcore.training.schedule import learning_rate
+from bertcore.training.data.masking import MaskingConfig
+from bertcore.training.loop.schedule import learning_rate
+from bertcore.training.run.phases import first_epoch, scaled_masking
 
 PHASE2 = {"enabled": True, "max_seq_length": 64, "max_steps": 6, "batch_size": 4,
           "learning_rate": 0.002, "warmup_steps": 2}
@@ -131,7 +131,7 @@ def test_stopped_in_phase_2_it_resumes_exactly_in_one_mlflow_run(data, straight,
     mlflow_db(work)
     # SIGTERM while phase 2's first checkpoint (step 9) is being written: the run stops after
     # the next step, with a checkpoint of it
-    stopped = run_bert_interrupted("pretrain", at="bertcore.training.step:capture_rng_state",
+    stopped = run_bert_interrupted("pretrain", at="bertcore.training.loop.step:capture_rng_state",
                                    nth=3, signum=signal.SIGTERM, cwd=work)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
     step = int(re.search(r"interrupted by SIGTERM after step (\d+)", stopped.stderr).group(1))

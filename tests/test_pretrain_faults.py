@@ -21,7 +21,7 @@ from bertcore.common.tracking import sqlite_uri
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import save_model
-from bertcore.training.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
 
 def bert(*args: str, cwd: Path, check: bool = False):

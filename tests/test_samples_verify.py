@@ -18,11 +18,11 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.data.samples.verify import REBUILD, SamplesCheck
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import Phase2Config, TrainConfig
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.heldout import heldout_splits
-from bertcore.training.inputs import PretrainInputs, PretrainPaths
-from bertcore.training.masking import MaskingConfig
-from bertcore.training.pretrain import PretrainConfig
+from bertcore.training.data.masking import MaskingConfig
+from bertcore.training.evaluation.heldout import heldout_splits
+from bertcore.training.evaluation.metrics import EvalConfig
+from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
+from bertcore.training.run.pretrain import PretrainConfig
 
 VOCAB_SIZE = 96  # build_data's
 

@@ -19,11 +19,11 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.model.bert import pretraining_loss
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import PretrainConfig, TrainConfig
-from bertcore.training.evaluation import EvalConfig
-from bertcore.training.identity import optimisation_params, resumable_params
-from bertcore.training.loop import NonFiniteLossError, Trainer
-from bertcore.training.masking import MaskingConfig
-from bertcore.training.step import compile_model
+from bertcore.training.data.masking import MaskingConfig
+from bertcore.training.evaluation.metrics import EvalConfig
+from bertcore.training.loop.step import compile_model
+from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
+from bertcore.training.run.identity import optimisation_params, resumable_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

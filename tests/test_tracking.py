@@ -27,8 +27,8 @@ from bertcore.common.tracking import (
     resolve_uri,
     sqlite_uri,
 )
-from bertcore.training.identity import RunIdentity, run_name
-from bertcore.training.length import RunLength
+from bertcore.training.run.identity import RunIdentity, run_name
+from bertcore.training.run.length import RunLength
 from bertstages.downstream import child_run_name
 from bertstages.repo import repo_root
 

@@ -21,16 +21,16 @@ from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches, micro_batches_of
-from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.checkpointer import Checkpointer
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
-from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import EvalMetrics
-from bertcore.training.loop import NonFiniteLossError, Trainer
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.schedule import linear_warmup_decay
-from bertcore.training.step import StepRunner
+from bertcore.training.data.batches import PretrainingBatches, micro_batches_of
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.evaluation.metrics import EvalMetrics
+from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.schedule import linear_warmup_decay
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
 
@@ -256,7 +256,7 @@ def test_an_evaluation_before_the_first_logged_row_shows_no_train_loss(data, cap
     scores = EvalMetrics(mlm_loss=2.5, mlm_accuracy=0.25, perplexity=12.2, nsp_loss=0.7,
                          nsp_accuracy=0.5, mlm_baseline_accuracy=0.1,
                          nsp_baseline_accuracy=0.5, mlm_predictions=10, sequences=4)
-    with caplog.at_level("INFO", logger="bertcore.training.loop"):
+    with caplog.at_level("INFO", logger="bertcore.training.loop.trainer"):
         Trainer(trainer, evaluate=lambda model: scores, progress=False).train()
     lines = [r.getMessage() for r in caplog.records if "val MLM loss" in r.getMessage()]
     assert [line.split(":")[0] for line in lines] == ["step 2/8", "step 4/8", "step 6/8",

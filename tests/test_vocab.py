@@ -415,7 +415,7 @@ def test_samples_use_the_source_ids_of_cls_and_sep(tmp_path):
     from bertcore.data.samples.build import build_samples
     from bertcore.data.samples.config import SamplesConfig
     from bertcore.data.samples.store import SampleStore
-    from bertcore.training.masking import VocabSpec
+    from bertcore.training.data.masking import VocabSpec
 
     out, ours = from_source(tmp_path, save_source(tmp_path / "source"))
     corpus = tmp_path / "corpus"

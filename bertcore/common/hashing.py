@@ -1,6 +1,6 @@
 """Counter-based hashing of numpy arrays: splitmix64, whose output for a key and a counter
-depends on those two numbers alone. The masks (`bertcore.training.masking`) and the epoch
-order (`bertcore.training.order`) draw their random numbers from it, so any process, worker
+depends on those two numbers alone. The masks (`bertcore.training.data.masking`) and the epoch
+order (`bertcore.training.data.order`) draw their random numbers from it, so any process, worker
 or batch computes any of them without a generator's state."""
 
 from __future__ import annotations

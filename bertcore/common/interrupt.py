@@ -2,7 +2,7 @@
 (`atomic`): the signal becomes an `Interrupted` exception where the program is, so every
 `finally` and `with` on the way out runs (the temporary output is removed, a worker pool is
 shut down) instead of the process vanishing mid-write. Training stops differently, after a
-step and with a checkpoint (`bertcore.training.stopping`).
+step and with a checkpoint (`bertcore.training.loop.stopping`).
 """
 
 from __future__ import annotations

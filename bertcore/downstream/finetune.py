@@ -38,8 +38,8 @@ from bertcore.downstream.tasks import (
 )
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.training.devices import autocast, resolve_precision
-from bertcore.training.schedule import linear_warmup_decay
+from bertcore.training.hardware.devices import autocast, resolve_precision
+from bertcore.training.loop.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
 

@@ -30,10 +30,10 @@ import torch
 
 from bertcore.common.errors import require
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.loop import Trainer, TrainResult
-from bertcore.training.step import StepRunner
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.loop.trainer import Trainer, TrainResult
 
 log = logging.getLogger(__name__)
 

@@ -26,11 +26,11 @@ from bertcore.downstream.heads import (
     throughput,
 )
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches
 from bertcore.training.config import TrainConfig
-from bertcore.training.devices import resolve_precision
-from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate, val_batches
-from bertcore.training.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
+from bertcore.training.hardware.devices import resolve_precision
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 

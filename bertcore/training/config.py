@@ -3,8 +3,8 @@ to record), `masking`, `eval`, `phase2` (BERT's second phase), `cpu`, and `Pretr
 all of them checked against each other.
 
 Nothing here imports torch: a stage parses its params, and refuses a bad one, before it
-imports what computes. The code that uses them: `bertcore.training.loop` (with
-`bertcore.training.step` for one step), `masking`, `evaluation`, `phases`, `cpu`, `pretrain`;
+imports what computes. The code that uses them: `bertcore.training.loop.trainer` (with
+`bertcore.training.loop.step` for one step), `masking`, `evaluation`, `phases`, `cpu`, `pretrain`;
 the defaults here are those of the shipped params.yaml.
 """
 
@@ -45,7 +45,7 @@ CompileMode = Bool | Literal["fullgraph"]
 Steps = integer(ge=1)  # optimizer steps
 BatchSize = integer(ge=1)  # sequences per optimizer step, over all micro-batches and processes
 AccumulationSteps = integer(ge=1)
-# tokens: each step draws its samples from one bin of lengths this wide (training/order.py)
+# tokens: each step draws its samples from one bin of lengths this wide (training/data/order.py)
 LengthBinWidth = integer(ge=1, allowed="an integer >= 1 (tokens), or null")
 LearningRate = number(gt=0)
 WarmupSteps = integer(ge=0)

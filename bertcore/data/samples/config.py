@@ -27,7 +27,7 @@ class SamplesConfig:
 @params_section(frozen=True)
 class Phase2Samples:
     """What the samples stage reads of params.yaml's `phase2` section (the pretrain stage reads
-    all of it: `bertcore.training.phases.Phase2Config`): whether BERT's second phase is on, and
+    all of it: `bertcore.training.run.phases.Phase2Config`): whether BERT's second phase is on, and
     the length of its samples, built beside phase 1's (`store.PHASE2_DIR`)."""
 
     enabled: Bool = False

@@ -1,14 +1,14 @@
 """Pretraining end to end, for one process or each process of a torchrun group. The story,
 top to bottom:
 
-  run_pretraining     open and check the inputs (`bertcore.training.inputs`)
-  plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
-                      (`bertcore.training.identity`), and plan where the run (re)starts
-                      (`bertcore.training.phases.plan_run`): a PretrainingPlan
+  run_pretraining     open and check the inputs (`bertcore.training.run.inputs`)
+  plan_pretraining    build each phase, its length (`bertcore.training.run.length`) and identity
+                      (`bertcore.training.run.identity`), and plan where the run (re)starts
+                      (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
   PretrainingRun      .start: build the model (new, or from an existing BERT:
                       `bertcore.model.init_from`), open the MLflow run (a NullTracker when
                       nothing is tracked) and the StepRunner; .train: train each phase in turn
-                      from where the plan says (`bertcore.training.loop`), then write the
+                      from where the plan says (`bertcore.training.loop.trainer`), then write the
                       final model and metrics
 
 The caller (the pretrain stage) parses the params sections and says where things live and how
@@ -35,30 +35,33 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
-from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import TimeBudget, recorded_timing
-from bertcore.training.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.checkpointer import Checkpointer
+from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.checkpoints.lineage import left_notice, replacing_notice
 from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
-from bertcore.training.cpu import cpu_record
-from bertcore.training.devices import device_name, resolve_device
-from bertcore.training.distributed import Distributed
-from bertcore.training.evaluation import evaluate, val_batches
-from bertcore.training.identity import in_phase1, phase1_identity, phase2_identity
-from bertcore.training.inputs import PretrainInputs, PretrainPaths
-from bertcore.training.length import RunLength
-from bertcore.training.lineage import left_notice, replacing_notice
-from bertcore.training.loop import Trainer, TrainResult
-from bertcore.training.masking import PretrainingCollator, VocabSpec
-from bertcore.training.mlflow_run import (
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.data.masking import PretrainingCollator, VocabSpec
+from bertcore.training.data.order import LengthBins
+from bertcore.training.evaluation.metrics import evaluate, val_batches
+from bertcore.training.hardware.cpu import cpu_record
+from bertcore.training.hardware.devices import device_name, resolve_device
+from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
+from bertcore.training.loop.step import PhaseSteps, StepRunner
+from bertcore.training.loop.stopping import TrainingInterrupted
+from bertcore.training.loop.trainer import Trainer, TrainResult
+from bertcore.training.run.budget import TimeBudget, recorded_timing
+from bertcore.training.run.identity import in_phase1, phase1_identity, phase2_identity
+from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
+from bertcore.training.run.length import RunLength
+from bertcore.training.run.mlflow_run import (
     PHASE_TAG,
     checkpoint_written,
     default_run_name,
     finish_run,
     run_tags,
 )
-from bertcore.training.order import LengthBins
-from bertcore.training.phases import (
+from bertcore.training.run.phases import (
     Phase,
     RunPlan,
     close_phase1,
@@ -67,10 +70,7 @@ from bertcore.training.phases import (
     plan_run,
     scaled_masking,
 )
-from bertcore.training.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
-from bertcore.training.report import PretrainReport, pretrain_report
-from bertcore.training.step import PhaseSteps, StepRunner
-from bertcore.training.stopping import TrainingInterrupted
+from bertcore.training.run.report import PretrainReport, pretrain_report
 
 log = logging.getLogger(__name__)
 

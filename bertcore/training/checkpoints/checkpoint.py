@@ -7,7 +7,7 @@ A checkpoint is a folder `step-00001234/` holding
                      step): plain tensors, dicts, lists and numbers, so it loads with
                      `torch.load(weights_only=True)` and never executes pickled code
   meta.json          step, data position, the run's identity (fingerprints and params:
-                     `bertcore.training.identity`) and the sha256 of every other file
+                     `bertcore.training.run.identity`) and the sha256 of every other file
                      (`files`); not the MLflow run, whose id is random (see `runs_file`)
   *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
 It is written to a staging folder and renamed into place, so a crash mid-write leaves the

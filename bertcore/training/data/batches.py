@@ -1,6 +1,6 @@
 """The batches the training loop sees, for one or many processes.
 
-Which samples make optimizer step s of epoch e is `bertcore.training.order`'s: a keyed
+Which samples make optimizer step s of epoch e is `bertcore.training.data.order`'s: a keyed
 bijection on the samples, dealt into length bins (`train.length_bin_width`,
 `phase2.length_bin_width`), gives each step its global batch of `batch_size` samples, from
 across the whole split, in memory that does not grow with it. The global batch is cut into
@@ -24,8 +24,8 @@ from torch.utils.data import DataLoader, Dataset
 
 from bertcore.common.errors import BertError, require
 from bertcore.common.processes import how_it_ended
-from bertcore.training.masking import PretrainingCollator, as_tensors
-from bertcore.training.order import NO_BINS, EpochSteps, LengthBins
+from bertcore.training.data.masking import PretrainingCollator, as_tensors
+from bertcore.training.data.order import NO_BINS, EpochSteps, LengthBins
 
 
 class SampleSource(Protocol):

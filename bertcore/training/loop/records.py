@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.training.evaluation import EvalMetrics
+from bertcore.training.evaluation.metrics import EvalMetrics
 
 TRAIN_COLUMNS = (
     "step",

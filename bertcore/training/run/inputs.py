@@ -18,7 +18,7 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.model.config import BertConfig
 from bertcore.model.init_from import InitModel
 
-if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.pretrain)
+if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.run.pretrain)
     from bertcore.training.config import PretrainConfig
 
 

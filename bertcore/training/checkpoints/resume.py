@@ -6,15 +6,15 @@ length). When only the length differs (`train.max_steps` or `train.epochs` chang
 extended (or shortened, if it has not passed the new end yet): it resumes with the
 learning-rate schedule re-planned to the new end, as transformers' Trainer does. Anything else
 starts fresh, and the new run replaces the old checkpoints (set aside before it trains:
-`bertcore.training.lineage`).
+`bertcore.training.checkpoints.lineage`).
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from bertcore.training.checkpoint import Checkpoint
-from bertcore.training.identity import NAMES, RunIdentity
+from bertcore.training.checkpoints.checkpoint import Checkpoint
+from bertcore.training.run.identity import NAMES, RunIdentity
 
 
 @dataclass(frozen=True)

@@ -3,10 +3,10 @@
 The run times its first steps, then, once, at an early "plan step" P, fixes how many steps fit
 into the budget: total = min(configured total, P + the steps the time left pays for). The
 learning-rate schedule is a function of (step, planned end) and, during the warmup, of the step
-alone (`bertcore.training.schedule`); P is never past the warmup, so every step runs at the rate it
-would have in a run with `max_steps=<planned total>` and no budget: that rerun is the same run,
-bit for bit. (With warmup_steps 0 the one step before the plan runs at the peak rate whatever
-the end, so this holds too.)
+alone (`bertcore.training.loop.schedule`); P is never past the warmup, so every step runs at the
+rate it would have in a run with `max_steps=<planned total>` and no budget: that rerun is the
+same run, bit for bit. (With warmup_steps 0 the one step before the plan runs at the peak rate
+whatever the end, so this holds too.)
 
 - P = min(20, max(1, warmup_steps)); the steps after the first are timed (the first allocates
   and compiles); with P = 1 the first step itself is timed, which plans conservatively.
@@ -19,8 +19,8 @@ the end, so this holds too.)
 - The budget counts the training loop (steps, evaluations, checkpoints), not the setup before
   it or the export after it.
 
-`BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop`): the loop
-asks it after every step, and it answers once, at the plan step, with the run's length planned
+`BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop.trainer`): the
+loop asks it after every step, and it answers once, at the plan step, with the run's length planned
 (`RunLength.planned`); the `Stopwatch` under it times the steps up to there.
 """
 
@@ -33,8 +33,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
 from typing import Any
 
-from bertcore.training.checkpoint import Checkpoint
-from bertcore.training.length import RunLength
+from bertcore.training.checkpoints.checkpoint import Checkpoint
+from bertcore.training.run.length import RunLength
 
 PROBE_STEPS = 20  # the plan step, at most (and the steps timed after a late start)
 RESERVE = 0.05  # share of the budget kept for checkpoints, the final save and noise

@@ -2,7 +2,7 @@
 `CheckpointManager` in small): a checkpoint every `train.checkpoint_every` steps, at the end
 and when the run stops; never two of one step, never of a state whose last steps were not
 finite (a sick state must not replace a good checkpoint). The folder's format and rotation are
-`bertcore.training.checkpoint`'s; the state is the StepRunner's."""
+`bertcore.training.checkpoints.checkpoint`'s; the state is the StepRunner's."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.training.budget import StepTiming
-from bertcore.training.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.records import TrainingRecord
-from bertcore.training.step import StepRunner
+from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.loop.records import TrainingRecord
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.run.budget import StepTiming
 
 log = logging.getLogger(__name__)
 

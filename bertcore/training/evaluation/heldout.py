@@ -18,11 +18,11 @@ import torch
 from bertcore.common.errors import BertError
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
-from bertcore.training.devices import resolve_precision
-from bertcore.training.evaluation import EvalConfig, EvalMetrics, evaluate, val_batches
-from bertcore.training.masking import MaskingConfig, VocabSpec
-from bertcore.training.nsp_baseline import bag_of_words_nsp
-from bertcore.training.phases import scaled_masking
+from bertcore.training.data.masking import MaskingConfig, VocabSpec
+from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
+from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
+from bertcore.training.hardware.devices import resolve_precision
+from bertcore.training.run.phases import scaled_masking
 
 
 def val_split(samples_dir: str | Path) -> SampleStore:

@@ -8,8 +8,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.loop import TrainResult
-from bertcore.training.phases import Phase
+from bertcore.training.loop.trainer import TrainResult
+from bertcore.training.run.phases import Phase
 
 
 @dataclass(frozen=True)

@@ -17,11 +17,11 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertcore.model.bert import IGNORE_INDEX
-from bertcore.training.batches import SampleSource, eval_batches
 from bertcore.training.config import EvalConfig, MaskingConfig
-from bertcore.training.devices import autocast
-from bertcore.training.distributed import Distributed
-from bertcore.training.masking import PretrainingCollator, VocabSpec
+from bertcore.training.data.batches import SampleSource, eval_batches
+from bertcore.training.data.masking import PretrainingCollator, VocabSpec
+from bertcore.training.hardware.devices import autocast
+from bertcore.training.hardware.distributed import Distributed
 
 
 @dataclass

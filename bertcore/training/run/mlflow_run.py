@@ -14,12 +14,12 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import Tracker, TrackingConfig
 from bertcore.model.config import ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
-from bertcore.training.checkpoint import CheckpointDir
-from bertcore.training.identity import run_name
-from bertcore.training.inputs import PretrainPaths
-from bertcore.training.loop import TrainResult
-from bertcore.training.phases import Phase, RunPlan
-from bertcore.training.step import StepRunner
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.loop.trainer import TrainResult
+from bertcore.training.run.identity import run_name
+from bertcore.training.run.inputs import PretrainPaths
+from bertcore.training.run.phases import Phase, RunPlan
 
 MODEL_TAG = "model.sha256"
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)

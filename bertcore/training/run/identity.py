@@ -10,8 +10,8 @@ vocabulary, phase 2's own params and samples and its length; its params are phas
 
 A checkpoint whose fingerprints are this run's is resumed; one that differs only in its length
 is extended (or, past the new end, replaced); any other is replaced by this run's
-(`bertcore.training.resume.plan_resume`). The checkpoints of one phase that differ at most in
-their length are one line (`RunIdentity.continues`): a run extends the line it continues.
+(`bertcore.training.checkpoints.resume.plan_resume`). The checkpoints of one phase that differ
+at most in their length are one line (`RunIdentity.continues`): a run extends the line it continues.
 `RunIdentity` is that identity for one phase, built here alone (`phase1_identity`,
 `phase2_identity`), and meta.json is built from it.
 """
@@ -29,8 +29,8 @@ from bertcore.common.digests import changed_fingerprints, fingerprint_files, fin
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, yaml_text
 from bertcore.data.vocab.files import vocab_fingerprint
-from bertcore.training.checkpoint import Checkpoint
-from bertcore.training.length import RunLength
+from bertcore.training.checkpoints.checkpoint import Checkpoint
+from bertcore.training.run.length import RunLength
 
 if TYPE_CHECKING:
     from bertcore.training.config import Phase2Config, PretrainConfig

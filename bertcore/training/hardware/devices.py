@@ -11,7 +11,7 @@ from bertcore.common.errors import BertError
 # Device: the params type, torch-free in config.py (downstream's sections take it from here)
 from bertcore.training.config import Device as Device
 from bertcore.training.config import Precision
-from bertcore.training.distributed import Distributed
+from bertcore.training.hardware.distributed import Distributed
 
 
 def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch.device:

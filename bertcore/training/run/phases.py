@@ -15,12 +15,12 @@ whose phase 2 was turned on after phase 1 finished give the same bytes. A phase-
 records phase 1's fingerprints (hashed), so it is resumed only after that same phase 1; the
 boundary, a finished checkpoint, is kept while phase 2 runs, so new phase-2 params restart
 phase 2 there, not phase 1. With phase 2 turned off, the run is phase 1 alone, and phase 2's
-checkpoints stay for when it is on again (`bertcore.training.lineage`).
+checkpoints stay for when it is on again (`bertcore.training.checkpoints.lineage`).
 
 This module sequences the phases: which phase a run starts in and from which checkpoint
 (`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
 (`enter_phase2`). What a phase's checkpoints share and record is its `RunIdentity`
-(`bertcore.training.identity`).
+(`bertcore.training.run.identity`).
 """
 
 from __future__ import annotations
@@ -34,16 +34,16 @@ from typing import Any
 from bertcore.common.errors import BertError
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import PretrainingBatches
-from bertcore.training.budget import StepTiming, TimeBudget
-from bertcore.training.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.lineage import RunLine
+from bertcore.training.checkpoints.resume import ResumePlan, plan_resume
 from bertcore.training.config import MaskingConfig, TrainConfig
-from bertcore.training.identity import RunIdentity, in_phase1, phase_of
-from bertcore.training.length import RunLength
-from bertcore.training.lineage import RunLine
-from bertcore.training.records import TrainingRecord
-from bertcore.training.resume import ResumePlan, plan_resume
-from bertcore.training.step import PhaseSteps, StepRunner
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.loop.records import TrainingRecord
+from bertcore.training.loop.step import PhaseSteps, StepRunner
+from bertcore.training.run.budget import StepTiming, TimeBudget
+from bertcore.training.run.identity import RunIdentity, in_phase1, phase_of
+from bertcore.training.run.length import RunLength
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:
@@ -111,7 +111,7 @@ class RunPlan:
     since phase 1 ended, or its params changed); `notices` say why other checkpoints are not
     resumed. `line`: the checkpoints the run goes on with (`keep_last` rotates among them);
     `replaced`: those it replaces, set aside before it trains; `left`: phase 2's, with phase 2
-    off, left for when it is on again (`bertcore.training.lineage`)."""
+    off, left for when it is on again (`bertcore.training.checkpoints.lineage`)."""
 
     phase: int
     resume: ResumePlan

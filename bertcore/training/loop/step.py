@@ -10,7 +10,7 @@ On a GPU the CPU runs ahead of the device; a step must not make it wait (`.item(
 global counts that divide the losses (all-reduced with each process's stop vote), the gradient
 norm, whether the step was finite, and the metrics, which are summed into device tensors and
 read back in one transfer by `read_counters()` on the loop's sync steps (those that log,
-evaluate, checkpoint or stop: see `bertcore.training.loop`).
+evaluate, checkpoint or stop: see `bertcore.training.loop.trainer`).
 
 A step whose loss or gradient is not finite is skipped without a branch on the host: fused
 AdamW takes a `found_inf` tensor and leaves weights, moments and its step count untouched
@@ -31,18 +31,18 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
-from bertcore.training.batches import PretrainingBatches
-from bertcore.training.checkpoint import (
+from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
     CheckpointDir,
     capture_rng_state,
     restore_rng_state,
 )
 from bertcore.training.config import CompileMode, TrainConfig
-from bertcore.training.devices import autocast, resolve_device, resolve_precision
-from bertcore.training.distributed import Distributed
-from bertcore.training.length import RunLength
-from bertcore.training.schedule import learning_rate as scheduled_rate
+from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
+from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.schedule import learning_rate as scheduled_rate
+from bertcore.training.run.length import RunLength
 
 log = logging.getLogger(__name__)
 
@@ -95,7 +95,7 @@ class StepResult:
 class PhaseSteps:
     """What a StepRunner steps through in one phase: the phase's config (batch, schedule, loss
     weights), its batches, its length and the epoch it starts in (phase 1: 0; BERT's second
-    phase numbers its steps and epochs on from phase 1's, see `bertcore.training.phases`)."""
+    phase numbers its steps and epochs on from phase 1's, see `bertcore.training.run.phases`)."""
 
     config: TrainConfig
     batches: PretrainingBatches

@@ -2,13 +2,13 @@
 logging, periodic evaluation, checkpoints and stopping.
 
 The data position, (epoch, step within it), follows from the step number
-(`PhaseSteps.position`; each epoch's order: `bertcore.training.order`), so a checkpoint
+(`PhaseSteps.position`; each epoch's order: `bertcore.training.data.order`), so a checkpoint
 plus the RNG states is all that resuming needs: the resumed run draws the same batches, masks
 and dropout as an uninterrupted one.
 
-The Trainer carries the phase's `RunLength` as planned (`bertcore.training.length`): the one
+The Trainer carries the phase's `RunLength` as planned (`bertcore.training.run.length`): the one
 the run was planned with, or the new one a time budget plans after its first steps
-(`bertcore.training.budget`); it hands it to each step (the schedule) and each checkpoint (the
+(`bertcore.training.run.budget`); it hands it to each step (the schedule) and each checkpoint (the
 planned end). What the loop changes is small and owned elsewhere: the step and the run's
 counters (`TrainingState`), the logging window (`LoggingWindow`, both on the StepRunner) and
 the last checkpoint written (`Checkpointer`, which also decides when one is due).
@@ -19,7 +19,7 @@ reach `stop_after`, and, with one process, the step after which a stop was reque
 `Trainer.sync` does what such a step does, in order: read the counters, check health, log,
 evaluate, checkpoint, stop. Everything that needs the device's
 numbers waits for them:
-- a non-finite step is skipped on the device at once (see `bertcore.training.step`), but it is
+- a non-finite step is skipped on the device at once (see `bertcore.training.loop.step`), but it is
   reported, and `max_nonfinite_steps` of them in a row stop the run, at the next sync step
   (the worst run since the last read counts, so no run of bad steps goes unseen); no
   checkpoint is written while the last steps were not finite, so the last good one stays the
@@ -43,14 +43,14 @@ from tqdm.auto import tqdm
 
 from bertcore.common.errors import BertError
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.batches import DataWorkerDied
-from bertcore.training.budget import BudgetPlanner, StepTiming, TimeBudget
-from bertcore.training.checkpointer import Checkpointer
-from bertcore.training.evaluation import EvalMetrics
-from bertcore.training.length import RunLength
-from bertcore.training.records import TrainingRecord
-from bertcore.training.step import StepResult, StepRunner
-from bertcore.training.stopping import StopRequest, TrainingInterrupted, signal_name
+from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.data.batches import DataWorkerDied
+from bertcore.training.evaluation.metrics import EvalMetrics
+from bertcore.training.loop.records import TrainingRecord
+from bertcore.training.loop.step import StepResult, StepRunner
+from bertcore.training.loop.stopping import StopRequest, TrainingInterrupted, signal_name
+from bertcore.training.run.budget import BudgetPlanner, StepTiming, TimeBudget
+from bertcore.training.run.length import RunLength
 
 log = logging.getLogger(__name__)
 
@@ -107,7 +107,7 @@ class Trainer:
         """`length`: the phase's (None: the runner's phase's), as planned. `budget`: a time
         budget; without `timing` (what the checkpoint the runner resumed from recorded) the
         first steps are timed and the end is planned once, at the budget's plan step (see
-        `bertcore.training.budget`). `checkpointer`: where and when checkpoints are written
+        `bertcore.training.run.budget`). `checkpointer`: where and when checkpoints are written
         (None: never). `evaluate(model)` scores the model every `eval_every` steps and at the
         end. `on_step(result)` is called after every step (reading a number of `result` waits
         for the device). `stop_after`: stop (with a checkpoint) after this step, as

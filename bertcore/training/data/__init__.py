@@ -1,0 +1,1 @@
+"""Pretraining's data: the samples' order over epochs, masking, and batches of it."""

@@ -1,0 +1,1 @@
+"""Where pretraining computes: the device, the CPU's kernels and threads, torch.distributed."""

@@ -1,0 +1,1 @@
+"""The training loop: the Trainer, one optimizer step, the schedule, the records and stopping."""
