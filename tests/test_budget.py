@@ -309,6 +309,14 @@ def test_the_stage_records_a_budget_run_and_its_rerun_is_exact(data, tmp_path, m
     assert "time budget" not in proc.stderr
     assert json.loads((budget_dir / "metrics" / "pretrain.json").read_text())["steps"] == 8
 
+    # other params: a fresh start, which times its own first steps rather than plan from the
+    # timing of the run it replaces
+    proc = bert("pretrain", "--set", "train.max_minutes=0.0001", "--set",
+                "train.learning_rate=0.002", "--set", "tracking.enabled=false", cwd=budget_dir)
+    assert proc.returncode == 0, proc.stderr
+    assert "starting fresh" in proc.stderr
+    assert "over steps 2-3 -> 3 of 8 steps" in proc.stderr
+
 
 @pytest.mark.parametrize("value", ["0", "-2", "abc"])
 def test_a_bad_budget_is_one_line(data, tmp_path, value):
