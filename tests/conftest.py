@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+import preloaded
 import pytest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -52,16 +53,15 @@ def one_thread():
 
 
 def run_bert(*args: str, cwd: Path, env: dict | None = None, check: bool = False):
-    """Run `bert ARGS` in a subprocess (as a user would) and return the CompletedProcess."""
+    """Run `bert ARGS` in a process of its own (as a user would) and return the
+    CompletedProcess. The process is forked from an interpreter that has imported torch
+    (tests/preloaded.py); `TESTS_REAL_PROCESSES=1` starts each one from scratch instead."""
     full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-    proc = subprocess.run(
-        [sys.executable, "-m", "bertstages", *args],
-        cwd=cwd,
-        env=full_env,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    if not os.environ.get("TESTS_REAL_PROCESSES"):
+        proc = preloaded.run(list(args), cwd=cwd, env=full_env, timeout=600)
+    else:
+        proc = subprocess.run([sys.executable, "-m", "bertstages", *args], cwd=cwd,
+                              env=full_env, capture_output=True, text=True, timeout=600)
     if check and proc.returncode != 0:
         raise AssertionError(f"bert {' '.join(args)} failed:\n{proc.stdout}\n{proc.stderr}")
     return proc
