@@ -1,16 +1,18 @@
-"""`bert ARGS` in a fresh process that does not pay torch's import: a forked child of an
-interpreter that imported torch once (as a fork server does), so the ~2 s of CPU that import
-costs is paid once per pytest worker instead of once per command.
+"""`bert ARGS` in a fresh process that does not pay the big libraries' imports: a forked child
+of an interpreter that imported torch, torch._dynamo (which every optimizer's constructor
+imports) and mlflow's client and SQL store once (as a fork server does), so the ~3 s of CPU
+those imports cost is paid once per pytest worker instead of once per command.
 
 The child is a process of its own, as `python -m bertstages ARGS` is: its own pid, exit code,
 signals, stdout and stderr, environment, working folder and `sys.path`, and its own import of
-the project (the parent imports none of it, nor runs a kernel: torch chooses its kernels and
-MKL its branch in the child, after `cpu.isa` has pinned them). What a forked child cannot
-change is what an interpreter and torch's libraries read from the environment when they load
-(the thread count of OpenMP, `PYTHON*`, the locale, ...): so one parent serves the calls whose
-environment is the same apart from the variables read later (`LATE_READ`), and any other
-environment gets a parent of its own. The string hash seed is the parent's, shared by its
-children: the pipeline tests, whose stages are real processes, catch output that depends on it.
+the project (the parent imports none of it, opens no MLflow store, nor runs a kernel: torch
+chooses its kernels and MKL its branch in the child, after `cpu.isa` has pinned them). What a
+forked child cannot change is what an interpreter and torch's libraries read from the
+environment when they load (the thread count of OpenMP, `PYTHON*`, the locale, ...): so one
+parent serves the calls whose environment is the same apart from the variables read later
+(`LATE_READ`), and any other environment gets a parent of its own. The string hash seed is the
+parent's, shared by its children: the pipeline tests, whose stages are real processes, catch
+output that depends on it.
 """
 
 from __future__ import annotations
@@ -31,6 +33,9 @@ LATE_READ = ("PYTEST_CURRENT_TEST", "PYTHONPATH", "MLFLOW_", "HF_", "TRANSFORMER
 _SERVER = r"""
 import atexit, gc, json, os, runpy, signal, sys, threading
 import torch  # noqa: F401  (the import paid once; nothing here runs a kernel)
+import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: ~1 s)
+import mlflow.tracking  # noqa: F401  (a stage that tracks: ~1 s, and its store's ~0.7 s)
+import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
 
 # Objects that exist now are never collected: a child's collector then leaves their pages
 # shared instead of copying the whole heap (gc.freeze's documented use before fork).
