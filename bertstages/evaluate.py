@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING
 import click
 
 from bertcore.common.dotted import flatten
+from bertcore.common.report import track_report, write_report
 from bertcore.common.tracking import TrackingConfig
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
 from bertstages.options import (
@@ -30,8 +31,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import load_pretrained
-from bertstages.report import track_report, write_report
+from bertstages.repo import tracking_target
 
 if TYPE_CHECKING:
     from bertcore.training.evaluation.heldout import HeldOutScore
@@ -58,17 +58,18 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     # torch, once the params are read (cli.py)
+    from bertcore.model.hf import load_pretrained
     from bertcore.training.data.masking import VocabSpec
     from bertcore.training.evaluation.heldout import heldout_report, heldout_splits, score_heldout
     from bertcore.training.hardware.cpu import pin_cpu
     from bertcore.training.hardware.devices import resolve_device
-    from bertstages.downstream import pretraining_run
+    from bertcore.training.run.model_run import pretraining_run
 
     pin_cpu(sections["cpu"])  # before torch computes
     masking, config, tracking = sections["masking"], sections["eval"], sections["tracking"]
     splits = heldout_splits(samples_dir, vocab_dir, masking)  # phase 2's too, when built
     model, tokens = load_pretrained(model_dir, vocab_dir)
-    tracker, step, why_not = pretraining_run(tracking, Path(model_dir))
+    tracker, step, why_not = pretraining_run(tracking_target(tracking), Path(model_dir))
     if why_not:  # say so rather than stay silent
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     out_file)

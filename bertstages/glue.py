@@ -25,6 +25,7 @@ import click
 
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
@@ -38,8 +39,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import load_pretrained
-from bertstages.report import write_report
+from bertstages.repo import tracking_target
 
 if TYPE_CHECKING:
     from bertcore.downstream.glue.suite import GlueModel
@@ -74,9 +74,9 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     sections = read_params(load_params(params_file, overrides), PARAMS)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.suite import TaskFailure, run_glue
+    from bertcore.downstream.tracking import DownstreamTracking
     from bertcore.training.hardware.cpu import pin_cpu
     from bertcore.training.hardware.devices import resolve_device
-    from bertstages.downstream import DownstreamTracking
 
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["glue"], sections["tracking"]
@@ -90,7 +90,7 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
              else [GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)])
     model = glue_model(config, model_dir, vocab_dir)
     # under the pretraining run of the model scored (none for another project's BERT)
-    runs = DownstreamTracking(tracking, config.model or model_dir, "glue",
+    runs = DownstreamTracking(tracking_target(tracking), config.model or model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
         outcomes = run_glue(tasks, model, config, resolve_device(config.device),
@@ -124,7 +124,7 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     from bertcore.model.tokenizer import model_tokenizer
 
     if config.model is None:
-        model, _ = load_pretrained(model_dir, vocab_dir)
+        model, _ = hf.load_pretrained(model_dir, vocab_dir)
         return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
     directory = Path(config.model)
     if not directory.is_dir():

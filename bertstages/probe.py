@@ -18,6 +18,7 @@ from pathlib import Path
 import click
 
 from bertcore.common.dotted import flatten
+from bertcore.common.report import track_report, write_report
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
@@ -32,7 +33,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.report import track_report, write_report
+from bertstages.repo import tracking_target
 
 log = logging.getLogger("bert.probe")
 
@@ -61,14 +62,14 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     from bertcore.downstream.probes.probing import run_probes, write_items
     from bertcore.training.hardware.cpu import pin_cpu
     from bertcore.training.hardware.devices import resolve_device
-    from bertstages.downstream import pretraining_run
+    from bertcore.training.run.model_run import pretraining_run
 
     pin_cpu(sections["cpu"])  # before torch computes
     config, tracking = sections["probe"], sections["tracking"]
     if config.model:  # a BERT folder of its own, with its own tokenizer
         model_dir, vocab_dir = config.model, None
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
-    tracker, step, why_not = pretraining_run(tracking, Path(model_dir))
+    tracker, step, why_not = pretraining_run(tracking_target(tracking), Path(model_dir))
     if why_not:
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     out_file)

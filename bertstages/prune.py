@@ -19,6 +19,7 @@ import click
 
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import PruneConfig
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig, TrainConfig
@@ -32,8 +33,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import load_pretrained
-from bertstages.report import write_report
+from bertstages.repo import tracking_target
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
@@ -59,12 +59,12 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     from bertcore.data.samples.store import SampleStore
     from bertcore.data.samples.verify import SamplesCheck
     from bertcore.downstream.prune import VAL_KEYS, PruneData, prune_report, run_pruning
-    from bertcore.model.hf import export_hf
+    from bertcore.downstream.tracking import DownstreamTracking
+    from bertcore.model.hf import export_hf, load_pretrained
     from bertcore.training.data.masking import VocabSpec
     from bertcore.training.evaluation.heldout import val_split
     from bertcore.training.hardware.cpu import pin_cpu
     from bertcore.training.hardware.devices import resolve_device
-    from bertstages.downstream import DownstreamTracking
 
     pin_cpu(sections["cpu"])  # before torch computes
     config, masking, train = sections["prune"], sections["masking"], sections["train"]
@@ -81,7 +81,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     device = resolve_device(config.device)
     model.to(device)
     data = PruneData(train_store, val_store, VocabSpec.from_tokens(tokens), masking, eval_config)
-    runs = DownstreamTracking(tracking, model_dir, "prune",
+    runs = DownstreamTracking(tracking_target(tracking), model_dir, "prune",
                               flatten({"prune": dataclasses.asdict(config)}))
     with runs.failing_on_error():
         outcome = run_pruning(model, data, config, train, device)

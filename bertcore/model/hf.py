@@ -30,6 +30,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
+from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
@@ -440,3 +441,14 @@ def _tokenizer_files(vocab_dir: Path, config: BertConfig) -> list[Path]:
                 "export with the vocab the model was trained with"
             )
     return files
+
+
+def load_pretrained(model_dir: str | Path, vocab_dir: str | Path) -> tuple[BertPretrainingModel,
+                                                                          list[str]]:
+    """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
+    model = load_model(model_dir)
+    tokens = read_vocab(vocab_dir)
+    if model.config.vocab_size != len(tokens):
+        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
+                        f"vocabulary in {vocab_dir} {len(tokens)}: rerun `bert pretrain`")
+    return model, tokens
