@@ -78,6 +78,10 @@ class DownstreamTracking:
             self.parent.log_results({f"{self.name}_{k}": v for k, v in results.items()},
                                     step=self.step)
 
+    def log_train_loss(self, which: str, step: int, loss: float) -> None:
+        """A fine-tune's training loss (`which`: the model trained) at its step."""
+        self.log_curve(f"{which}/train_loss", loss, step)
+
     def fail(self) -> None:
         if self.run:
             self.run.finish("FAILED")
