@@ -266,7 +266,6 @@ def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]
     }
 
 
-
 class PhaseTimer:
     """`with seconds("name"):` adds the block's wall time to `seconds.totals["name"]`."""
 

@@ -38,6 +38,11 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
+# In a model folder our pretraining wrote: the step that made it and the run's fingerprints.
+# Not the MLflow run: its id is random, and the folder is the same bytes for the same params
+# and data. That run carries the weights' sha256 as the tag MODEL_TAG instead
+# (`bertcore.training.run.mlflow_run`), so a later stage finds it.
+RUN_INFO = "training.json"
 TOKENIZER_FILES = (
     "vocab.txt",
     "tokenizer.json",

@@ -10,9 +10,8 @@ from pathlib import Path
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.hf import WEIGHTS_NAME
+from bertcore.model.hf import RUN_INFO, WEIGHTS_NAME
 from bertcore.training.run.mlflow_run import MODEL_TAG
-from bertcore.training.run.pretrain import RUN_INFO
 
 
 def pretraining_run(target: TrackingTarget | None, model_dir: str | Path
