@@ -15,7 +15,6 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import load_pretrained
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"export": ExportConfig}
@@ -30,7 +29,8 @@ PARAMS = {"export": ExportConfig}
 def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
     read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
-    from bertcore.model.hf import export_hf  # torch, once the params are read (cli.py)
+    # torch, once the params are read (cli.py)
+    from bertcore.model.hf import export_hf, load_pretrained
 
     model, _ = load_pretrained(model_dir, vocab_dir)
     with atomic_dir(out_dir) as staging:

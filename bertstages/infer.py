@@ -6,7 +6,6 @@ bert nsp --model DIR "It rained all day." "The streets were wet."
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import click
@@ -34,6 +33,8 @@ vocab_option = click.option(
 def fill_mask(model_dir: str | None, vocab_dir: str | None, top_k: int, text: str) -> None:
     """Predict the tokens hidden behind each [MASK] in TEXT (top-k with probabilities)."""
     import torch
+
+    from bertcore.training.run.trained_model import load_model_and_tokenizer
 
     model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
@@ -70,6 +71,8 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
     """Probability that SENTENCE_B follows SENTENCE_A (next sentence prediction)."""
     import torch
 
+    from bertcore.training.run.trained_model import load_model_and_tokenizer
+
     model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="nsp")
     if model.config.type_vocab_size < 2:
@@ -104,43 +107,6 @@ def model_or_export(model_dir: str | None) -> str:
         raise BertError(f"no model in {PIPELINE_MODEL}, the pipeline's export: run `dvc repro "
                         "export`, or pass --model DIR")
     return PIPELINE_MODEL
-
-
-def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str):
-    """The model in eval mode and its tokenizer, checked to fit it, or a one-line error saying
-    what is missing or what does not fit."""
-    from bertcore.model import hf
-    from bertcore.model.tokenizer import model_tokenizer
-
-    directory = Path(model_dir)
-    if not directory.is_dir():
-        raise BertError(f"model directory not found: {model_dir}")
-    hf.weights_path(directory)  # fails early, before the tokenizer, with its own message
-    config = hf.read_config(directory)
-    tokenizer = model_tokenizer(directory, Path(vocab_dir) if vocab_dir else None, config,
-                                trained_with(directory))
-    model = hf.load_model(directory, strict=False, config=config).eval()
-    needed = ("mlm_head.",) if head == "mlm" else ("pooler.", "nsp_head.")
-    if any(name.startswith(needed) for name in model.missing_weights):
-        raise BertError(f"{model_dir} has no {head.upper()} head weights: use a pretraining model")
-    return model, tokenizer
-
-
-def trained_with(directory: Path) -> str | None:
-    """The fingerprint of the vocabulary our pretraining recorded beside a model: in
-    training.json (models/pretrained) or meta.json (a checkpoint); None for other folders."""
-    from bertcore.training.checkpoints.checkpoint import META_FILE
-    from bertcore.training.run.pretrain import RUN_INFO
-
-    for name in (RUN_INFO, META_FILE):
-        try:
-            record = json.loads((directory / name).read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            continue
-        fingerprints = record.get("fingerprints") if isinstance(record, dict) else None
-        if isinstance(fingerprints, dict) and isinstance(fingerprints.get("vocab"), str):
-            return fingerprints["vocab"]
-    return None
 
 
 def special_id(tokenizer, token: str) -> int:

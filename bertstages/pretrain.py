@@ -28,6 +28,7 @@ import click
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import signal_when_parent_dies
+from bertcore.common.report import details_file
 from bertcore.common.tracking import TrackingConfig, git_commit
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
@@ -49,7 +50,6 @@ from bertstages.options import (
 )
 from bertstages.params import load_params, read_params
 from bertstages.repo import experiment_name, repo_root, tracking_uri
-from bertstages.report import details_file
 
 log = logging.getLogger("bert.pretrain")
 

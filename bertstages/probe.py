@@ -12,16 +12,13 @@ trained the model, as `evaluate` does (`probe_<name>` results, `probe.` tags).
 
 from __future__ import annotations
 
-import logging
 from pathlib import Path
 
 import click
 
-from bertcore.common.dotted import flatten
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
-from bertstages.infer import load_model_and_tokenizer
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -32,9 +29,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.report import track_report, write_report
-
-log = logging.getLogger("bert.probe")
+from bertstages.repo import tracking_target
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
@@ -57,65 +52,14 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     # torch, once the params are read (cli.py)
-    from bertcore.downstream.probes.masked_lm import MaskedLM
-    from bertcore.downstream.probes.probing import run_probes, write_items
+    from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu
-    from bertcore.training.hardware.devices import resolve_device
-    from bertstages.downstream import pretraining_run
 
     pin_cpu(sections["cpu"])  # before torch computes
-    config, tracking = sections["probe"], sections["tracking"]
-    if config.model:  # a BERT folder of its own, with its own tokenizer
-        model_dir, vocab_dir = config.model, None
-    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
-    tracker, step, why_not = pretraining_run(tracking, Path(model_dir))
-    if why_not:
-        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
-                    out_file)
-    target = resolve_device(device)
-    lm = MaskedLM(model.to(target), tokenizer, target, config.batch_size)
     corpus = Path(corpus_dir)
-    report = run_probes(lm, config, corpus / "val.txt", corpus / "train.txt")
-    details = {"model": str(model_dir), **report.details}
-    write_items(items_dir, report.items)
-    files = write_report(out_file, report.metrics, details)
-    if tracker:
-        results = {f"probe_{k}".replace(".", "_"): v for k, v in flatten(report.metrics).items()}
-        track_report(tracker, files, results, details, step=step, tag_prefix="probe.")
-    for line in summary(report.metrics, details):
+    paths = ProbePaths(model_dir, vocab_dir, corpus / "val.txt", corpus / "train.txt", out_file,
+                       items_dir)
+    outcome = probe_model(sections["probe"], paths, device, tracking_target(sections["tracking"]))
+    for line in outcome.summary():
         click.echo(line, err=True)
     click.echo(f"probe: -> {out_file}, {items_dir}/", err=True)
-
-
-def summary(metrics: dict, details: dict) -> list[str]:
-    """The console's lines: each probe's figure beside its baseline."""
-    lines = []
-    if "builtin" in metrics:
-        scores, about = metrics["builtin"], details["builtin"]
-        cloze, base = scores["cloze"], about["cloze"]["frequency_baseline"]
-        lines.append(
-            f"probe: held-out word cloze ({about['cloze']['items']} items): P@1 "
-            f"{cloze['p_at_1']:.4f}, P@10 {cloze['p_at_10']:.4f} (word frequency "
-            f"{base['p_at_1']:.4f}, {base['p_at_10']:.4f})")
-        lines.append(
-            "probe: held-out sentences by PLL, against two adjacent words swapped "
-            f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
-            f"{_pairs(scores, about, 'replaced_pairs')}")
-    if "minimal_pairs" in metrics:
-        lines.append(f"probe: minimal pairs {_pairs(metrics, details, 'minimal_pairs')}, "
-                     f"{len(details['minimal_pairs']['groups'])} groups")
-    if "cloze" in metrics:
-        cloze, about = metrics["cloze"], details["cloze"]
-        base = about["frequency_baseline"]
-        lines.append(
-            f"probe: cloze ({about['items']} items, {about['not_counted']['count']} answers "
-            f"not one token, not counted): P@1 {cloze['p_at_1']:.4f}, P@10 "
-            f"{cloze['p_at_10']:.4f} (word frequency {base['p_at_1']:.4f}, "
-            f"{base['p_at_10']:.4f})")
-    return lines
-
-
-def _pairs(metrics: dict, details: dict, name: str) -> str:
-    about = details[name]
-    return (f"{metrics[name]['accuracy']:.4f} (unigram {about['unigram_baseline']['accuracy']:.4f},"
-            f" {about['pairs']} pairs)")

@@ -1,14 +1,12 @@
 """Where the pipeline's things live: the repository (also under `dvc exp run --temp`), its
-MLflow store, and the model `bert pretrain` wrote with the vocabulary it was trained on."""
+MLflow store and the DVC experiment a stage runs in."""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
 
-from bertcore.common.errors import BertError
-from bertcore.common.tracking import TrackingConfig, resolve_uri, sqlite_uri
-from bertcore.data.vocab.files import read_vocab
+from bertcore.common.tracking import TrackingConfig, TrackingTarget, resolve_uri, sqlite_uri
 
 
 def repo_root(start: str | os.PathLike | None = None) -> Path:
@@ -37,13 +35,9 @@ def tracking_uri(config: TrackingConfig) -> str:
     return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
 
 
-def load_pretrained(model_dir: str | Path, vocab_dir: str | Path):
-    """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
-    from bertcore.model.hf import load_model  # torch: not for the stages that only read paths
-
-    model = load_model(model_dir)
-    tokens = read_vocab(vocab_dir)
-    if model.config.vocab_size != len(tokens):
-        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
-                        f"vocabulary in {vocab_dir} {len(tokens)}: rerun `bert pretrain`")
-    return model, tokens
+def tracking_target(config: TrackingConfig) -> TrackingTarget | None:
+    """Where a stage after pretraining logs: the store, its experiment and the DVC
+    experiment's name; None with tracking.enabled false."""
+    if not config.enabled:
+        return None
+    return TrackingTarget(tracking_uri(config), config.experiment, experiment_name())

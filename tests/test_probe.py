@@ -12,6 +12,7 @@ import torch
 from tiny_pretrain import write_corpus
 
 from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
@@ -30,8 +31,7 @@ from bertcore.downstream.probes.pll import pseudo_log_likelihoods
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import export_hf
-from bertstages.infer import load_model_and_tokenizer
-from bertstages.report import write_report
+from bertcore.training.run.trained_model import load_model_and_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")

@@ -27,10 +27,10 @@ from bertcore.common.tracking import (
     resolve_uri,
     sqlite_uri,
 )
+from bertcore.downstream.tracking import child_run_name
 from bertcore.training.run.identity import RunIdentity, run_name
 from bertcore.training.run.length import RunLength
-from bertstages.downstream import child_run_name
-from bertstages.repo import repo_root
+from bertstages.repo import experiment_name, repo_root
 
 
 @pytest.fixture(scope="module")
@@ -286,11 +286,11 @@ def test_a_run_is_named_by_its_model_length_and_what_else_makes_it():
 
 def test_finetune_and_prune_runs_are_named_by_their_experiment_or_params(monkeypatch):
     monkeypatch.delenv("DVC_EXP_NAME", raising=False)
-    name = child_run_name("finetune", {"finetune.epochs": 1})
+    name = child_run_name("finetune", {"finetune.epochs": 1}, experiment_name())
     assert re.fullmatch(r"finetune-[0-9a-f]{6}", name)
-    assert child_run_name("finetune", {"finetune.epochs": 2}) != name
+    assert child_run_name("finetune", {"finetune.epochs": 2}, experiment_name()) != name
     monkeypatch.setenv("DVC_EXP_NAME", "brisk-owl")
-    assert child_run_name("prune", {"prune.batches": 2}) == "prune-brisk-owl"
+    assert child_run_name("prune", {"prune.batches": 2}, experiment_name()) == "prune-brisk-owl"
 
 
 def test_pretraining_runs_with_one_seed_get_names_that_tell_them_apart(tmp_path, mlflow_db,

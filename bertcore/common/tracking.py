@@ -28,6 +28,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
 
@@ -58,6 +59,17 @@ class TrackingConfig:
     experiment: text(pattern=r"\S", allowed="a non-empty name") = "bert-pretrain"
     log_checkpoints: Literal["none", "last", "all"] = "last"
     enabled: Bool = True
+
+
+@dataclass(frozen=True)
+class TrackingTarget:
+    """Where a stage's MLflow runs go, as the edge resolved it: the store's URI, the
+    experiment (`tracking.experiment`) and the DVC experiment the stage runs in (None outside
+    one), which names the runs of the stages after pretraining."""
+
+    uri: str
+    experiment: str
+    dvc_experiment: str | None = None
 
 
 def resolve_uri(configured: str | None, default: str) -> str:

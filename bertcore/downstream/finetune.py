@@ -1,5 +1,5 @@
 """Fine-tuning a sequence classifier (or regressor): the project's one fine-tuning loop, and
-the `finetune` stage's check that pretraining helps a real task.
+the `finetune` stage's check that pretraining helps a real task (`run_finetune`).
 
 `train_classifier` runs a `Recipe` (bertcore.downstream.config): AdamW, linear warmup then
 linear decay, gradient clipping, a step cap so a CPU run stays short; the loss is cross-entropy
@@ -13,6 +13,7 @@ bag-of-words regression tell what they are worth.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import time
@@ -25,7 +26,12 @@ import torch
 import torch.nn.functional as F
 from tqdm.auto import tqdm
 
+from bertcore.common.atomic import atomic_dir
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
+from bertcore.common.tracking import TrackingTarget
+from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
 from bertcore.downstream.config import FinetuneConfig, Recipe
@@ -36,9 +42,11 @@ from bertcore.downstream.tasks import (
     read_examples,
     split_examples,
 )
+from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.training.hardware.devices import autocast, resolve_precision
+from bertcore.model.hf import export_hf_classifier, load_pretrained
+from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
@@ -317,3 +325,56 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
         },  # no seconds: the report is the same bytes on any machine (the log has them)
     }
     return metrics, details
+
+
+@dataclass(frozen=True)
+class FinetunePaths:
+    """What the finetune stage reads and writes."""
+
+    model_dir: str | Path  # the pretrained model, with
+    vocab_dir: str | Path  # the vocabulary it was trained with
+    corpus_file: str | Path  # held-out sentences: the built-in tasks' text
+    out_dir: str | Path  # the fine-tuned pretrained model (Hugging Face format)
+    metrics_file: str | Path  # the report; its details go beside it
+
+
+@dataclass(frozen=True)
+class FinetuneOutcome:
+    """What the finetune stage did: the comparison, and the report's two files."""
+
+    result: Comparison
+    files: tuple[Path, Path]
+
+    def summary(self) -> str:
+        """Pretrained against scratch and the baselines, in one line."""
+        result, gain = self.result, self.result.gain()
+        pretrained, scratch = result.pretrained.test, result.scratch.test
+        return (f"test accuracy {pretrained.accuracy:.4f} pretrained vs {scratch.accuracy:.4f} "
+                f"from scratch ({gain['accuracy']:+.4f}; bag of words "
+                f"{result.bag_of_words.accuracy:.4f}, majority class "
+                f"{result.majority.accuracy:.4f}), macro-F1 {pretrained.macro_f1:.4f} vs "
+                f"{scratch.macro_f1:.4f}")
+
+
+def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
+                 target: TrackingTarget | None) -> FinetuneOutcome:
+    """The finetune stage: the pretrained model against its scratch control on the task, the
+    fine-tuned pretrained model exported, the report written and logged (a child run of the
+    model's pretraining run; none when `target` is None)."""
+    model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
+    tokenizer = load_tokenizer(paths.vocab_dir)
+    task = finetune_task(config, paths.corpus_file, tokenizer,
+                         model.config.max_position_embeddings)
+    recipe = config.recipe(model.config.hidden_size)
+    runs = DownstreamTracking(target, paths.model_dir, "finetune",
+                              flatten({"finetune": dataclasses.asdict(config)}))
+    with runs.failing_on_error():
+        result = run_comparison(model, task, recipe, resolve_device(config.device),
+                                tokenizer.token_to_id("[PAD]"), on_log=runs.log_train_loss)
+    with atomic_dir(paths.out_dir) as staging:
+        export_hf_classifier(result.pretrained.model, staging, paths.vocab_dir)
+    metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
+    files = write_report(paths.metrics_file, metrics, details)
+    runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
+                        for key, value in metrics[which].items()}, details)
+    return FinetuneOutcome(result, files)

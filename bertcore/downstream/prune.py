@@ -1,21 +1,29 @@
 """The prune stage's work, outside the command line: score the heads on training sequences,
 prune, measure what it cost (val metrics) and saved (throughput), optionally recover with a
-few pretraining steps, and build the stage's report. The pruning itself is
-`bertcore.downstream.heads`.
+few pretraining steps, and build the stage's report (`prune_pretrained`: the whole stage). The
+pruning itself is `bertcore.downstream.heads`.
 """
 
 from __future__ import annotations
 
 import contextlib
 import copy
+import dataclasses
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertcore.common.atomic import atomic_dir
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
+from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore
+from bertcore.data.samples.verify import SamplesCheck
 from bertcore.downstream.config import PruneConfig
 from bertcore.downstream.heads import (
     PruneSteps,
@@ -25,12 +33,15 @@ from bertcore.downstream.heads import (
     speed_ratio,
     throughput,
 )
+from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.hf import export_hf, load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.evaluation.heldout import val_split
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
-from bertcore.training.hardware.devices import resolve_precision
+from bertcore.training.hardware.devices import resolve_device, resolve_precision
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 
@@ -161,6 +172,98 @@ def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: Pru
         "seconds": outcome.seconds,
     }
     return metrics, details, timing
+
+
+@dataclass(frozen=True)
+class PrunePaths:
+    """What the prune stage reads and writes."""
+
+    model_dir: str | Path  # the pretrained model, with
+    samples_dir: str | Path  # the samples and
+    vocab_dir: str | Path  # the vocabulary it was trained on
+    out_dir: str | Path  # the pruned model (Hugging Face format)
+    metrics_file: str | Path  # the report; its details go beside it
+
+
+@dataclass(frozen=True)
+class PruneStageOutcome:
+    """What the prune stage did: the pruning, its report (`metrics`, and `timing`, which is
+    not in the files) and the report's two files."""
+
+    outcome: PruneOutcome
+    config: PruneConfig
+    metrics: dict[str, Any]
+    timing: dict[str, Any]
+    files: tuple[Path, Path]
+
+    def summary(self) -> str:
+        """The heads, parameters, val MLM accuracy and speed, before and after, in words."""
+        outcome, metrics, config = self.outcome, self.metrics, self.config
+        heads = metrics["heads_per_layer"]
+        if outcome.unchanged:
+            return (f"prune.fraction {config.fraction} of {metrics['heads']['before']} heads "
+                    f"removes none: the model is written unchanged, with no recovery steps")
+        before, pruned, recovered = outcome.before, outcome.pruned, outcome.recovered
+        speed = self.timing["throughput"]["train_step_sequences_per_s"]
+        noise = (f" (within noise: x{speed['low']:.2f} to x{speed['high']:.2f} over rounds "
+                 "timed side by side)" if speed["within_noise"] else "")
+        return (
+            f"heads per layer {heads['before']} -> {heads['after']}, "
+            f"{metrics['parameters']['before']:,} -> {metrics['parameters']['after']:,} "
+            f"parameters; val MLM accuracy {before.mlm_accuracy:.4f} -> "
+            f"{pruned.mlm_accuracy:.4f}"
+            + (f" -> {recovered.mlm_accuracy:.4f} after {config.recovery_steps} recovery steps"
+               if recovered else "")
+            + f"; train step x{speed['speedup']:.2f}{noise}"
+        )
+
+
+def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: EvalConfig,
+                     train: TrainConfig, paths: PrunePaths, target: TrackingTarget | None
+                     ) -> PruneStageOutcome:
+    """The prune stage: the pretrained model pruned (and recovered, with `train`'s optimizer
+    settings), measured on the val split (`masking`, `eval_config`), exported, and its report
+    written and logged (a child run of the model's pretraining run; none when `target` is
+    None)."""
+    train_store, val_store = _prune_samples(paths, config.batch_size)
+    model, tokens = load_pretrained(paths.model_dir, paths.vocab_dir)
+    if model.config.pruned_heads:
+        raise BertError(f"the model in {paths.model_dir} is already pruned: prune the "
+                        "pretrained model")
+    device = resolve_device(config.device)
+    model.to(device)
+    data = PruneData(train_store, val_store, VocabSpec.from_tokens(tokens), masking, eval_config)
+    runs = DownstreamTracking(target, paths.model_dir, "prune",
+                              flatten({"prune": dataclasses.asdict(config)}))
+    with runs.failing_on_error():
+        outcome = run_pruning(model, data, config, train, device)
+    with atomic_dir(paths.out_dir) as staging:
+        export_hf(model.cpu(), staging, paths.vocab_dir)
+    metrics, details, timing = prune_report(outcome, model, config)
+    files = write_report(paths.metrics_file, metrics, details)
+    runs.finish(files, _headline(outcome, timing), {**details, **timing})
+    return PruneStageOutcome(outcome, config, metrics, timing, files)
+
+
+def _prune_samples(paths: PrunePaths, batch_size: int) -> tuple[SampleStore, SampleStore]:
+    """The train and val splits, checked to fit the vocabulary and to fill a batch."""
+    samples_dir = Path(paths.samples_dir)
+    SamplesCheck(paths.vocab_dir)(samples_dir)
+    train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
+    if len(train_store) < batch_size:
+        raise BertError(f"only {len(train_store)} training samples for prune.batch_size="
+                        f"{batch_size}: lower it")
+    return train_store, val_store
+
+
+def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]:
+    """The results MLflow gets: the final val metrics and the speedups."""
+    throughputs = timing["throughput"]
+    return {
+        **{f"val_{key}": getattr(outcome.final, key) for key in VAL_KEYS},
+        "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
+        "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
+    }
 
 
 class PhaseTimer:

@@ -14,6 +14,9 @@ phase 1's is the same with phase 2 on or off.
 A corpus split by parts of documents (`bertcore.data.corpus.parts`, its parts.json passed as
 `parts`) is paired part by part, and a random B never comes from A's own part nor from the
 parts right before and after it in the same document.
+
+`build_samples_from_corpus` is the samples stage: the corpus and vocabulary folders in, the
+samples folder and its metrics out.
 """
 
 from __future__ import annotations
@@ -21,16 +24,18 @@ from __future__ import annotations
 import dataclasses
 import shutil
 from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 from tqdm import tqdm
 
+from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner
 from bertcore.common.workers import worker_count
-from bertcore.data.corpus.parts import neighbour_flags
-from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.corpus.parts import neighbour_flags, read_parts
+from bertcore.data.samples.config import Phase2Samples, SamplesConfig
 from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
 from bertcore.data.samples.pairing import PairTask, pair_shard
 from bertcore.data.samples.store import (
@@ -50,6 +55,7 @@ from bertcore.data.samples.tokenizing import (
     SentenceEncoder,
     tokenize_corpus,
 )
+from bertcore.data.vocab.files import load_tokenizer, vocab_fingerprint
 
 # Sentences are tokenised in tasks of about this many bytes of the corpus file (`tokenizing`).
 SENTENCE_BATCH_BYTES = 1 << 20
@@ -276,3 +282,65 @@ def _special_id(tokenizer, token: str) -> int:
     if token_id is None:
         raise BertError(f"the vocabulary has no {token} token: rerun `bert vocab`")
     return token_id
+
+
+SPLITS = ("train", "val")
+METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",
+               "nsp_random_fraction")
+
+
+@dataclass(frozen=True)
+class SamplesPaths:
+    """What the samples stage reads and writes."""
+
+    corpus_dir: str | Path  # train.txt, val.txt and parts.json
+    vocab_dir: str | Path  # the tokenizer
+    out_dir: str | Path  # the samples
+    metrics_file: str | Path  # counts and NSP balance
+
+
+@dataclass(frozen=True)
+class SamplesReport:
+    """What the samples stage built: each length's meta.json, by folder (phase 1's first)."""
+
+    built: dict[str, dict]
+
+    def summary(self) -> list[str]:
+        """A line per length and split: pairs, tokens, mean length, random B."""
+        lines = []
+        for meta in self.built.values():
+            for split in SPLITS:
+                m = meta[split]
+                lines.append(f"samples {split} (length {meta['max_seq_length']}): "
+                             f"{m['count']} pairs, {m['tokens']} tokens, mean length "
+                             f"{m['mean_length']}, random B {m['nsp_random_fraction']:.1%}")
+        return lines
+
+
+def build_samples_from_corpus(config: SamplesConfig, phase2: Phase2Samples, paths: SamplesPaths,
+                              progress: bool = False) -> SamplesReport:
+    """The samples stage: the corpus' splits tokenised and paired (at phase 2's length too,
+    with `phase2.enabled`) into the samples folder, and their metrics, each written whole."""
+    corpus_files = {split: Path(paths.corpus_dir) / f"{split}.txt" for split in SPLITS}
+    for path in corpus_files.values():
+        if not path.is_file():
+            raise BertError(f"no corpus at {path}: run `bert corpus` first or pass --corpus")
+    tokenizer = load_tokenizer(paths.vocab_dir)
+    fingerprint = vocab_fingerprint(paths.vocab_dir)
+    parts = read_parts(paths.corpus_dir)  # split by parts: no random B from a neighbouring part
+    with atomic_dir(paths.out_dir) as staging:
+        built = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
+                              phase2_length=phase2.max_seq_length if phase2.enabled else None,
+                              parts=parts, progress=progress)
+    write_json(paths.metrics_file, _metrics(built, phase2.enabled))
+    return SamplesReport(built)
+
+
+def _metrics(built: dict[str, dict], phase2: bool) -> dict:
+    """metrics/samples.json: each split's counts; phase 2's only with it on, so that with it
+    off the file is what it always was."""
+    metrics = {s: {k: built[PHASE1_DIR][s][k] for k in METRIC_KEYS} for s in SPLITS}
+    if phase2:
+        metrics[PHASE2_DIR] = {s: {k: built[PHASE2_DIR][s][k] for k in METRIC_KEYS}
+                               for s in SPLITS}
+    return metrics

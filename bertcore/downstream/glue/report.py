@@ -3,23 +3,37 @@ each task's medians: `dvc exp show` columns), its details (every seed, min and m
 recipes tried, the data, the tasks that failed), a TSV of every seed's score (`dvc plots`),
 each task's dev predictions and leaderboard files, and the median seed's model per task.
 
-Scores are GLUE's scale, x100, as the papers and the leaderboard print them.
+Scores are GLUE's scale, x100, as the papers and the leaderboard print them. `score_glue` is
+the whole stage: the suite run, every output written, the report logged.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import logging
 from collections.abc import Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
-from bertcore.common.atomic import atomic_file
+from bertcore.common.atomic import atomic_dir, atomic_file
+from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.report import write_report
+from bertcore.common.tracking import TrackingTarget
+from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
-from bertcore.downstream.glue.suite import GlueModel, TaskFailure, TaskResult
+from bertcore.downstream.glue.suite import GlueModel, TaskFailure, TaskResult, glue_model, run_glue
+from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
+from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.hf import export_hf_classifier
+from bertcore.training.hardware.devices import resolve_device
+
+log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 
 Outcome = TaskResult | TaskFailure
 SEEDS_HEADER = ("task", "seed", "score")
+NO_DATA = "no GLUE data (glue.data is null)"
 
 
 def metric_names(result: TaskResult) -> list[tuple[str, str, str]]:
@@ -115,3 +129,95 @@ def write_models(folder: Path, outcomes: Sequence[Outcome], model: GlueModel | N
         if isinstance(result, TaskResult):
             export_hf_classifier(result.median_run().model, folder / result.task.folder,
                                  model.tokenizer_dir)
+
+
+@dataclass(frozen=True)
+class GluePaths:
+    """What the glue stage reads and writes."""
+
+    model_dir: str  # the pretrained model, with
+    vocab_dir: str  # its vocabulary (unless `glue.model` names another BERT folder)
+    metrics_file: str  # the GLUE score and each task's medians; every seed's beside it
+    seeds_file: str  # every fine-tune's score (TSV)
+    predictions_dir: str  # dev predictions beside the gold labels, leaderboard files
+    models_dir: str  # each task's median-seed model
+
+
+@dataclass(frozen=True)
+class GlueOutcome:
+    """What the glue stage did: each task's result or failure, the report and its files."""
+
+    outcomes: list[Outcome]
+    metrics: dict
+    details: dict
+    metrics_file: str
+
+    def summary(self) -> list[str]:
+        """A line per task (median and spread over seeds), then the GLUE score and what it
+        averaged."""
+        lines = []
+        for result in self.outcomes:
+            if isinstance(result, TaskResult):
+                spread = self.details["tasks"][result.task.key]["score"]
+                lines.append(f"glue {result.task.key}: {spread['median']:.1f} (min "
+                             f"{spread['min']:.1f}, max {spread['max']:.1f}, "
+                             f"{len(result.runs)} seeds)")
+        if self.metrics["score"] is not None:
+            averaged = self.details["averaged"]
+            lines.append(f"glue: score {self.metrics['score']:.1f}, the mean of "
+                         f"{len(averaged)} task(s) ({', '.join(averaged)}) -> "
+                         f"{self.metrics_file}")
+        return lines
+
+    def raise_for_failed_tasks(self) -> None:
+        """A task left out fails the stage, once the others' scores are written."""
+        failed = [o for o in self.outcomes if isinstance(o, TaskFailure)]
+        if failed:
+            raise BertError(f"glue: {len(failed)} task(s) left out ({failed[0].reason}"
+                            f"{'; ...' if len(failed) > 1 else ''}); the scores of the others "
+                            f"are in {self.metrics_file}, every reason in its details")
+
+
+def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | None
+               ) -> GlueOutcome:
+    """The glue stage: each task fine-tuned `glue.seeds` times and scored, every output
+    written (empty with `glue.data` null), the report logged (a run under the model's
+    pretraining run, each fine-tune nested in it; none when `target` is None)."""
+    if config.data is None:
+        log.warning("%s, nothing scored; set glue.data to a folder in GLUE's layout or to "
+                    "hf:glue (docs/evaluation.md)", NO_DATA)
+        return write_glue_outputs([], None, config, paths)[0]
+    tasks = _chosen_tasks(config)
+    model = glue_model(config, paths.model_dir, paths.vocab_dir)
+    # under the pretraining run of the model scored (none for another project's BERT)
+    runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
+                              flatten({"glue": dataclasses.asdict(config)}))
+    with runs.failing_on_error():
+        outcomes = run_glue(tasks, model, config, resolve_device(config.device),
+                            runs.start_child)
+    outcome, files = write_glue_outputs(outcomes, model, config, paths)
+    runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
+                        if isinstance(value, float)}, outcome.details)
+    return outcome
+
+
+def write_glue_outputs(outcomes: Sequence[Outcome], model: GlueModel | None, config: GlueConfig,
+                       paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path]]:
+    """Every output, each whole or not at all (empty where nothing ran); the outcome and the
+    report's two files."""
+    with atomic_dir(paths.predictions_dir) as staging:
+        write_predictions(staging, outcomes)
+    with atomic_dir(paths.models_dir) as staging:
+        write_models(staging, outcomes, model)
+    write_seed_scores(paths.seeds_file, outcomes)
+    metrics = glue_metrics(outcomes) | ({} if model else {"status": NO_DATA})
+    details = glue_details(outcomes, model.name if model else None, config.seeds)
+    files = write_report(paths.metrics_file, metrics, details)
+    return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
+
+
+def _chosen_tasks(config: GlueConfig) -> list[GlueTask]:
+    """`glue.tasks` (all when null) of the folder `glue.data`, or of `hf:glue`."""
+    if config.data == GLUE_DATA_HF:
+        return [GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)]
+    return tasks_in(config.data, config.tasks)

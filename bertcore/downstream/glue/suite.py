@@ -19,6 +19,7 @@ import numpy as np
 import torch
 
 from bertcore.common.errors import BertError
+from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, Recipe
 from bertcore.downstream.finetune import build_classifier, predict, train_classifier
 from bertcore.downstream.glue.metrics import Spread, spread, task_metrics, task_score
@@ -30,8 +31,10 @@ from bertcore.downstream.glue.tasks import (
     read_split,
 )
 from bertcore.downstream.tasks import EncodedExamples, encode_examples
+from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.tokenizer import model_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +52,31 @@ class GlueModel:
     @property
     def pad_id(self) -> int:
         return self.tokenizer.token_to_id("[PAD]")
+
+
+# an encoder may come without these: GLUE fine-tunes only the encoder (and the pooler, which
+# a classifier from a bare encoder draws afresh, as transformers does)
+HEADS = ("mlm_head.", "nsp_head.", "pooler.")
+
+
+def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
+    """The encoder GLUE fine-tunes: `glue.model` (a Hugging Face BERT folder with its
+    tokenizer), else the pipeline's model with its vocabulary."""
+    if config.model is None:
+        model, _ = hf.load_pretrained(model_dir, vocab_dir)
+        return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
+    directory = Path(config.model)
+    if not directory.is_dir():
+        raise BertError(f"glue.model: {directory} is not a folder: give a Hugging Face BERT "
+                        "folder, or null for the pipeline's model")
+    bert_config = hf.read_config(directory)
+    tokenizer = model_tokenizer(directory, None, bert_config)
+    model = hf.load_model(directory, strict=False, config=bert_config)
+    missing = [name for name in model.missing_weights if not name.startswith(HEADS)]
+    if missing:
+        raise BertError(f"glue.model: {directory} has no weights for {missing[0]} (and "
+                        f"{len(missing) - 1} more): is it a BERT encoder?")
+    return GlueModel(model, tokenizer, directory, str(directory))
 
 
 @dataclass

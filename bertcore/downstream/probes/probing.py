@@ -1,21 +1,31 @@
 """All the probes of `probe:` over one model, into one report: the numbers runs are compared
 on (metrics), what they are read against (details: baselines, counts, answers not counted)
-and each item's scores (one JSON Lines file per probe, so that a user sees which fail)."""
+and each item's scores (one JSON Lines file per probe, so that a user sees which fail).
+`probe_model` is the whole stage: it also logs the report into the model's pretraining run."""
 
 from __future__ import annotations
 
 import json
+import logging
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertcore.common.atomic import atomic_dir
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.report import track_report, write_report
+from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
 from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import pair_report, read_minimal_pairs, score_pairs
+from bertcore.training.hardware.devices import resolve_device
+from bertcore.training.run.model_run import pretraining_run
+from bertcore.training.run.trained_model import load_model_and_tokenizer
+
+log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 
 BUILTIN_PAIRS = {SWAPPED: "swapped_pairs", REPLACED: "replaced_pairs"}
 
@@ -78,3 +88,83 @@ def write_items(folder: str | Path, items: dict[str, list[dict]]) -> None:
         for name, rows in items.items():
             with (Path(staging) / name).open("w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
+
+
+@dataclass(frozen=True)
+class ProbePaths:
+    """What the probe stage reads and writes."""
+
+    model_dir: str  # the pretrained model, with
+    vocab_dir: str  # its vocabulary (both unless `probe.model` names another BERT folder)
+    val_file: str | Path  # the built-in probes' sentences
+    train_file: str | Path  # the frequency baselines' counts
+    out_file: str | Path  # the scores; what they are read against goes beside it
+    items_dir: str | Path  # each probe's items with their scores
+
+
+@dataclass(frozen=True)
+class ProbeOutcome:
+    """What the probe stage wrote: the scores, what they are read against, the report's two
+    files."""
+
+    metrics: dict
+    details: dict
+    files: tuple[Path, Path]
+
+    def summary(self) -> list[str]:
+        """The console's lines: each probe's figure beside its baseline."""
+        metrics, details = self.metrics, self.details
+        lines = []
+        if "builtin" in metrics:
+            scores, about = metrics["builtin"], details["builtin"]
+            cloze, base = scores["cloze"], about["cloze"]["frequency_baseline"]
+            lines.append(
+                f"probe: held-out word cloze ({about['cloze']['items']} items): P@1 "
+                f"{cloze['p_at_1']:.4f}, P@10 {cloze['p_at_10']:.4f} (word frequency "
+                f"{base['p_at_1']:.4f}, {base['p_at_10']:.4f})")
+            lines.append(
+                "probe: held-out sentences by PLL, against two adjacent words swapped "
+                f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
+                f"{_pairs(scores, about, 'replaced_pairs')}")
+        if "minimal_pairs" in metrics:
+            lines.append(f"probe: minimal pairs {_pairs(metrics, details, 'minimal_pairs')}, "
+                         f"{len(details['minimal_pairs']['groups'])} groups")
+        if "cloze" in metrics:
+            cloze, about = metrics["cloze"], details["cloze"]
+            base = about["frequency_baseline"]
+            lines.append(
+                f"probe: cloze ({about['items']} items, {about['not_counted']['count']} answers "
+                f"not one token, not counted): P@1 {cloze['p_at_1']:.4f}, P@10 "
+                f"{cloze['p_at_10']:.4f} (word frequency {base['p_at_1']:.4f}, "
+                f"{base['p_at_10']:.4f})")
+        return lines
+
+
+def _pairs(metrics: dict, details: dict, name: str) -> str:
+    about = details[name]
+    return (f"{metrics[name]['accuracy']:.4f} (unigram {about['unigram_baseline']['accuracy']:.4f},"
+            f" {about['pairs']} pairs)")
+
+
+def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
+                target: TrackingTarget | None) -> ProbeOutcome:
+    """The probe stage: the model (`probe.model`, else the pretrained one) probed on `device`
+    (auto, cpu, cuda, cuda:N), its items and report written, the report logged into the
+    model's pretraining run (`probe_...` results, `probe.` tags; not when `target` is None)."""
+    model_dir, vocab_dir = (config.model, None) if config.model else (paths.model_dir,
+                                                                       paths.vocab_dir)
+    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
+    tracker, step, why_not = pretraining_run(target, Path(model_dir))
+    if why_not:
+        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
+                    paths.out_file)
+    probing_device = resolve_device(device)
+    lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
+    report = run_probes(lm, config, paths.val_file, paths.train_file)
+    details = {"model": str(model_dir), **report.details}
+    write_items(paths.items_dir, report.items)
+    files = write_report(paths.out_file, report.metrics, details)
+    if tracker:
+        results = {f"probe_{k}".replace(".", "_"): v for k, v in flatten(report.metrics).items()}
+        track_report(tracker, files, results, details, step=step, tag_prefix="probe.")
+    return ProbeOutcome(report.metrics, details, files)

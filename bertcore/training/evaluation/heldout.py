@@ -5,24 +5,33 @@ alone give (`nsp_baseline.bag_of_words_nsp`, fitted on the train split beside it
 
 The report is two dicts, phase 1's numbers first and each longer length under `length_<N>`:
 the scores (metrics/eval.json) and what they are read against (metrics/eval_details.json).
+`evaluate_pretrained` is the whole stage: it also logs them into the model's pretraining run.
 """
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import torch
 
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.report import track_report, write_report
+from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
+from bertcore.model.hf import load_pretrained
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
-from bertcore.training.hardware.devices import resolve_precision
+from bertcore.training.hardware.devices import resolve_device, resolve_precision
+from bertcore.training.run.model_run import pretraining_run
 from bertcore.training.run.phases import scaled_masking
+
+log = logging.getLogger("bert.evaluate")  # the stage's name, as its warnings have always said
 
 
 def val_split(samples_dir: str | Path) -> SampleStore:
@@ -103,3 +112,61 @@ def heldout_report(scores: list[HeldOutScore]) -> tuple[dict[str, Any], dict[str
         metrics[f"length_{score.max_seq_length}"] = score.metrics.scores()
         context[f"length_{score.max_seq_length}"] = score.context()
     return metrics, context
+
+
+@dataclass(frozen=True)
+class HeldOutPaths:
+    """What the evaluate stage reads and writes."""
+
+    model_dir: str | Path  # the pretrained model, with
+    samples_dir: str | Path  # the samples and
+    vocab_dir: str | Path  # the vocabulary it was trained on
+    out_file: str | Path  # the scores; what they are read against goes beside it
+
+
+@dataclass(frozen=True)
+class HeldOutOutcome:
+    """What the evaluate stage scored, at each length, and the report's two files."""
+
+    scores: list[HeldOutScore]
+    files: tuple[Path, Path]
+
+    def summary(self, out_file: str | Path) -> list[str]:
+        """The console's lines, each naming the length it scores at: phase 1's scores against
+        their baselines, then each longer length's."""
+        first, *longer = self.scores
+        metrics, words = first.metrics, first.bag_of_words
+        length = f" (length {first.max_seq_length})" if first.max_seq_length else ""
+        lines = [
+            f"evaluate{length}: MLM accuracy {metrics.mlm_accuracy:.4f} (most frequent token "
+            f"{metrics.mlm_baseline_accuracy:.4f}), perplexity {metrics.perplexity:.2f}, NSP "
+            f"accuracy {metrics.nsp_accuracy:.4f} (majority {metrics.nsp_baseline_accuracy:.4f}"
+            + (f", bag of words {words:.4f}" if words is not None else "") + f") -> {out_file}"
+        ]
+        lines += [f"evaluate (length {score.max_seq_length}): MLM accuracy "
+                  f"{score.metrics.mlm_accuracy:.4f}, NSP accuracy "
+                  f"{score.metrics.nsp_accuracy:.4f}" for score in longer]
+        return lines
+
+
+def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldOutPaths,
+                        device: str, target: TrackingTarget | None) -> HeldOutOutcome:
+    """The evaluate stage: the pretrained model scored on `device` (auto, cpu, cuda, cuda:N)
+    at each length of the samples, the report written and logged into the model's
+    pretraining run (`eval_...` results at its last step, `eval.` tags; not when `target` is
+    None)."""
+    splits = heldout_splits(paths.samples_dir, paths.vocab_dir, masking)
+    model, tokens = load_pretrained(paths.model_dir, paths.vocab_dir)
+    tracker, step, why_not = pretraining_run(target, Path(paths.model_dir))
+    if why_not:  # say so rather than stay silent
+        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
+                    paths.out_file)
+    scoring_device = resolve_device(device)
+    scored = score_heldout(model.to(scoring_device), splits, VocabSpec.from_tokens(tokens),
+                           config, scoring_device)
+    scores, context = heldout_report(scored)
+    files = write_report(paths.out_file, scores, context)
+    if tracker:
+        results = {f"eval_{k}".replace(".", "_"): v for k, v in flatten(scores).items()}
+        track_report(tracker, files, results, context, step=step, tag_prefix="eval.")
+    return HeldOutOutcome(scored, files)

@@ -33,7 +33,7 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.model.hf import RUN_INFO, save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.checkpointer import Checkpointer
@@ -75,11 +75,6 @@ from bertcore.training.run.report import PretrainReport, pretrain_report
 log = logging.getLogger(__name__)
 
 
-# In the model folder: the step that made it and the run's fingerprints. Not the MLflow run:
-# its id is random, and the folder is the same bytes for the same params and data. That run
-# carries the weights' sha256 as the tag MODEL_TAG instead (`mlflow_run`), so a later stage
-# finds it.
-RUN_INFO = "training.json"
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,35 @@
+"""The pretraining run of a model: found by the sha256 of its weights, which the run that
+wrote them carries as the tag `model.sha256` (`MODEL_TAG`), so that evaluate, probe and the
+downstream stages log beside it."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from bertcore.common.digests import file_sha256
+from bertcore.common.errors import BertError
+from bertcore.common.tracking import Tracker, TrackingTarget
+from bertcore.model.hf import RUN_INFO, WEIGHTS_NAME
+from bertcore.training.run.mlflow_run import MODEL_TAG
+
+
+def pretraining_run(target: TrackingTarget | None, model_dir: str | Path
+                    ) -> tuple[Tracker | None, int, str]:
+    """The MLflow run that wrote the model in `model_dir`, the step it ended at, and, when
+    there is no run to log into, why. With tracking off (`target` None): (None, step, "")."""
+    path = Path(model_dir) / RUN_INFO
+    step = int(json.loads(path.read_text(encoding="utf-8")).get("step", 0)) if path.is_file() else 0
+    if target is None:
+        return None, step, ""
+    weights = Path(model_dir) / WEIGHTS_NAME
+    try:
+        run = Tracker.find(target.uri, MODEL_TAG, file_sha256(weights)) if (
+            weights.is_file()) else None
+    except BertError as error:  # after training, a store that is down costs only the mirror
+        return None, step, str(error)
+    if run is None:
+        return None, step, (f"no MLflow run in {target.uri} wrote the weights in "
+                            f"{model_dir} (tag {MODEL_TAG}): they were not trained by `bert "
+                            "pretrain` with tracking on, or that run was deleted")
+    return run, step, ""
