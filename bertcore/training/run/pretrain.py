@@ -75,8 +75,6 @@ from bertcore.training.run.report import PretrainReport, pretrain_report
 log = logging.getLogger(__name__)
 
 
-
-
 @dataclass(frozen=True)
 class RunLabels:
     """How the MLflow run is found and labelled (the caller knows the surroundings)."""
