@@ -30,7 +30,8 @@ def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
     read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
     # torch, once the params are read (cli.py)
-    from bertcore.model.hf import export_hf, load_pretrained
+    from bertcore.model.hf import export_hf
+    from bertcore.model.pretrained import load_pretrained
 
     model, _ = load_pretrained(model_dir, vocab_dir)
     with atomic_dir(out_dir) as staging:

@@ -29,7 +29,7 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.report import details_file
-from bertcore.common.tracking import TrackingConfig, git_commit
+from bertcore.common.tracking import TrackingConfig
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import (
@@ -49,7 +49,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import experiment_name, repo_root, tracking_uri
+from bertstages.repo import experiment_name, git_commit, repo_root, tracking_uri
 
 log = logging.getLogger("bert.pretrain")
 

@@ -1,9 +1,10 @@
-"""Where the pipeline's things live: the repository (also under `dvc exp run --temp`), its
-MLflow store and the DVC experiment a stage runs in."""
+"""Where the pipeline's things live: the repository (also under `dvc exp run --temp`) and the
+commit it has checked out, its MLflow store and the DVC experiment a stage runs in."""
 
 from __future__ import annotations
 
 import os
+import subprocess
 from pathlib import Path
 
 from bertcore.common.tracking import TrackingConfig, TrackingTarget, resolve_uri, sqlite_uri
@@ -41,3 +42,16 @@ def tracking_target(config: TrackingConfig) -> TrackingTarget | None:
     if not config.enabled:
         return None
     return TrackingTarget(tracking_uri(config), config.experiment, experiment_name())
+
+
+def git_commit(repo: str | os.PathLike) -> str | None:
+    """The commit checked out in `repo` (None outside git)."""
+    try:
+        proc = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout.strip() or None

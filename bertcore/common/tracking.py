@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import logging
 import os
-import subprocess
 import tempfile
 import time
 import urllib.error
@@ -85,19 +84,6 @@ def sqlite_uri(path: str | os.PathLike) -> str:
 def _sqlite_path(uri: str) -> Path | None:
     """The database file of a `sqlite:///` URI; None for any other store."""
     return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
-
-
-def git_commit(repo: str | os.PathLike) -> str | None:
-    """The commit checked out in `repo` (None outside git)."""
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.strip() or None
 
 
 def _check_reachable(uri: str) -> None:

@@ -45,7 +45,8 @@ from bertcore.downstream.tasks import (
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import export_hf_classifier, load_pretrained
+from bertcore.model.hf import export_hf_classifier
+from bertcore.model.pretrained import load_pretrained
 from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 

@@ -35,7 +35,8 @@ from bertcore.downstream.heads import (
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import export_hf, load_pretrained
+from bertcore.model.hf import export_hf
+from bertcore.model.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec

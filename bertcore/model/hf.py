@@ -30,7 +30,6 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
-from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
@@ -38,11 +37,6 @@ log = logging.getLogger(__name__)
 
 WEIGHTS_NAME = "model.safetensors"
 CONFIG_NAME = "config.json"
-# In a model folder our pretraining wrote: the step that made it and the run's fingerprints.
-# Not the MLflow run: its id is random, and the folder is the same bytes for the same params
-# and data. That run carries the weights' sha256 as the tag MODEL_TAG instead
-# (`bertcore.training.run.mlflow_run`), so a later stage finds it.
-RUN_INFO = "training.json"
 TOKENIZER_FILES = (
     "vocab.txt",
     "tokenizer.json",
@@ -447,13 +441,3 @@ def _tokenizer_files(vocab_dir: Path, config: BertConfig) -> list[Path]:
             )
     return files
 
-
-def load_pretrained(model_dir: str | Path, vocab_dir: str | Path) -> tuple[BertPretrainingModel,
-                                                                          list[str]]:
-    """The model `bert pretrain` wrote and the vocabulary it must have been trained with."""
-    model = load_model(model_dir)
-    tokens = read_vocab(vocab_dir)
-    if model.config.vocab_size != len(tokens):
-        raise BertError(f"the model in {model_dir} has {model.config.vocab_size} tokens, the "
-                        f"vocabulary in {vocab_dir} {len(tokens)}: rerun `bert pretrain`")
-    return model, tokens

@@ -34,6 +34,7 @@ from bertcore.downstream.tasks import EncodedExamples, encode_examples
 from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import model_tokenizer
 
 log = logging.getLogger(__name__)
@@ -63,7 +64,7 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     """The encoder GLUE fine-tunes: `glue.model` (a Hugging Face BERT folder with its
     tokenizer), else the pipeline's model with its vocabulary."""
     if config.model is None:
-        model, _ = hf.load_pretrained(model_dir, vocab_dir)
+        model, _ = load_pretrained(model_dir, vocab_dir)
         return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
     directory = Path(config.model)
     if not directory.is_dir():

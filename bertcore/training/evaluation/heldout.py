@@ -23,7 +23,7 @@ from bertcore.common.report import track_report, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
-from bertcore.model.hf import load_pretrained
+from bertcore.model.pretrained import load_pretrained
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp

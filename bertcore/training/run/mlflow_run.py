@@ -66,8 +66,8 @@ def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bo
 
 def finish_run(tracker: Tracker, config: TrackingConfig, paths: PretrainPaths,
                runner: StepRunner, result: TrainResult) -> None:
-    """Tag the MLflow run with the weights' sha256 (see bertcore.model.hf.RUN_INFO) and the run's
-    length, log the last checkpoint and the exported model, and close it; nothing when
+    """Tag the MLflow run with the weights' sha256 (see `model.pretrained.RUN_INFO`) and the
+    run's length, log the last checkpoint and the exported model, and close it; nothing when
     nothing is tracked."""
     if tracker.run_id is None:
         return

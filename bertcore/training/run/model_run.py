@@ -10,7 +10,8 @@ from pathlib import Path
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.hf import RUN_INFO, WEIGHTS_NAME
+from bertcore.model.hf import WEIGHTS_NAME
+from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.run.mlflow_run import MODEL_TAG
 
 

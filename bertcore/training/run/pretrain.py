@@ -33,8 +33,9 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import RUN_INFO, save_model
+from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
+from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.checkpoints.lineage import left_notice, replacing_notice

@@ -12,6 +12,7 @@ from tokenizers import Tokenizer
 from bertcore.common.errors import BertError
 from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.pretrained import RUN_INFO
 from bertcore.model.tokenizer import model_tokenizer
 from bertcore.training.checkpoints.checkpoint import META_FILE
 
@@ -37,7 +38,7 @@ def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str
 def trained_with(directory: Path) -> str | None:
     """The fingerprint of the vocabulary our pretraining recorded beside a model: in
     training.json (models/pretrained) or meta.json (a checkpoint); None for other folders."""
-    for name in (hf.RUN_INFO, META_FILE):
+    for name in (RUN_INFO, META_FILE):
         try:
             record = json.loads((directory / name).read_text(encoding="utf-8"))
         except (OSError, ValueError):
