@@ -61,10 +61,6 @@ class DownstreamTracking:
             log.warning("a nested MLflow run could not be opened: %s", error)
             return NullTracker()
 
-    def log_curve(self, name: str, value: float, step: int) -> None:
-        if self.run:
-            self.run.log_metrics({name: value}, step=step)
-
     def finish(self, files: tuple[Path, Path], results: Mapping[str, float],
                details: Mapping[str, Any]) -> None:
         """Log the report (`files`: the metrics and details files just written): the child run
@@ -80,7 +76,8 @@ class DownstreamTracking:
 
     def log_train_loss(self, which: str, step: int, loss: float) -> None:
         """A fine-tune's training loss (`which`: the model trained) at its step."""
-        self.log_curve(f"{which}/train_loss", loss, step)
+        if self.run:
+            self.run.log_metrics({f"{which}/train_loss": loss}, step=step)
 
     def fail(self) -> None:
         if self.run:

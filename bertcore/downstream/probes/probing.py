@@ -11,9 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertcore.common.atomic import atomic_dir
-from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import track_report, write_report
+from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
 from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
@@ -22,7 +21,7 @@ from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import pair_report, read_minimal_pairs, score_pairs
 from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.model_run import pretraining_run
+from bertcore.training.run.model_run import log_report_into, pretraining_run
 from bertcore.training.run.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
@@ -165,6 +164,5 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     write_items(paths.items_dir, report.items)
     files = write_report(paths.out_file, report.metrics, details)
     if tracker:
-        results = {f"probe_{k}".replace(".", "_"): v for k, v in flatten(report.metrics).items()}
-        track_report(tracker, files, results, details, step=step, tag_prefix="probe.")
+        log_report_into(tracker, step, files, report.metrics, details, "probe")
     return ProbeOutcome(report.metrics, details, files)

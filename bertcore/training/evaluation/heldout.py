@@ -17,9 +17,8 @@ from typing import Any
 
 import torch
 
-from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import track_report, write_report
+from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
@@ -28,7 +27,7 @@ from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
 from bertcore.training.hardware.devices import resolve_device, resolve_precision
-from bertcore.training.run.model_run import pretraining_run
+from bertcore.training.run.model_run import log_report_into, pretraining_run
 from bertcore.training.run.phases import scaled_masking
 
 log = logging.getLogger("bert.evaluate")  # the stage's name, as its warnings have always said
@@ -167,6 +166,5 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     scores, context = heldout_report(scored)
     files = write_report(paths.out_file, scores, context)
     if tracker:
-        results = {f"eval_{k}".replace(".", "_"): v for k, v in flatten(scores).items()}
-        track_report(tracker, files, results, context, step=step, tag_prefix="eval.")
+        log_report_into(tracker, step, files, scores, context, "eval")
     return HeldOutOutcome(scored, files)
