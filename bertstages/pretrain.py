@@ -42,6 +42,7 @@ from bertcore.training.config import (
 )
 from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
+    corpus_option,
     file_option,
     folder_option,
     samples_option,
@@ -65,6 +66,7 @@ PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
 @click.command()
 @samples_option
 @vocab_option
+@corpus_option
 @folder_option("--checkpoints", "checkpoint_dir", "models/checkpoints",
                "Checkpoints: resumed from when the params match.")
 @folder_option("--out", "out_dir", "models/pretrained", "Where the final model goes.")
@@ -76,7 +78,7 @@ PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
 @file_option("--eval-log", "eval_log_file", "metrics/pretrain_eval.tsv",
              "One row per periodic evaluation (dvc plots).")
 @stage_options
-def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_file,
+def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics_file, log_file,
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
     params = load_params(params_file, overrides)
@@ -113,7 +115,8 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )
-    report = run_pretraining(config, paths, labels)
+    probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir))
+    report = run_pretraining(config, paths, labels, probes)
     if report is None:
         return  # not rank 0
     val, loss = report.val, report.metrics["train"].get("loss", float("nan"))
@@ -125,6 +128,25 @@ def command(samples_dir, vocab_dir, checkpoint_dir, out_dir, metrics_file, log_f
         + f" -> {out_dir}",
         err=True,
     )
+
+
+def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path):
+    """The built-in probes scored at each periodic evaluation (`eval.probe_sentences` of the
+    corpus's val split), or None: off, or no val split to draw from (said in one line)."""
+    if not settings.probe_sentences:
+        return None
+    val, train = corpus_dir / "val.txt", corpus_dir / "train.txt"
+    if not (val.is_file() and train.is_file()):
+        log.warning("no probes while pretraining: %s has no train.txt and val.txt (pass "
+                    "--corpus, or set eval.probe_sentences: 0)", corpus_dir)
+        return None
+    from bertcore.data.vocab.existing import read_tokenizer
+    from bertcore.downstream.probes.during_pretraining import ProbeDraw
+    from bertcore.model.tokenizer import BERT_DEFAULT_RULES
+
+    tokenizer = read_tokenizer(vocab_dir, BERT_DEFAULT_RULES, "BertTokenizer's defaults",
+                               f"--vocab {vocab_dir}").tokenizer
+    return ProbeDraw(tokenizer, val, train, settings.probe_sentences, settings.seed)
 
 
 def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> list[str]:

@@ -12,7 +12,7 @@ from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
 from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertPretrainingModel
-from bertcore.model.local_init import SHIFTS, init_local_attention
+from bertcore.model.local_init import SHIFTS, head_shift, init_local_attention
 
 VOCAB = 60
 
@@ -67,6 +67,27 @@ def test_every_head_starts_on_its_own_neighbour(heads, hidden):
     assert [n for n, _ in local.named_parameters()] == [n for n, _ in plain.named_parameters()]
 
 
+@pytest.mark.parametrize("heads,local", [(4, 2), (4, 1), (2, 1)])
+def test_only_the_first_local_heads_start_on_a_neighbour(heads, local):
+    """`local_heads` of each layer start on a neighbour, the others keep BERT's near-uniform
+    attention (a global view); one local head per layer alternates between the previous and
+    the next token from layer to layer."""
+    torch.manual_seed(0)
+    input_ids = torch.randint(5, VOCAB, (8, 40))
+    model = tiny(heads, 64, layers=3)
+    init_local_attention(model, local)
+    weights = attention_by_offset(model, input_ids)
+    for layer in range(3):
+        for head in range(heads):
+            if head < local:
+                offset = -head_shift(layer, head, local)
+                assert weights[layer, head, offset + 2] > 0.5, (layer, head, weights[layer])
+            else:
+                assert weights[layer, head].max() < 0.1, (layer, head, weights[layer])
+    shifts = [[head_shift(layer, head, local) for head in range(local)] for layer in range(3)]
+    assert shifts == ([[1, -1]] * 3 if local == 2 else [[1], [-1], [1]])
+
+
 def neighbour_language(sequences: int, length: int, seed: int = 7) -> torch.Tensor:
     """Token i+1 is follow[token i] nine times in ten, else random: the masked token is told by
     its neighbours and by nothing else (every token is about equally frequent)."""
@@ -118,13 +139,16 @@ def test_local_init_learns_from_neighbours_where_bert_init_is_still_guessing():
     assert local > 0.5, local
 
 
-@pytest.mark.parametrize("local", [True, False])
-def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_path, local):
-    """`model.local_attention_init` reaches the stage: after one step at a negligible learning
-    rate the saved position embeddings are the sinusoids of the local init, or BERT's noise."""
+@pytest.mark.parametrize("local,heads", [(True, None), (True, 1), (False, None)])
+def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_path, local,
+                                                                          heads):
+    """`model.local_attention_init` and `model.local_attention_heads` reach the stage: after
+    one step at a negligible learning rate the saved position embeddings are the sinusoids of
+    the local init, or BERT's noise; with one local head, the second head's query and key
+    rows are BERT's noise alone, the first head's the local init's."""
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml",
-                 model={"local_attention_init": local},
+                 model={"local_attention_init": local, "local_attention_heads": heads},
                  train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
                         "eval_every": 0, "checkpoint_every": 0},
                  tracking={"enabled": False})
@@ -137,3 +161,12 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
     sinusoids = fresh.embeddings.positions.weight
     positions = saved["embeddings.positions.weight"]
     assert torch.allclose(positions, sinusoids, atol=1e-5) == local
+    qkv, size = saved["layers.0.attention.qkv.weight"], fresh.config.head_size
+    width = size * fresh.config.num_attention_heads
+    query_key = [qkv[part * width + head * size: part * width + (head + 1) * size]
+                 for part in (0, 1) for head in (0, 1)]  # q0, q1, k0, k1
+    if local:
+        # a local head's rows read the sinusoids: ~sqrt(SHARPNESS) where noise is ~0.02
+        strong = [bool(rows.abs().max() > 0.5) for rows in query_key]
+        assert strong == ([True, True, True, True] if heads is None else
+                          [True, False, True, False])

@@ -194,7 +194,7 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     assert "mlm_accuracy" in workspace and "nsp_accuracy" in workspace
     assert_exp_show_is_readable(repo, env)
     plots = run([DVC, "plots", "show", "--json"], repo, env).stdout
-    assert "train_loss" in plots and "val_accuracy" in plots
+    assert "train_loss" in plots and "val_accuracy" in plots and "val_probes" in plots
 
     assert_stored_once(repo)
     assert_reruns_and_checkout_keep_the_cache(repo, env)

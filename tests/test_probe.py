@@ -18,11 +18,18 @@ from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.downstream.probes import minimal_pairs as minimal_pairs_module
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
-from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
+from bertcore.downstream.probes.cloze import (
+    ClozeItem,
+    cloze_report,
+    precision,
+    read_cloze,
+    score_cloze,
+)
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import (
+    MinimalPair,
     pair_report,
     read_minimal_pairs,
     score_pairs,
@@ -124,7 +131,7 @@ def test_minimal_pairs_accuracy_per_group_and_overall(exported, tmp_path, monkey
     assert [(p.group, p.where) for p in pairs][1] == ("order", f"{path} line 2")
     fixed = [-1.0, -2.0, -3.0, -1.0, -1.0, -1.5, -4.0, -5.0]  # good, bad per pair
     monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods",
-                        lambda lm, sentences, what: fixed)
+                        lambda lm, sentences, what, progress: fixed)
     lm = masked_lm(exported)
     counts = count_train(exported / "corpus" / "train.txt", lm)
     scored = score_pairs(lm, pairs, counts)
@@ -137,8 +144,29 @@ def test_minimal_pairs_accuracy_per_group_and_overall(exported, tmp_path, monkey
                                                   ["unigram_baseline"])}
     assert [s.row()["correct"] for s in scored] == [True, False, True, True]
     monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods",
-                        lambda lm, sentences, what: [-1.0] * 8)
+                        lambda lm, sentences, what, progress: [-1.0] * 8)
     assert pair_report(score_pairs(lm, pairs, counts))[0] == {"accuracy": 0.5}
+
+
+def test_a_sentence_two_pairs_share_is_scored_once(exported, monkeypatch):
+    """The built-in pairs share their good sentence (swapped, replaced): its PLL is computed
+    once and given to both pairs."""
+    seen = []
+
+    def plls(lm, sentences, what, progress):
+        seen.extend(sentences)
+        return [-float(len(s)) for s in sentences]
+
+    monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods", plls)
+    lm = masked_lm(exported)
+    counts = count_train(exported / "corpus" / "train.txt", lm)
+    good = "the cat sat on the mat ."
+    pairs = [MinimalPair(good, "the cat sat the on mat .", SWAPPED, "s"),
+             MinimalPair(good, "the cat sat on the rug near .", REPLACED, "s")]
+    scored = score_pairs(lm, pairs, counts)
+    assert len(seen) == 3 and len(set(seen)) == 3
+    assert scored[0].good == scored[1].good == -len(lm.encode(good))
+    assert scored[1].bad == -len(lm.encode(pairs[1].bad))
 
 
 def test_a_pair_without_uid_is_grouped_by_its_file(tmp_path):
@@ -305,3 +333,41 @@ def test_a_swap_never_leaves_the_sentence_as_it_was():
     assert {swap_adjacent(words, random.Random(seed)) for seed in range(20)} == {
         "It Was the red the"}
     assert swap_adjacent(["It", "Was", "the", "the", "Cow"], random.Random(0)) is None
+
+
+def test_the_cloze_ranks_whole_words_as_the_frequency_guess_does(exported, monkeypatch):
+    """The model patched to rank punctuation, special tokens and a ## piece above `paris`:
+    the cloze ranks whole-word tokens only, the set the frequency baseline guesses from, so
+    `paris` is its first answer (P@1 1), and none of its ten is anything but a word."""
+    lm = masked_lm(exported)
+    paris = lm.word_token("paris")
+    piece = next(i for i in range(lm.vocab_size) if lm.tokenizer.id_to_token(i).startswith("##"))
+    not_words = [lm.tokenizer.token_to_id(t) for t in (".", "[SEP]", "[MASK]", "[UNK]")]
+    scores = -torch.arange(lm.vocab_size, dtype=torch.float)
+    for rank, token_id in enumerate([*not_words, piece]):
+        scores[token_id] = 20.0 - rank
+    scores[paris] = 10.0
+    monkeypatch.setattr(MaskedLM, "log_probs_at",
+                        lambda self, blocks, positions: scores.expand(len(positions), -1))
+    scored = score_cloze(lm, [ClozeItem("[MASK] is the capital of france .", "paris", "g", "w")])
+    assert scored[0].top[0] == paris
+    assert len(scored[0].top) == 10 and all(lm.is_word(i) for i in scored[0].top)
+    assert precision(scored, 1) == 1.0
+    assert not any(lm.is_word(i) for i in [*not_words, piece])
+
+
+def test_a_blimp_score_is_shown_beside_blimps_own_figures(exported, tmp_path):
+    """A user's minimal pairs are read against the unigram count measured here and against
+    the figures of BLiMP's paper (its 5-gram, LSTM, GPT-2 and humans, over all 67 paradigms)."""
+    from bertcore.downstream.probes.probing import ProbeOutcome
+
+    path = write_lines(tmp_path / "blimp.jsonl", BLIMP)
+    corpus = exported / "corpus"
+    report = run_probes(masked_lm(exported), ProbeConfig(builtin_sentences=0,
+                                                         minimal_pairs=str(path)),
+                        corpus / "val.txt", corpus / "train.txt")
+    paper = report.details["minimal_pairs"]["blimp_paper"]
+    assert (paper["5-gram"], paper["LSTM"], paper["GPT-2"], paper["humans"]) == (
+        0.612, 0.698, 0.815, 0.886)
+    line, = ProbeOutcome(report.metrics, report.details, (tmp_path, tmp_path)).summary()
+    assert "unigram" in line and "5-gram 0.612" in line and "LSTM 0.698" in line, line

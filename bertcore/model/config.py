@@ -141,6 +141,15 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# The pretraining recipe measured for a preset (docs/recipe.md: on BERT-tiny, the built-in
+# corpus and two others): its heads, and how many of each layer start on a neighbour (the
+# local attention init) while the others keep BERT's init. A preset not listed keeps BERT's
+# own init and heads: nobody measured another at its scale.
+RECIPES: dict[str, dict[str, int]] = {
+    "tiny": {"num_attention_heads": 4, "local_attention_heads": 2},
+}
+
+
 @params_section
 class ModelConfig:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
@@ -152,9 +161,13 @@ class ModelConfig:
     preset: str = "tiny"
     # null: random init; or a BERT folder in Hugging Face format
     init_from: text(pattern=r"\S", allowed="null or the path of a BERT folder") | None = None
-    # Random init only: heads start on their neighbours (bertcore.model.local_init). Off: BERT's
-    # own init learns both tasks where the local init gave up NSP (docs/defaults.md)
-    local_attention_init: Bool = False
+    # The preset's measured recipe (RECIPES), where it has one; false: the preset as published
+    recipe: Bool = True
+    # Random init only: heads start on their neighbours (bertcore.model.local_init), the first
+    # `local_attention_heads` of each layer; the others keep BERT's init, a global view, with
+    # which NSP still learns. null: the recipe's (without one: BERT's init; all heads)
+    local_attention_init: Bool | None = None
+    local_attention_heads: integer(ge=1, allowed="null or an integer >= 1") | None = None
     hidden_size: Int | None = None
     num_hidden_layers: Int | None = None
     num_attention_heads: Int | None = None
@@ -174,8 +187,31 @@ class ModelConfig:
     def _a_valid_architecture(self) -> ModelConfig:
         # Check every value now (any vocab large enough for pad_token_id will do here), so a
         # bad parameter fails when params.yaml is parsed, not minutes later.
-        self.to_config(vocab_size=(self.pad_token_id or 0) + 1)
+        config = self.to_config(vocab_size=(self.pad_token_id or 0) + 1)
+        require(self.local_heads(config.num_attention_heads) <= config.num_attention_heads,
+                "local_attention_heads", self.local_attention_heads,
+                f"at most num_attention_heads ({config.num_attention_heads})")
         return self
+
+    def recipe_values(self) -> dict[str, int]:
+        """The preset's measured recipe, when `recipe` is on, the model starts from random
+        weights (with init_from the architecture is the folder's) and its heads are the
+        recipe's (another num_attention_heads leaves the measured combination); {} otherwise."""
+        if not self.recipe or self.init_from or self.num_attention_heads is not None:
+            return {}
+        return RECIPES.get(self.preset, {})
+
+    def local_heads(self, num_attention_heads: int) -> int:
+        """How many heads of each layer start on a neighbour (the local attention init); 0:
+        BERT's init on every head."""
+        recipe = self.recipe_values()
+        on = self.local_attention_init
+        if on is None:
+            on = "local_attention_heads" in recipe
+        if not on or self.init_from:
+            return 0
+        return self.local_attention_heads or recipe.get("local_attention_heads",
+                                                        num_attention_heads)
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""
@@ -187,7 +223,11 @@ class ModelConfig:
         }
 
     def to_config(self, vocab_size: int) -> BertConfig:
-        return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **self.overrides())
+        """The preset, its recipe's heads (unless num_attention_heads is set), the overrides."""
+        recipe = {key: value for key, value in self.recipe_values().items()
+                  if key == "num_attention_heads"}
+        return BertConfig.from_preset(self.preset, vocab_size=vocab_size,
+                                      **{**recipe, **self.overrides()})
 
 
 @params_section

@@ -1,4 +1,4 @@
-"""Local attention init: every head starts out looking at one neighbouring token.
+"""Local attention init: heads start out looking at one neighbouring token each.
 
 A freshly initialised BERT attends almost uniformly (the logits q.k are ~0.05 at
 initializer_range 0.02). A small model on a small corpus then spends thousands of steps on a
@@ -9,11 +9,13 @@ a uniform 4.85), while counting left and right neighbours alone predicts 0.32. S
 heads on their neighbours skips that plateau. Val MLM accuracy after 600 steps of the default
 params, BERT's init -> this one: news 0.138 -> 0.221, Python docs 0.132 -> 0.190, six licence
 texts 0.118 -> 0.318, a novel 0.131 -> 0.214, Chinese 0.163 -> 0.303, Node.js docs 0.186 ->
-0.367. The cost, why it is off by default (`model.local_attention_init: false`): NSP stays
-near chance in a short run ([CLS] starts on a few positions instead of the whole pair; news,
-1500 steps, NSP 0.558 against 0.615 with BERT's init on 944 val pairs), and the encoder it
-gives fine-tunes no better than one from scratch (docs/defaults.md). It is kept as an option
-for who wants MLM first, and it was only ever measured on BERT-tiny.
+0.367. The cost when every head starts local: NSP stays near chance in a short run ([CLS]
+and every token see a few neighbours instead of the whole pair; news, 1500 steps, NSP 0.558
+against 0.615 with BERT's init on 944 val pairs), and the encoder it gives fine-tunes no
+better than one from scratch. So the recipe (`model.recipe`, docs/recipe.md) starts only the
+first `local_heads` heads of each layer local and leaves the others on BERT's init, a global
+view: on BERT-tiny with 4 heads, 2 local, MLM leaves the plateau and NSP learns as with BERT's
+init. It was only ever measured on BERT-tiny.
 
 How (only the initial weights change: the architecture is BERT's, training is free to move
 them, and the exported model loads in transformers like any other):
@@ -46,9 +48,18 @@ FREQUENCIES = (0.3, 2.8)  # radians per position of the (sin, cos) pairs
 SHIFTS = (1, -1, 2, -2)  # head k looks at position i - SHIFTS[k % 4]
 
 
+def head_shift(layer: int, head: int, local_heads: int) -> int:
+    """The shift local head `head` of `layer` starts on: SHIFTS[head] in every layer, except
+    with one local head per layer, which alternates between the previous and the next token
+    from layer to layer, so that the model still starts with both neighbours."""
+    return SHIFTS[(layer * local_heads + head) % max(2, local_heads) % len(SHIFTS)]
+
+
 @torch.no_grad()
-def init_local_attention(model: BertPretrainingModel) -> None:
-    """Set `model`'s position embeddings and query/key weights as described above (in place)."""
+def init_local_attention(model: BertPretrainingModel, local_heads: int | None = None) -> None:
+    """Set `model`'s position embeddings and the query/key weights of the first `local_heads`
+    heads of each layer (None: all) as described above (in place); the other heads keep BERT's
+    init, and so attend to the whole sequence."""
     config = model.config
     positions = model.embeddings.positions.weight
     length, hidden = positions.shape
@@ -61,16 +72,17 @@ def init_local_attention(model: BertPretrainingModel) -> None:
     # sin/cos have std 1/sqrt(2)
     positions.copy_(table * POSITION_SCALE * config.initializer_range * 2**0.5)
 
-    for layer in model.layers:
+    for index, layer in enumerate(model.layers):
         attention = layer.attention
         size, heads = attention.head_size, attention.num_heads
+        local = heads if local_heads is None else min(local_heads, heads)
         width = heads * size
         weight = attention.qkv.weight  # rows: [q; k; v], head by head
         sin_rows, cos_rows = torch.arange(0, size - 1, 2), torch.arange(1, size, 2)
-        for head in range(heads):
+        for head in range(local):
             # this head's pairs: every heads-th one, so each head sees all frequency ranges
             own = (torch.arange(size // 2) * heads + head) % pairs
-            turn = SHIFTS[head % len(SHIFTS)] * freq[own]
+            turn = head_shift(index, head, local) * freq[own]
             # query: the pairs (sin a, cos a) at position i; key: the same pairs at j turned
             # on by the shift, (sin(a + turn), cos(a + turn))
             query = torch.zeros(size, hidden, dtype=torch.float64)

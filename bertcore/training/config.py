@@ -134,6 +134,8 @@ class EvalConfig:
     seed: Int = 1234  # seeds the fixed masks of the val split
     # cap for the periodic evaluation during pretraining
     max_batches: integer(ge=1, allowed="null or an integer >= 1") | None = None
+    # val sentences of the built-in probes scored at each periodic evaluation (0: none)
+    probe_sentences: integer(ge=0) = 100
 
 
 @params_section(frozen=True)

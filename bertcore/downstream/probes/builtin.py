@@ -76,7 +76,7 @@ def _fits(lm: MaskedLM, sentence: str) -> bool:
 
 def _cloze(words: list[str], lm: MaskedLM, rng: random.Random, where: str) -> ClozeItem | None:
     """The sentence with one of its movable one-token words masked, or None."""
-    candidates = [i for i in movable_positions(words) if lm.single_token(words[i]) is not None]
+    candidates = [i for i in movable_positions(words) if lm.word_token(words[i]) is not None]
     if not candidates:
         return None
     i = rng.choice(candidates)

@@ -1,10 +1,12 @@
 """Cloze probes: a sentence with one word hidden behind [MASK], and the word (LAMA: Petroni et
 al. 2019, JSON Lines with `masked_sentences`, whose first entry holds one [MASK], and
 `obj_label`; grouped by `predicate_id` where a line has one, else by the file's name).
-Precision at k: the share of items whose answer is among the model's k likeliest tokens,
-over the answers that are one token of the model's vocabulary (after its tokenizer's
-normalisation, e.g. lower-casing); the others cannot be predicted in one slot, so they are
-not counted, and are reported."""
+Precision at k: the share of items whose answer is among the model's k likeliest words,
+over the answers that are one whole-word token of the model's vocabulary (after its
+tokenizer's normalisation, e.g. lower-casing); the others cannot be predicted in one slot, so
+they are not counted, and are reported. The model ranks whole-word tokens only (no
+punctuation, `##` piece or special token), the set the word-frequency baseline guesses from,
+so that the two compare like with like."""
 
 from __future__ import annotations
 
@@ -37,8 +39,8 @@ class ClozeItem:
 @dataclass(frozen=True)
 class ScoredCloze:
     item: ClozeItem
-    answer_id: int | None  # None: not one token, not counted
-    top: list[int]  # the model's TOP_K likeliest ids, likeliest first
+    answer_id: int | None  # None: not one whole-word token, not counted
+    top: list[int]  # the model's TOP_K likeliest whole-word ids, likeliest first
 
     def row(self, lm: MaskedLM) -> dict:
         return {"group": self.item.group, "where": self.item.where,
@@ -69,21 +71,23 @@ def read_cloze(path: str | Path) -> list[ClozeItem]:
     return items
 
 
-def score_cloze(lm: MaskedLM, items: Sequence[ClozeItem], what: str = "cloze items"
-                ) -> list[ScoredCloze]:
-    """The model's top TOP_K at each item's [MASK], in batches of `lm.batch_size` items."""
+def score_cloze(lm: MaskedLM, items: Sequence[ClozeItem], what: str = "cloze items",
+                progress: bool | None = None) -> list[ScoredCloze]:
+    """The model's TOP_K likeliest whole-word tokens at each item's [MASK], in batches of
+    `lm.batch_size` items. `progress`: a progress bar (None: on a terminal)."""
     encoded = [_encoded(lm, item) for item in items]
     top: list[list[int]] = [[] for _ in items]
     order = sorted(range(len(items)), key=lambda i: -len(encoded[i]))
     for start in tqdm(range(0, len(order), lm.batch_size), desc=what, unit="batch",
-                      disable=None):
+                      disable=None if progress is None else not progress):
         chunk = order[start: start + lm.batch_size]
         blocks = [torch.tensor([encoded[i]]) for i in chunk]
         positions = torch.tensor([encoded[i].index(lm.mask_id) for i in chunk])
-        best = lm.log_probs_at(blocks, positions).topk(min(TOP_K, lm.vocab_size)).indices
+        scores = lm.log_probs_at(blocks, positions).masked_fill(~lm.word_mask, -torch.inf)
+        best = scores.topk(min(TOP_K, int(lm.word_mask.sum()))).indices
         for i, ids in zip(chunk, best.tolist(), strict=True):
             top[i] = ids
-    return [ScoredCloze(item, lm.single_token(item.answer), ids)
+    return [ScoredCloze(item, lm.word_token(item.answer), ids)
             for item, ids in zip(items, top, strict=True)]
 
 
@@ -121,7 +125,7 @@ def cloze_report(scored: Sequence[ScoredCloze], counts: TrainCounts, lm: MaskedL
                                "p_at_10": precision(scored, TOP_K, guess),
                                "guess": [lm.tokenizer.id_to_token(i) for i in guess]},
         "not_counted": {"count": len(not_counted),
-                        "why": "the answer is not one token of the vocabulary",
+                        "why": "the answer is not one whole-word token of the vocabulary",
                         "examples": list(dict.fromkeys(not_counted))[:NOT_COUNTED_EXAMPLES]},
         "groups": {name: {"items": sum(s.answer_id is not None for s in members),
                           "p_at_1": precision(members, 1), "p_at_10": precision(members, TOP_K)}

@@ -48,15 +48,8 @@ class TrainCounts:
 
     def most_frequent(self, lm: MaskedLM, k: int) -> list[int]:
         """The k most frequent whole-word tokens (ties by id), the frequency baseline's guess."""
-        order = np.argsort(-self.tokens, kind="stable")
-        best = []
-        for token_id in order.tolist():
-            token = lm.tokenizer.id_to_token(token_id)
-            if token_id not in lm.special_ids and token and token.isalpha():
-                best.append(token_id)
-                if len(best) == k:
-                    break
-        return best
+        order = np.argsort(-self.tokens[: lm.vocab_size], kind="stable")
+        return [i for i in order.tolist() if lm.word_mask[i]][:k]
 
     def unigram_score(self, ids: Sequence[int]) -> float:
         """Sum of the add-one log-frequencies of the tokens between [CLS] and [SEP]."""

@@ -35,6 +35,15 @@ class MaskedLM:
         # ids past the tokenizer (embeddings padded to a round size) are no token to predict
         self.vocab_size = self.tokenizer.get_vocab_size()
         self.special_ids = {i for i in (*ids.values(), self.unk_id) if i is not None}
+        # The cloze's candidates: whole-word tokens (alphabetic, no ## piece, no special token),
+        # the set the frequency baseline guesses from, so that both rank the same words.
+        self.word_mask = torch.tensor([self.is_word(i) for i in range(self.vocab_size)],
+                                      dtype=torch.bool)
+
+    def is_word(self, token_id: int) -> bool:
+        """A whole-word token: alphabetic (so no ## piece and no punctuation), not special."""
+        token = self.tokenizer.id_to_token(token_id)
+        return token_id not in self.special_ids and bool(token) and token.isalpha()
 
     @property
     def max_tokens(self) -> int:
@@ -57,6 +66,11 @@ class MaskedLM:
         normalisation, e.g. lower-casing), else None."""
         ids = self.word_ids(word)
         return ids[0] if len(ids) == 1 and ids[0] != self.unk_id else None
+
+    def word_token(self, word: str) -> int | None:
+        """The id of `word` when it is one whole-word token (`is_word`), else None."""
+        token_id = self.single_token(word)
+        return token_id if token_id is not None and self.is_word(token_id) else None
 
     @torch.no_grad()
     def log_probs_at(self, blocks: Sequence[torch.Tensor], positions: torch.Tensor

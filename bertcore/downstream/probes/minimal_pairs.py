@@ -55,18 +55,21 @@ def read_minimal_pairs(path: str | Path) -> list[MinimalPair]:
 
 
 def score_pairs(lm: MaskedLM, pairs: Sequence[MinimalPair], counts: TrainCounts,
-                what: str = "minimal pairs") -> list[ScoredPair]:
-    """Each pair's two PLLs (all sentences scored together, in batches) and unigram scores."""
+                what: str = "minimal pairs", progress: bool | None = None) -> list[ScoredPair]:
+    """Each pair's two PLLs and unigram scores. The sentences are scored together, in
+    batches, each distinct sentence once (the built-in pairs share their good sentence).
+    `progress`: a progress bar (None: on a terminal)."""
     sentences = []
     for pair in pairs:
         for text in (pair.good, pair.bad):
             try:
-                sentences.append(lm.encode(text))
+                sentences.append(tuple(lm.encode(text)))
             except BertError as error:
                 raise BertError(f"{pair.where}: {text[:40]!r}...: {error}; shorten it or leave "
                                 "it out") from None
-    plls = pseudo_log_likelihoods(lm, sentences, what)
-    return [ScoredPair(pair, plls[2 * i], plls[2 * i + 1],
+    distinct = list(dict.fromkeys(sentences))
+    pll = dict(zip(distinct, pseudo_log_likelihoods(lm, distinct, what, progress), strict=True))
+    return [ScoredPair(pair, pll[sentences[2 * i]], pll[sentences[2 * i + 1]],
                        counts.unigram_score(sentences[2 * i]),
                        counts.unigram_score(sentences[2 * i + 1]))
             for i, pair in enumerate(pairs)]

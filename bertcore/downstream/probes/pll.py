@@ -18,12 +18,15 @@ from bertcore.downstream.probes.masked_lm import MaskedLM
 
 
 def pseudo_log_likelihoods(lm: MaskedLM, sentences: Sequence[Sequence[int]],
-                           what: str = "sentences") -> list[float]:
-    """The PLL of each sentence (ids with [CLS] first and [SEP] last), in their order."""
+                           what: str = "sentences", progress: bool | None = None
+                           ) -> list[float]:
+    """The PLL of each sentence (ids with [CLS] first and [SEP] last), in their order.
+    `progress`: a progress bar (None: on a terminal)."""
     totals = torch.zeros(len(sentences), dtype=torch.float64)
     batches = _batches(lm, sentences)
     copies = sum(max(len(s) - 2, 0) for s in sentences)
-    with tqdm(total=copies, desc=f"PLL of {what}", unit="copy", disable=None) as bar:
+    with tqdm(total=copies, desc=f"PLL of {what}", unit="copy",
+              disable=None if progress is None else not progress) as bar:
         for blocks, owners, positions, targets in batches:
             log_probs = lm.log_probs_at(blocks, positions)
             picked = log_probs[torch.arange(len(targets)), targets].double()

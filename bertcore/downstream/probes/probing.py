@@ -27,6 +27,10 @@ from bertcore.training.run.trained_model import load_model_and_tokenizer
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 
 BUILTIN_PAIRS = {SWAPPED: "swapped_pairs", REPLACED: "replaced_pairs"}
+# What a score on BLiMP (all 67 paradigms, 67,000 pairs) is read against: BLiMP's own paper
+# (Warstadt et al. 2020, Table 3, overall accuracy), beside the unigram count measured here
+BLIMP_PAPER = {"source": "Warstadt et al. 2020 (BLiMP), all 67 paradigms", "5-gram": 0.612,
+               "LSTM": 0.698, "Transformer-XL": 0.696, "GPT-2": 0.815, "humans": 0.886}
 
 
 @dataclass
@@ -52,7 +56,8 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
     if pairs is not None:
         scored = score_pairs(lm, pairs, counts)
         report.metrics["minimal_pairs"], details = pair_report(scored)
-        report.details["minimal_pairs"] = {"from": config.minimal_pairs, **details}
+        report.details["minimal_pairs"] = {"from": config.minimal_pairs, **details,
+                                           "blimp_paper": BLIMP_PAPER}
         report.items["minimal_pairs.jsonl"] = [s.row() for s in scored]
     if cloze is not None:
         scored = score_cloze(lm, cloze)
@@ -126,8 +131,11 @@ class ProbeOutcome:
                 f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
                 f"{_pairs(scores, about, 'replaced_pairs')}")
         if "minimal_pairs" in metrics:
+            paper = ", ".join(f"{name} {value}" for name, value in BLIMP_PAPER.items()
+                              if name != "source")
             lines.append(f"probe: minimal pairs {_pairs(metrics, details, 'minimal_pairs')}, "
-                         f"{len(details['minimal_pairs']['groups'])} groups")
+                         f"{len(details['minimal_pairs']['groups'])} groups (on all of BLiMP, "
+                         f"its paper: {paper})")
         if "cloze" in metrics:
             cloze, about = metrics["cloze"], details["cloze"]
             base = about["frequency_baseline"]

@@ -10,8 +10,9 @@ frequent masked token, and always predicting the more frequent NSP class.
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from collections.abc import Callable, Iterable
+from dataclasses import asdict, dataclass, field
+from typing import Protocol
 
 import torch
 from torch.utils.data import DataLoader
@@ -35,9 +36,12 @@ class EvalMetrics:
     nsp_baseline_accuracy: float
     mlm_predictions: int
     sequences: int
+    # zero-shot probes scored beside (pretraining's periodic evaluation): name -> figure
+    probes: dict[str, float] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, float | int]:
-        return asdict(self)
+        """The held-out figures (the probes, if any, are `probes`)."""
+        return {key: value for key, value in asdict(self).items() if key != "probes"}
 
     def scores(self) -> dict[str, float]:
         """What the model reached (metrics/eval.json, compared across runs)."""
@@ -51,6 +55,19 @@ class EvalMetrics:
 
 SCORES = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
 CONTEXT = ("mlm_baseline_accuracy", "nsp_baseline_accuracy", "mlm_predictions", "sequences")
+
+
+# Zero-shot probes of a model as it trains: the model -> {name: figure}
+Probes = Callable[[torch.nn.Module], dict[str, float]]
+
+
+class ProbeSource(Protocol):
+    """What pretraining is given to probe with (`bertcore.downstream.probes.during_pretraining`,
+    built by the stage: training does not import the probes): `prepare` draws the probes for
+    the model once (None: nothing to probe), the result scores them at each periodic
+    evaluation."""
+
+    def prepare(self, model: torch.nn.Module, device: torch.device) -> Probes | None: ...
 
 
 class EvalSums:
@@ -116,10 +133,12 @@ def evaluate(
     autocast_dtype: torch.dtype | None = None,
     dist: Distributed | None = None,
     max_batches: int | None = None,
+    probes: Probes | None = None,
 ) -> EvalMetrics:
-    """Score `model` (our BertPretrainingModel) on `batches`; the model is left as it was
-    (train or eval mode). With `dist`, each process scores its share and the sums are added.
-    The device is read once, at the end."""
+    """Score `model` (our BertPretrainingModel) on `batches`, and with `probes` probe it (this
+    process alone); the model is left as it was (train or eval mode). With `dist`, each
+    process scores its share of the batches and the sums are added. The device is read once,
+    at the end."""
     device = torch.device(device)
     dist = dist or Distributed()
     was_training = model.training
@@ -135,7 +154,10 @@ def evaluate(
             sums.add(out, batch)
     finally:
         model.train(was_training)
-    return sums.read(dist)
+    metrics = sums.read(dist)
+    if probes is not None:
+        metrics.probes = probes(model)
+    return metrics
 
 
 def val_batches(store: SampleSource, masking: MaskingConfig, vocab: VocabSpec,

@@ -22,7 +22,9 @@ TRAIN_COLUMNS = (
     "grad_norm",
     "skipped_steps",
 )  # no speed: the files are pipeline outputs, the same bytes on any machine (MLflow has it)
-EVAL_COLUMNS = ("step", "mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy")
+# then the zero-shot probes, when the evaluation has them (eval.probe_sentences; else empty)
+EVAL_COLUMNS = ("step", "mlm_loss", "mlm_accuracy", "perplexity", "nsp_loss", "nsp_accuracy",
+                "cloze_p_at_1", "cloze_p_at_10", "swapped_pairs", "replaced_pairs")
 TRAIN_LOG = "train_log.tsv"
 EVAL_LOG = "eval_log.tsv"
 
@@ -93,11 +95,10 @@ class TrainingRecord:
 
     def log_eval(self, step: int, metrics: EvalMetrics, track: bool = True) -> None:
         """A row of the eval log; `track`: mirrored into MLflow (False: it is there already)."""
-        values = metrics.to_dict()
+        values = {**metrics.to_dict(), **metrics.probes}
         self.eval.add({"step": step, **values})
         if self.tracker and track:
-            keys = EVAL_COLUMNS[1:]
-            self.tracker.log_metrics({f"val/{k}": values[k] for k in keys}, step=step)
+            self.tracker.log_metrics(_val_metrics(values), step=step)
 
     def texts(self) -> dict[str, str]:
         return {TRAIN_LOG: self.train.text, EVAL_LOG: self.eval.text}
@@ -111,11 +112,16 @@ class TrainingRecord:
             metrics = _train_metrics(row)
             self.tracker.log_metrics({**metrics, "epoch": row.get("epoch")}, step=int(row["step"]))
         for row in self.eval.rows():
-            self.tracker.log_metrics({f"val/{k}": row.get(k) for k in EVAL_COLUMNS[1:]},
-                                     step=int(row["step"]))
+            self.tracker.log_metrics(_val_metrics(row), step=int(row["step"]))
 
 
 def _train_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
     """A train row under its MLflow names: `train/<column>`, and `lr` for the learning rate."""
     return {("lr" if k == "learning_rate" else f"train/{k}"): v
             for k, v in row.items() if k not in ("step", "epoch")}
+
+
+def _val_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
+    """An eval row under its MLflow names, `val/<column>`; the columns it has no value for
+    (probes that did not run) left out."""
+    return {f"val/{k}": row[k] for k in EVAL_COLUMNS[1:] if row.get(k) is not None}

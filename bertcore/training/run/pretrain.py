@@ -33,6 +33,7 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.config import RECIPES
 from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.model.pretrained import RUN_INFO
@@ -43,7 +44,7 @@ from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import PretrainingCollator, VocabSpec
 from bertcore.training.data.order import LengthBins
-from bertcore.training.evaluation.metrics import evaluate, val_batches
+from bertcore.training.evaluation.metrics import Probes, ProbeSource, evaluate, val_batches
 from bertcore.training.hardware.cpu import cpu_record
 from bertcore.training.hardware.devices import device_name, resolve_device
 from bertcore.training.hardware.distributed import Distributed
@@ -87,9 +88,11 @@ class RunLabels:
 
 
 def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
-                    labels: RunLabels | None = None) -> PretrainReport | None:
+                    labels: RunLabels | None = None, probes: ProbeSource | None = None
+                    ) -> PretrainReport | None:
     """Pretrain; returns what was reported (on rank 0; None elsewhere).
-    `labels`: where and how to record the MLflow run (with tracking.enabled)."""
+    `labels`: where and how to record the MLflow run (with tracking.enabled). `probes`: the
+    zero-shot probes scored at each periodic evaluation, by rank 0 (None: none)."""
     inputs = PretrainInputs.open(config, paths)  # checked before anything slow
     device = resolve_device(config.train.device)
     dist = Distributed.from_env(device.type)
@@ -98,7 +101,7 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
         # One run at a time in a checkpoint folder (rank 0 holds the lock for its run).
         with checkpoints.lock(enabled=dist.is_main):
             plan = plan_pretraining(config, paths, inputs, dist, checkpoints)
-            return PretrainingRun.start(plan, labels).train()
+            return PretrainingRun.start(plan, labels, probes).train()
     finally:
         dist.close()
 
@@ -132,6 +135,10 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
     if inputs.init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
                  inputs.init.path, inputs.init.describe())
+    elif config.model.local_attention_init and config.model.preset not in RECIPES and \
+            dist.is_main:
+        log.warning("model.local_attention_init: true was measured on BERT-tiny alone "
+                    "(docs/recipe.md), not on the %s preset", config.model.preset)
     batches = _batches(inputs.train_store, inputs.max_seq_length, config.masking, config.train,
                        vocab, dist, device)
     phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
@@ -222,21 +229,25 @@ class PretrainingRun:
     """A planned run with what it trains with: the StepRunner (model, optimizer, counters)
     and the MLflow run (`tracker`, a NullTracker when nothing is tracked)."""
 
-    def __init__(self, plan: PretrainingPlan, runner: StepRunner, tracker: Tracker | NullTracker):
-        self.plan, self.runner, self.tracker = plan, runner, tracker
+    def __init__(self, plan: PretrainingPlan, runner: StepRunner, tracker: Tracker | NullTracker,
+                 probes: Probes | None = None):
+        self.plan, self.runner, self.tracker, self.probes = plan, runner, tracker, probes
 
     @classmethod
-    def start(cls, plan: PretrainingPlan, labels: RunLabels | None) -> PretrainingRun:
+    def start(cls, plan: PretrainingPlan, labels: RunLabels | None,
+              source: ProbeSource | None = None) -> PretrainingRun:
         """Build the model, open the MLflow run (before any training: an unreachable store
-        fails now, in one line), set aside the checkpoints the run replaces, and put the model
-        on its StepRunner for phase 1."""
+        fails now, in one line), set aside the checkpoints the run replaces, put the model
+        on its StepRunner for phase 1, and draw the probes (rank 0)."""
         model = build_model(plan)
         tracker = open_tracker(plan, labels)
         replace_checkpoints(plan)
         first = plan.phases[0]
         runner = StepRunner(model, first.train, first.batches, device=plan.device,
                             dist=plan.dist)
-        return cls(plan, runner, tracker)
+        probes = source.prepare(runner.raw_model, plan.device) if (
+            source is not None and plan.dist.is_main) else None
+        return cls(plan, runner, tracker, probes)
 
     def train(self) -> PretrainReport | None:
         """Train each phase from where the plan says, and write the model and metrics;
@@ -319,8 +330,9 @@ class PretrainingRun:
         settings, dist = plan.config.eval, plan.dist
         val = val_batches(phase.val_store, phase.masking, plan.vocab, settings, rank=dist.rank,
                           world_size=dist.world_size)
-        return lambda m: evaluate(m, val, plan.device, runner.autocast_dtype, dist,
-                                  settings.max_batches)
+        return partial(evaluate, batches=val, device=plan.device,
+                       autocast_dtype=runner.autocast_dtype, dist=dist,
+                       max_batches=settings.max_batches, probes=self.probes)
 
     def say_resumed(self, phase: Phase) -> None:
         if not self.plan.dist.is_main:
@@ -373,8 +385,9 @@ def build_model(plan: PretrainingPlan) -> BertPretrainingModel:
         model = init.load()
     else:
         model = BertPretrainingModel(plan.inputs.model_config)
-        if init is None and config.model.local_attention_init:
-            init_local_attention(model)
+        local = config.model.local_heads(model.config.num_attention_heads)
+        if init is None and local:
+            init_local_attention(model, local)
     # Every generator a checkpoint captures (to resume exactly) starts from the seed too,
     # so that the same params give the same checkpoint bytes; nothing here draws from
     # Python's or numpy's global ones, but the libraries underneath may.
