@@ -11,7 +11,9 @@ from conftest import ONE_THREAD, run_bert
 from safetensors.torch import load_file
 from tiny_pretrain import build_data, write_params
 
+from bertcore.common.errors import ConfigError
 from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertPretrainingModel
+from bertcore.model.config import ModelConfig
 from bertcore.model.local_init import SHIFTS, head_shift, init_local_attention
 
 VOCAB = 60
@@ -170,3 +172,28 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
         strong = [bool(rows.abs().max() > 0.5) for rows in query_key]
         assert strong == ([True, True, True, True] if heads is None else
                           [True, False, True, False])
+
+
+def test_the_recipe_is_tinys_alone_and_yields_to_what_the_user_sets():
+    """`model.recipe`: BERT-tiny gets 4 heads, 2 of each layer local; no other preset has a
+    recipe (BERT's heads and init); another number of heads, recipe: false or init_from
+    leave it; the user's local_attention_* values override it."""
+    def heads_and_local(**params) -> tuple[int, int]:
+        model = ModelConfig(**params)
+        heads = model.to_config(vocab_size=100).num_attention_heads
+        return heads, model.local_heads(heads)
+
+    assert heads_and_local() == (4, 2)
+    assert heads_and_local(recipe=False) == (2, 0)
+    assert heads_and_local(preset="mini") == (4, 0)
+    assert heads_and_local(preset="base") == (12, 0)
+    assert heads_and_local(num_attention_heads=8) == (8, 0)
+    assert heads_and_local(local_attention_heads=1) == (4, 1)
+    assert heads_and_local(local_attention_init=False) == (4, 0)
+    assert heads_and_local(recipe=False, local_attention_init=True) == (2, 2)
+    assert heads_and_local(preset="mini", local_attention_init=True,
+                           local_attention_heads=2) == (4, 2)
+    assert ModelConfig(init_from="some/bert").local_heads(4) == 0
+    assert ModelConfig(init_from="some/bert", local_attention_init=True).local_heads(4) == 0
+    with pytest.raises(ConfigError, match=r"local_attention_heads: 5 .* at most"):
+        ModelConfig(local_attention_heads=5)
