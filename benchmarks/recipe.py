@@ -61,12 +61,15 @@ def wait(procs: dict[str, subprocess.Popen]) -> dict[str, float]:
     return seconds
 
 
-def prepare_data(source: str | None, overrides: list[str], work: Path) -> None:
+def prepare_data(source: str | None, overrides: list[str], work: Path) -> float:
+    """corpus, vocab and samples, shared by both models; their wall clock in seconds."""
     data = [f"corpus.source={source}"] if source else []
+    seconds = 0.0
     for stage, args in (("corpus", ["--out", "data/corpus", "--metrics", "m/corpus.json"]),
                         ("vocab", ["--metrics", "m/vocab.json", "--out", "data/vocab"]),
                         ("samples", ["--metrics", "m/samples.json", "--out", "data/samples"])):
-        wait({stage: bert(stage, args, [*data, *overrides], work)})
+        seconds += wait({stage: bert(stage, args, [*data, *overrides], work)})[stage]
+    return seconds
 
 
 def pretrain_both(overrides: list[str], before: list[str], work: Path) -> dict[str, float]:
@@ -110,7 +113,7 @@ def main() -> None:
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="recipe-"))
     work.mkdir(parents=True, exist_ok=True)
-    prepare_data(args.source, args.overrides, work)
+    data_seconds = prepare_data(args.source, args.overrides, work)
     seconds = pretrain_both(args.overrides, args.before or list(BEFORE), work)
     rows = {name: score(name, args.overrides, args.finetune, work) for name in MODELS}
     corpus = json.loads((work / "m" / "corpus.json").read_text())
@@ -124,7 +127,11 @@ def main() -> None:
     ratios = [rows["recipe"][c] / rows["before"][c] if rows["before"][c] else float("nan")
               for c in columns] + [seconds["recipe"] / seconds["before"]]
     print(f"{'ratio':8s} " + " ".join(f"{v:13.3f}" for v in ratios))
+    corpus_to_pretrain = [data_seconds + seconds[name] for name in MODELS]
     print("ratio = recipe / before; pretrain_s: both ran at once, one thread each")
+    print(f"corpus to pretrain: data stages {data_seconds:.1f} s (shared) + pretrain: before "
+          f"{corpus_to_pretrain[0]:.1f} s, recipe {corpus_to_pretrain[1]:.1f} s, ratio "
+          f"{corpus_to_pretrain[1] / corpus_to_pretrain[0]:.3f}")
 
 
 if __name__ == "__main__":

@@ -171,11 +171,12 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
         assert "eval_mlm_accuracy" in r.data.metrics
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
         assert {"checkpoints", "hf_model"} <= artifacts
-    # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process and 5 val/ curves;
-    # prune trains no curve; finetune two (pretrained, scratch)
+    # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process, 5 val/ curves and
+    # the 4 of the probes (eval.probe_sentences); prune trains no curve; finetune two
+    # (pretrained, scratch)
     for r in everything:
         stage = r.info.run_name.partition("-")[0] if "mlflow.parentRunId" in r.data.tags else ""
-        curves = {"prune": 0, "finetune": 2}.get(stage, 16)
+        curves = {"prune": 0, "finetune": 2}.get(stage, 20)
         assert_metrics_are_curves_or_results(client, r, curves)
     # the evaluation's baselines and counts: tags of the run, and a JSON artifact
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
