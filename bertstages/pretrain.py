@@ -1,9 +1,10 @@
 """`bert pretrain`: MLM + NSP pretraining on the samples, resumable, tracked in MLflow.
 
 Reads the sections model, masking, train, phase2 (BERT's second phase: more steps on longer
-samples, from phase 1's end), eval (batch size and seed of the periodic evaluation) and
-tracking, and hands them to `bertcore.training.run.pretrain`, after pinning the CPU kernels and
-threads of `cpu` (`bertcore.training.hardware.cpu`); `model.init_from` starts
+samples, from phase 1's end), eval (batch size and seed of the periodic evaluation, and the
+built-in probes scored beside it, drawn from `--corpus`'s val split) and tracking, and hands
+them to `bertcore.training.run.pretrain`, after pinning the CPU kernels and threads of `cpu`
+(`bertcore.training.hardware.cpu`); `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
@@ -22,6 +23,7 @@ import signal
 import subprocess
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
@@ -51,6 +53,9 @@ from bertstages.options import (
 )
 from bertstages.params import load_params, read_params
 from bertstages.repo import experiment_name, git_commit, repo_root, tracking_uri
+
+if TYPE_CHECKING:
+    from bertcore.downstream.probes.during_pretraining import ProbeDraw
 
 log = logging.getLogger("bert.pretrain")
 
@@ -130,7 +135,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     )
 
 
-def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path):
+def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path) -> ProbeDraw | None:
     """The built-in probes scored at each periodic evaluation (`eval.probe_sentences` of the
     corpus's val split), or None: off, or no val split to draw from (said in one line)."""
     if not settings.probe_sentences:
