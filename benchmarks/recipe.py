@@ -83,6 +83,10 @@ def pretrain_both(overrides: list[str], before: list[str], work: Path) -> dict[s
     return wait(procs)
 
 
+def read_json(path: Path) -> dict:
+    return json.loads(path.read_text(encoding="utf-8"))
+
+
 def score(name: str, overrides: list[str], finetune: bool, work: Path) -> dict:
     model = ["--model", f"{name}/model"]
     wait({"evaluate": bert("evaluate", [*model, "--out", f"{name}/eval.json"], overrides, work),
@@ -91,13 +95,13 @@ def score(name: str, overrides: list[str], finetune: bool, work: Path) -> dict:
     if finetune:
         wait({"finetune": bert("finetune", [*model, "--metrics", f"{name}/finetune.json",
                                             "--out", f"{name}/finetuned"], overrides, work)})
-    read = (lambda f: json.loads((work / name / f).read_text()))  # noqa: E731
-    val, probe = read("eval.json"), read("probe.json")["builtin"]
+    val, probe = read_json(work / name / "eval.json"), read_json(work / name / "probe.json")
+    probe = probe["builtin"]
     row = {"mlm": val["mlm_accuracy"], "nsp": val["nsp_accuracy"],
            "cloze_p1": probe["cloze"]["p_at_1"], "swapped": probe["swapped_pairs"]["accuracy"],
            "replaced": probe["replaced_pairs"]["accuracy"]}
     if finetune:
-        row["finetune_gain"] = read("finetune.json")["gain"]["accuracy"]
+        row["finetune_gain"] = read_json(work / name / "finetune.json")["gain"]["accuracy"]
     return row
 
 
@@ -116,7 +120,7 @@ def main() -> None:
     data_seconds = prepare_data(args.source, args.overrides, work)
     seconds = pretrain_both(args.overrides, args.before or list(BEFORE), work)
     rows = {name: score(name, args.overrides, args.finetune, work) for name in MODELS}
-    corpus = json.loads((work / "m" / "corpus.json").read_text())
+    corpus = read_json(work / "m" / "corpus.json")
     print(f"corpus: {args.source or 'params.yaml'} ({corpus['documents']} documents, "
           f"{corpus['characters']} characters); work folder {work}")
     columns = list(rows["before"])
