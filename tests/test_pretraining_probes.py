@@ -31,12 +31,12 @@ def data(tmp_path_factory) -> Path:
 
 
 def test_the_periodic_probes_are_the_probe_stages_figures_on_the_same_draw(data):
-    """A model of peaked random predictions, probed as pretraining probes it and as the probe
-    stage does, on the same sentences and seed: the same four figures, and the model is
-    left training."""
+    """A model of peaked random predictions and dropout (so that scoring in train mode would
+    show), probed as pretraining probes it and as the probe stage does, on the same sentences
+    and seed: the same four figures, and the model is left training."""
     tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
     torch.manual_seed(0)
-    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size(), dropout=0.0,
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size(), dropout=0.3,
                                              initializer_range=0.3))
     val, train = data / "corpus" / "val.txt", data / "corpus" / "train.txt"
     probes = ProbeDraw(tokenizer, val, train, sentences=60, seed=5).prepare(model, "cpu")
@@ -90,3 +90,20 @@ def test_no_probes_leaves_their_columns_empty(data, tmp_path):
     values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
     assert len(values) == 2 and all(float(row["mlm_accuracy"]) > 0 for row in values)
     assert all(row[name] == "" for row in values for name in PROBES)
+
+
+def test_without_a_corpus_to_draw_from_pretraining_says_so_and_trains(data, tmp_path):
+    """Samples built elsewhere, no corpus folder: one warning naming what to do, and the run
+    trains and evaluates as without probes."""
+    root = data.parent
+    write_params(tmp_path / "params.yaml", eval={"batch_size": 16, "seed": 3,
+                                                 "probe_sentences": 30},
+                 tracking={"enabled": False})
+    proc = run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), "--corpus",
+                    str(tmp_path / "no-corpus"), "--checkpoints", str(tmp_path / "ckpt"),
+                    "--eval-log", str(tmp_path / "eval.tsv"), cwd=root, check=True)
+    warnings = [line for line in proc.stderr.splitlines() if "no probes while pretraining" in line]
+    assert len(warnings) == 1 and "eval.probe_sentences: 0" in warnings[0], proc.stderr
+    header, *rows = (tmp_path / "eval.tsv").read_text().splitlines()
+    values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
+    assert len(values) == 2 and all(row[name] == "" for row in values for name in PROBES)

@@ -224,10 +224,10 @@ class ModelConfig:
 
     def to_config(self, vocab_size: int) -> BertConfig:
         """The preset, its recipe's heads (unless num_attention_heads is set), the overrides."""
-        recipe = {key: value for key, value in self.recipe_values().items()
-                  if key == "num_attention_heads"}
+        heads = self.recipe_values().get("num_attention_heads")
+        recipe = {"num_attention_heads": heads} if heads else {}
         return BertConfig.from_preset(self.preset, vocab_size=vocab_size,
-                                      **{**recipe, **self.overrides()})
+                                      **recipe, **self.overrides())
 
 
 @params_section

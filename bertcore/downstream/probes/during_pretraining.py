@@ -24,7 +24,7 @@ from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, BuiltinProbes,
 from bertcore.downstream.probes.cloze import TOP_K, precision, score_cloze
 from bertcore.downstream.probes.frequencies import TrainCounts, count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
-from bertcore.downstream.probes.minimal_pairs import accuracy, score_pairs
+from bertcore.downstream.probes.minimal_pairs import pair_report, score_pairs
 from bertcore.model.bert import BertPretrainingModel
 
 log = logging.getLogger("bert.pretrain")
@@ -56,29 +56,29 @@ class ProbeDraw:
             return None
         finally:
             model.train(was_training)
-        return PretrainingProbes(self, counts, probes)
+        return PretrainingProbes(lm, counts, probes)
 
 
 @dataclass(frozen=True)
 class PretrainingProbes:
-    draw: ProbeDraw
+    lm: MaskedLM  # the model being trained, with its tokenizer
     counts: TrainCounts
     probes: BuiltinProbes
 
     def __call__(self, model: BertPretrainingModel) -> dict[str, float]:
-        """The probes' figures for `model` as it is now (left in the mode it was in)."""
+        """The probes' figures for `model` (the one they were prepared for) as it is now,
+        scored as the probe stage scores them; the model is left in the mode it was in."""
+        lm = self.lm if model is self.lm.model else MaskedLM(
+            model, self.lm.tokenizer, self.lm.device, self.lm.batch_size)
         was_training = model.training
-        device = next(model.parameters()).device
-        lm = MaskedLM(model, self.draw.tokenizer, device, self.draw.batch_size)
+        model.eval()
         try:
             cloze = score_cloze(lm, self.probes.cloze, progress=False)
             pairs = score_pairs(lm, self.probes.pairs, self.counts, progress=False)
         finally:
             model.train(was_training)
-
-        def pairs_accuracy(group: str) -> float:
-            return accuracy([(s.good, s.bad) for s in pairs if s.pair.group == group])
-
+        swapped, replaced = ([s for s in pairs if s.pair.group == group]
+                             for group in (SWAPPED, REPLACED))
         return {"cloze_p_at_1": precision(cloze, 1), "cloze_p_at_10": precision(cloze, TOP_K),
-                "swapped_pairs": pairs_accuracy(SWAPPED),
-                "replaced_pairs": pairs_accuracy(REPLACED)}
+                "swapped_pairs": pair_report(swapped)[0]["accuracy"],
+                "replaced_pairs": pair_report(replaced)[0]["accuracy"]}
