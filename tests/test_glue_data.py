@@ -10,6 +10,7 @@ import types
 
 import pytest
 from glue_files import expected_examples, write_glue_folder
+from scipy.stats import pearsonr, spearmanr
 
 from bertcore.common.errors import BertError
 from bertcore.downstream.glue.metrics import Spread, glue_score, spread, task_metrics, task_score
@@ -257,6 +258,31 @@ def test_pearson_and_spearman_of_known_correlations():
         "pearson": pytest.approx(149 / math.sqrt(5 * 7205)), "spearman": pytest.approx(1.0)}
     assert task_metrics(stsb, [2.5] * 4, [1.0, 2.0, 3.0, 4.0]) == {"pearson": 0.0,
                                                                    "spearman": 0.0}
+
+
+def test_matthews_of_a_dev_set_of_one_class_is_0_and_said(caplog):
+    assert task_metrics(GLUE_TASKS["cola"], [1, 0, 1], [1, 1, 1]) == {"matthews": 0.0}
+    assert [r.getMessage() for r in caplog.records] == [
+        "cola: Matthews correlation of a dev set of one class is undefined, counted as 0"]
+    caplog.clear()
+    task_metrics(GLUE_TASKS["cola"], [1, 1, 1], [1, 0, 1])  # constant predictions: a real 0
+    assert not caplog.records
+
+
+def test_predictions_equal_to_3_decimals_are_constant_not_a_correlation(caplog):
+    stsb = GLUE_TASKS["stsb"]
+    golds = [0.4, 1.2, 2.0, 2.8, 3.6, 4.4] * 50
+    # float noise that happens to follow the golds: a correlation of 1 from 1e-7 apart
+    noise = [2.5 + 1e-7 * (gold > 2.5) for gold in golds]
+    assert task_metrics(stsb, noise, golds) == {"pearson": 0.0, "spearman": 0.0}
+    assert len(caplog.records) == 2 and "constant predictions or golds (all within 0.001)" in (
+        caplog.records[0].getMessage())
+    caplog.clear()
+    visible = [2.5 + 2e-3 * (gold > 2.5) for gold in golds]  # apart in what is written
+    assert task_metrics(stsb, visible, golds) == {
+        "pearson": pytest.approx(pearsonr(visible, golds).statistic),
+        "spearman": pytest.approx(spearmanr(visible, golds).statistic)}
+    assert not caplog.records
 
 
 def test_task_score_means_the_metrics_and_mnlis_two_evaluations():
