@@ -392,3 +392,37 @@ def test_a_failed_run_leaves_the_last_good_runs_outputs_as_they_were(glue_workdi
     assert output_digests(out) == before
     assert_one_line_error(proc, "glue: cola diverged with seed 42", "lower glue.learning_rate",
                           "No output was written")
+
+
+def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tmp_path,
+                                                                 monkeypatch):
+    """Memory: a suite holds one fine-tune at a time; each model is on disk once it ends."""
+    import gc
+
+    from bertcore.common.null_tracker import NullTracker
+    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue.records import FinishedRuns
+    from bertcore.downstream.glue.tasks import GLUE_TASKS
+
+    trained = []
+    original = suite.train_classifier
+
+    def train_classifier(model, *args, **kwargs):
+        trained.append(model)  # the test's own reference: its gradients must be gone
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(suite, "train_classifier", train_classifier)
+    config = GlueConfig(data=str(glue_workdir / "glue_data"), tasks=["cola", "mrpc"], seeds=2,
+                        batch_size=4, max_steps=2, max_seq_length=32)
+    model = suite.glue_model(config, str(glue_workdir / "models" / "pretrained"),
+                             str(glue_workdir / "data" / "vocab"))
+    results = suite.run_glue([GLUE_TASKS["cola"], GLUE_TASKS["mrpc"]], suite.Suite(
+        model, config, torch.device("cpu"), lambda name, params: NullTracker(),
+        FinishedRuns(tmp_path)))
+    assert len(trained) == 4 and all(p.grad is None for m in trained for p in m.parameters())
+    trained.clear()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is BertForSequenceClassification]
+    medians = [result.median_run().model_dir for result in results]
+    assert all((folder / WEIGHTS_NAME).is_file() for folder in medians)
