@@ -16,6 +16,7 @@ import click
 
 from bertcore.common.tracking import TrackingConfig
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     file_option,
     pretrained_option,
@@ -45,6 +46,7 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.training.evaluation.heldout import HeldOutPaths, evaluate_pretrained
     from bertcore.training.hardware.cpu import pin_cpu
