@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import click
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 from bertcore.common.pool import WorkerDied
+from bertcore.training.config import DEVICE_PATTERN, DEVICES
 
 
 def stage_options(func: Callable) -> Callable:
@@ -113,3 +115,13 @@ samples_option = folder_option("--samples", "samples_dir", "data/samples",
                                "Samples folder (from `bert samples`).", reads=True)
 pretrained_option = folder_option("--model", "model_dir", "models/pretrained",
                                   "Model folder (from `bert pretrain`).", reads=True)
+
+
+def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not re.match(DEVICE_PATTERN, value):
+        raise click.BadParameter(f"{value!r} is no device; use {DEVICES}")
+    return value
+
+
+device_option = click.option("--device", default="auto", show_default=True, callback=_device,
+                             help="auto, cpu, cuda, cuda:N.")

@@ -22,6 +22,7 @@ from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
+    device_option,
     file_option,
     folder_option,
     pretrained_option,
@@ -45,7 +46,7 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
              "NAME_details.json.")
 @folder_option("--items", "items_dir", "metrics/probe",
                "Where each probe's items go with their scores (JSON Lines).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@device_option
 @stage_options
 @stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, params_file,

@@ -188,13 +188,13 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
                     "hf:glue (docs/evaluation.md)", NO_DATA)
         return write_glue_outputs([], None, config, paths)[0]
     tasks = _chosen_tasks(config)
+    device = resolve_device(config.device, setting="glue.device")
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     # under the pretraining run of the model scored (none for another project's BERT)
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        outcomes = run_glue(tasks, model, config, resolve_device(config.device),
-                            runs.start_child)
+        outcomes = run_glue(tasks, model, config, device, runs.start_child)
     outcome, files = write_glue_outputs(outcomes, model, config, paths)
     runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
                         if isinstance(value, float)}, outcome.details)

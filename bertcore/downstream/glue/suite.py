@@ -35,7 +35,7 @@ from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.pretrained import load_pretrained
-from bertcore.model.tokenizer import model_tokenizer
+from bertcore.model.tokenizer import model_tokenizer, require_own_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -66,10 +66,11 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     if config.model is None:
         model, _ = load_pretrained(model_dir, vocab_dir)
         return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
-    directory = Path(config.model)
+    directory = Path(config.model).expanduser()
     if not directory.is_dir():
         raise BertError(f"glue.model: {directory} is not a folder: give a Hugging Face BERT "
                         "folder, or null for the pipeline's model")
+    require_own_tokenizer(directory, "glue.model")
     bert_config = hf.read_config(directory)
     tokenizer = model_tokenizer(directory, None, bert_config)
     model = hf.load_model(directory, strict=False, config=bert_config)
@@ -77,7 +78,7 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     if missing:
         raise BertError(f"glue.model: {directory} has no weights for {missing[0]} (and "
                         f"{len(missing) - 1} more): is it a BERT encoder?")
-    return GlueModel(model, tokenizer, directory, str(directory))
+    return GlueModel(model, tokenizer, directory, str(Path(config.model)))  # as written
 
 
 @dataclass
@@ -157,13 +158,14 @@ def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
 def _read(task: GlueTask, config: GlueConfig, file_name: str) -> list[GlueExample]:
     if config.data == GLUE_DATA_HF:
         return read_hf_split(task, hf_split(file_name))
-    return read_split(Path(config.data), task, file_name)
+    return read_split(Path(config.data).expanduser(), task, file_name)
 
 
 def _has_test(task: GlueTask, config: GlueConfig) -> bool:
     """hf:glue has every test split; a folder may leave them out."""
     return config.data == GLUE_DATA_HF or all(
-        (Path(config.data) / task.folder / name).is_file() for name in task.test.values())
+        (Path(config.data).expanduser() / task.folder / name).is_file()
+        for name in task.test.values())
 
 
 @dataclass

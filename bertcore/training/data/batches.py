@@ -315,7 +315,8 @@ def _too_few_samples(steps: EpochSteps, section: str) -> str:
     count, size = len(steps.store), steps.batch_size
     if count < size or steps.bins.count == 1:
         return (f"only {count} training samples for a batch of {size}: lower "
-                f"{section}.batch_size or build more samples")
+                f"{section}.batch_size, or make more: raise samples.dupe_factor (each pass "
+                "over the train split pairs it anew) or add text to corpus.source")
     return (f"no length bin of the {count} training samples holds a batch of {size} (the "
             f"fullest of {section}.length_bin_width={steps.bins.width} holds "
             f"{int(steps.bin_sizes.max())}): lower {section}.batch_size or raise "
