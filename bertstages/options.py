@@ -17,7 +17,7 @@ import click
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 from bertcore.common.pool import WorkerDied
-from bertcore.training.config import DEVICE_PATTERN, DEVICES
+from bertcore.common.validation import DEVICE_PATTERN, DEVICES
 
 
 def stage_options(func: Callable) -> Callable:

@@ -20,6 +20,8 @@ from pydantic import model_validator
 from bertcore.common.errors import ConfigError, require
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import (
+    DEVICE_PATTERN,
+    DEVICES,
     Bool,
     Float,
     Int,
@@ -34,8 +36,6 @@ from bertcore.model.config import ModelConfig
 
 Precision = Literal["auto", "fp32", "bf16", "fp16"]
 # A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
-DEVICE_PATTERN = r"^(auto|(cpu|cuda|mps)(:\d+)?)$"
-DEVICES = "auto, cpu, cuda, cuda:N or mps"
 Device = text(pattern=DEVICE_PATTERN, allowed=DEVICES)
 
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
