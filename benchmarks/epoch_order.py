@@ -64,16 +64,33 @@ def steps_speed(steps: EpochSteps, count: int) -> tuple[float, int]:
     return count * steps.batch_size / seconds, peak
 
 
+def at_least(low: int):
+    """argparse's type for an integer >= `low` (a bad value: argparse's one-line error)."""
+
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is not an integer >= {low}")
+        return value
+
+    integer.__name__ = f"integer >= {low}"  # how argparse names it for a non-integer
+    return integer
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--samples", type=int, default=200_000_000)
-    parser.add_argument("--batch-size", type=int, default=256)
-    parser.add_argument("--steps", type=int, default=2000)
-    parser.add_argument("--resume-step", type=int,
+    parser.add_argument("--samples", type=at_least(1), default=200_000_000)
+    parser.add_argument("--batch-size", type=at_least(1), default=256)
+    parser.add_argument("--steps", type=at_least(1), default=2000)
+    parser.add_argument("--resume-step", type=at_least(0),
                         help="step to resume at (default: 20,000, or half an epoch if less)")
-    parser.add_argument("--permutation-n", type=int, default=20_000_000)
+    parser.add_argument("--permutation-n", type=at_least(1), default=20_000_000)
     args = parser.parse_args()
     n, size = args.samples, args.batch_size
+    if n < size:
+        parser.error(f"--samples {n} is fewer than --batch-size {size}: an epoch has no step")
+    if args.resume_step is not None and args.resume_step >= n // size:
+        parser.error(f"--resume-step {args.resume_step} is past the epoch's {n // size} steps")
     if args.resume_step is None:
         args.resume_step = min(20_000, n // size // 2)
 

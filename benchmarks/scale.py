@@ -495,9 +495,35 @@ def check(value: float, target: float, text: str, lower_is_better: bool = False)
 # ---------------------------------------------------------------------------------------------
 
 
+def at_least_one(text: str) -> int:
+    """argparse's type for a count (a bad value: argparse's one-line error)."""
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{text} is not an integer >= 1")
+    return value
+
+
+def above_zero(text: str) -> float:
+    """argparse's type for a size (a bad value: argparse's one-line error)."""
+    value = float(text)
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"{text} is not a number > 0")
+    return value
+
+
+def worker_counts(text: str) -> list[int]:
+    """argparse's type for `--workers 1,2`: counts of at least one."""
+    try:
+        return [at_least_one(count) for count in text.split(",")]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of "
+                                         "integers >= 1") from None
+
+
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--gb", type=float, default=0.02, help="corpus size to generate, GB")
+    parser.add_argument("--gb", type=above_zero, default=0.02,
+                        help="corpus size to generate, GB")
     parser.add_argument("--source", help="an existing corpus.source to take instead")
     parser.add_argument("--text", action="append", default=[],
                         help="glob of prose files to draw sentences from (repeatable)")
@@ -506,20 +532,30 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--keep", action="store_true", help="keep the scratch folder")
     parser.add_argument("--stages", default=",".join(STAGES),
                         help=f"comma-separated, of {','.join(STAGES)}")
-    parser.add_argument("--workers", default="1,2", help="comma-separated worker counts")
-    parser.add_argument("--repeat", type=int, default=1, help="runs of each, interleaved")
+    parser.add_argument("--workers", type=worker_counts, default="1,2",
+                        help="comma-separated worker counts")
+    parser.add_argument("--repeat", type=at_least_one, default=1, help="runs of each, interleaved")
     parser.add_argument("--vocab-sample-gb", type=float, default=0.1,
                         help="vocab.sample_bytes for the run, GB (the projection scales it "
                              "to params.yaml's); 0: params.yaml's")
-    parser.add_argument("--loader-samples", type=int, default=8192)
-    parser.add_argument("--project-gb", type=float, default=20.0)
-    parser.add_argument("--project-cores", type=int, default=64)
+    parser.add_argument("--loader-samples", type=at_least_one, default=8192)
+    parser.add_argument("--project-gb", type=above_zero, default=20.0)
+    parser.add_argument("--project-cores", type=at_least_one, default=64)
     parser.add_argument("--seed", type=int, default=0)
     args = parser.parse_args()
     args.stages = [s for s in args.stages.split(",") if s]
-    args.workers = [int(w) for w in args.workers.split(",")]
     if unknown := set(args.stages) - set(STAGES):
         parser.error(f"unknown stages {sorted(unknown)}: choose from {STAGES}")
+    if args.vocab_sample_gb < 0:
+        parser.error(f"--vocab-sample-gb {args.vocab_sample_gb} is below 0")
+    if args.source:
+        from bertcore.common.errors import BertError
+        from bertcore.data.corpus.sources import resolve_files
+
+        try:
+            resolve_files(args.source)
+        except BertError as error:
+            parser.error(f"--source: {error}")
     if not args.vocab_sample_gb:
         args.vocab_sample_gb = None
     return args

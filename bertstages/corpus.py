@@ -6,6 +6,7 @@ import click
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.data.corpus.config import CorpusConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import file_option, folder_option, stage_options, stops_at_once
 from bertstages.params import load_params, read_params
@@ -24,6 +25,7 @@ def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str,
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
     train and val by document (by parts of documents when they are few)."""
     config = read_params(load_params(params_file, overrides), PARAMS)["corpus"]
+    keep_outputs_apart({"corpus.source": config.source})
     from bertcore.data.corpus.build import build_corpus  # once the params are read (cli.py)
 
     warn_unless_a_dep("corpus.source", config.source)

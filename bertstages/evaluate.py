@@ -16,7 +16,9 @@ import click
 
 from bertcore.common.tracking import TrackingConfig
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
+    device_option,
     file_option,
     pretrained_option,
     samples_option,
@@ -39,12 +41,13 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
 @file_option("--out", "out_file", "metrics/eval.json",
              "Where the scores go (dvc metrics); baselines and counts go beside it, in "
              "NAME_details.json.")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@device_option
 @stage_options
 @stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.training.evaluation.heldout import HeldOutPaths, evaluate_pretrained
     from bertcore.training.hardware.cpu import pin_cpu

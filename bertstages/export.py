@@ -7,6 +7,7 @@ import click
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.model.config import ExportConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     folder_option,
     pretrained_option,
@@ -29,6 +30,7 @@ PARAMS = {"export": ExportConfig}
 def command(model_dir, vocab_dir, out_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
     read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
+    keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.model.hf import export_hf
     from bertcore.model.pretrained import load_pretrained

@@ -18,6 +18,7 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.training.config import CpuConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -48,6 +49,8 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    config = sections["finetune"]
+    keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
     # torch, once the params are read (cli.py)
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.training.hardware.cpu import pin_cpu

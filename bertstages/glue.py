@@ -23,6 +23,7 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import GlueConfig
 from bertcore.training.config import CpuConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     file_option,
     folder_option,
@@ -59,6 +60,8 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
             runs_dir, params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    config = sections["glue"]
+    keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.training.hardware.cpu import pin_cpu

@@ -1,11 +1,14 @@
 """Options shared by the stage commands: `--params FILE`, repeatable `--set key=value`, the
 folders one stage writes and others read (defaults as in dvc.yaml), and how a command that
-writes its outputs whole or not at all answers SIGTERM and Ctrl-C (`stops_at_once`)."""
+writes its outputs whole or not at all answers SIGTERM and Ctrl-C (`stops_at_once`). Each
+path option is noted in the command's context with what the command does with it (reads or
+writes): `bertstages.apart` keeps the outputs apart from the inputs."""
 
 from __future__ import annotations
 
 import functools
 import os
+import re
 from collections.abc import Callable
 from pathlib import Path
 
@@ -14,6 +17,7 @@ import click
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 from bertcore.common.pool import WorkerDied
+from bertcore.common.validation import DEVICE_PATTERN, DEVICES
 
 
 def stage_options(func: Callable) -> Callable:
@@ -31,6 +35,7 @@ def stage_options(func: Callable) -> Callable:
         default="params.yaml",
         show_default=True,
         type=click.Path(dir_okay=False),
+        callback=_remember_input,
         help="The params file to read.",
     )(func)
     return func
@@ -61,26 +66,35 @@ def stops_at_once(func: Callable) -> Callable:
     return run
 
 
-# ctx.meta key: {flag: path} of a command's path options, so that an error about a path
-# (a full disk) can name the option that chose it (`option_for`).
+# ctx.meta keys: {flag: path} of a command's path options, so that an error about a path
+# (a full disk) can name the option that chose it (`option_for`); and the flags of those the
+# command writes (the others it reads).
 PATH_OPTIONS = "bert.path_options"
+OUTPUT_OPTIONS = "bert.output_options"
 
 
-def folder_option(flag: str, dest: str, default: str, help: str) -> Callable:
-    """A folder path option showing its default."""
+def folder_option(flag: str, dest: str, default: str, help: str, reads: bool = False
+                  ) -> Callable:
+    """A folder path option showing its default: one the command writes, or `reads`."""
     return click.option(flag, dest, default=default, show_default=True, help=help,
-                        type=click.Path(file_okay=False), callback=_remember_path)
+                        type=click.Path(file_okay=False),
+                        callback=_remember_input if reads else _remember_output)
 
 
 def file_option(flag: str, dest: str, default: str, help: str) -> Callable:
-    """A file path option showing its default."""
+    """A file path option showing its default: one the command writes."""
     return click.option(flag, dest, default=default, show_default=True, help=help,
-                        type=click.Path(dir_okay=False), callback=_remember_path)
+                        type=click.Path(dir_okay=False), callback=_remember_output)
 
 
-def _remember_path(ctx: click.Context, param: click.Parameter, value: str) -> str:
+def _remember_input(ctx: click.Context, param: click.Parameter, value: str) -> str:
     ctx.meta.setdefault(PATH_OPTIONS, {})[param.opts[0]] = value
     return value
+
+
+def _remember_output(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    ctx.meta.setdefault(OUTPUT_OPTIONS, set()).add(param.opts[0])
+    return _remember_input(ctx, param, value)
 
 
 def option_for(path: str | os.PathLike, meta: dict) -> str | None:
@@ -93,10 +107,21 @@ def option_for(path: str | os.PathLike, meta: dict) -> str | None:
 
 
 corpus_option = folder_option("--corpus", "corpus_dir", "data/corpus",
-                              "Corpus folder with train.txt and val.txt (from `bert corpus`).")
+                              "Corpus folder with train.txt and val.txt (from `bert corpus`).",
+                              reads=True)
 vocab_option = folder_option("--vocab", "vocab_dir", "data/vocab",
-                             "Vocabulary folder (from `bert vocab`).")
+                             "Vocabulary folder (from `bert vocab`).", reads=True)
 samples_option = folder_option("--samples", "samples_dir", "data/samples",
-                               "Samples folder (from `bert samples`).")
+                               "Samples folder (from `bert samples`).", reads=True)
 pretrained_option = folder_option("--model", "model_dir", "models/pretrained",
-                                  "Model folder (from `bert pretrain`).")
+                                  "Model folder (from `bert pretrain`).", reads=True)
+
+
+def _device(ctx: click.Context, param: click.Parameter, value: str) -> str:
+    if not re.match(DEVICE_PATTERN, value):
+        raise click.BadParameter(f"{value!r} is no device; use {DEVICES}")
+    return value
+
+
+device_option = click.option("--device", default="auto", show_default=True, callback=_device,
+                             help="auto, cpu, cuda, cuda:N.")

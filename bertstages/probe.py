@@ -19,8 +19,10 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
+    device_option,
     file_option,
     folder_option,
     pretrained_option,
@@ -44,13 +46,16 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
              "NAME_details.json.")
 @folder_option("--items", "items_dir", "metrics/probe",
                "Where each probe's items go with their scores (JSON Lines).")
-@click.option("--device", default="auto", show_default=True, help="auto, cpu, cuda, cuda:N.")
+@device_option
 @stage_options
 @stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, params_file,
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    config = sections["probe"]
+    keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
+                        "probe.cloze": config.cloze})
     # torch, once the params are read (cli.py)
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu

@@ -17,6 +17,7 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import PruneConfig
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig, TrainConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     file_option,
     folder_option,
@@ -48,6 +49,7 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.downstream.prune import PrunePaths, prune_pretrained
     from bertcore.training.hardware.cpu import pin_cpu

@@ -12,6 +12,7 @@ import time
 import click
 
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig, SamplesParams
+from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -39,6 +40,7 @@ def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
     sections = SamplesParams(**read_params(load_params(params_file, overrides), PARAMS))
+    keep_outputs_apart()
     # what computes (numpy), once the params are read (cli.py)
     from bertcore.data.samples.build import SamplesPaths, build_samples_from_corpus
 

@@ -9,6 +9,7 @@ from pathlib import Path
 import click
 
 from bertcore.data.vocab.config import TRAIN, VocabConfig
+from bertstages.apart import keep_outputs_apart
 from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
@@ -35,6 +36,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
     the one `vocab.source` points at in the same form."""
     config = read_params(load_params(params_file, overrides), PARAMS)["vocab"]
+    keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source})
     from bertcore.data.vocab.build import VocabPaths, build_vocab  # once the params are read
 
     paths = VocabPaths(Path(corpus_dir) / "train.txt", out_dir, metrics_path)

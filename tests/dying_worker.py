@@ -35,3 +35,47 @@ def pair_shard(task):
     if task.split == "val" and task.doc_lo == 0:
         _die()
     return _pair_shard(task)
+
+
+def die_sending_a_batch(nth: int, sigterm_parent: bool) -> None:
+    """Makes the first DataLoader worker of `bert pretrain` die on its `nth` batch as one
+    killed while it sends a batch does (the OOM killer strikes where memory is taken): the
+    start of a message in the pipe, the rest never coming. It says `dying worker PID` on
+    stderr first; with `sigterm_parent`, it sends SIGTERM to the training process 1 s after
+    the broken message, while that process waits for the rest, and dies 1 s later."""
+    import struct
+    import sys
+    import time
+
+    from torch.utils.data import get_worker_info
+
+    from bertcore.training.data.masking import PretrainingCollator
+
+    original, calls = PretrainingCollator.arrays, []
+
+    def arrays(self, items):
+        worker = get_worker_info()
+        if worker is not None and worker.id == 0:
+            calls.append(1)
+            if len(calls) == nth:
+                print(f"dying worker {os.getpid()}", file=sys.stderr, flush=True)
+                pipe = _worker_data_queue()._writer.fileno()
+                os.write(pipe, struct.pack("!i", 1 << 24) + b"\0" * 64)  # of 16 MB
+                if sigterm_parent:
+                    time.sleep(1)
+                    os.kill(os.getppid(), signal.SIGTERM)
+                    time.sleep(1)
+                _die()
+        return original(self, items)
+
+    PretrainingCollator.arrays = arrays
+
+
+def _worker_data_queue():
+    """The queue a DataLoader worker sends its batches into (its `_worker_loop`'s)."""
+    import sys
+
+    frame = sys._getframe()
+    while frame.f_code.co_name != "_worker_loop":
+        frame = frame.f_back
+    return frame.f_locals["data_queue"]

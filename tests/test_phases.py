@@ -350,7 +350,8 @@ def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp
     proc = run_bert("pretrain", "--set", f"phase2.batch_size={count + 1}", cwd=work,
                     env=ONE_THREAD)
     assert_one_line_error(proc, f"only {count} training samples for a batch of {count + 1}",
-                          "lower phase2.batch_size or build more samples", code=1)
+                          "lower phase2.batch_size, or make more: raise samples.dupe_factor",
+                          code=1)
     assert "train.batch_size" not in proc.stderr
     fullest = int(np.bincount((store.lengths - 1) // 32).max())  # phase 2's bins: 32 tokens
     assert fullest < count

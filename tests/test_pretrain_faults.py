@@ -240,3 +240,38 @@ def test_kill_9_of_a_dataloader_worker_stops_after_a_whole_step_with_a_checkpoin
     resumed = bert("pretrain", "--set", f"train.max_steps={step + 2}", cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from step {step}" in resumed.stderr, resumed.stderr
+
+
+DIE_SENDING = ("import sys, dying_worker\n"
+               "dying_worker.die_sending_a_batch(int(sys.argv[1]), sys.argv[2] == 'sigterm')\n"
+               "from bertstages.cli import cli\n"
+               "cli(sys.argv[3:], prog_name='bert')\n")
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("sigterm", [False, True], ids=["killed", "killed-after-sigterm"])
+def test_a_dataloader_worker_killed_while_sending_a_batch_never_hangs_pretraining(
+        workdir, sigterm):
+    """A worker killed while it sends a batch leaves the start of a message in the pipe: the
+    training process, reading the rest, would wait for ever, SIGTERM or not. It stops within
+    seconds with one line naming the worker and a checkpoint of its last step; a rerun
+    resumes there."""
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 100000, "checkpoint_every": 1000, "eval_every": 0,
+                        "log_every": 1, "num_workers": 2, "batch_size": 2},
+                 tracking={"enabled": False})
+    env = {**os.environ, **ONE_THREAD, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
+    proc = subprocess.run(
+        [sys.executable, "-c", DIE_SENDING, "4", "sigterm" if sigterm else "-", "pretrain"],
+        cwd=workdir, env=env, capture_output=True, text=True, timeout=60)
+    pid = proc.stderr.split("dying worker ")[1].split()[0]
+    assert_one_line_error(proc, f"DataLoader worker process {pid} (killed by SIGKILL) died "
+                                "after step ", "; run again to resume", code=1)
+    assert ("SIGTERM received: stopping after this step" in proc.stderr) == sigterm
+    step = int(proc.stderr.split(" died after step ")[1].split(":")[0])
+    assert step >= 1 and f"checkpoint written in models/checkpoints/step-{step:08d}" \
+        in proc.stderr, proc.stderr
+    assert CheckpointDir(workdir / "models" / "checkpoints").latest().step == step
+    resumed = bert("pretrain", "--set", f"train.max_steps={step + 2}", cwd=workdir)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"resuming from step {step}" in resumed.stderr, resumed.stderr

@@ -121,6 +121,11 @@ def text(*, allowed: str, min_length: int | None = None, pattern: str | None = N
     return Annotated[str, Field(min_length=min_length, pattern=pattern), Allowed(allowed)]
 
 
+# A device (train.device, glue.device, `--device`): auto, or one torch knows by that name
+DEVICE_PATTERN = r"^(auto|(cpu|cuda|mps)(:\d+)?)$"
+DEVICES = "auto, cpu, cuda, cuda:N or mps"
+
+
 def checked(kind: Any, check: typing.Callable[[Any], bool], allowed: str) -> Any:
     """A field of type `kind` whose value must also pass `check` (after its type is checked)."""
 

@@ -13,6 +13,9 @@ import math
 from dataclasses import dataclass, replace
 from typing import Annotated, Literal
 
+from pydantic import model_validator
+
+from bertcore.common.errors import ConfigError, yaml_text
 from bertcore.common.validation import (
     Allowed,
     Bool,
@@ -43,10 +46,26 @@ GRID_EPOCHS = 4.0
 LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a number > 0")]
 
 
+# finetune.seed, glue.seed: numpy's generators take no negative seed, torch none of 2**64
+Seed = integer(ge=0, le=2**63 - 1)
+
+
 def auto_learning_rate(hidden_size: int) -> float:
     """The rate of AUTO_LEARNING_RATES that fits a model of this width."""
     return next(rate for width, rate in AUTO_LEARNING_RATES
                 if width is None or hidden_size <= width)
+
+
+def require_decay_below_one(*learning_rates: float | str, weight_decay: float) -> None:
+    """AdamW multiplies every weight by 1 - learning_rate x weight_decay each step: from 1 on
+    the weights flip sign and grow until they are not finite. `auto`: its largest rate."""
+    rate = max(max(rate for _, rate in AUTO_LEARNING_RATES) if rate == "auto" else float(rate)
+               for rate in learning_rates)
+    if rate * weight_decay >= 1:
+        raise ConfigError("weight_decay", f"{yaml_text(weight_decay)} is not allowed with a "
+                          f"learning rate of {rate:g}: AdamW multiplies every weight by 1 - "
+                          "learning_rate x weight_decay each step, which must stay above 0; "
+                          f"lower weight_decay below {1 / rate:g} (BERT's: 0.01)")
 
 
 @dataclass(frozen=True)
@@ -93,8 +112,13 @@ class FinetuneConfig:
     warmup_fraction: number(ge=0, lt=1) = 0.1
     weight_decay: number(ge=0) = 0.01
     max_grad_norm: number(gt=0) = 1.0
-    seed: Int = 42
+    seed: Seed = 42
     device: Device = "auto"
+
+    @model_validator(mode="after")
+    def _weights_decay(self) -> FinetuneConfig:
+        require_decay_below_one(self.learning_rate, weight_decay=self.weight_decay)
+        return self
 
     def recipe(self, hidden_size: int) -> Recipe:
         """The recipe for a model of this width (`auto` learning rate resolved)."""
@@ -129,8 +153,14 @@ class GlueConfig:
     warmup_fraction: number(ge=0, lt=1) = 0.1
     weight_decay: number(ge=0) = 0.01
     max_grad_norm: number(gt=0) = 1.0
-    seed: Int = 42
+    seed: Seed = 42
     device: Device = "auto"
+
+    @model_validator(mode="after")
+    def _weights_decay(self) -> GlueConfig:
+        rates = GRID_LEARNING_RATES if self.grid else (self.learning_rate,)
+        require_decay_below_one(*rates, weight_decay=self.weight_decay)
+        return self
 
     def recipes(self, hidden_size: int) -> list[Recipe]:
         """The recipes to try on a task, each to be run with every seed: one, or the grid's."""

@@ -366,6 +366,7 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     """The finetune stage: the pretrained model against its scratch control on the task, the
     fine-tuned pretrained model exported, the report written and logged (a child run of the
     model's pretraining run; none when `target` is None)."""
+    device = resolve_device(config.device, setting="finetune.device")
     model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
     tokenizer = load_tokenizer(paths.vocab_dir)
     task = finetune_task(config, paths.corpus_file, tokenizer,
@@ -374,8 +375,8 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        result = run_comparison(model, task, recipe, resolve_device(config.device),
-                                tokenizer.token_to_id("[PAD]"), on_log=runs.log_train_loss)
+        result = run_comparison(model, task, recipe, device, tokenizer.token_to_id("[PAD]"),
+                                on_log=runs.log_train_loss)
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, paths.vocab_dir)
     metrics, details = finetune_report(task, result, recipe, config.max_seq_length)

@@ -231,7 +231,7 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
     if model.config.pruned_heads:
         raise BertError(f"the model in {paths.model_dir} is already pruned: prune the "
                         "pretrained model")
-    device = resolve_device(config.device)
+    device = resolve_device(config.device, setting="prune.device")
     model.to(device)
     data = PruneData(train_store, val_store, VocabSpec.from_tokens(tokens), masking, eval_config)
     runs = DownstreamTracking(target, paths.model_dir, "prune",

@@ -39,7 +39,7 @@ def read_examples(
     path: str | Path, text_field: str, pair_field: str | None, label_field: str
 ) -> list[Example]:
     """The examples of a .jsonl / .csv / .tsv file; a one-line BertError for what is unusable."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if not path.is_file():
         raise BertError(f"labelled data not found: {path} (set finetune.data)")
     if path.suffix.lower() not in FORMATS:
@@ -91,6 +91,7 @@ def _table_rows(path: Path, text: str) -> list[tuple[str, dict]]:
     limit = csv.field_size_limit(max(csv.field_size_limit(), len(text)))  # none is longer
     try:
         _, header = _next_record(reader, path) or (1, [])
+        _refuse_another_separator(path, header, tsv)
         rows = []
         while record := _next_record(reader, path):
             line, values = record
@@ -107,6 +108,23 @@ def _table_rows(path: Path, text: str) -> list[tuple[str, dict]]:
         return rows
     finally:
         csv.field_size_limit(limit)
+
+
+SEPARATORS = {",": "commas", ";": "semicolons", "\t": "tabs", "|": "bars"}
+
+
+def _refuse_another_separator(path: Path, header: list[str], tsv: bool) -> None:
+    """A header of one column that another separator cuts into several: the file is
+    separated by something else than its name says (a spreadsheet's `;`, tabs in a .csv)."""
+    own = "\t" if tsv else ","
+    found = [sep for sep in SEPARATORS if sep != own and len(header) == 1 and sep in header[0]]
+    if not found:
+        return
+    renamed = {",": ".csv", "\t": ".tsv"}.get(found[0])
+    fix = f"save it with {SEPARATORS[own]}" + (f", or name it {renamed}" if renamed else "")
+    raise BertError(f"{path}: its header is one column ({header[0]!r}) separated by "
+                    f"{SEPARATORS[found[0]]}, not {SEPARATORS[own]} as in a {path.suffix} "
+                    f"file: {fix}")
 
 
 def _next_record(reader, path: Path) -> tuple[int, list[str]] | None:

@@ -28,6 +28,15 @@ def has_tokenizer(folder: Path) -> bool:
     return any((folder / name).is_file() for name in (TOKENIZER_FILE, VOCAB_FILE))
 
 
+def require_own_tokenizer(model_dir: Path, key: str) -> None:
+    """A model folder a param names (`key`: glue.model, probe.model), which no --vocab goes
+    with, must hold its tokenizer; a folder that is missing is left to the loader."""
+    if model_dir.is_dir() and not has_tokenizer(model_dir):
+        raise BertError(f"{key}: {model_dir} has no tokenizer (tokenizer.json or vocab.txt): "
+                        f"give a BERT folder with its own (`bert export` writes one), or set "
+                        f"{key} to null for the pipeline's model and its vocabulary")
+
+
 def model_tokenizer(model_dir: Path, vocab_dir: Path | None, config: BertConfig,
                     trained_with: str | None = None) -> Tokenizer:
     """The tokenizer for the model in `model_dir` (whose config is `config`).

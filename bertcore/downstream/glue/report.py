@@ -209,6 +209,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
                     "hf:glue (docs/evaluation.md)", NO_DATA)
         return write_glue_outputs([], None, config, paths)[0]
     tasks = _chosen_tasks(config)
+    device = resolve_device(config.device, setting="glue.device")
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     check_length(config, model)
     finished = FinishedRuns(paths.runs_dir)
@@ -216,7 +217,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        suite = Suite(model, config, resolve_device(config.device), runs.start_child, finished)
+        suite = Suite(model, config, device, runs.start_child, finished)
         outcomes = run_glue(tasks, suite)
         _refuse_nothing_scored(outcomes)
         outcome, files = write_glue_outputs(outcomes, model.name, config, paths)

@@ -41,7 +41,7 @@ from bertcore.downstream.tasks import EncodedExamples, encode_examples
 from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.pretrained import load_pretrained
-from bertcore.model.tokenizer import model_tokenizer
+from bertcore.model.tokenizer import model_tokenizer, require_own_tokenizer
 
 log = logging.getLogger(__name__)
 
@@ -80,10 +80,11 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
         model, _ = load_pretrained(model_dir, vocab_dir)
         return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir,
                          fingerprint_files(hf.weight_files(Path(model_dir))))
-    directory = Path(config.model)
+    directory = Path(config.model).expanduser()
     if not directory.is_dir():
         raise BertError(f"glue.model: {directory} is not a folder: give a Hugging Face BERT "
                         "folder, or null for the pipeline's model")
+    require_own_tokenizer(directory, "glue.model")
     bert_config = hf.read_config(directory)
     tokenizer = model_tokenizer(directory, None, bert_config)
     model = hf.load_model(directory, strict=False, config=bert_config)
@@ -91,7 +92,7 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     if missing:
         raise BertError(f"glue.model: {directory} has no weights for {missing[0]} (and "
                         f"{len(missing) - 1} more): is it a BERT encoder?")
-    return GlueModel(model, tokenizer, directory, str(directory),
+    return GlueModel(model, tokenizer, directory, str(Path(config.model)),  # name as written
                      fingerprint_files(hf.weight_files(directory)))
 
 
@@ -199,7 +200,7 @@ def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
 def _read(task: GlueTask, config: GlueConfig, file_name: str) -> SplitRows:
     if config.data == GLUE_DATA_HF:
         return read_hf_split(task, hf_split(file_name))
-    return read_split(Path(config.data), task, file_name)
+    return read_split(Path(config.data).expanduser(), task, file_name)
 
 
 def _test_files(task: GlueTask, config: GlueConfig) -> list[str]:
@@ -208,7 +209,8 @@ def _test_files(task: GlueTask, config: GlueConfig) -> list[str]:
     names = list(task.test.values())
     if config.data == GLUE_DATA_HF:
         return names
-    present = [name for name in names if task_file(config.data, task, name).is_file()]
+    folder = Path(config.data).expanduser()
+    present = [name for name in names if task_file(folder, task, name).is_file()]
     missing = [name for name in names if name not in present]
     if present and missing:
         log.warning("glue: %s has %s but not %s: no leaderboard file for the latter",

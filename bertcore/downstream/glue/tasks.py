@@ -131,7 +131,7 @@ _KNOWN_HEADERS = {
 def tasks_in(folder: str | Path, wanted: Sequence[str] | None) -> list[GlueTask]:
     """The tasks to run from a GLUE folder, in GLUE's order: `wanted` (keys), or all that are
     there; a one-line BertError for a folder, key or task folder that is not."""
-    folder = Path(folder)
+    folder = Path(folder).expanduser()
     if not folder.is_dir():
         raise BertError(f"GLUE data folder not found: {folder}; {_HOW_TO_GET}")
     found, others = _task_folders(folder)

@@ -14,7 +14,7 @@ from bertcore.common.errors import BertError
 
 def probe_files(path: str | Path, key: str) -> list[Path]:
     """The files of `probe.<key>`: the file itself, or the folder's *.jsonl in name order."""
-    path = Path(path)
+    path = Path(path).expanduser()
     if path.is_dir():
         files = sorted(p for p in path.glob("*.jsonl") if p.is_file())
         if not files:
@@ -28,13 +28,13 @@ def probe_files(path: str | Path, key: str) -> list[Path]:
 
 
 def records(path: Path, expected: str) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, object) for each non-blank line of `path`; a file with none is an
-    error, as is a line that is not a JSON object."""
+    """(line number, object) for each non-blank line of `path` (UTF-8, with or without a
+    byte-order mark); a file with none is an error, as is a line that is not a JSON object."""
     found = False
     with path.open("rb") as handle:
         for number, raw in enumerate(handle, start=1):
-            try:
-                line = raw.decode("utf-8")
+            try:  # a byte-order mark (Windows editors write one) starts no record
+                line = raw.decode("utf-8-sig" if number == 1 else "utf-8")
             except UnicodeDecodeError:
                 raise BertError(f"{path} line {number} is not UTF-8: expected {expected}"
                                 ) from None

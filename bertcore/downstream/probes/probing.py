@@ -20,6 +20,7 @@ from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import pair_report, read_minimal_pairs, score_pairs
+from bertcore.model.tokenizer import require_own_tokenizer
 from bertcore.training.hardware.devices import resolve_device
 from bertcore.training.run.model_run import log_report_into, pretraining_run
 from bertcore.training.run.trained_model import load_model_and_tokenizer
@@ -160,12 +161,15 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     model's pretraining run (`probe_...` results, `probe.` tags; not when `target` is None)."""
     model_dir, vocab_dir = (config.model, None) if config.model else (paths.model_dir,
                                                                        paths.vocab_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
-    tracker, step, why_not = pretraining_run(target, Path(model_dir))
+    folder = Path(model_dir).expanduser()
+    if config.model:
+        require_own_tokenizer(folder, "probe.model")
+    model, tokenizer = load_model_and_tokenizer(str(folder), vocab_dir, head="mlm")
+    tracker, step, why_not = pretraining_run(target, folder)
     if why_not:
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     paths.out_file)
-    probing_device = resolve_device(device)
+    probing_device = resolve_device(device, setting="--device")
     lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
     report = run_probes(lm, config, paths.val_file, paths.train_file)
     details = {"model": str(model_dir), **report.details}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import signal
 import threading
 from collections.abc import Iterator
+from multiprocessing import connection as mp_connection
 from typing import Protocol
 
 import numpy as np
@@ -176,13 +177,13 @@ class PretrainingBatches:
 
 class DataWorkerDied(BertError):
     """A DataLoader worker process died (killed: out of memory, `kill -9`): its batches are
-    lost. Raised where the next batch is taken, between two steps."""
+    lost. Raised where the next batch is awaited, between two steps."""
 
 
 class TensorBatches:
     """A DataLoader of batches collated as numpy arrays (`PretrainingCollator.arrays`), each
     yielded as tensors (`as_tensors`); re-iterable, with the loader's len(). A worker that
-    dies is `DataWorkerDied` at the next batch."""
+    dies is `DataWorkerDied` where the next batch is awaited."""
 
     def __init__(self, loader: DataLoader, pin_memory: bool = False):
         self.loader = loader
@@ -192,30 +193,121 @@ class TensorBatches:
         return len(self.loader)
 
     def __iter__(self) -> Iterator[dict[str, torch.Tensor]]:
-        batches = _iterate_without_sigchld_handler(self.loader)
+        watch = WorkerWatch(_iterate_without_sigchld_handler(self.loader))
         try:
-            for arrays in batches:
+            for arrays in watch:
                 yield as_tensors(arrays, self.pin_memory)
+        finally:
+            watch.close()
+
+
+class WorkerWatch:
+    """A DataLoader iterator whose worker processes a thread watches, so that a dead one
+    stops the wait for a batch (`DataWorkerDied`). torch's own check (every 5 s, while no
+    message has begun) misses a worker killed while it sends a batch: the start of its
+    message is in the pipe, and the read of the rest waits for ever (the other workers hold
+    the pipe open). The thread wakes the main thread out of that read with SIGCHLD, whose
+    handler, set only while a batch is awaited, raises; a death during a step is raised
+    when the next batch is asked for. Off the main thread (no handler can be set there) only
+    torch's check runs."""
+
+    POLL_SECONDS = 0.5  # how soon the thread ends once the iteration has
+
+    def __init__(self, batches: Iterator):
+        self.batches = batches
+        self.workers = list(getattr(batches, "_workers", ()))
+        self.dead: list = []
+        self._closed = threading.Event()
+        self._main = threading.main_thread()
+        self._watched = bool(self.workers) and threading.current_thread() is self._main
+        if self._watched:
+            threading.Thread(target=self._watch, name="dataloader-workers", daemon=True).start()
+
+    def __iter__(self) -> WorkerWatch:
+        return self
+
+    def __next__(self):
+        try:
+            return self._next_awaited() if self._watched else next(self.batches)
+        except DataWorkerDied:
+            self._end_survivors()
+            raise
         except RuntimeError as error:  # torch's "DataLoader worker (pid(s) N) exited ..."
-            dead = [w for w in getattr(batches, "_workers", ()) if w.exitcode not in (None, 0)]
+            dead = [w for w in self.workers if w.exitcode not in (None, 0)]
             if not dead:
                 raise
-            raise DataWorkerDied("DataLoader worker process " + ", ".join(
-                f"{w.pid} ({how_it_ended(w.exitcode)})" for w in dead) + " died") from error
+            self._end_survivors()
+            raise DataWorkerDied(_died(dead)) from error
+
+    def close(self) -> None:
+        self._closed.set()
+
+    def _next_awaited(self):
+        """The next batch, with SIGCHLD raising while it is awaited."""
+        previous = signal.getsignal(signal.SIGCHLD)
+        try:
+            signal.signal(signal.SIGCHLD, self._raise_if_dead)
+            self._raise_if_dead()
+            return next(self.batches)
+        finally:
+            signal.signal(signal.SIGCHLD, _handler(previous))
+
+    def _raise_if_dead(self, *signal_args) -> None:
+        if self.dead:
+            raise DataWorkerDied(_died(self.dead))
+
+    def _end_survivors(self) -> None:
+        """The iteration is given up: its other workers end now, not after torch's wait of
+        5 s for each (they may be blocked on the pipe the dead one broke)."""
+        self.close()
+        for worker in self.workers:
+            if worker.is_alive():
+                worker.kill()
+
+    def _watch(self) -> None:
+        by_sentinel = {w.sentinel: w for w in self.workers}
+        while not self._closed.is_set():
+            ended = mp_connection.wait(list(by_sentinel), timeout=self.POLL_SECONDS)
+            # torch ends its workers itself when the iteration ends or is dropped
+            if self._closed.is_set() or getattr(self.batches, "_shutdown", False):
+                return
+            dead = [w for w in (by_sentinel[s] for s in ended) if _exit_code(w) != 0]
+            if dead:
+                self.dead = dead
+                signal.pthread_kill(self._main.ident, signal.SIGCHLD)
+                return
+
+
+def _exit_code(worker) -> int | None:
+    """A worker's exit code once it has ended (its sentinel is ready a moment before)."""
+    worker.join(timeout=1)
+    return worker.exitcode
+
+
+def _handler(previous):
+    """What to give back to `signal.signal` of what `signal.getsignal` gave (None: a handler
+    not set from Python, taken as the default)."""
+    return signal.SIG_DFL if previous is None else previous
+
+
+def _died(workers: list) -> str:
+    """Which DataLoader workers died, and how."""
+    return "DataLoader worker process " + ", ".join(
+        f"{w.pid} ({how_it_ended(w.exitcode)})" for w in workers) + " died"
 
 
 def _iterate_without_sigchld_handler(loader: DataLoader) -> Iterator:
     """`iter(loader)`, without the SIGCHLD handler torch installs (once per process) with its
     first worker: it raises wherever the main thread is when a worker dies, in the middle
     of an optimizer step too. Without it the death is found where the next batch is
-    awaited (within 5 s: torch's check of its workers), with the last step whole."""
+    awaited (`WorkerWatch`), with the last step whole."""
     if threading.current_thread() is not threading.main_thread():
         return iter(loader)  # torch sets no handler there either
     previous = signal.getsignal(signal.SIGCHLD)
     try:
         return iter(loader)
     finally:
-        signal.signal(signal.SIGCHLD, signal.SIG_DFL if previous is None else previous)
+        signal.signal(signal.SIGCHLD, _handler(previous))
 
 
 def _too_few_samples(steps: EpochSteps, section: str) -> str:
@@ -223,7 +315,8 @@ def _too_few_samples(steps: EpochSteps, section: str) -> str:
     count, size = len(steps.store), steps.batch_size
     if count < size or steps.bins.count == 1:
         return (f"only {count} training samples for a batch of {size}: lower "
-                f"{section}.batch_size or build more samples")
+                f"{section}.batch_size, or make more: raise samples.dupe_factor (each pass "
+                "over the train split pairs it anew) or add text to corpus.source")
     return (f"no length bin of the {count} training samples holds a batch of {size} (the "
             f"fullest of {section}.length_bin_width={steps.bins.width} holds "
             f"{int(steps.bin_sizes.max())}): lower {section}.batch_size or raise "

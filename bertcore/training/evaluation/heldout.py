@@ -160,7 +160,7 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     if why_not:  # say so rather than stay silent
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     paths.out_file)
-    scoring_device = resolve_device(device)
+    scoring_device = resolve_device(device, setting="--device")
     scored = score_heldout(model.to(scoring_device), splits, VocabSpec.from_tokens(tokens),
                            config, scoring_device)
     scores, context = heldout_report(scored)

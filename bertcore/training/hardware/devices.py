@@ -14,15 +14,22 @@ from bertcore.training.config import Precision
 from bertcore.training.hardware.distributed import Distributed
 
 
-def resolve_device(name: str = "auto", dist: Distributed | None = None) -> torch.device:
-    """`auto`: this process's GPU when CUDA is available, else the CPU."""
+def resolve_device(name: str = "auto", dist: Distributed | None = None,
+                   setting: str = "train.device") -> torch.device:
+    """`auto`: this process's GPU when CUDA is available, else the CPU. `setting`: the param or
+    option that chose `name` (glue.device, --device), for messages."""
     dist = dist or Distributed()
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
-    device = torch.device(name)
+    try:
+        device = torch.device(name)
+    except RuntimeError:
+        raise BertError(f"{setting} is {name}, no device: use auto, cpu, cuda or cuda:N"
+                        ) from None
     if device.type == "cuda":
         if not torch.cuda.is_available():
-            raise BertError("train.device is cuda but no CUDA GPU is available: use auto or cpu")
+            raise BertError(f"{setting} is {name} but no CUDA GPU is available: use auto or "
+                            "cpu")
         if device.index is None:
             device = torch.device("cuda", dist.local_rank)
     return device
