@@ -504,3 +504,16 @@ def test_stages_answer_bad_input_in_one_line(workdir, tmp_path):
     assert_one_line_error(proc, "no text field 'text'", "finetune.text_field")
     proc = run_bert("prune", "--set", "prune.fraction=1", cwd=workdir, env=ONE_THREAD)
     assert_one_line_error(proc, "prune.fraction", "[0, 1)", code=2)
+
+
+def test_a_task_the_tokenizer_reads_as_unk_stops_before_training(workdir, tmp_path):
+    """Greek for a vocabulary of Latin letters: every word [UNK], nothing to learn from."""
+    rows = [{"text": f"ένα κείμενο {'καλό' if i % 2 else 'κακό'} .", "label": i % 2}
+            for i in range(20)]
+    data = write_jsonl(tmp_path / "greek.jsonl", rows)
+    out = tmp_path / "finetuned"
+    proc = run_bert("finetune", "--set", f"finetune.data={data}", "--out", str(out),
+                    "--metrics", str(tmp_path / "finetune.json"), cwd=workdir, env=ONE_THREAD)
+    assert_one_line_error(proc, "the tokenizer in data/vocab reads 48 of the 64 tokens of the "
+                          "training examples of greek.jsonl as [UNK] (75%)", "trained with")
+    assert not out.exists() and not (tmp_path / "finetune.json").exists()

@@ -203,6 +203,25 @@ def test_a_task_that_fails_keeps_the_scores_of_the_others(glue_workdir, tmp_path
     assert "dev.tsv:4" in details["failed"]["rte"] and details["averaged"] == ["sst2"]
 
 
+def test_a_task_the_tokenizer_reads_as_unk_stops_before_any_training(glue_workdir, tmp_path):
+    """SST-2 in Greek for a vocabulary of Latin letters: every word is [UNK], and the model
+    would be scored on guesses from nothing."""
+    folder = write_glue_folder(tmp_path / "glue", tasks=["sst2", "rte"], rows=6)
+    train = folder / "SST-2" / "train.tsv"
+    header, *rows = train.read_text(encoding="utf-8").splitlines()
+    greek = [f"ένα κείμενο {i} εδώ\t{row.rsplit(chr(9), 1)[1]}" for i, row in enumerate(rows)]
+    train.write_text("\n".join([header, *greek]) + "\n", encoding="utf-8")
+    out = tmp_path / "glue.json"
+    proc = run_bert("glue", "--set", f"glue.data={folder}", "--set", "tracking.enabled=false",
+                    "--metrics", str(out), "--seeds", str(tmp_path / "seeds.tsv"),
+                    "--predictions", str(tmp_path / "predictions"),
+                    "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
+    # 3 words [UNK] and a digit, known, per row
+    assert_one_line_error(proc, "the tokenizer in data/vocab reads 18 of the 24 tokens of "
+                          f"{train} (its first 6 rows) as [UNK] (75%)", "trained with")
+    assert not out.exists() and not (tmp_path / "models").exists()
+
+
 def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
     (tmp_path / "params.yaml").write_text("{}\n")
     proc = run_bert("glue", cwd=tmp_path, env=ONE_THREAD, check=True)

@@ -371,3 +371,28 @@ def test_a_blimp_score_is_shown_beside_blimps_own_figures(exported, tmp_path):
         0.612, 0.698, 0.815, 0.886)
     line, = ProbeOutcome(report.metrics, report.details, (tmp_path, tmp_path)).summary()
     assert "unigram" in line and "5-gram 0.612" in line and "LSTM 0.698" in line, line
+
+
+def test_text_the_tokenizer_reads_as_unk_stops_before_scoring(exported, tmp_path, monkeypatch):
+    """Greek for a vocabulary of Latin letters: every word [UNK], the probes would score the
+    model's guesses from nothing. The train split (the built-in probes' corpus) and each of
+    the user's files are checked before anything is scored."""
+    monkeypatch.setattr(MaskedLM, "log_probs_at", lambda *_: pytest.fail("scored"))
+    corpus = exported / "corpus"
+    lm = masked_lm(exported)
+    greek = tmp_path / "train.txt"
+    greek.write_text("ένα κείμενο εδώ .\n\nάλλο κείμενο .\n", encoding="utf-8")
+    with pytest.raises(BertError, match=r"the tokenizer in TOKENIZERS reads 5 of the 7 tokens "
+                                        rf"of the train split {greek} as \[UNK\] \(71%\)"):
+        run_probes(lm, ProbeConfig(), corpus / "val.txt", greek, "TOKENIZERS")
+    cloze = write_lines(tmp_path / "lama.jsonl", [
+        {"masked_sentences": ["η [MASK] είναι εδώ ."], "obj_label": "γάτα"}])
+    with pytest.raises(BertError, match=rf"reads 3 of the 4 tokens of probe.cloze {cloze} "):
+        run_probes(lm, ProbeConfig(builtin_sentences=0, cloze=str(cloze)), corpus / "val.txt",
+                   corpus / "train.txt", "TOKENIZERS")
+    pairs = write_lines(tmp_path / "blimp.jsonl", [
+        {"sentence_good": "η γάτα κάθεται .", "sentence_bad": "η γάτα κάθονται ."}])
+    with pytest.raises(BertError, match=rf"reads 6 of the 8 tokens of probe.minimal_pairs "
+                                        rf"{pairs} as \[UNK\] \(75%\)"):
+        run_probes(lm, ProbeConfig(builtin_sentences=0, minimal_pairs=str(pairs)),
+                   corpus / "val.txt", corpus / "train.txt", "TOKENIZERS")

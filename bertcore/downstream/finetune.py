@@ -47,6 +47,7 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
+from bertcore.model.tokenizer import require_readable, unknown_tokens
 from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 
@@ -366,6 +367,8 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     tokenizer = load_tokenizer(paths.vocab_dir)
     task = finetune_task(config, paths.corpus_file, tokenizer,
                          model.config.max_position_embeddings)
+    require_readable(*unknown_tokens(tokenizer, task.train.input_ids), paths.vocab_dir,
+                     f"the training examples of {task.name}")
     recipe = config.recipe(model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": dataclasses.asdict(config)}))

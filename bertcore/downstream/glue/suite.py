@@ -35,7 +35,7 @@ from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.pretrained import load_pretrained
-from bertcore.model.tokenizer import model_tokenizer
+from bertcore.model.tokenizer import model_tokenizer, require_readable, unknown_tokens
 
 log = logging.getLogger(__name__)
 
@@ -235,10 +235,27 @@ def run_task(data: TaskData, model: GlueModel, config: GlueConfig, device: torch
     return TaskResult(data, best, tried, truncated)
 
 
+# train rows of each task whose [UNK] share is checked: enough for a share, a second to encode
+READABLE_SAMPLE = 1000
+
+
+def require_readable_task(data: TaskData, model: GlueModel, config: GlueConfig) -> None:
+    """Stop when the model's tokenizer reads most of the task's first train rows as [UNK]:
+    its scores would be the model's guesses from nothing."""
+    rows = data.train[:READABLE_SAMPLE]
+    texts = [row.text if row.pair is None else (row.text, row.pair) for row in rows]
+    encoded = (e.ids for e in model.tokenizer.encode_batch(texts, add_special_tokens=False))
+    where = (f"hf:glue {data.task.key}" if config.data == GLUE_DATA_HF
+             else str(Path(config.data) / data.task.folder / "train.tsv"))
+    require_readable(*unknown_tokens(model.tokenizer, encoded), model.tokenizer_dir,
+                     f"{where} (its first {len(rows)} rows)")
+
+
 def run_glue(tasks: list[GlueTask], model: GlueModel, config: GlueConfig,
              device: torch.device, start_run: StartRun) -> list[TaskResult | TaskFailure]:
     """Read every task's files first (their mistakes in seconds, before any training), then
-    fine-tune the tasks that read, in GLUE's order."""
+    fine-tune the tasks that read, in GLUE's order. A tokenizer that cannot read a task's
+    text stops the suite before any training."""
     readable: list[TaskData | TaskFailure] = []
     for task in tasks:
         try:
@@ -246,5 +263,8 @@ def run_glue(tasks: list[GlueTask], model: GlueModel, config: GlueConfig,
         except BertError as error:
             readable.append(TaskFailure(task, str(error)))
             log.warning("glue: %s is left out: %s", task.key, error)
+    for data in readable:
+        if not isinstance(data, TaskFailure):
+            require_readable_task(data, model, config)
     return [data if isinstance(data, TaskFailure)
             else run_task(data, model, config, device, start_run) for data in readable]
