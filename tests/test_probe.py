@@ -396,3 +396,35 @@ def test_text_the_tokenizer_reads_as_unk_stops_before_scoring(exported, tmp_path
                                         rf"{pairs} as \[UNK\] \(75%\)"):
         run_probes(lm, ProbeConfig(builtin_sentences=0, minimal_pairs=str(pairs)),
                    corpus / "val.txt", corpus / "train.txt", "TOKENIZERS")
+
+
+def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
+    """No answer of the cloze file is one token, no val word is among the train split's words
+    (so none can be replaced): the figures over those empty sets are null in the JSON and
+    the summary, where a 0.0 would read as a score in `dvc exp show`."""
+    from bertcore.downstream.probes.probing import ProbeOutcome
+
+    corpus = exported / "corpus"
+    train = tmp_path / "train.txt"
+    train.write_text("aaaa bbbb aaaa .\n", encoding="utf-8")
+    lama = write_lines(tmp_path / "lama.jsonl", [
+        {"masked_sentences": ["the cat sat on the [MASK] ."], "obj_label": "Xyzzyqqvv"}])
+    report = run_probes(masked_lm(exported), ProbeConfig(cloze=str(lama)), corpus / "val.txt",
+                        train)
+    assert report.metrics["cloze"] == {"p_at_1": None, "p_at_10": None}
+    assert report.details["cloze"]["items"] == 0
+    assert report.details["cloze"]["frequency_baseline"]["p_at_1"] is None
+    assert report.details["cloze"]["groups"]["lama"]["p_at_10"] is None
+    builtin = report.metrics["builtin"]
+    assert builtin["replaced_pairs"] == {"accuracy": None}
+    assert report.details["builtin"]["replaced_pairs"]["pairs"] == 0
+    assert report.details["builtin"]["replaced_pairs"]["unigram_baseline"]["accuracy"] is None
+    assert 0 <= builtin["swapped_pairs"]["accuracy"] <= 1  # pairs there: a figure
+    assert 0 <= builtin["cloze"]["p_at_10"] <= 1
+    written, _ = write_report(tmp_path / "probe.json", report.metrics, report.details)
+    assert json.loads(written.read_text())["cloze"] == {"p_at_1": None, "p_at_10": None}
+    builtin_cloze, pairs, cloze = ProbeOutcome(report.metrics, report.details,
+                                               (written, written)).summary()
+    assert "null" not in builtin_cloze
+    assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
+    assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze

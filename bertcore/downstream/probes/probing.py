@@ -139,7 +139,8 @@ class ProbeOutcome:
     files: tuple[Path, Path]
 
     def summary(self) -> list[str]:
-        """The console's lines: each probe's figure beside its baseline."""
+        """The console's lines: each probe's figure beside its baseline; a figure over no
+        item reads null, as metrics/probe.json holds it."""
         metrics, details = self.metrics, self.details
         lines = []
         if "builtin" in metrics:
@@ -147,8 +148,8 @@ class ProbeOutcome:
             cloze, base = scores["cloze"], about["cloze"]["frequency_baseline"]
             lines.append(
                 f"probe: held-out word cloze ({about['cloze']['items']} items): P@1 "
-                f"{cloze['p_at_1']:.4f}, P@10 {cloze['p_at_10']:.4f} (word frequency "
-                f"{base['p_at_1']:.4f}, {base['p_at_10']:.4f})")
+                f"{_figure(cloze['p_at_1'])}, P@10 {_figure(cloze['p_at_10'])} (word frequency "
+                f"{_figure(base['p_at_1'])}, {_figure(base['p_at_10'])})")
             lines.append(
                 "probe: held-out sentences by PLL, against two adjacent words swapped "
                 f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
@@ -164,16 +165,25 @@ class ProbeOutcome:
             base = about["frequency_baseline"]
             lines.append(
                 f"probe: cloze ({about['items']} items, {about['not_counted']['count']} answers "
-                f"not one token, not counted): P@1 {cloze['p_at_1']:.4f}, P@10 "
-                f"{cloze['p_at_10']:.4f} (word frequency {base['p_at_1']:.4f}, "
-                f"{base['p_at_10']:.4f})")
-        return lines
+                f"not one token, not counted): P@1 {_figure(cloze['p_at_1'])}, P@10 "
+                f"{_figure(cloze['p_at_10'])} (word frequency {_figure(base['p_at_1'])}, "
+                f"{_figure(base['p_at_10'])})")
+        return [f"{line}; {NULL_MEANS}" if NULL in line else line for line in lines]
 
 
 def _pairs(metrics: dict, details: dict, name: str) -> str:
     about = details[name]
-    return (f"{metrics[name]['accuracy']:.4f} (unigram {about['unigram_baseline']['accuracy']:.4f},"
-            f" {about['pairs']} pairs)")
+    return (f"{_figure(metrics[name]['accuracy'])} (unigram "
+            f"{_figure(about['unigram_baseline']['accuracy'])}, {about['pairs']} pairs)")
+
+
+NULL = "null"
+NULL_MEANS = "null: no item to score, not a score of 0"
+
+
+def _figure(value: float | None) -> str:
+    """A score to four places; None (no item to score) as the JSON holds it."""
+    return NULL if value is None else f"{value:.4f}"
 
 
 def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
