@@ -18,6 +18,7 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.training.config import CpuConfig
+from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -48,6 +49,9 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification task, against a scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    for key in ("data", "test_data"):  # (builtin:... is no path, of which nothing is said)
+        if value := getattr(sections["finetune"], key):
+            warn_unless_a_dep(f"finetune.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.training.hardware.cpu import pin_cpu

@@ -19,6 +19,7 @@ import click
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
+from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -51,6 +52,9 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
+    for key in ("model", "minimal_pairs", "cloze"):
+        if value := getattr(sections["probe"], key):
+            warn_unless_a_dep(f"probe.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu
