@@ -1,6 +1,7 @@
 """`bert finetune`: does the pretraining help a task? Fine-tunes the pretrained encoder as a
-sequence classifier and, as a control, the same architecture from random initialisation with
-the same budget; reports accuracy and macro-F1 on the test split for both.
+sequence classifier (or, `finetune.task`, a regressor as STS-B's) and, as a control, the same
+architecture from random initialisation with the same budget; reports accuracy and macro-F1
+(Pearson and Spearman) on the test split for both.
 
 Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` (both models'
 test scores and the gain), `metrics/finetune_details.json` (the majority-class baseline, the
@@ -47,7 +48,8 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 @stage_options
 @stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
-    """Fine-tune the pretrained model on a classification task, against a scratch control."""
+    """Fine-tune the pretrained model on a classification or regression task, against a
+    scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     for key in ("data", "test_data"):  # (builtin:... is no path, of which nothing is said)
         if value := getattr(sections["finetune"], key):

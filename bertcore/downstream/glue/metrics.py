@@ -26,15 +26,27 @@ def _f1(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
 
 def _correlation(function: Callable) -> Callable[[GlueTask, Sequence, Sequence], float]:
     def correlation(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", stats.ConstantInputWarning)
-            value = function(predictions, golds).statistic
-        if math.isnan(value):  # a constant side: no correlation, as MCC counts it
-            log.warning("%s: %s of constant predictions or golds counted as 0", task.key,
-                        function.__name__)
-            return 0.0
-        return value
+        return _correlation_of(function, predictions, golds, task.key)
     return correlation
+
+
+def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
+                    what: str) -> float:
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", stats.ConstantInputWarning)
+        value = function(predictions, golds).statistic
+    if math.isnan(value):  # a constant side: no correlation, as MCC counts it
+        log.warning("%s: %s of constant predictions or golds counted as 0", what,
+                    function.__name__)
+        return 0.0
+    return float(value)
+
+
+def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str, float]:
+    """STS-B's metrics of any regression: Pearson's and Spearman's r of the predictions
+    against the golds (a constant side counted 0, with a warning naming `what`)."""
+    return {"pearson": _correlation_of(stats.pearsonr, predictions, golds, what),
+            "spearman": _correlation_of(stats.spearmanr, predictions, golds, what)}
 
 
 _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
