@@ -31,7 +31,7 @@ from bertcore.downstream.finetune import task_loss
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, save_model
+from bertcore.model.hf import WEIGHTS_NAME, export_hf, export_hf_classifier, load_model, save_model
 from bertcore.training.run.mlflow_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
@@ -220,6 +220,23 @@ def test_a_task_the_tokenizer_reads_as_unk_stops_before_any_training(glue_workdi
     assert_one_line_error(proc, "the tokenizer in data/vocab reads 18 of the 24 tokens of "
                           f"{train} (its first 6 rows) as [UNK] (75%)", "trained with")
     assert not out.exists() and not (tmp_path / "models").exists()
+
+
+def test_a_model_folder_whose_tokenizer_has_5_tokens_is_refused(glue_workdir, tmp_path):
+    """glue.model saved with transformers 5's BertTokenizerFast(vocab_file=...), which ignores
+    the file: 5 tokens, every word [UNK]; refused before anything is read or trained."""
+    model = tmp_path / "bert"
+    export_hf(load_model(glue_workdir / "models" / "pretrained"), model)
+    vocab = glue_workdir / "data" / "vocab" / "vocab.txt"
+    transformers.BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(model)
+    out = tmp_path / "glue.json"
+    proc = run_bert("glue", "--set", f"glue.data={write_glue_folder(tmp_path / 'glue', ['rte'])}",
+                    "--set", f"glue.model={model}", "--set", "tracking.enabled=false",
+                    "--metrics", str(out), cwd=glue_workdir, env=ONE_THREAD)
+    size = len(read_vocab(glue_workdir / "data" / "vocab"))
+    assert_one_line_error(proc, f"the tokenizer in {model} has 5 tokens, its model {size}: "
+                          "it does not cover")
+    assert not out.exists()
 
 
 def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
