@@ -8,9 +8,12 @@ Writes `metrics/glue.json` (the score and each task's medians: `dvc exp show`),
 `metrics/glue_details.json` (every seed, min and max, recipes, data), `metrics/glue_seeds.tsv`
 (`dvc plots`: the seeds' spread), `metrics/glue/` (dev predictions beside the gold labels, and
 GLUE's leaderboard files where the folder has test files) and `models/glue/` (each task's
-median-seed model). In MLflow: one run of the suite under the model's pretraining run, each
-fine-tune a run nested under it. With `glue.data: null` (the default: GLUE is not shipped and
-is not downloaded) it says so in one line and writes its outputs empty.
+median-seed model), all replaced together by a run that scored a task. Each fine-tune is saved
+in `models/glue_runs/` as it finishes: a rerun (after a kill, a failure, a task added) reuses
+those of the same model, data and recipe. In MLflow: one run of the suite under the model's
+pretraining run, each fine-tune a run nested under it. With `glue.data: null` (the default:
+GLUE is not shipped and is not downloaded) it says so in one line and writes its outputs
+empty.
 """
 
 from __future__ import annotations
@@ -48,10 +51,13 @@ PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
                "Dev predictions beside the gold labels; submission/: GLUE's leaderboard files.")
 @folder_option("--out", "models_dir", "models/glue",
                "Each task's median-seed model (Hugging Face format).")
+@folder_option("--runs", "runs_dir", "models/glue_runs",
+               "Each fine-tune, saved as it finishes: a rerun reuses those of the same model, "
+               "data and recipe.")
 @stage_options
 @stops_at_once
 def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, models_dir,
-            params_file, overrides):
+            runs_dir, params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     for key in ("data", "model"):  # (hf:glue is no path, of which nothing is said)
@@ -63,7 +69,7 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,
-                      models_dir)
+                      models_dir, runs_dir)
     outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"]))
     for line in outcome.summary():
         click.echo(line, err=True)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import csv
 import json
 import os
+import signal
 import statistics
 import subprocess
 import sys
@@ -16,10 +17,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
 from glue_files import write_glue_folder
-from scipy.stats import pearsonr, spearmanr
-from sklearn.metrics import matthews_corrcoef
+from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from tiny_pretrain import tiny_config
 
 from bertcore.common.digests import file_sha256
@@ -28,7 +28,6 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import read_vocab, save_vocab
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.downstream.finetune import task_loss
-from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, export_hf_classifier, load_model, save_model
@@ -152,13 +151,25 @@ def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
     with torch.no_grad():
         values = model(**inputs).logits[:, 0].tolist()
     assert values == pytest.approx([float(r["prediction"]) for r in stsb], abs=1e-3)
+    # the tiny model's values differ only below the 3 decimals written: no correlation
+    assert len({r["prediction"] for r in stsb}) == 1
+    assert details["tasks"]["stsb"]["score"]["values"] == [0.0] * SEEDS
+    assert "stsb: pearsonr of constant predictions" in proc.stderr
+
     # the seeds differ, and the model written is the median seed's (its predictions score it)
-    golds = [float(r["gold"]) for r in stsb]
-    score = 50 * (pearsonr(values, golds).statistic + spearmanr(values, golds).statistic)
-    seed_scores = details["tasks"]["stsb"]["score"]["values"]
-    assert len(set(seed_scores)) == SEEDS
-    assert min(seed_scores, key=lambda value: abs(value - score)) == statistics.median(
-        seed_scores)
+    mrpc = read_tsv(predictions / "mrpc_dev.tsv")
+    model = transformers.BertForSequenceClassification.from_pretrained(
+        glue_workdir / "models" / "glue" / "MRPC").eval()
+    inputs = tokenizer([r["text"] for r in mrpc], [r["pair"] for r in mrpc], padding=True,
+                       truncation=True, max_length=32, return_tensors="pt")
+    with torch.no_grad():
+        labels = [model.config.id2label[i] for i in model(**inputs).logits.argmax(-1).tolist()]
+    assert labels == [r["prediction"] for r in mrpc]
+    golds = [r["gold"] for r in mrpc]
+    score = 50 * (f1_score(golds, labels, pos_label="1") + accuracy_score(golds, labels))
+    seed_scores = details["tasks"]["mrpc"]["score"]["values"]
+    assert len(set(seed_scores)) > 1
+    assert score == pytest.approx(statistics.median(seed_scores))
 
     # MLflow: the suite under the pretraining run, every fine-tune nested under the suite
     from mlflow.tracking import MlflowClient
@@ -296,12 +307,14 @@ def test_dvc_exp_show_has_the_glue_score_and_the_task_medians(glue_workdir, tmp_
         assert float(columns[column]) == pytest.approx(value, rel=1e-4), (column, columns)
 
 
-def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch):
+def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch, tmp_path):
     """Turc et al.'s grid: 4 learning rates x 5 batch sizes, 4 epochs, each with every seed;
-    the point whose median (not best seed) is highest is the task's."""
+    the point whose median (not best seed) is highest is the task's, and only its median
+    seed keeps its model on disk."""
     from bertcore.downstream import glue
     from bertcore.downstream.config import GlueConfig
     from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue.records import FinishedRuns
 
     config = GlueConfig(grid=True, seeds=3)
     recipes = config.recipes(hidden_size=128)
@@ -315,21 +328,137 @@ def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch):
         best = (recipe.learning_rate, recipe.batch_size) == (1e-4, 16)
         return (0.6 if best else 0.5) + 0.01 * (recipe.seed - config.seed)
 
-    def fine_tune_once(task, encoded, model, recipe, device, start_run):
-        return suite.SeedRun(recipe, {"dev": {"accuracy": score(recipe)}}, score(recipe), 1,
-                             {}, {}, None)
+    def fine_tune_once(task, inputs, glue_suite, recipe, name):
+        run = suite.SeedRun(recipe, {"dev": {"accuracy": score(recipe)}}, score(recipe), 1, 0,
+                            {}, {})
+        return glue_suite.finished.save(name, run, lambda folder: folder.mkdir())
 
     monkeypatch.setattr(suite, "fine_tune_once", fine_tune_once)
-    nothing = EncodedExamples([], [], [], truncated=0)
-    monkeypatch.setattr(suite, "encode",
-                        lambda data, model, length: suite.EncodedTask(nothing, {}, {}))
-    model = suite.GlueModel(type("Encoder", (), {"config": tiny_config(50)})(), None, Path(),
-                            "tiny")
-    data = suite.TaskData(glue.tasks.GLUE_TASKS["rte"], [], {"dev": []}, {})
-    result = suite.run_task(data, model, config, torch.device("cpu"), None)
+    tokenizer = type("Tokenizer", (), {"to_str": lambda self: "{}"})()
+    model = suite.GlueModel(type("Encoder", (), {"config": tiny_config(50)})(), tokenizer,
+                            Path(), "tiny", "0" * 64)
+    data = suite.TaskData(glue.tasks.GLUE_TASKS["rte"], [], {"dev": []}, {}, {})
+    finished = FinishedRuns(tmp_path)
+    result = suite.run_task(data, suite.Suite(model, config, torch.device("cpu"), None,
+                                              finished))
+    assert [p.parent.name for p in tmp_path.glob("*/model")] == [result.median_run().folder.name]
+    assert result.median_run().recipe.seed == 43 and len(list(tmp_path.iterdir())) == 60
     chosen = result.runs[0].recipe
     assert (chosen.learning_rate, chosen.batch_size) == (1e-4, 16)
     assert [run.recipe.seed for run in result.runs] == [42, 43, 44]
     assert result.spread().median == pytest.approx(0.61)
     assert len(result.tried) == 20
     assert dict(((r.learning_rate, r.batch_size), m) for r, m in result.tried)[(3e-4, 8)] == 0.1
+
+
+# ---------------------------------------------------------- resume, and failed runs
+def glue_args(out: Path, *settings: str) -> list[str]:
+    """`bert glue` writing every output (and its finished fine-tunes) under `out`."""
+    return ["glue", "--set", "tracking.enabled=false",
+            *[arg for setting in settings for arg in ("--set", setting)],
+            "--metrics", str(out / "glue.json"), "--seeds", str(out / "seeds.tsv"),
+            "--predictions", str(out / "predictions"), "--out", str(out / "models"),
+            "--runs", str(out / "runs")]
+
+
+def output_digests(out: Path) -> dict[str, str]:
+    """sha256 of every file of the stage's outputs under `out` (not its finished runs)."""
+    return {str(path.relative_to(out)): file_sha256(path) for path in sorted(out.rglob("*"))
+            if path.is_file() and "runs" not in path.relative_to(out).parts}
+
+
+def test_a_max_seq_length_beyond_the_models_positions_is_refused_before_training(
+        glue_workdir, tmp_path):
+    proc = run_bert(*glue_args(tmp_path, "glue.max_seq_length=65"), cwd=glue_workdir,
+                    env=ONE_THREAD)
+    assert_one_line_error(proc, "glue.max_seq_length=65", "max_position_embeddings=64")
+    assert not (tmp_path / "runs").exists() and not (tmp_path / "glue.json").exists()
+
+
+@pytest.mark.slow
+def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_workdir,
+                                                                           tmp_path):
+    args = glue_args(tmp_path / "resumed", "glue.tasks=[cola, mrpc]")
+    proc, _ = start_bert_paused(*args, at="bertcore.downstream.glue.suite:fine_tune_once",
+                                signum=signal.SIGKILL, cwd=glue_workdir, nth=4)
+    proc.kill()  # as the OOM killer: after cola's 3 seeds and mrpc's first
+    proc.communicate(timeout=60)
+    runs = tmp_path / "resumed" / "runs"
+    finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/record.json")}
+    assert len(finished) == 4 and not (tmp_path / "resumed" / "glue.json").exists()
+
+    proc = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    assert "glue: cola: 3 of 3 fine-tunes reused from" in proc.stderr
+    assert "glue: mrpc: 1 of 3 fine-tunes reused from" in proc.stderr
+    assert all(path.stat().st_mtime_ns == mtime for path, mtime in finished.items())
+    # only the median seed of each task keeps its model on disk
+    assert len(list(runs.glob("*/record.json"))) == 6 and len(list(runs.glob("*/model"))) == 2
+
+    fresh = run_bert(*glue_args(tmp_path / "fresh", "glue.tasks=[cola, mrpc]"),
+                     cwd=glue_workdir, env=ONE_THREAD, check=True)
+    assert "reused" not in fresh.stderr
+    resumed = output_digests(tmp_path / "resumed")
+    assert resumed == output_digests(tmp_path / "fresh")  # the same bytes, models included
+    assert "models/CoLA/model.safetensors" in resumed and "predictions/mrpc_dev.tsv" in resumed
+
+
+@pytest.mark.slow
+def test_a_failed_run_leaves_the_last_good_runs_outputs_as_they_were(glue_workdir, tmp_path):
+    out = tmp_path / "out"
+    run_bert(*glue_args(out, "glue.tasks=[cola, mrpc]", "glue.seeds=1"), cwd=glue_workdir,
+             env=ONE_THREAD, check=True)
+    before = output_digests(out)
+    assert "models/MRPC/model.safetensors" in before and "predictions/cola_dev.tsv" in before
+
+    # every task left out: RTE labelled 0/1
+    folder = write_glue_folder(tmp_path / "glue", tasks=["rte"], rows=6)
+    for name in ("train.tsv", "dev.tsv"):
+        path = folder / "RTE" / name
+        path.write_text(path.read_text(encoding="utf-8").replace("\tnot_entailment\n", "\t1\n")
+                        .replace("\tentailment\n", "\t0\n"), encoding="utf-8")
+    proc = run_bert(*glue_args(out, f"glue.data={folder}", "glue.seeds=1"), cwd=glue_workdir,
+                    env=ONE_THREAD)
+    assert output_digests(out) == before
+    assert_one_line_error(proc, "glue: every task left out", "label '0'",
+                          "the outputs of the last run are as they were")
+
+    # a task that diverges
+    proc = run_bert(*glue_args(out, "glue.tasks=[cola, mrpc]", "glue.seeds=1",
+                               "glue.learning_rate=1e10"), cwd=glue_workdir, env=ONE_THREAD)
+    assert output_digests(out) == before
+    assert_one_line_error(proc, "glue: cola diverged with seed 42", "lower glue.learning_rate",
+                          "No output was written")
+
+
+def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tmp_path,
+                                                                 monkeypatch):
+    """Memory: a suite holds one fine-tune at a time; each model is on disk once it ends."""
+    import gc
+
+    from bertcore.common.null_tracker import NullTracker
+    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue.records import FinishedRuns
+    from bertcore.downstream.glue.tasks import GLUE_TASKS
+
+    trained = []
+    original = suite.train_classifier
+
+    def train_classifier(model, *args, **kwargs):
+        trained.append(model)  # the test's own reference: its gradients must be gone
+        return original(model, *args, **kwargs)
+
+    monkeypatch.setattr(suite, "train_classifier", train_classifier)
+    config = GlueConfig(data=str(glue_workdir / "glue_data"), tasks=["cola", "mrpc"], seeds=2,
+                        batch_size=4, max_steps=2, max_seq_length=32)
+    model = suite.glue_model(config, str(glue_workdir / "models" / "pretrained"),
+                             str(glue_workdir / "data" / "vocab"))
+    results = suite.run_glue([GLUE_TASKS["cola"], GLUE_TASKS["mrpc"]], suite.Suite(
+        model, config, torch.device("cpu"), lambda name, params: NullTracker(),
+        FinishedRuns(tmp_path)))
+    assert len(trained) == 4 and all(p.grad is None for m in trained for p in m.parameters())
+    trained.clear()
+    gc.collect()
+    assert not [o for o in gc.get_objects() if type(o) is BertForSequenceClassification]
+    medians = [result.median_run().model_dir for result in results]
+    assert all((folder / WEIGHTS_NAME).is_file() for folder in medians)

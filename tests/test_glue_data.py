@@ -10,6 +10,7 @@ import types
 
 import pytest
 from glue_files import expected_examples, write_glue_folder
+from scipy.stats import pearsonr, spearmanr
 
 from bertcore.common.errors import BertError
 from bertcore.downstream.glue.metrics import Spread, glue_score, spread, task_metrics, task_score
@@ -21,6 +22,7 @@ from bertcore.downstream.glue.predictions import (
 from bertcore.downstream.glue.tasks import (
     GLUE_TASKS,
     GlueExample,
+    SplitRows,
     hf_split,
     read_hf_split,
     read_split,
@@ -61,7 +63,8 @@ def test_the_tasks_in_glue_order_with_their_labels_metrics_and_files():
 def test_every_file_of_every_task_reads_back(glue):
     for task in GLUE_TASKS.values():
         for file_name in ("train.tsv", *task.dev.values(), *task.test.values()):
-            assert read_split(glue, task, file_name) == expected_examples(task.key, file_name), \
+            assert read_split(glue, task, file_name) == SplitRows(
+                expected_examples(task.key, file_name)), \
                 f"{task.folder}/{file_name}"
 
 
@@ -69,7 +72,7 @@ def test_a_file_with_windows_line_ends_reads_the_same(tmp_path):
     folder = write_glue_folder(tmp_path, ["cola"])
     path = folder / "CoLA" / "train.tsv"
     path.write_bytes(path.read_bytes().replace(b"\n", b"\r\n"))
-    assert read_split(folder, GLUE_TASKS["cola"], "train.tsv") == expected_examples(
+    assert read_split(folder, GLUE_TASKS["cola"], "train.tsv").examples == expected_examples(
         "cola", "train.tsv")
 
 
@@ -203,16 +206,18 @@ def test_hf_glue_maps_its_int_labels_to_the_tasks_names(monkeypatch):
         {"premise": "P1", "hypothesis": "H1", "label": 2, "idx": 1},
         {"premise": "P2", "hypothesis": "H2", "label": 1, "idx": 2}])
     mnli = GLUE_TASKS["mnli"]
-    assert read_hf_split(mnli, "validation_matched") == [
+    assert read_hf_split(mnli, "validation_matched").examples == [
         GlueExample("P0", "H0", "entailment", "0"), GlueExample("P1", "H1", "contradiction", "1"),
         GlueExample("P2", "H2", "neutral", "2")]
     assert calls == [("nyu-mll/glue", "mnli", "validation_matched")]
     _fake_datasets(monkeypatch, [{"sentence1": "A", "sentence2": "B", "label": 1, "idx": 5}])
-    assert read_hf_split(GLUE_TASKS["wnli"], "train") == [GlueExample("A", "B", "1", "5")]
+    assert read_hf_split(GLUE_TASKS["wnli"], "train").examples == [
+        GlueExample("A", "B", "1", "5")]
     _fake_datasets(monkeypatch, [{"sentence": "S", "label": -1, "idx": 9}])
-    assert read_hf_split(GLUE_TASKS["sst2"], "test") == [GlueExample("S", None, None, "9")]
+    assert read_hf_split(GLUE_TASKS["sst2"], "test").examples == [
+        GlueExample("S", None, None, "9")]
     _fake_datasets(monkeypatch, [{"sentence1": "A", "sentence2": "B", "label": 3.2, "idx": 0}])
-    assert read_hf_split(GLUE_TASKS["stsb"], "validation")[0].label == 3.2
+    assert read_hf_split(GLUE_TASKS["stsb"], "validation").examples[0].label == 3.2
 
 
 def test_hf_glue_without_datasets_or_the_hub_is_one_line(monkeypatch):
@@ -257,6 +262,31 @@ def test_pearson_and_spearman_of_known_correlations():
         "pearson": pytest.approx(149 / math.sqrt(5 * 7205)), "spearman": pytest.approx(1.0)}
     assert task_metrics(stsb, [2.5] * 4, [1.0, 2.0, 3.0, 4.0]) == {"pearson": 0.0,
                                                                    "spearman": 0.0}
+
+
+def test_matthews_of_a_dev_set_of_one_class_is_0_and_said(caplog):
+    assert task_metrics(GLUE_TASKS["cola"], [1, 0, 1], [1, 1, 1]) == {"matthews": 0.0}
+    assert [r.getMessage() for r in caplog.records] == [
+        "cola: Matthews correlation of a dev set of one class is undefined, counted as 0"]
+    caplog.clear()
+    task_metrics(GLUE_TASKS["cola"], [1, 1, 1], [1, 0, 1])  # constant predictions: a real 0
+    assert not caplog.records
+
+
+def test_predictions_equal_to_3_decimals_are_constant_not_a_correlation(caplog):
+    stsb = GLUE_TASKS["stsb"]
+    golds = [0.4, 1.2, 2.0, 2.8, 3.6, 4.4] * 50
+    # float noise that happens to follow the golds: a correlation of 1 from 1e-7 apart
+    noise = [2.5 + 1e-7 * (gold > 2.5) for gold in golds]
+    assert task_metrics(stsb, noise, golds) == {"pearson": 0.0, "spearman": 0.0}
+    assert len(caplog.records) == 2 and "constant predictions or golds (all within 0.001)" in (
+        caplog.records[0].getMessage())
+    caplog.clear()
+    visible = [2.5 + 2e-3 * (gold > 2.5) for gold in golds]  # apart in what is written
+    assert task_metrics(stsb, visible, golds) == {
+        "pearson": pytest.approx(pearsonr(visible, golds).statistic),
+        "spearman": pytest.approx(spearmanr(visible, golds).statistic)}
+    assert not caplog.records
 
 
 def test_task_score_means_the_metrics_and_mnlis_two_evaluations():
@@ -330,3 +360,82 @@ def test_a_submission_that_fails_leaves_the_previous_file(tmp_path):
     assert path.read_text(encoding="utf-8") == ("index\tprediction\n0\tentailment\n"
                                                 "1\tnot_entailment\n")
     assert [p.name for p in tmp_path.iterdir()] == ["RTE.tsv"]
+
+
+# ------------------------------------------------------------ rows that do not parse
+def test_qqps_rows_broken_by_a_line_break_are_skipped_counted_and_said(tmp_path, caplog):
+    folder = write_glue_folder(tmp_path, ["qqp"], rows=200)
+    path = folder / "QQP" / "train.tsv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    values = lines[11].split("\t")  # row 10, on line 12: a line break inside its question2
+    lines[11] = "\t".join([*values[:4], values[4][:5]]) + "\n" + "\t".join(
+        [values[4][5:], values[5]])
+    _write(path, *lines)
+    read = read_split(folder, GLUE_TASKS["qqp"], "train.tsv")
+    expected = expected_examples("qqp", "train.tsv", 200)
+    assert [(e.text, e.pair, e.label) for e in read.examples] == [
+        (e.text, e.pair, e.label) for i, e in enumerate(expected) if i != 10]
+    assert read.skipped == 2
+    assert read.first_skipped.startswith(f"{path}:12 has 5 columns where GLUE's QQP needs 6")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and "2 of 201 rows skipped that do not parse" in warnings[0]
+
+
+def test_an_mrpc_row_whose_extra_tab_shifts_a_sentence_is_skipped_not_misread(tmp_path):
+    folder = write_glue_folder(tmp_path, ["mrpc"], rows=200)
+    path = folder / "MRPC" / "dev.tsv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[6] = lines[6].replace(" text 5 ", " text\t5 ")  # a tab inside #1 String of row 5
+    _write(path, *lines)
+    read = read_split(folder, GLUE_TASKS["mrpc"], "dev.tsv")
+    expected = expected_examples("mrpc", "dev.tsv", 200)
+    assert read.examples == expected[:5] + expected[6:] and read.skipped == 1
+    assert "has 6 columns where GLUE's MRPC needs 5" in read.first_skipped
+    assert "a tab inside a text shifts its columns" in read.first_skipped
+
+
+def test_more_rows_that_do_not_parse_than_glues_own_files_hold_is_one_line(tmp_path):
+    folder = write_glue_folder(tmp_path, ["rte"], rows=200)
+    path = folder / "RTE" / "train.tsv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    for i in (3, 5, 7):  # 3 of 200: more than 1%
+        lines[i] = lines[i].rsplit("\t", 1)[0] + "\tmaybe"
+    _write(path, *lines)
+    message = one_line_error(read_split, folder, GLUE_TASKS["rte"], "train.tsv")
+    assert message.startswith(f"{path}:4: label 'maybe'")
+    assert message.endswith("(3 of 200 rows do not parse)")
+
+
+# ------------------------------------------------------------------ task folders by name
+def test_a_task_folder_in_another_case_is_its_task_and_others_are_said(tmp_path, caplog):
+    folder = write_glue_folder(tmp_path, ["sst2", "stsb", "rte"], rows=2)
+    (folder / "SST-2").rename(folder / "sst2")
+    (folder / "STS-B").rename(folder / "sts-b")
+    (folder / "snli").mkdir()
+    (folder / "diagnostic").mkdir()
+    assert [t.key for t in tasks_in(folder, None)] == ["sst2", "stsb", "rte"]
+    assert read_split(folder, GLUE_TASKS["sst2"], "dev.tsv").examples == expected_examples(
+        "sst2", "dev.tsv", 2)
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert len(warnings) == 1 and warnings[0].startswith(f"glue: snli/ in {folder} is no GLUE")
+    (folder / "SST-2").mkdir()
+    message = one_line_error(tasks_in, folder, None)
+    assert "both SST-2/ and sst2/ for GLUE's SST-2: keep one" in message
+
+
+def test_mnli_with_only_test_matched_predicts_it_and_names_what_is_missing(tmp_path, caplog):
+    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.suite import read_task
+
+    folder = write_glue_folder(tmp_path, ["mnli"], rows=2)
+    (folder / "MNLI" / "test_mismatched.tsv").unlink()
+    data = read_task(GLUE_TASKS["mnli"], GlueConfig(data=str(folder)))
+    assert list(data.test) == ["mnli_m"] and list(data.dev) == ["mnli_m", "mnli_mm"]
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["glue: MNLI has test_matched.tsv but not test_mismatched.tsv: no "
+                        "leaderboard file for the latter"]
+    for name in ("test_matched.tsv", "test.tsv"):  # no test file at all: nothing to say
+        (folder / "MNLI" / name).unlink(missing_ok=True)
+    caplog.clear()
+    assert read_task(GLUE_TASKS["mnli"], GlueConfig(data=str(folder))).test == {}
+    assert not caplog.records

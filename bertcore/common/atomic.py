@@ -349,11 +349,16 @@ def _creating(final: Path, advice: str = "point --out elsewhere") -> Iterator[No
 def write_json(path: str | os.PathLike, data: object, sort_keys: bool = True) -> None:
     """Write `data` as indented JSON, atomically (`sort_keys=False`: in the dict's order, e.g.
     headline metrics first)."""
+    with atomic_file(path, "w", encoding="utf-8") as handle:
+        dump_json(handle, data, sort_keys)
+
+
+def dump_json(handle, data: object, sort_keys: bool = True) -> None:
+    """`data` as write_json writes it, into an open text file (a staged one)."""
     import json
 
-    with atomic_file(path, "w", encoding="utf-8") as handle:
-        json.dump(data, handle, indent=2, sort_keys=sort_keys)
-        handle.write("\n")
+    json.dump(data, handle, indent=2, sort_keys=sort_keys)
+    handle.write("\n")
 
 
 def _fsync_dir(path: Path) -> None:

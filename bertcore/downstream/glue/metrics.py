@@ -5,12 +5,12 @@ correlations -1..1); a report scales them."""
 from __future__ import annotations
 
 import logging
-import math
 import statistics
 import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
+import numpy as np
 from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
@@ -24,6 +24,12 @@ def _f1(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
                     zero_division=0.0)
 
 
+# Values that span less than this are one value: the prediction files hold 3 decimals, and a
+# regression head's outputs that differ only by float noise (1e-7 apart) would otherwise
+# correlate with the golds by the noise's chance order, to any score
+CONSTANT_SPAN = 1e-3
+
+
 def _correlation(function: Callable) -> Callable[[GlueTask, Sequence, Sequence], float]:
     def correlation(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
         return _correlation_of(function, predictions, golds, task.key)
@@ -32,14 +38,14 @@ def _correlation(function: Callable) -> Callable[[GlueTask, Sequence, Sequence],
 
 def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
                     what: str) -> float:
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", stats.ConstantInputWarning)
-        value = function(predictions, golds).statistic
-    if math.isnan(value):  # a constant side: no correlation, as MCC counts it
-        log.warning("%s: %s of constant predictions or golds counted as 0", what,
-                    function.__name__)
+    if _span(predictions) < CONSTANT_SPAN or _span(golds) < CONSTANT_SPAN:
+        # a constant side: no correlation, as MCC counts it
+        log.warning("%s: %s of constant predictions or golds (all within %g) is "
+                    "undefined, counted as 0", what, function.__name__, CONSTANT_SPAN)
         return 0.0
-    return float(value)
+    with warnings.catch_warnings():  # scipy's own doubts of precision: the span is checked
+        warnings.simplefilter("ignore", stats.NearConstantInputWarning)
+        return float(function(predictions, golds).statistic)
 
 
 def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str, float]:
@@ -49,8 +55,19 @@ def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str,
             "spearman": _correlation_of(stats.spearmanr, predictions, golds, what)}
 
 
+def _span(values: Sequence) -> float:
+    return float(np.max(values) - np.min(values))
+
+
+def _matthews(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
+    if len(set(golds)) < 2:
+        log.warning("%s: Matthews correlation of a dev set of one class is undefined, counted "
+                    "as 0", task.key)
+    return matthews_corrcoef(golds, predictions)
+
+
 _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
-    "matthews": lambda task, predictions, golds: matthews_corrcoef(golds, predictions),
+    "matthews": _matthews,
     "accuracy": lambda task, predictions, golds: accuracy_score(golds, predictions),
     "f1": _f1,
     "pearson": _correlation(stats.pearsonr),

@@ -4,29 +4,41 @@ recipes tried, the data, the tasks that failed), a TSV of every seed's score (`d
 each task's dev predictions and leaderboard files, and the median seed's model per task.
 
 Scores are GLUE's scale, x100, as the papers and the leaderboard print them. `score_glue` is
-the whole stage: the suite run, every output written, the report logged.
+the whole stage: the suite run, every output written, the report logged. The outputs are
+replaced together, once all of them are staged, and only by a run that scored a task: a run
+that stops (every task left out, a task diverging, a signal) leaves the last good run's.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
+import os
+import shutil
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from bertcore.common.atomic import atomic_dir, atomic_file
+from bertcore.common.atomic import atomic_dir, atomic_file, dump_json
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import write_report
+from bertcore.common.report import details_file
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
-from bertcore.downstream.glue.suite import GlueModel, TaskFailure, TaskResult, glue_model, run_glue
+from bertcore.downstream.glue.records import FinishedRuns
+from bertcore.downstream.glue.suite import (
+    Suite,
+    TaskFailure,
+    TaskResult,
+    check_length,
+    glue_model,
+    run_glue,
+)
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
 from bertcore.downstream.tracking import DownstreamTracking
-from bertcore.model.hf import export_hf_classifier
 from bertcore.training.hardware.devices import resolve_device
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
@@ -86,6 +98,7 @@ def _task_details(result: TaskResult) -> dict:
         "train_examples": len(result.data.train),
         "dev_examples": {name: len(rows) for name, rows in result.data.dev.items()},
         "truncated": result.truncated,
+        "skipped_rows": result.data.skipped,  # per file: rows that do not parse
     }
 
 
@@ -94,13 +107,12 @@ def _scaled(spread) -> dict:
             "values": [100 * v for v in spread.values]}
 
 
-def write_seed_scores(path: str | Path, outcomes: Sequence[Outcome]) -> None:
+def write_seed_scores(handle, outcomes: Sequence[Outcome]) -> None:
     """One row per fine-tune (task, seed, score x100) for `dvc plots`: the seeds' spread."""
     rows = ["\t".join(SEEDS_HEADER)] + [
         f"{result.task.key}\t{run.recipe.seed}\t{100 * run.score:.4f}"
         for result in outcomes if isinstance(result, TaskResult) for run in result.runs]
-    with atomic_file(path, "w") as handle:
-        handle.write("\n".join(rows) + "\n")
+    handle.write("\n".join(rows) + "\n")
 
 
 def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
@@ -121,14 +133,22 @@ def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
                              run.test_predictions[name], [row.index for row in rows])
 
 
-def write_models(folder: Path, outcomes: Sequence[Outcome], model: GlueModel | None) -> None:
+def write_models(folder: Path, outcomes: Sequence[Outcome]) -> None:
     """Into a new folder, per task, the median seed's model in Hugging Face's format
-    (`BertForSequenceClassification`; STS-B's with `problem_type: regression`)."""
+    (`BertForSequenceClassification`; STS-B's with `problem_type: regression`), from its
+    record: hard links where the disk allows, so that it is stored once."""
     folder.mkdir(parents=True, exist_ok=True)
     for result in outcomes:
         if isinstance(result, TaskResult):
-            export_hf_classifier(result.median_run().model, folder / result.task.folder,
-                                 model.tokenizer_dir)
+            shutil.copytree(result.median_run().model_dir, folder / result.task.folder,
+                            copy_function=_link_or_copy)
+
+
+def _link_or_copy(source: str, target: str) -> None:
+    try:
+        os.link(source, target)
+    except OSError:  # another disk, or links refused
+        shutil.copy2(source, target)
 
 
 @dataclass(frozen=True)
@@ -141,6 +161,7 @@ class GluePaths:
     seeds_file: str  # every fine-tune's score (TSV)
     predictions_dir: str  # dev predictions beside the gold labels, leaderboard files
     models_dir: str  # each task's median-seed model
+    runs_dir: str  # every fine-tune as it finishes, which a rerun reuses
 
 
 @dataclass(frozen=True)
@@ -189,30 +210,47 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
         return write_glue_outputs([], None, config, paths)[0]
     tasks = _chosen_tasks(config)
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
+    check_length(config, model)
+    finished = FinishedRuns(paths.runs_dir)
     # under the pretraining run of the model scored (none for another project's BERT)
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        outcomes = run_glue(tasks, model, config, resolve_device(config.device),
-                            runs.start_child)
-    outcome, files = write_glue_outputs(outcomes, model, config, paths)
+        suite = Suite(model, config, resolve_device(config.device), runs.start_child, finished)
+        outcomes = run_glue(tasks, suite)
+        _refuse_nothing_scored(outcomes)
+        outcome, files = write_glue_outputs(outcomes, model.name, config, paths)
+    finished.drop_models_except([o.median_run() for o in outcomes
+                                 if isinstance(o, TaskResult)])
     runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
                         if isinstance(value, float)}, outcome.details)
     return outcome
 
 
-def write_glue_outputs(outcomes: Sequence[Outcome], model: GlueModel | None, config: GlueConfig,
+def _refuse_nothing_scored(outcomes: Sequence[Outcome]) -> None:
+    """Every task left out: the last good run's outputs stay as they are."""
+    failed = [o for o in outcomes if isinstance(o, TaskFailure)]
+    if len(failed) == len(outcomes):
+        raise BertError(f"glue: every task left out ({failed[0].reason}"
+                        f"{'; ...' if len(failed) > 1 else ''}); nothing was written, the "
+                        "outputs of the last run are as they were")
+
+
+def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, config: GlueConfig,
                        paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path]]:
-    """Every output, each whole or not at all (empty where nothing ran); the outcome and the
+    """Every output, each staged whole (empty where nothing ran), then all put in place
+    together: a failure before the last is staged replaces none. The outcome and the
     report's two files."""
-    with atomic_dir(paths.predictions_dir) as staging:
-        write_predictions(staging, outcomes)
-    with atomic_dir(paths.models_dir) as staging:
-        write_models(staging, outcomes, model)
-    write_seed_scores(paths.seeds_file, outcomes)
-    metrics = glue_metrics(outcomes) | ({} if model else {"status": NO_DATA})
-    details = glue_details(outcomes, model.name if model else None, config.seeds)
-    files = write_report(paths.metrics_file, metrics, details)
+    metrics = glue_metrics(outcomes) | ({} if model_name else {"status": NO_DATA})
+    details = glue_details(outcomes, model_name, config.seeds)
+    files = (Path(paths.metrics_file), details_file(paths.metrics_file))
+    with contextlib.ExitStack() as outputs:  # each replaces its output as the stack closes
+        for path, report in zip(files, (metrics, details), strict=True):
+            dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
+                      sort_keys=False)
+        write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), outcomes)
+        write_predictions(outputs.enter_context(atomic_dir(paths.predictions_dir)), outcomes)
+        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), outcomes)
     return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
 
 

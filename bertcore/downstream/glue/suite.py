@@ -3,37 +3,43 @@ of Turc et al.'s grid too, the best on dev), scored on dev with the task's offic
 
 The fine-tuning is the `finetune` stage's loop (`bertcore.downstream.finetune`). A task whose
 files are unusable is a `TaskFailure` with its one-line reason, found before any training, and
-the other tasks run: a task that fails never loses the scores of those that ran.
+the other tasks run: a task that fails never loses the scores of those that ran. Each
+fine-tune is saved as it finishes (`records`), its model on disk and out of memory, and one
+that an earlier run of the same model, data and recipe finished is reused.
 """
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from functools import cached_property
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 import torch
 
+from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, Recipe
 from bertcore.downstream.finetune import build_classifier, predict, train_classifier
 from bertcore.downstream.glue.metrics import Spread, spread, task_metrics, task_score
+from bertcore.downstream.glue.records import FinishedRuns, SeedRun
 from bertcore.downstream.glue.tasks import (
     GlueExample,
     GlueTask,
+    SplitRows,
     hf_split,
     read_hf_split,
     read_split,
+    task_file,
 )
 from bertcore.downstream.tasks import EncodedExamples, encode_examples
 from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import model_tokenizer, require_readable, unknown_tokens
 
@@ -43,16 +49,23 @@ log = logging.getLogger(__name__)
 @dataclass
 class GlueModel:
     """The pretrained encoder GLUE fine-tunes, its tokenizer (a `tokenizers.Tokenizer`), the
-    folder of its tokenizer files (for the exports) and what it is (a path), for the report."""
+    folder of its tokenizer files (for the exports), what it is (a path), for the report, and
+    the sha256 of its weights' files."""
 
     encoder: BertPretrainingModel
     tokenizer: Any
     tokenizer_dir: Path
     name: str
+    sha256: str = ""
 
     @property
     def pad_id(self) -> int:
         return self.tokenizer.token_to_id("[PAD]")
+
+    def identity(self) -> dict[str, str]:
+        """What of the model a fine-tune's result depends on: its weights and tokenizer."""
+        return {"model": self.sha256,
+                "tokenizer": hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()}
 
 
 # an encoder may come without these: GLUE fine-tunes only the encoder (and the pooler, which
@@ -65,7 +78,8 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     tokenizer), else the pipeline's model with its vocabulary."""
     if config.model is None:
         model, _ = load_pretrained(model_dir, vocab_dir)
-        return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir)
+        return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir,
+                         fingerprint_files(hf.weight_files(Path(model_dir))))
     directory = Path(config.model)
     if not directory.is_dir():
         raise BertError(f"glue.model: {directory} is not a folder: give a Hugging Face BERT "
@@ -77,31 +91,39 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
     if missing:
         raise BertError(f"glue.model: {directory} has no weights for {missing[0]} (and "
                         f"{len(missing) - 1} more): is it a BERT encoder?")
-    return GlueModel(model, tokenizer, directory, str(directory))
+    return GlueModel(model, tokenizer, directory, str(directory),
+                     fingerprint_files(hf.weight_files(directory)))
+
+
+def check_length(config: GlueConfig, model: GlueModel) -> None:
+    """`glue.max_seq_length` within the model's positions, before any training."""
+    positions = model.encoder.config.max_position_embeddings
+    if config.max_seq_length > positions:
+        raise BertError(f"glue.max_seq_length={config.max_seq_length} is longer than the "
+                        f"model's max_position_embeddings={positions}: lower it")
 
 
 @dataclass
 class TaskData:
-    """A task's files, read: train, and per evaluation its dev and (where given) test rows."""
+    """A task's files, read: train, and per evaluation its dev and (where given) test rows;
+    per file, the rows skipped because they do not parse."""
 
     task: GlueTask
     train: list[GlueExample]
     dev: dict[str, list[GlueExample]]
     test: dict[str, list[GlueExample]]
+    skipped: dict[str, int]
 
-
-@dataclass
-class SeedRun:
-    """One fine-tune: its recipe (seed included), dev metrics per evaluation, GLUE's score of
-    the task, and its predictions (dev and test) by evaluation."""
-
-    recipe: Recipe
-    metrics: dict[str, dict[str, float]]
-    score: float
-    steps: int
-    dev_predictions: dict[str, np.ndarray]
-    test_predictions: dict[str, np.ndarray]
-    model: BertForSequenceClassification
+    def digest(self) -> str:
+        """sha256 of every example as read (train after its draw), in order."""
+        digest = hashlib.sha256()
+        splits = [("train", self.train), *((f"dev {k}", v) for k, v in self.dev.items()),
+                  *((f"test {k}", v) for k, v in self.test.items())]
+        for name, rows in splits:
+            digest.update(f"\x1e{name}".encode())
+            for row in rows:
+                digest.update(repr((row.text, row.pair, row.label, row.index)).encode())
+        return digest.hexdigest()
 
 
 @dataclass
@@ -112,11 +134,15 @@ class TaskResult:
     data: TaskData
     runs: list[SeedRun]
     tried: list[tuple[Recipe, float]]
-    truncated: int
 
     @property
     def task(self) -> GlueTask:
         return self.data.task
+
+    @property
+    def truncated(self) -> int:
+        """The train and dev examples cut to `glue.max_seq_length`."""
+        return self.runs[0].truncated
 
     def spread(self, eval_name: str | None = None, metric: str | None = None) -> Spread:
         """Over seeds: the task's score, or one metric of one evaluation."""
@@ -142,28 +168,52 @@ class TaskFailure:
 StartRun = Callable[[str, dict], Any]
 
 
+@dataclass
+class Suite:
+    """What every fine-tune of a suite shares: the model, the params, the device, the MLflow
+    runs and the finished fine-tunes on disk."""
+
+    model: GlueModel
+    config: GlueConfig
+    device: torch.device
+    start_run: StartRun
+    finished: FinishedRuns
+
+
 def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
     """Every file of the task that `glue.data` holds; train cut to `glue.max_train_examples`
     by a seeded draw. A BertError (one line) when a file is missing or unusable."""
-    train = _read(task, config, "train.tsv")
+    files = {"train.tsv": _read(task, config, "train.tsv")}
+    files |= {name: _read(task, config, name) for name in task.dev.values()}
+    files |= {name: _read(task, config, name) for name in _test_files(task, config)}
+    train = files["train.tsv"].examples
     if config.max_train_examples and len(train) > config.max_train_examples:
         train = random.Random(config.seed).sample(train, config.max_train_examples)
-    dev = {name: _read(task, config, file_name) for name, file_name in task.dev.items()}
-    test = ({name: _read(task, config, file_name) for name, file_name in task.test.items()}
-            if _has_test(task, config) else {})
-    return TaskData(task, train, dev, test)
+    dev = {name: files[file_name].examples for name, file_name in task.dev.items()}
+    test = {name: files[file_name].examples for name, file_name in task.test.items()
+            if file_name in files}
+    skipped = {name: rows.skipped for name, rows in files.items() if rows.skipped}
+    return TaskData(task, train, dev, test, skipped)
 
 
-def _read(task: GlueTask, config: GlueConfig, file_name: str) -> list[GlueExample]:
+def _read(task: GlueTask, config: GlueConfig, file_name: str) -> SplitRows:
     if config.data == GLUE_DATA_HF:
         return read_hf_split(task, hf_split(file_name))
     return read_split(Path(config.data), task, file_name)
 
 
-def _has_test(task: GlueTask, config: GlueConfig) -> bool:
-    """hf:glue has every test split; a folder may leave them out."""
-    return config.data == GLUE_DATA_HF or all(
-        (Path(config.data) / task.folder / name).is_file() for name in task.test.values())
+def _test_files(task: GlueTask, config: GlueConfig) -> list[str]:
+    """The test files to predict: hf:glue has every split; a folder may leave them out, and
+    where it has only some of a task's (MNLI's test_matched.tsv alone) it says which not."""
+    names = list(task.test.values())
+    if config.data == GLUE_DATA_HF:
+        return names
+    present = [name for name in names if task_file(config.data, task, name).is_file()]
+    missing = [name for name in names if name not in present]
+    if present and missing:
+        log.warning("glue: %s has %s but not %s: no leaderboard file for the latter",
+                    task.folder, ", ".join(present), ", ".join(missing))
+    return present
 
 
 @dataclass
@@ -171,6 +221,10 @@ class EncodedTask:
     train: EncodedExamples
     dev: dict[str, EncodedExamples]
     test: dict[str, EncodedExamples]
+
+    @property
+    def truncated(self) -> int:
+        return self.train.truncated + sum(rows.truncated for rows in self.dev.values())
 
 
 def encode(data: TaskData, model: GlueModel, max_length: int) -> EncodedTask:
@@ -183,25 +237,39 @@ def encode(data: TaskData, model: GlueModel, max_length: int) -> EncodedTask:
          for name, rows in data.test.items()})
 
 
-def fine_tune_once(task: GlueTask, encoded: EncodedTask, model: GlueModel, recipe: Recipe,
-                   device: torch.device, start_run: StartRun) -> SeedRun:
+class TaskInputs:
+    """A task's examples, encoded for the model on first use: a task whose fine-tunes are
+    all reused is never encoded."""
+
+    def __init__(self, data: TaskData, model: GlueModel, max_length: int):
+        self.data, self.model, self.max_length = data, model, max_length
+
+    @cached_property
+    def encoded(self) -> EncodedTask:
+        return encode(self.data, self.model, self.max_length)
+
+
+def fine_tune_once(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
+                   name: str) -> SeedRun:
     """Fine-tune the encoder on the task with `recipe`, score it on every dev evaluation and
-    predict the test rows; logged as one run."""
-    train, dev, test = encoded.train, encoded.dev, encoded.test
+    predict the test rows; logged as one run and saved as `name` with its model, which then
+    leaves memory."""
+    model, device, encoded = suite.model, suite.device, inputs.encoded
     run_name = f"{task.key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-seed{recipe.seed}"
-    run = start_run(run_name, {"task": task.key, "learning_rate": recipe.learning_rate,
-                                    "batch_size": recipe.batch_size, "epochs": recipe.epochs,
-                                    "seed": recipe.seed})
+    run = suite.start_run(run_name, {"task": task.key, "learning_rate": recipe.learning_rate,
+                                          "batch_size": recipe.batch_size,
+                                          "epochs": recipe.epochs, "seed": recipe.seed})
     try:
         classifier = build_classifier(model.encoder.config, list(task.labels), model.encoder,
                                       recipe.seed)
         steps, _ = train_classifier(
-            classifier, train, recipe, device, model.pad_id, name=run_name,
+            classifier, encoded.train, recipe, device, model.pad_id, name=run_name,
             on_log=lambda step, loss: run.log_metrics({"train_loss": loss}, step=step))
+        _refuse_diverged(task, recipe, classifier, suite.finished)
         dev_predictions = {name: predict(classifier, rows, device, model.pad_id)
-                           for name, rows in dev.items()}
-        metrics = {name: task_metrics(task, dev_predictions[name], dev[name].labels)
-                   for name in dev}
+                           for name, rows in encoded.dev.items()}
+        metrics = {name: task_metrics(task, dev_predictions[name], encoded.dev[name].labels)
+                   for name in encoded.dev}
         score = task_score(task, metrics)
         run.log_results({"score": score, **{f"{name}_{metric}": value
                                             for name, values in metrics.items()
@@ -211,28 +279,52 @@ def fine_tune_once(task: GlueTask, encoded: EncodedTask, model: GlueModel, recip
         raise
     run.finish("FINISHED")
     test_predictions = {name: predict(classifier, rows, device, model.pad_id)
-                        for name, rows in test.items()}
-    return SeedRun(recipe, metrics, score, steps, dev_predictions, test_predictions,
-                   classifier.cpu())
+                        for name, rows in encoded.test.items()}
+    done = SeedRun(recipe, metrics, score, steps, encoded.truncated, dev_predictions,
+                   test_predictions)
+    return suite.finished.save(name, done, lambda folder: hf.export_hf_classifier(
+        classifier.cpu(), folder, model.tokenizer_dir))
 
 
-def run_task(data: TaskData, model: GlueModel, config: GlueConfig, device: torch.device,
-             start_run: StartRun) -> TaskResult:
-    """Every recipe with every seed; the recipe of the best median score is the task's."""
-    encoded = encode(data, model, config.max_seq_length)
+def _refuse_diverged(task: GlueTask, recipe: Recipe, classifier: torch.nn.Module,
+                     finished: FinishedRuns) -> None:
+    bad = hf.first_nonfinite(classifier.state_dict())
+    if bad is not None:
+        raise BertError(f"glue: {task.key} diverged with seed {recipe.seed} at learning rate "
+                        f"{recipe.learning_rate:g} (NaN or infinite weights: {bad}); lower "
+                        "glue.learning_rate. No output was written; the fine-tunes finished "
+                        f"so far are in {finished.folder}, and the next run reuses them")
+
+
+def run_task(data: TaskData, suite: Suite) -> TaskResult:
+    """Every recipe with every seed, each reused where an earlier run finished it; the recipe
+    of the best median score is the task's, and only its median seed keeps its model."""
+    inputs = TaskInputs(data, suite.model, suite.config.max_seq_length)
+    identity = {**suite.model.identity(), "data": data.digest(),
+                "max_seq_length": suite.config.max_seq_length, "device": suite.device.type}
+    reused_before = suite.finished.reused
     best: list[SeedRun] | None = None
     tried: list[tuple[Recipe, float]] = []
-    for recipe in config.recipes(model.encoder.config.hidden_size):
-        runs = [fine_tune_once(data.task, encoded, model, seeded, device, start_run)
-                for seeded in config.seeds_of(recipe)]
+    every: list[SeedRun] = []
+    for recipe in suite.config.recipes(suite.model.encoder.config.hidden_size):
+        runs = [_finished_or_run(data.task, inputs, suite, seeded, identity)
+                for seeded in suite.config.seeds_of(recipe)]
+        every += runs
         median = spread([run.score for run in runs]).median
         tried.append((recipe, median))
         if best is None or median > spread([run.score for run in best]).median:
             best = runs
         log.info("%s: lr %g, batch %d: median score %.4f over %d seeds", data.task.key,
                  recipe.learning_rate, recipe.batch_size, median, len(runs))
-    truncated = encoded.train.truncated + sum(rows.truncated for rows in encoded.dev.values())
-    return TaskResult(data, best, tried, truncated)
+    result = TaskResult(data, best, tried)
+    _with_median_model(result, inputs, suite, identity)
+    suite.finished.keep_models_of([result.median_run()], among=every + result.runs)
+    reused = suite.finished.reused - reused_before
+    if reused:
+        log.info("glue: %s: %d of %d fine-tunes reused from %s (finished by an earlier run "
+                 "of the same model, data and recipe)", data.task.key, reused, len(every),
+                 suite.finished.folder)
+    return result
 
 
 # train rows of each task whose [UNK] share is checked: enough for a share, a second to encode
@@ -246,25 +338,40 @@ def require_readable_task(data: TaskData, model: GlueModel, config: GlueConfig) 
     texts = [row.text if row.pair is None else (row.text, row.pair) for row in rows]
     encoded = (e.ids for e in model.tokenizer.encode_batch(texts, add_special_tokens=False))
     where = (f"hf:glue {data.task.key}" if config.data == GLUE_DATA_HF
-             else str(Path(config.data) / data.task.folder / "train.tsv"))
+             else str(task_file(config.data, data.task, "train.tsv")))
     require_readable(*unknown_tokens(model.tokenizer, encoded), model.tokenizer_dir,
                      f"{where} (its first {len(rows)} rows)")
 
 
-def run_glue(tasks: list[GlueTask], model: GlueModel, config: GlueConfig,
-             device: torch.device, start_run: StartRun) -> list[TaskResult | TaskFailure]:
+def _finished_or_run(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
+                     identity: dict) -> SeedRun:
+    name = suite.finished.name(task.key, recipe, identity)
+    return suite.finished.find(name) or fine_tune_once(task, inputs, suite, recipe, name)
+
+
+def _with_median_model(result: TaskResult, inputs: TaskInputs, suite: Suite,
+                       identity: dict) -> None:
+    """A median seed reused without its model (dropped when an earlier run's median was
+    another seed) is fine-tuned again: the same recipe gives the same model."""
+    while (median := result.median_run()).model_dir is None:
+        name = suite.finished.name(result.task.key, median.recipe, identity)
+        result.runs[result.runs.index(median)] = fine_tune_once(result.task, inputs, suite,
+                                                                median.recipe, name)
+
+
+def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailure]:
     """Read every task's files first (their mistakes in seconds, before any training), then
     fine-tune the tasks that read, in GLUE's order. A tokenizer that cannot read a task's
     text stops the suite before any training."""
     readable: list[TaskData | TaskFailure] = []
     for task in tasks:
         try:
-            readable.append(read_task(task, config))
+            readable.append(read_task(task, suite.config))
         except BertError as error:
             readable.append(TaskFailure(task, str(error)))
             log.warning("glue: %s is left out: %s", task.key, error)
     for data in readable:
         if not isinstance(data, TaskFailure):
-            require_readable_task(data, model, config)
-    return [data if isinstance(data, TaskFailure)
-            else run_task(data, model, config, device, start_run) for data in readable]
+            require_readable_task(data, suite.model, suite.config)
+    return [data if isinstance(data, TaskFailure) else run_task(data, suite)
+            for data in readable]

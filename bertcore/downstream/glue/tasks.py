@@ -3,17 +3,23 @@
 
 Each task's files have its own columns; they are found by the header where the file has one,
 CoLA's train/dev (headerless) by position. The TSVs hold bare quotes, so they are split on tabs
-with no quoting, as GLUE's own code reads them.
+with no quoting, as GLUE's own code reads them. A row that does not parse (another number of
+columns than the file's: QQP's questions with a line break inside, MRPC's sentences with a tab
+inside; a label outside the task's) is skipped and counted, as GLUE's reference loaders skip
+it; a file with more such rows than GLUE's own files hold is not the task's file.
 """
 
 from __future__ import annotations
 
 import itertools
+import logging
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+
+log = logging.getLogger(__name__)
 
 _HOW_TO_GET = ("download GLUE with its download_glue_data.py, or use hf:glue "
               "(docs/evaluation.md)")
@@ -128,7 +134,9 @@ def tasks_in(folder: str | Path, wanted: Sequence[str] | None) -> list[GlueTask]
     folder = Path(folder)
     if not folder.is_dir():
         raise BertError(f"GLUE data folder not found: {folder}; {_HOW_TO_GET}")
-    present = [task for task in GLUE_TASKS.values() if (folder / task.folder).is_dir()]
+    found, others = _task_folders(folder)
+    _warn_of_others(folder, others)
+    present = [task for task in GLUE_TASKS.values() if task.key in found]
     if not present:
         names = ", ".join(task.folder for task in GLUE_TASKS.values())
         raise BertError(f"{folder} holds none of GLUE's task folders ({names}); {_HOW_TO_GET}")
@@ -147,12 +155,66 @@ def tasks_in(folder: str | Path, wanted: Sequence[str] | None) -> list[GlueTask]
     return [task for task in present if task.key in wanted]
 
 
+# what download_glue_data.py writes beside the tasks, passed over without a word
+_NOT_TASKS = {"diagnostic"}
+
+
+def _task_folders(folder: Path) -> tuple[dict[str, Path], list[str]]:
+    """Task key -> its sub-folder of `folder`, whatever its case or hyphen (`SST-2`, `sst2`,
+    `Sst-2`), and the names of the sub-folders that are no task's; two for one task are a
+    one-line BertError."""
+    found: dict[str, Path] = {}
+    others = []
+    for child in sorted(folder.iterdir()):
+        if not child.is_dir() or child.name.startswith(".") or child.name in _NOT_TASKS:
+            continue
+        key = child.name.replace("-", "").replace("_", "").casefold()
+        if key not in GLUE_TASKS:
+            others.append(child.name)
+        elif key in found:
+            raise BertError(f"{folder} holds both {found[key].name}/ and {child.name}/ for "
+                            f"GLUE's {GLUE_TASKS[key].folder}: keep one")
+        else:
+            found[key] = child
+    return found, others
+
+
+def _warn_of_others(folder: Path, others: list[str]) -> None:
+    if others:
+        log.warning("glue: %s in %s %s no GLUE task's folder (%s): passed over",
+                    ", ".join(f"{name}/" for name in others), folder,
+                    "is" if len(others) == 1 else "are",
+                    ", ".join(task.folder for task in GLUE_TASKS.values()))
+
+
+def task_file(folder: str | Path, task: GlueTask, file_name: str) -> Path:
+    """The path of one of a task's files in a GLUE folder (its sub-folder in any case)."""
+    folder = Path(folder)
+    found = _task_folders(folder)[0] if folder.is_dir() else {}
+    return found.get(task.key, folder / task.folder) / file_name
+
+
 # ---------------------------------------------------------------------------------- files
-def read_split(folder: str | Path, task: GlueTask, file_name: str) -> list[GlueExample]:
+@dataclass(frozen=True)
+class SplitRows:
+    """A file's examples, and the rows skipped because they do not parse (`first_skipped`:
+    why the first was)."""
+
+    examples: list[GlueExample]
+    skipped: int = 0
+    first_skipped: str | None = None
+
+
+# GLUE's own files hold a few rows that do not parse (QQP's train: a handful in 364k); more
+# than this share of a file's rows means another file, or another labelling, than the task's
+MAX_SKIPPED_SHARE = 0.01
+
+
+def read_split(folder: str | Path, task: GlueTask, file_name: str) -> SplitRows:
     """The examples of one file of a task (train.tsv, dev.tsv, test_matched.tsv, ...): labelled
-    unless its name starts with "test"; a one-line BertError naming the file and line for what
-    is not GLUE's layout."""
-    path = Path(folder) / task.folder / file_name
+    unless its name starts with "test". Rows that do not parse are skipped and counted (one
+    warning); a one-line BertError naming the file and line for what is not GLUE's layout."""
+    path = task_file(folder, task, file_name)
     if not path.is_file():
         raise BertError(f"{path} not found: GLUE's {task.folder} needs {file_name}; "
                         f"{_HOW_TO_GET}")
@@ -167,11 +229,22 @@ def read_split(folder: str | Path, task: GlueTask, file_name: str) -> list[GlueE
         records = itertools.chain([first], records)
     else:
         positions = _positions(path, task, file_name, first, labelled)
-    examples = [_example(path, task, positions, record) for record in records]
-    if not examples:
+    examples, skipped = [], []
+    for record in records:
+        try:
+            examples.append(_example(path, task, positions, record))
+        except BertError as reason:
+            skipped.append(str(reason))
+    if not examples and not skipped:
         raise BertError(f"{path} has only a header, no examples: GLUE's {task.folder} "
                         f"{file_name} has one example per line after it")
-    return examples
+    rows = len(examples) + len(skipped)
+    if skipped and (not examples or len(skipped) > MAX_SKIPPED_SHARE * rows):
+        raise BertError(f"{skipped[0]} ({len(skipped)} of {rows} rows do not parse)")
+    if skipped:
+        log.warning("glue: %s: %d of %d rows skipped that do not parse, as GLUE's reference "
+                    "loaders skip them (the first: %s)", path, len(skipped), rows, skipped[0])
+    return SplitRows(examples, len(skipped), skipped[0] if skipped else None)
 
 
 def _records(path: Path) -> Iterator[tuple[int, list[str]]]:
@@ -195,7 +268,7 @@ class _Positions:
     pair: int | None
     label: int | None
     index: int | None
-    width: int          # the fewest values a row needs
+    width: int          # the values a row has (its header's)
     names: str          # the columns, for a message
 
 
@@ -215,7 +288,7 @@ def _positions(path: Path, task: GlueTask, file_name: str, first: tuple[int, lis
         text=at[columns.text], pair=at.get(columns.pair),
         label=at[columns.label] if labelled else None,
         index=None if labelled else at[columns.index],
-        width=max(at.values()) + 1, names=", ".join(header[: max(at.values()) + 1]))
+        width=len(header), names=", ".join(header))
 
 
 def _cola_positions(path: Path, first: tuple[int, list[str]]) -> _Positions:
@@ -245,9 +318,11 @@ def _shown(values: list[str], width: int = 30) -> str:
 def _example(path: Path, task: GlueTask, at: _Positions,
              record: tuple[int, list[str]]) -> GlueExample:
     number, values = record
-    if len(values) < at.width:
+    if len(values) != at.width:
+        why = ("a row cut short (a line break inside a text), or a tab missing"
+               if len(values) < at.width else "a tab inside a text shifts its columns")
         raise BertError(f"{path}:{number} has {len(values)} columns where GLUE's {task.folder} "
-                        f"needs {at.width} ({at.names}): a row cut short, or a tab missing")
+                        f"needs {at.width} ({at.names}): {why}")
     return GlueExample(
         text=values[at.text],
         pair=values[at.pair] if at.pair is not None else None,
@@ -290,7 +365,7 @@ def hf_split(file_name: str) -> str:
     return "validation" + stem.removeprefix("dev") if stem.startswith("dev") else stem
 
 
-def read_hf_split(task: GlueTask, split: str) -> list[GlueExample]:
+def read_hf_split(task: GlueTask, split: str) -> SplitRows:
     """The examples of one split of hf:glue (train, validation(_matched/_mismatched), test(_...)),
     its int labels mapped to task.labels, test labels None, the index its `idx`."""
     try:
@@ -307,10 +382,10 @@ def read_hf_split(task: GlueTask, split: str) -> list[GlueExample]:
                         "download_glue_data.py (docs/evaluation.md)") from None
     text, pair = _HF_TEXTS[task.key]
     labelled = not split.startswith("test")
-    return [GlueExample(text=row[text], pair=row[pair] if pair else None,
-                        label=_hf_label(task, row["label"]) if labelled else None,
-                        index=str(row["idx"]))
-            for row in rows]
+    return SplitRows([GlueExample(text=row[text], pair=row[pair] if pair else None,
+                                  label=_hf_label(task, row["label"]) if labelled else None,
+                                  index=str(row["idx"]))
+                      for row in rows])
 
 
 def _hf_label(task: GlueTask, label: int | float) -> str | float:

@@ -1,0 +1,141 @@
+"""The fine-tunes of a GLUE suite, each on disk as soon as it finishes, so that a suite that
+stops midway (out of memory, Ctrl-C, a task that diverges) resumes where it stopped, the way
+pretraining resumes from its checkpoints, and no model is held in memory beyond its fine-tune.
+
+One folder per fine-tune, named `<task>-lr<rate>-bs<batch>-seed<seed>-<16 hex>`, the hex
+digits those of its key: sha256 of what determines its result (the model's weights, its
+tokenizer, the task's examples as read, the recipe with its seed, the maximum length, the
+device kind). It holds `record.json` (the dev metrics, the score, the steps, the truncations),
+`predictions.npz` (dev and test predictions) and `model/` (the fine-tuned model in Hugging
+Face's format) until its task has chosen its median seed: then only the median's is kept,
+the one models/glue is written from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.digests import fingerprint_params
+from bertcore.downstream.config import Recipe
+
+log = logging.getLogger(__name__)
+
+RECORD = "record.json"
+PREDICTIONS = "predictions.npz"
+MODEL = "model"
+FORMAT = 1  # a record of another format is not read
+
+
+@dataclass(eq=False)  # its arrays have no truth value: runs compare by identity
+class SeedRun:
+    """One fine-tune: its recipe (seed included), dev metrics per evaluation, GLUE's score of
+    the task, its predictions (dev and test) by evaluation, and its record's folder (where
+    its model is, while kept)."""
+
+    recipe: Recipe
+    metrics: dict[str, dict[str, float]]
+    score: float
+    steps: int
+    truncated: int
+    dev_predictions: dict[str, np.ndarray]
+    test_predictions: dict[str, np.ndarray]
+    folder: Path | None = None
+
+    @property
+    def model_dir(self) -> Path | None:
+        """The fine-tuned model, or None once dropped (its task chose another seed)."""
+        if self.folder is None or not (self.folder / MODEL).is_dir():
+            return None
+        return self.folder / MODEL
+
+
+class FinishedRuns:
+    """The folder of finished fine-tunes: find one by what determines it, save one, drop the
+    models no longer needed. `reused` counts the fine-tunes found."""
+
+    def __init__(self, folder: str | os.PathLike):
+        self.folder = Path(folder)
+        self.reused = 0
+
+    def name(self, task_key: str, recipe: Recipe, identity: dict) -> str:
+        """The folder name of a fine-tune of `task_key` with `recipe` on the inputs that
+        `identity` (digests and settings) stands for."""
+        key = fingerprint_params({"format": FORMAT, "task": task_key,
+                                  "recipe": dataclasses.asdict(recipe), **identity})
+        return (f"{task_key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-"
+                f"seed{recipe.seed}-{key[:16]}")
+
+    def find(self, name: str) -> SeedRun | None:
+        """The fine-tune saved under `name`; None when there is none (or it cannot be read:
+        it is then done again)."""
+        folder = self.folder / name
+        if not (folder / RECORD).is_file():
+            return None
+        try:
+            record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+            with np.load(folder / PREDICTIONS, allow_pickle=False) as arrays:
+                predictions = {key: arrays[key] for key in arrays.files}
+            run = SeedRun(Recipe(**record["recipe"]), record["metrics"], record["score"],
+                          record["steps"], record["truncated"],
+                          _by_evaluation(predictions, "dev"), _by_evaluation(predictions, "test"),
+                          folder)
+        except (OSError, ValueError, KeyError, TypeError) as error:
+            log.info("glue: %s cannot be read (%s): fine-tuned again", folder, error)
+            return None
+        self.reused += 1
+        return run
+
+    def save(self, name: str, run: SeedRun, write_model) -> SeedRun:
+        """Save `run` whole under `name` (`write_model(folder)` writes its model); the run
+        with its folder."""
+        final = self.folder / name
+        with atomic_dir(final, advice="free space or point --runs elsewhere") as staging:
+            write_model(staging / MODEL)
+            np.savez(staging / PREDICTIONS,
+                     **{f"dev.{k}": v for k, v in run.dev_predictions.items()},
+                     **{f"test.{k}": v for k, v in run.test_predictions.items()})
+            write_json(staging / RECORD, {
+                "format": FORMAT, "recipe": dataclasses.asdict(run.recipe),
+                "metrics": run.metrics, "score": run.score, "steps": run.steps,
+                "truncated": run.truncated}, sort_keys=False)
+        return dataclasses.replace(run, folder=final)
+
+    def keep_models_of(self, kept: list[SeedRun], among: list[SeedRun]) -> None:
+        """Drop the models of the runs `among` that are not `kept` (their scores stay)."""
+        keep = {run.folder for run in kept}
+        for run in among:
+            if run.folder not in keep and run.model_dir is not None:
+                _remove_folder(run.model_dir)
+
+    def drop_models_except(self, kept: list[SeedRun]) -> None:
+        """Once a suite's outputs are written: the models of every other record go (a rerun
+        that needs one fine-tunes that seed again)."""
+        keep = {run.folder for run in kept}
+        if not self.folder.is_dir():
+            return
+        for folder in self.folder.iterdir():
+            if folder not in keep and (folder / MODEL).is_dir():
+                _remove_folder(folder / MODEL)
+
+
+def _by_evaluation(predictions: dict[str, np.ndarray], split: str) -> dict[str, np.ndarray]:
+    return {key.removeprefix(f"{split}."): value for key, value in predictions.items()
+            if key.startswith(f"{split}.")}
+
+
+def _remove_folder(folder: Path) -> None:
+    """Out of sight first (a rename), then removed: a process killed half-way never leaves
+    a partial model where a whole one is looked for."""
+    gone = folder.with_name(f".{folder.name}.dropped")
+    shutil.rmtree(gone, ignore_errors=True)
+    os.replace(folder, gone)
+    shutil.rmtree(gone, ignore_errors=True)
