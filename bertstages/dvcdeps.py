@@ -1,6 +1,7 @@
-"""A path a stage reads because of a param (corpus.source, vocab.source) is no DVC dep by
-itself: `dvc repro` reruns the stage when the param's value changes, not when the files
-behind it do. Under `dvc repro`, say so when dvc.yaml does not list the path."""
+"""A path a stage reads because of a param (corpus.source, vocab.source, model.init_from,
+finetune.data, glue.data, probe.cloze, ...) is no DVC dep by itself: `dvc repro` reruns the
+stage when the param's value changes, not when the files behind it do. Under `dvc repro`, say
+so when dvc.yaml does not list the path."""
 
 from __future__ import annotations
 

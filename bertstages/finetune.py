@@ -1,6 +1,7 @@
 """`bert finetune`: does the pretraining help a task? Fine-tunes the pretrained encoder as a
-sequence classifier and, as a control, the same architecture from random initialisation with
-the same budget; reports accuracy and macro-F1 on the test split for both.
+sequence classifier (or, `finetune.task`, a regressor as STS-B's) and, as a control, the same
+architecture from random initialisation with the same budget; reports accuracy and macro-F1
+(Pearson and Spearman) on the test split for both.
 
 Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` (both models'
 test scores and the gain), `metrics/finetune_details.json` (the majority-class baseline, the
@@ -19,6 +20,7 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
+from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -47,10 +49,14 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 @stage_options
 @stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
-    """Fine-tune the pretrained model on a classification task, against a scratch control."""
+    """Fine-tune the pretrained model on a classification or regression task, against a
+    scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
+    for key in ("data", "test_data"):  # (builtin:... is no path, of which nothing is said)
+        if value := getattr(sections["finetune"], key):
+            warn_unless_a_dep(f"finetune.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.training.hardware.cpu import pin_cpu

@@ -40,6 +40,7 @@ def fill_mask(model_dir: str | None, vocab_dir: str | None, top_k: int, text: st
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
     mask_id = special_id(tokenizer, MASK)
     ids = tokenizer.encode(text, add_special_tokens=False).ids
+    require_read(tokenizer, [ids], model_dir, vocab_dir, "the text")
     if mask_id not in ids:
         raise BertError(f"the text has no {MASK}: write {MASK} where a word should be guessed")
     limit = model.config.max_position_embeddings - 2
@@ -83,6 +84,7 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
     if empty:
         raise BertError(f"{' and '.join(empty)} {'is' if len(empty) == 1 else 'are'} empty: "
                         "give two sentences to score")
+    require_read(tokenizer, [a, b], model_dir, vocab_dir, "the two sentences")
     limit = model.config.max_position_embeddings - 3
     if len(a) + len(b) > limit:
         notice(f"the pair has {len(a) + len(b) + 3} tokens; the model takes {limit + 3}: "
@@ -107,6 +109,16 @@ def model_or_export(model_dir: str | None) -> str:
         raise BertError(f"no model in {PIPELINE_MODEL}, the pipeline's export: run `dvc repro "
                         "export`, or pass --model DIR")
     return PIPELINE_MODEL
+
+
+def require_read(tokenizer, encoded: list[list[int]], model_dir: str, vocab_dir: str | None,
+                 text: str) -> None:
+    """Stop when the tokenizer reads most of the user's text as [UNK]: the answer would be
+    the model's guess from nothing."""
+    from bertcore.model.tokenizer import require_readable, tokenizer_folder, unknown_tokens
+
+    folder = tokenizer_folder(Path(model_dir), Path(vocab_dir) if vocab_dir else None)
+    require_readable(*unknown_tokens(tokenizer, encoded), folder, text)
 
 
 def special_id(tokenizer, token: str) -> int:

@@ -30,7 +30,7 @@ from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.downstream.finetune import task_loss
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, save_model
+from bertcore.model.hf import WEIGHTS_NAME, export_hf, export_hf_classifier, load_model, save_model
 from bertcore.training.run.mlflow_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
@@ -212,6 +212,42 @@ def test_a_task_that_fails_keeps_the_scores_of_the_others(glue_workdir, tmp_path
     assert list(metrics) == ["score", "sst2"]
     details = json.loads((tmp_path / "glue_details.json").read_text())
     assert "dev.tsv:4" in details["failed"]["rte"] and details["averaged"] == ["sst2"]
+
+
+def test_a_task_the_tokenizer_reads_as_unk_stops_before_any_training(glue_workdir, tmp_path):
+    """SST-2 in Greek for a vocabulary of Latin letters: every word is [UNK], and the model
+    would be scored on guesses from nothing."""
+    folder = write_glue_folder(tmp_path / "glue", tasks=["sst2", "rte"], rows=6)
+    train = folder / "SST-2" / "train.tsv"
+    header, *rows = train.read_text(encoding="utf-8").splitlines()
+    greek = [f"ένα κείμενο {i} εδώ\t{row.rsplit(chr(9), 1)[1]}" for i, row in enumerate(rows)]
+    train.write_text("\n".join([header, *greek]) + "\n", encoding="utf-8")
+    out = tmp_path / "glue.json"
+    proc = run_bert("glue", "--set", f"glue.data={folder}", "--set", "tracking.enabled=false",
+                    "--metrics", str(out), "--seeds", str(tmp_path / "seeds.tsv"),
+                    "--predictions", str(tmp_path / "predictions"),
+                    "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
+    # 3 words [UNK] and a digit, known, per row
+    assert_one_line_error(proc, "the tokenizer in data/vocab reads 18 of the 24 tokens of "
+                          f"{train} (its first 6 rows) as [UNK] (75%)", "trained with")
+    assert not out.exists() and not (tmp_path / "models").exists()
+
+
+def test_a_model_folder_whose_tokenizer_has_5_tokens_is_refused(glue_workdir, tmp_path):
+    """glue.model saved with transformers 5's BertTokenizerFast(vocab_file=...), which ignores
+    the file: 5 tokens, every word [UNK]; refused before anything is read or trained."""
+    model = tmp_path / "bert"
+    export_hf(load_model(glue_workdir / "models" / "pretrained"), model)
+    vocab = glue_workdir / "data" / "vocab" / "vocab.txt"
+    transformers.BertTokenizerFast(vocab_file=str(vocab)).save_pretrained(model)
+    out = tmp_path / "glue.json"
+    proc = run_bert("glue", "--set", f"glue.data={write_glue_folder(tmp_path / 'glue', ['rte'])}",
+                    "--set", f"glue.model={model}", "--set", "tracking.enabled=false",
+                    "--metrics", str(out), cwd=glue_workdir, env=ONE_THREAD)
+    size = len(read_vocab(glue_workdir / "data" / "vocab"))
+    assert_one_line_error(proc, f"the tokenizer in {model} has 5 tokens, its model {size}: "
+                          "it does not cover")
+    assert not out.exists()
 
 
 def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):

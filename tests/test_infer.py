@@ -3,6 +3,7 @@ on the same weights saved by transformers (vocab.txt only), plus the one-line er
 
 from __future__ import annotations
 
+import json
 import random
 import re
 import shutil
@@ -275,3 +276,45 @@ def test_the_pipelines_export_is_the_default_model(export_dir, tmp_path, monkeyp
     pair = ("paris is the capital of france.", "the bird sang in the tree.")
     given = bert_here("nsp", "--model", str(export_dir), *pair, check=True)
     assert bert_here("nsp", *pair, check=True).stdout == given.stdout
+
+
+def test_a_tokenizer_that_does_not_cover_the_model_is_one_line(export_dir, tmp_path):
+    """transformers 5's BertTokenizerFast(vocab_file=...) ignores the file: saved beside the
+    model, its 5 special tokens read every word as [UNK], and the answers are noise."""
+    transformers = pytest.importorskip("transformers")
+    five = tmp_path / "five"
+    shutil.copytree(export_dir, five, ignore=shutil.ignore_patterns("vocab.txt",
+                                                                    "tokenizer*.json"))
+    tokenizer = transformers.BertTokenizerFast(vocab_file=str(export_dir / "vocab.txt"))
+    tokenizer.save_pretrained(five)
+    assert len(tokenizer) == 5
+    size = len((export_dir / "vocab.txt").read_text(encoding="utf-8").splitlines())
+    for command in (("fill-mask", "berlin is the [MASK] of germany."),
+                    ("nsp", "the cat sat.", "the dog slept.")):
+        proc = bert_here(command[0], "--model", str(five), *command[1:])
+        assert_one_line_error(proc, f"the tokenizer in {five} has 5 tokens, its model {size}",
+                              "does not cover", "BertTokenizerFast.from_pretrained")
+        assert not predictions(proc.stdout) and "P(B follows A)" not in proc.stdout
+
+
+def test_a_tokenizer_that_reads_the_text_as_unk_is_one_line(export_dir, tmp_path):
+    """The model's own tokens with another casing (tokenizer_config.json says cased, the
+    vocabulary is lower-case): capitals are [UNK], so a text in capitals is read as nothing."""
+    cased = tmp_path / "cased"
+    shutil.copytree(export_dir, cased)
+    settings = json.loads((cased / "tokenizer_config.json").read_text(encoding="utf-8"))
+    (cased / "tokenizer_config.json").write_text(
+        json.dumps({**settings, "do_lower_case": False}), encoding="utf-8")
+    shouted = "BERLIN IS THE [MASK] OF GERMANY."
+    proc = bert_here("fill-mask", "--model", str(cased), shouted)
+    assert_one_line_error(proc, f"the tokenizer in {cased} reads 5 of the 6 tokens of the "
+                          "text as [UNK] (83%)", "casing")
+    assert not predictions(proc.stdout)
+    proc = bert_here("nsp", "--model", str(cased), "THE CAT SAT.", "THE DOG SLEPT.")
+    assert_one_line_error(proc, "of the two sentences as [UNK]")
+    # the same tokenizer on text it reads, and a text with one unknown word of five
+    proc = bert_here("fill-mask", "--model", str(cased), "berlin is the [MASK] of germany.",
+                     check=True)
+    assert predictions(proc.stdout)[0][1] == "capital"
+    bert_here("fill-mask", "--model", str(cased), "Berlin is the [MASK] of germany.",
+              check=True)

@@ -53,6 +53,25 @@ def test_the_periodic_probes_are_the_probe_stages_figures_on_the_same_draw(data)
     assert len(set(figures.values())) > 1 and 0 < figures["swapped_pairs"] < 1
 
 
+def test_a_probe_of_no_pair_is_an_empty_cell_not_zero(data, tmp_path):
+    """No val word among the train split's words: no replaced pair, a figure of none, which
+    the eval log leaves empty (as it does a probe that is off), never 0."""
+    from bertcore.training.loop.records import EVAL_COLUMNS, TsvLog
+
+    tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size()))
+    train = tmp_path / "train.txt"
+    train.write_text("aaaa bbbb aaaa .\n", encoding="utf-8")
+    probes = ProbeDraw(tokenizer, data / "corpus" / "val.txt", train, sentences=30,
+                       seed=5).prepare(model, "cpu")
+    figures = probes(model)
+    assert figures["replaced_pairs"] is None and 0 <= figures["swapped_pairs"] <= 1
+    log = TsvLog(tmp_path / "eval.tsv", EVAL_COLUMNS, None)
+    log.add({"step": 4, **figures})
+    header, row = (tmp_path / "eval.tsv").read_text().splitlines()
+    assert dict(zip(header.split("\t"), row.split("\t"), strict=True))["replaced_pairs"] == ""
+
+
 def eval_rows(root: Path) -> list[dict[str, str]]:
     header, *rows = (root / "metrics" / "pretrain_eval.tsv").read_text().splitlines()
     return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]

@@ -371,3 +371,60 @@ def test_a_blimp_score_is_shown_beside_blimps_own_figures(exported, tmp_path):
         0.612, 0.698, 0.815, 0.886)
     line, = ProbeOutcome(report.metrics, report.details, (tmp_path, tmp_path)).summary()
     assert "unigram" in line and "5-gram 0.612" in line and "LSTM 0.698" in line, line
+
+
+def test_text_the_tokenizer_reads_as_unk_stops_before_scoring(exported, tmp_path, monkeypatch):
+    """Greek for a vocabulary of Latin letters: every word [UNK], the probes would score the
+    model's guesses from nothing. The train split (the built-in probes' corpus) and each of
+    the user's files are checked before anything is scored."""
+    monkeypatch.setattr(MaskedLM, "log_probs_at", lambda *_: pytest.fail("scored"))
+    corpus = exported / "corpus"
+    lm = masked_lm(exported)
+    greek = tmp_path / "train.txt"
+    greek.write_text("ένα κείμενο εδώ .\n\nάλλο κείμενο .\n", encoding="utf-8")
+    with pytest.raises(BertError, match=r"the tokenizer in TOKENIZERS reads 5 of the 7 tokens "
+                                        rf"of the train split {greek} as \[UNK\] \(71%\)"):
+        run_probes(lm, ProbeConfig(), corpus / "val.txt", greek, "TOKENIZERS")
+    cloze = write_lines(tmp_path / "lama.jsonl", [
+        {"masked_sentences": ["η [MASK] είναι εδώ ."], "obj_label": "γάτα"}])
+    with pytest.raises(BertError, match=rf"reads 3 of the 4 tokens of probe.cloze {cloze} "):
+        run_probes(lm, ProbeConfig(builtin_sentences=0, cloze=str(cloze)), corpus / "val.txt",
+                   corpus / "train.txt", "TOKENIZERS")
+    pairs = write_lines(tmp_path / "blimp.jsonl", [
+        {"sentence_good": "η γάτα κάθεται .", "sentence_bad": "η γάτα κάθονται ."}])
+    with pytest.raises(BertError, match=rf"reads 6 of the 8 tokens of probe.minimal_pairs "
+                                        rf"{pairs} as \[UNK\] \(75%\)"):
+        run_probes(lm, ProbeConfig(builtin_sentences=0, minimal_pairs=str(pairs)),
+                   corpus / "val.txt", corpus / "train.txt", "TOKENIZERS")
+
+
+def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
+    """No answer of the cloze file is one token, no val word is among the train split's words
+    (so none can be replaced): the figures over those empty sets are null in the JSON and
+    the summary, where a 0.0 would read as a score in `dvc exp show`."""
+    from bertcore.downstream.probes.probing import ProbeOutcome
+
+    corpus = exported / "corpus"
+    train = tmp_path / "train.txt"
+    train.write_text("aaaa bbbb aaaa .\n", encoding="utf-8")
+    lama = write_lines(tmp_path / "lama.jsonl", [
+        {"masked_sentences": ["the cat sat on the [MASK] ."], "obj_label": "Xyzzyqqvv"}])
+    report = run_probes(masked_lm(exported), ProbeConfig(cloze=str(lama)), corpus / "val.txt",
+                        train)
+    assert report.metrics["cloze"] == {"p_at_1": None, "p_at_10": None}
+    assert report.details["cloze"]["items"] == 0
+    assert report.details["cloze"]["frequency_baseline"]["p_at_1"] is None
+    assert report.details["cloze"]["groups"]["lama"]["p_at_10"] is None
+    builtin = report.metrics["builtin"]
+    assert builtin["replaced_pairs"] == {"accuracy": None}
+    assert report.details["builtin"]["replaced_pairs"]["pairs"] == 0
+    assert report.details["builtin"]["replaced_pairs"]["unigram_baseline"]["accuracy"] is None
+    assert 0 <= builtin["swapped_pairs"]["accuracy"] <= 1  # pairs there: a figure
+    assert 0 <= builtin["cloze"]["p_at_10"] <= 1
+    written, _ = write_report(tmp_path / "probe.json", report.metrics, report.details)
+    assert json.loads(written.read_text())["cloze"] == {"p_at_1": None, "p_at_10": None}
+    builtin_cloze, pairs, cloze = ProbeOutcome(report.metrics, report.details,
+                                               (written, written)).summary()
+    assert "null" not in builtin_cloze
+    assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
+    assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze

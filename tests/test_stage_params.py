@@ -87,3 +87,39 @@ def test_a_stage_reads_params_only_through_its_PARAMS(module):
     assigned = [node for node in tree.body if isinstance(node, ast.Assign)
                 and any(isinstance(t, ast.Name) and t.id == "PARAMS" for t in node.targets)]
     assert len(assigned) == 1, f"{module} declares PARAMS once, at module level"
+
+
+PATH_PARAMS = {  # stage -> params naming a file or folder it reads
+    "finetune": ("finetune.data", "finetune.test_data"),
+    "glue": ("glue.data", "glue.model"),
+    "probe": ("probe.model", "probe.minimal_pairs", "probe.cloze"),
+}
+
+
+@pytest.mark.parametrize("stage", sorted(PATH_PARAMS))
+def test_under_dvc_a_data_path_missing_from_the_deps_is_a_warning(stage, tmp_path):
+    """DVC reruns a stage when such a param changes, not when the files behind it do, unless
+    dvc.yaml lists them: each one not listed is said before the stage reads it (DVC_STAGE and
+    DVC_ROOT are what `dvc repro` sets); the stage here then stops, having no model."""
+    from conftest import run_bert
+
+    params: dict = {}
+    for name in PATH_PARAMS[stage]:
+        section, key = name.split(".")
+        (tmp_path / key).mkdir()
+        params.setdefault(section, {})[key] = key
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    env = {"DVC_STAGE": stage, "DVC_ROOT": str(tmp_path)}
+    first, *others = PATH_PARAMS[stage]
+    listed = f"{first.split('.')[1]}/"  # a dep of the folder itself, as dvc.yaml writes it
+    (tmp_path / "dvc.yaml").write_text(yaml.safe_dump(
+        {"stages": {stage: {"cmd": f"bert {stage}", "deps": [listed, "models/pretrained"]}}}))
+    proc = run_bert(stage, cwd=tmp_path, env=env)
+    assert proc.returncode != 0  # no model here
+    for name in others:
+        key = name.split(".")[1]
+        assert (f"{name} {key} is not among the deps of the {stage} stage in dvc.yaml"
+                in proc.stderr), proc.stderr
+    assert f"{first} {first.split('.')[1]} is not among" not in proc.stderr
+    proc = run_bert(stage, cwd=tmp_path)  # not under dvc repro: nothing to say
+    assert "not among the deps" not in proc.stderr

@@ -1,6 +1,7 @@
 """A model-free row beside the fine-tuned ones: TF-IDF over token ids and a logistic
-regression, on the same train/test split. It says how much of a task words alone give away,
-so a fine-tune result reads against it as well as against the majority class.
+regression (a regression task: a linear one, least squares), on the same train/test split. It
+says how much of a task words alone give away, so a fine-tune result reads against it as well
+as against the majority class.
 
 For a sentence pair the features are the TF-IDF of both texts together, their elementwise
 product (which words they share) and its sum, the cosine of the two texts (how much they
@@ -64,24 +65,45 @@ def inverse_document_frequency(train: EncodedExamples, size: int) -> np.ndarray:
 def bag_of_words_predictions(train: EncodedExamples, test: EncodedExamples,
                              num_classes: int) -> np.ndarray:
     """Test predictions of a TF-IDF logistic regression fitted on `train`."""
+    x_train, x_test = _features(train, test)
+    scores = _fitted(x_train, x_test, torch.tensor(train.labels), num_classes, F.cross_entropy)
+    return scores.argmax(dim=1).numpy()
+
+
+def bag_of_words_values(train: EncodedExamples, test: EncodedExamples) -> np.ndarray:
+    """Test predictions of a regression task: a linear regression on TF-IDF (squared error,
+    the same L2 penalty) fitted on `train`'s values."""
+    x_train, x_test = _features(train, test)
+    targets = torch.tensor(train.labels, dtype=torch.float64)[:, None]
+    return _fitted(x_train, x_test, targets, 1, F.mse_loss)[:, 0].numpy()
+
+
+def _features(train: EncodedExamples, test: EncodedExamples
+              ) -> tuple[torch.Tensor, torch.Tensor]:
+    """Both splits' TF-IDF rows, the idf of `train`."""
     size = 1 + max(max(ids) for ids in (*train.input_ids, *test.input_ids))
     idf = inverse_document_frequency(train, size)
     pairs = any(1 in types for types in train.token_type_ids)
-    x_train, x_test = tfidf_features(train, idf, pairs), tfidf_features(test, idf, pairs)
-    labels = torch.tensor(train.labels)
-    weights = torch.zeros(x_train.shape[1], num_classes, dtype=torch.float64, requires_grad=True)
-    bias = torch.zeros(num_classes, dtype=torch.float64, requires_grad=True)
+    return tfidf_features(train, idf, pairs), tfidf_features(test, idf, pairs)
+
+
+def _fitted(x_train: torch.Tensor, x_test: torch.Tensor, targets: torch.Tensor, outputs: int,
+            loss_of) -> torch.Tensor:
+    """The test rows' outputs of a linear map fitted to `targets` by L-BFGS on `loss_of`
+    (outputs, targets) plus the L2 penalty."""
+    weights = torch.zeros(x_train.shape[1], outputs, dtype=torch.float64, requires_grad=True)
+    bias = torch.zeros(outputs, dtype=torch.float64, requires_grad=True)
     optimizer = torch.optim.LBFGS([weights, bias], max_iter=MAX_ITERATIONS,
                                   line_search_fn="strong_wolfe")
-    penalty = 1.0 / (2 * C * len(train))  # sklearn's C * sum(loss) + ||w||^2 / 2, per example
+    penalty = 1.0 / (2 * C * len(targets))  # sklearn's C * sum(loss) + ||w||^2 / 2, per example
 
     def closure() -> torch.Tensor:
         optimizer.zero_grad()
         logits = torch.sparse.mm(x_train, weights) + bias
-        loss = F.cross_entropy(logits, labels) + penalty * weights.pow(2).sum()
+        loss = loss_of(logits, targets) + penalty * weights.pow(2).sum()
         loss.backward()
         return loss
 
     optimizer.step(closure)
     with torch.no_grad():
-        return (torch.sparse.mm(x_test, weights) + bias).argmax(dim=1).numpy()
+        return torch.sparse.mm(x_test, weights) + bias

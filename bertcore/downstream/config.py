@@ -15,7 +15,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
-from bertcore.common.errors import ConfigError, yaml_text
+from bertcore.common.errors import ConfigError, require, yaml_text
 from bertcore.common.validation import (
     Allowed,
     Bool,
@@ -103,6 +103,9 @@ class FinetuneConfig:
     text_field: text(min_length=1, allowed="a field name") = "text"
     text_pair_field: str | None = None  # a second text: sentence-pair classification
     label_field: text(min_length=1, allowed="a field name") = "label"
+    # regression: numeric labels, STS-B's head and loss, Pearson and Spearman; auto: regression
+    # when every label is a number and one is not whole (bertcore.downstream.tasks.task_problem)
+    task: Literal["classification", "regression", "auto"] = "auto"
     max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
     learning_rate: LearningRate = "auto"  # auto: by the model's width (AUTO_LEARNING_RATES)
     batch_size: integer(ge=1) = 16
@@ -118,6 +121,12 @@ class FinetuneConfig:
     @model_validator(mode="after")
     def _weights_decay(self) -> FinetuneConfig:
         require_decay_below_one(self.learning_rate, weight_decay=self.weight_decay)
+        return self
+
+    @model_validator(mode="after")
+    def _builtin_tasks_have_classes(self) -> FinetuneConfig:
+        require(self.task != "regression" or self.data not in BUILTIN_TASKS, "task", self.task,
+                f"classification or auto: {self.data} is a built-in task of classes")
         return self
 
     def recipe(self, hidden_size: int) -> Recipe:

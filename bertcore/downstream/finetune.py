@@ -7,8 +7,9 @@ for classes, mean squared error for a regression head (one output, as transforme
 `problem_type="regression"`). `glue` runs it per task and seed. `run_comparison` fine-tunes two
 copies of `BertForSequenceClassification` with the same recipe, data order and seeds: one whose
 encoder comes from the pretrained model, one from random initialisation (the control).
-Accuracy and macro-F1 on the test split tell what pretraining bought; the majority class and a
-bag-of-words regression tell what they are worth.
+Accuracy and macro-F1 on the test split (a regression task: Pearson's and Spearman's r, as
+GLUE scores STS-B) tell what pretraining bought; the majority class and a bag-of-words
+regression tell what they are worth.
 """
 
 from __future__ import annotations
@@ -32,21 +33,27 @@ from bertcore.common.errors import BertError
 from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
-from bertcore.downstream.bag_of_words import bag_of_words_predictions
+from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
 from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.glue.metrics import correlations
 from bertcore.downstream.tasks import (
+    REGRESSION,
     EncodedExamples,
+    Example,
     encode_examples,
     label_names,
     read_examples,
+    regression_targets,
     split_examples,
+    task_problem,
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
+from bertcore.model.tokenizer import require_readable, unknown_tokens
 from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 
@@ -60,6 +67,17 @@ class Scores:
 
     def to_dict(self) -> dict[str, float]:
         return {"accuracy": self.accuracy, "macro_f1": self.macro_f1}
+
+
+@dataclass
+class Correlations:
+    """A regression task's scores, STS-B's: Pearson's and Spearman's r."""
+
+    pearson: float
+    spearman: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {"pearson": self.pearson, "spearman": self.spearman}
 
 
 def scores(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> Scores:
@@ -79,7 +97,7 @@ def scores(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> Sco
 @dataclass
 class FinetuneResult:
     model: BertForSequenceClassification
-    test: Scores
+    test: Scores | Correlations
     steps: int
     final_train_loss: float
     seconds: float
@@ -207,7 +225,10 @@ def finetune_and_score(
     started = time.perf_counter()
     steps, loss = train_classifier(model, train, recipe, device, pad_id, **kwargs)
     predictions = predict(model, test, device, pad_id)
-    result = scores(predictions, np.asarray(test.labels), len(model.labels))
+    result = (Correlations(**correlations(predictions, test.labels,
+                                          kwargs.get("name", "finetune")))
+              if model.is_regression
+              else scores(predictions, np.asarray(test.labels), len(model.labels)))
     return FinetuneResult(model.cpu(), result, steps, loss, time.perf_counter() - started)
 
 
@@ -215,53 +236,72 @@ def finetune_and_score(
 class Comparison:
     pretrained: FinetuneResult
     scratch: FinetuneResult
-    majority: Scores  # the baselines: always the most frequent class,
-    bag_of_words: Scores  # and a TF-IDF logistic regression (no model, no pretraining)
+    majority: Scores | None  # the baselines: always the most frequent class (None: regression),
+    bag_of_words: Scores | Correlations  # and a TF-IDF regression (no model, no pretraining)
 
     def gain(self) -> dict[str, float]:
-        """What pretraining bought: pretrained minus scratch."""
-        a, b = self.pretrained.test, self.scratch.test
-        return {"accuracy": a.accuracy - b.accuracy, "macro_f1": a.macro_f1 - b.macro_f1}
+        """What pretraining bought: pretrained minus scratch, per score."""
+        a, b = self.pretrained.test.to_dict(), self.scratch.test.to_dict()
+        return {key: a[key] - b[key] for key in a}
 
 
 @dataclass
 class FinetuneTask:
     """A labelled task, encoded: its name (a column of `dvc exp show`), where it came from,
-    the class names and both splits."""
+    classification or regression and why, the class names ([] for regression) and both
+    splits."""
 
     name: str
     description: str
+    problem: str
+    problem_from: str  # finetune.task, or what `auto` found in the labels
     labels: list[str]
     train: EncodedExamples
     test: EncodedExamples
+
+    @property
+    def is_regression(self) -> bool:
+        return self.problem == REGRESSION
 
 
 def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
                   max_positions: int) -> FinetuneTask:
     """The task `finetune.data` names, split and encoded: a built-in one made from the
     held-out `corpus_file`, or a user's file (split by `test_fraction` unless `test_data`
-    gives the test split). Its mistakes are found in a second, before anything slow."""
+    gives the test split), classification or regression by `finetune.task`. Its mistakes are
+    found in a second, before anything slow."""
     if config.data in BUILTIN_TASKS:
         if config.test_data:
             raise BertError(f"finetune.test_data is for a file of your own; {config.data} "
                             "makes its own test split (set it to null)")
         train, test = builtin_task(config.data, corpus_file, config.test_fraction, config.seed)
         name, description = config.data, BUILTIN_TASKS[config.data].description
+        problem, why = task_problem(config.task, train)  # classes (config.py refuses regression)
     else:
-        fields = (config.text_field, config.text_pair_field, config.label_field)
-        examples = read_examples(config.data, *fields)
-        if config.test_data:
-            train, test = examples, read_examples(config.test_data, *fields)
-        else:
-            train, test = split_examples(examples, config.test_fraction, config.seed)
+        train, test, problem, why = _file_examples(config)
         name, description = Path(config.data).name, config.data
-    labels = label_names(train, test)
+    if problem == REGRESSION:
+        regression_targets(train, test)
+    labels = [] if problem == REGRESSION else label_names(train, test)
     if config.max_seq_length > max_positions:
         raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
                         f"model's max_position_embeddings={max_positions}: lower it")
-    return FinetuneTask(name, description, labels,
+    return FinetuneTask(name, description, problem, why, labels,
                         encode_examples(train, tokenizer, labels, config.max_seq_length),
                         encode_examples(test, tokenizer, labels, config.max_seq_length))
+
+
+def _file_examples(config: FinetuneConfig) -> tuple[list[Example], list[Example], str, str]:
+    """(train, test, problem, why) of the user's files: `test_data`, or a seeded split of
+    `data` (stratified by class; a regression's scores are no classes)."""
+    fields = (config.text_field, config.text_pair_field, config.label_field)
+    examples = read_examples(config.data, *fields)
+    test_file = read_examples(config.test_data, *fields) if config.test_data else None
+    problem, why = task_problem(config.task, [*examples, *(test_file or [])])
+    if test_file is not None:
+        return examples, test_file, problem, why
+    return (*split_examples(examples, config.test_fraction, config.seed,
+                            stratified=problem != REGRESSION), problem, why)
 
 
 def run_comparison(
@@ -285,9 +325,13 @@ def run_comparison(
 
         results[which] = finetune_and_score(model, task.train, task.test, recipe, device,
                                             pad_id, name=f"finetune {which}", on_log=log_step)
-        log.info("%s: test accuracy %.4f, macro-F1 %.4f (%d steps, %.1fs)", which,
-                 results[which].test.accuracy, results[which].test.macro_f1,
+        log.info("%s: test %s (%d steps, %.1fs)", which, ", ".join(
+            f"{key} {value:.4f}" for key, value in results[which].test.to_dict().items()),
                  results[which].steps, results[which].seconds)
+    if task.is_regression:  # a constant guess has no correlation: no majority row
+        values = bag_of_words_values(task.train, task.test)
+        return Comparison(results["pretrained"], results["scratch"], None, Correlations(
+            **correlations(values, task.test.labels, "finetune bag of words")))
     classes = len(task.labels)
     bag_of_words = scores(bag_of_words_predictions(task.train, task.test, classes),
                           np.asarray(task.test.labels), classes)
@@ -311,12 +355,16 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
         "scratch": result.scratch.test.to_dict(),
         "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
     }
+    baselines = {"majority_class": result.majority.to_dict()} if result.majority else {}
+    labels = {"problem": task.problem, "problem_from": task.problem_from,
+              "label_range": _label_range(task)} if task.is_regression else {
+        "labels": task.labels}
     details = {
-        "majority_class": result.majority.to_dict(),  # the baselines
+        **baselines,
         "bag_of_words": result.bag_of_words.to_dict(),
         "data": {
             "description": task.description,
-            "labels": task.labels,
+            **labels,
             "train_examples": len(task.train),
             "test_examples": len(task.test),
             "truncated": {"train": task.train.truncated, "test": task.test.truncated},
@@ -332,6 +380,12 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
     return metrics, details
 
 
+def _label_range(task: FinetuneTask) -> list[float]:
+    """The lowest and highest score of a regression task, both splits."""
+    values = [*task.train.labels, *task.test.labels]
+    return [min(values), max(values)]
+
+
 @dataclass(frozen=True)
 class FinetunePaths:
     """What the finetune stage reads and writes."""
@@ -345,17 +399,26 @@ class FinetunePaths:
 
 @dataclass(frozen=True)
 class FinetuneOutcome:
-    """What the finetune stage did: the comparison, and the report's two files."""
+    """What the finetune stage did: the comparison, the report's two files, and whether the
+    task was classification or regression, and why (finetune.task, or what auto found)."""
 
     result: Comparison
     files: tuple[Path, Path]
+    problem: str
+    problem_from: str
 
     def summary(self) -> str:
         """Pretrained against scratch and the baselines, in one line."""
         result, gain = self.result, self.result.gain()
         pretrained, scratch = result.pretrained.test, result.scratch.test
-        return (f"test accuracy {pretrained.accuracy:.4f} pretrained vs {scratch.accuracy:.4f} "
-                f"from scratch ({gain['accuracy']:+.4f}; bag of words "
+        kind = f"{self.problem} ({self.problem_from})"
+        if isinstance(pretrained, Correlations):
+            return (f"{kind}: test Pearson {pretrained.pearson:.4f} pretrained vs "
+                    f"{scratch.pearson:.4f} from scratch ({gain['pearson']:+.4f}; bag of words "
+                    f"{result.bag_of_words.pearson:.4f}), Spearman {pretrained.spearman:.4f} "
+                    f"vs {scratch.spearman:.4f}")
+        return (f"{kind}: test accuracy {pretrained.accuracy:.4f} pretrained vs "
+                f"{scratch.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; bag of words "
                 f"{result.bag_of_words.accuracy:.4f}, majority class "
                 f"{result.majority.accuracy:.4f}), macro-F1 {pretrained.macro_f1:.4f} vs "
                 f"{scratch.macro_f1:.4f}")
@@ -371,6 +434,8 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     tokenizer = load_tokenizer(paths.vocab_dir)
     task = finetune_task(config, paths.corpus_file, tokenizer,
                          model.config.max_position_embeddings)
+    require_readable(*unknown_tokens(tokenizer, task.train.input_ids), paths.vocab_dir,
+                     f"the training examples of {task.name}")
     recipe = config.recipe(model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": dataclasses.asdict(config)}))
@@ -383,4 +448,4 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     files = write_report(paths.metrics_file, metrics, details)
     runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
                         for key, value in metrics[which].items()}, details)
-    return FinetuneOutcome(result, files)
+    return FinetuneOutcome(result, files, task.problem, task.problem_from)

@@ -2,9 +2,11 @@
 
 A user's file is JSON Lines (`.jsonl`), `.csv` or `.tsv` (a header row names the columns),
 with a text field, an optional second text field for sentence pairs, and a label field.
-Labels are strings or integers; the class order is the labels' natural order (integers
-numerically, then strings), so `id2label` of an export is predictable. The built-in tasks,
-made from held-out text, are in `builtin_tasks`.
+Labels are strings or numbers, a number written one way whatever the file wrote (`1`, `1.0`
+and `01` are one label, `1`). A task is classification (the class order is the labels'
+natural order, numbers numerically, then strings, so `id2label` of an export is predictable)
+or regression (numeric labels, a continuous score as STS-B's); `task_problem` says which. The
+built-in tasks, made from held-out text, are in `builtin_tasks`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import csv
 import io
 import json
+import math
 import random
+import re
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -25,6 +29,9 @@ if TYPE_CHECKING:
     import torch
 
 FORMATS = (".jsonl", ".csv", ".tsv")
+CLASSIFICATION, REGRESSION, AUTO = "classification", "regression", "auto"
+# a number as a label may be written: 3, -2, 0.5, .5, 4., 1e-3 (not 1_000, nan, inf)
+_NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
 
 
 @dataclass(frozen=True)
@@ -162,12 +169,60 @@ def _text(row: dict, field: str, where: str, key: str) -> str:
 
 
 def _label(value, where: str) -> str:
-    if isinstance(value, bool) or not isinstance(value, str | int):
-        raise BertError(f"{where}: label {value!r} is neither a string nor an integer")
-    label = str(value).strip()
+    if isinstance(value, bool) or not isinstance(value, str | int | float) or (
+            isinstance(value, float) and not math.isfinite(value)):
+        raise BertError(f"{where}: label {value!r} is neither a string nor a finite number")
+    label = normal_label(value)
     if not label:
         raise BertError(f"{where}: the label is empty")
     return label
+
+
+def normal_label(value: str | int | float) -> str:
+    """A label as one class: a number written one way (1, 1.0, "1.0", "01" -> "1"; 2.50 ->
+    "2.5"), any other text stripped."""
+    text = str(value).strip()
+    if isinstance(value, int) or re.fullmatch(r"[+-]?\d+", text):
+        return str(int(text))
+    number = label_number(text)
+    if number is None:
+        return text
+    return str(int(number)) if number.is_integer() else repr(number)
+
+
+def label_number(label: str) -> float | None:
+    """The number a label writes, None for a label that is no number."""
+    if not _NUMBER.fullmatch(label):
+        return None
+    number = float(label)
+    return number if math.isfinite(number) else None
+
+
+def task_problem(task: str, examples: Sequence[Example]) -> tuple[str, str]:
+    """(CLASSIFICATION or REGRESSION, why) for `finetune.task` over the examples' labels:
+    auto is regression when every label is a number and one of them is not whole (a score
+    such as 3.8), else classification (names, or whole numbers: classes 1..5)."""
+    if task != AUTO:
+        return task, f"finetune.task: {task}"
+    numbers = [label_number(e.label) for e in examples]
+    if any(n is None for n in numbers):
+        return CLASSIFICATION, "auto: the labels are names"
+    if all(n.is_integer() for n in numbers):
+        return CLASSIFICATION, "auto: the labels are whole numbers"
+    return REGRESSION, "auto: the labels are numbers, not all whole"
+
+
+def regression_targets(train: Sequence[Example], test: Sequence[Example] = ()) -> None:
+    """Check a regression task's labels: every one a number, the training ones not all
+    equal (nothing to learn, and no correlation to score)."""
+    for example in (*train, *test):
+        if label_number(example.label) is None:
+            raise BertError(f"label {example.label!r} is not a number: a regression task needs "
+                            "numbers (set finetune.task to classification or auto)")
+    values = {label_number(e.label) for e in train}
+    if len(values) < 2:
+        raise BertError(f"every training label is {train[0].label}: a regression needs "
+                        "scores that differ")
 
 
 def label_names(train: Sequence[Example], test: Sequence[Example] = ()) -> list[str]:
@@ -186,22 +241,21 @@ def label_names(train: Sequence[Example], test: Sequence[Example] = ()) -> list[
 
 
 def _natural(label: str):
-    try:
-        return (0, int(label), "")
-    except ValueError:
-        return (1, 0, label)
+    number = label_number(label)
+    return (1, 0.0, label) if number is None else (0, number, label)
 
 
 def split_examples(
-    examples: Sequence[Example], test_fraction: float, seed: int
+    examples: Sequence[Example], test_fraction: float, seed: int, stratified: bool = True
 ) -> tuple[list[Example], list[Example]]:
     """A seeded split, stratified by label: each class gives round(n * test_fraction) of its
-    examples to the test split, but always keeps at least one for training."""
+    examples to the test split, but always keeps at least one for training. Not `stratified`
+    (a regression's scores, each a class of its own), the examples are one group."""
     rng = random.Random(seed)
     train, test = [], []
     by_label: dict[str, list[Example]] = {}
     for example in examples:
-        by_label.setdefault(example.label, []).append(example)
+        by_label.setdefault(example.label if stratified else "", []).append(example)
     for label in sorted(by_label):
         group = by_label[label]
         rng.shuffle(group)

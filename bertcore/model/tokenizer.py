@@ -5,11 +5,15 @@ tokens, or into ids it has no embedding for: wrong answers and no error. So a Be
 a tokenizer that differs from the folder's own, that is not the vocabulary the model was
 trained with (where the folder records it), or, named by the user, whose size or [PAD] id is
 not the model's. A folder's own tokenizer may be smaller than its model (embeddings padded to
-a round size, as some Hugging Face models have), never larger.
+a round size, as some Hugging Face models have), never larger, nor under half its rows.
+
+A tokenizer that fits the model may still not read the text a stage gives it (another
+casing, another script): `require_readable` stops one that reads most of it as [UNK].
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -22,6 +26,18 @@ from bertcore.model.bert import BertConfig
 # transformers' BertTokenizer defaults, for a bare vocab.txt without tokenizer_config.json
 BERT_DEFAULT_RULES = CasingRules(lowercase=True, strip_accents=None)
 _DEFAULTS_FROM = "BertTokenizer's defaults"
+
+# transformers 5's BertTokenizerFast(vocab_file=...) ignores the file and saves a tokenizer of
+# the 5 special tokens alone, which reads every word as [UNK]: the usual way to get one.
+_FIVE_TOKENS_HINT = ("(transformers 5's BertTokenizerFast(vocab_file=...) makes one of 5 tokens: "
+                     "save BertTokenizerFast.from_pretrained(DIR) instead)")
+UNK = "[UNK]"
+# WordPiece spells any word of its alphabet out of pieces and gives [UNK] only for a word with
+# a character outside it: on text in the vocabulary's language that is a fraction of a percent
+# (the pipeline's vocabulary on its own train split: 0 of 285,826 tokens, metrics/vocab.json).
+# Half the text's tokens [UNK] means the tokenizer does not read the text at all (another
+# casing, script or vocabulary), and every score on it is meaningless.
+MAX_UNK_SHARE = 0.5
 
 
 def has_tokenizer(folder: Path) -> bool:
@@ -48,7 +64,7 @@ def model_tokenizer(model_dir: Path, vocab_dir: Path | None, config: BertConfig,
     if vocab_dir is None and not own:
         raise BertError(f"no tokenizer (tokenizer.json or vocab.txt) in {model_dir}: export "
                         "with the vocab, or pass --vocab DIR")
-    source = model_dir if own else vocab_dir
+    source = tokenizer_folder(model_dir, vocab_dir)
     chosen = _read(source, f"the model folder {model_dir}" if own else f"--vocab {vocab_dir}")
     if own and vocab_dir is not None:
         _require_same(chosen, _read(vocab_dir, f"--vocab {vocab_dir}"), model_dir, vocab_dir)
@@ -57,11 +73,17 @@ def model_tokenizer(model_dir: Path, vocab_dir: Path | None, config: BertConfig,
             raise BertError(f"the model in {model_dir} was trained with another vocabulary "
                             f"than the one in {source} (their vocab.txt differ): use the "
                             "vocabulary it was trained with")
-    elif own:
-        _require_no_larger(chosen.tokenizer, model_dir, config)
-    else:
+    elif not own:
         _require_same_size_and_pad(chosen.tokenizer, vocab_dir, model_dir, config)
+    if own:  # (its tokenizer.json is read before its vocab.txt: it may not be the one trained)
+        _require_covering(chosen.tokenizer, model_dir, config)
     return chosen.tokenizer
+
+
+def tokenizer_folder(model_dir: Path, vocab_dir: Path | None) -> Path:
+    """Where the tokenizer of the model in `model_dir` is read from: the folder's own, else
+    `vocab_dir` (the folder named in messages about the tokenizer)."""
+    return model_dir if has_tokenizer(model_dir) or vocab_dir is None else vocab_dir
 
 
 def _read(folder: Path, what: str) -> SourceVocabulary:
@@ -83,11 +105,19 @@ def _require_same(own: SourceVocabulary, given: SourceVocabulary, model_dir: Pat
                     "leave out --vocab, which is for model folders without a tokenizer")
 
 
-def _require_no_larger(tokenizer: Tokenizer, model_dir: Path, config: BertConfig) -> None:
+def _require_covering(tokenizer: Tokenizer, model_dir: Path, config: BertConfig) -> None:
+    """A folder's own tokenizer: no more tokens than the model has rows, and at least half as
+    many (padding a vocabulary to a multiple of m <= its size never doubles it; one far
+    smaller leaves most of the model's tokens unreadable)."""
     size = tokenizer.get_vocab_size()
     if size > config.vocab_size:
         raise BertError(f"the tokenizer in {model_dir} has {size} tokens, its model only "
                         f"{config.vocab_size}: export the model with its own vocabulary")
+    if 2 * size < config.vocab_size:
+        raise BertError(f"the tokenizer in {model_dir} has {size} tokens, its model "
+                        f"{config.vocab_size}: it does not cover the model's vocabulary "
+                        f"{_FIVE_TOKENS_HINT}; put the tokenizer the model was trained with "
+                        "there")
 
 
 def _require_same_size_and_pad(tokenizer: Tokenizer, source: Path, model_dir: Path,
@@ -103,3 +133,25 @@ def _require_same_size_and_pad(tokenizer: Tokenizer, source: Path, model_dir: Pa
         raise BertError(f"the tokenizer in {source} has [PAD] at id {pad}, the model in "
                         f"{model_dir} at {config.pad_token_id}: they do not belong together; "
                         "use the vocabulary the model was trained with")
+
+
+def unknown_tokens(tokenizer: Tokenizer, encoded: Iterable[Sequence[int]]) -> tuple[int, int]:
+    """([UNK] tokens, tokens) of encoded texts, the special tokens ([CLS], [SEP], [MASK],
+    [PAD]) not counted."""
+    unk_id = tokenizer.token_to_id(UNK)
+    special = {tokenizer.token_to_id(token) for token in ("[CLS]", "[SEP]", "[MASK]", "[PAD]")}
+    unknown = counted = 0
+    for ids in encoded:
+        kept = [i for i in ids if i not in special]
+        counted += len(kept)
+        unknown += kept.count(unk_id)
+    return unknown, counted
+
+
+def require_readable(unknown: int, counted: int, folder: str | Path, text: str) -> None:
+    """Stop when the tokenizer of `folder` read more than MAX_UNK_SHARE of `text`'s `counted`
+    tokens as [UNK] (`unknown` of them)."""
+    if counted and unknown > MAX_UNK_SHARE * counted:
+        raise BertError(f"the tokenizer in {folder} reads {unknown} of the {counted} tokens of "
+                        f"{text} as [UNK] ({unknown / counted:.0%}): it does not read this "
+                        "text; use the tokenizer the model was trained with, casing included")

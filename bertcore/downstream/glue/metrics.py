@@ -32,15 +32,27 @@ CONSTANT_SPAN = 1e-3
 
 def _correlation(function: Callable) -> Callable[[GlueTask, Sequence, Sequence], float]:
     def correlation(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
-        if _span(predictions) < CONSTANT_SPAN or _span(golds) < CONSTANT_SPAN:
-            # a constant side: no correlation, as MCC counts it
-            log.warning("%s: %s of constant predictions or golds (all within %g) is "
-                        "undefined, counted as 0", task.key, function.__name__, CONSTANT_SPAN)
-            return 0.0
-        with warnings.catch_warnings():  # scipy's own doubts of precision: the span is checked
-            warnings.simplefilter("ignore", stats.NearConstantInputWarning)
-            return function(predictions, golds).statistic
+        return _correlation_of(function, predictions, golds, task.key)
     return correlation
+
+
+def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
+                    what: str) -> float:
+    if _span(predictions) < CONSTANT_SPAN or _span(golds) < CONSTANT_SPAN:
+        # a constant side: no correlation, as MCC counts it
+        log.warning("%s: %s of constant predictions or golds (all within %g) is "
+                    "undefined, counted as 0", what, function.__name__, CONSTANT_SPAN)
+        return 0.0
+    with warnings.catch_warnings():  # scipy's own doubts of precision: the span is checked
+        warnings.simplefilter("ignore", stats.NearConstantInputWarning)
+        return float(function(predictions, golds).statistic)
+
+
+def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str, float]:
+    """STS-B's metrics of any regression: Pearson's and Spearman's r of the predictions
+    against the golds (a constant side counted 0, with a warning naming `what`)."""
+    return {"pearson": _correlation_of(stats.pearsonr, predictions, golds, what),
+            "spearman": _correlation_of(stats.spearmanr, predictions, golds, what)}
 
 
 def _span(values: Sequence) -> float:

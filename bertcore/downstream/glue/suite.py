@@ -41,7 +41,12 @@ from bertcore.downstream.tasks import EncodedExamples, encode_examples
 from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.pretrained import load_pretrained
-from bertcore.model.tokenizer import model_tokenizer, require_own_tokenizer
+from bertcore.model.tokenizer import (
+    model_tokenizer,
+    require_own_tokenizer,
+    require_readable,
+    unknown_tokens,
+)
 
 log = logging.getLogger(__name__)
 
@@ -329,6 +334,22 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
     return result
 
 
+# train rows of each task whose [UNK] share is checked: enough for a share, a second to encode
+READABLE_SAMPLE = 1000
+
+
+def require_readable_task(data: TaskData, model: GlueModel, config: GlueConfig) -> None:
+    """Stop when the model's tokenizer reads most of the task's first train rows as [UNK]:
+    its scores would be the model's guesses from nothing."""
+    rows = data.train[:READABLE_SAMPLE]
+    texts = [row.text if row.pair is None else (row.text, row.pair) for row in rows]
+    encoded = (e.ids for e in model.tokenizer.encode_batch(texts, add_special_tokens=False))
+    where = (f"hf:glue {data.task.key}" if config.data == GLUE_DATA_HF
+             else str(task_file(config.data, data.task, "train.tsv")))
+    require_readable(*unknown_tokens(model.tokenizer, encoded), model.tokenizer_dir,
+                     f"{where} (its first {len(rows)} rows)")
+
+
 def _finished_or_run(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
                      identity: dict) -> SeedRun:
     name = suite.finished.name(task.key, recipe, identity)
@@ -347,7 +368,8 @@ def _with_median_model(result: TaskResult, inputs: TaskInputs, suite: Suite,
 
 def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailure]:
     """Read every task's files first (their mistakes in seconds, before any training), then
-    fine-tune the tasks that read, in GLUE's order."""
+    fine-tune the tasks that read, in GLUE's order. A tokenizer that cannot read a task's
+    text stops the suite before any training."""
     readable: list[TaskData | TaskFailure] = []
     for task in tasks:
         try:
@@ -355,5 +377,8 @@ def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailu
         except BertError as error:
             readable.append(TaskFailure(task, str(error)))
             log.warning("glue: %s is left out: %s", task.key, error)
+    for data in readable:
+        if not isinstance(data, TaskFailure):
+            require_readable_task(data, suite.model, suite.config)
     return [data if isinstance(data, TaskFailure) else run_task(data, suite)
             for data in readable]

@@ -4,7 +4,8 @@ al. 2019, JSON Lines with `masked_sentences`, whose first entry holds one [MASK]
 Precision at k: the share of items whose answer is among the model's k likeliest words,
 over the answers that are one whole-word token of the model's vocabulary (after its
 tokenizer's normalisation, e.g. lower-casing); the others cannot be predicted in one slot, so
-they are not counted, and are reported. The model ranks whole-word tokens only (no
+they are not counted, and are reported. Over no counted item a precision is None (JSON null),
+never 0, which `dvc exp show` would read as a score. The model ranks whole-word tokens only (no
 punctuation, `##` piece or special token), the set the word-frequency baseline guesses from,
 so that the two compare like with like."""
 
@@ -103,11 +104,14 @@ def _encoded(lm: MaskedLM, item: ClozeItem) -> list[int]:
 
 
 def precision(scored: Sequence[ScoredCloze], k: int, guess: Sequence[int] | None = None
-              ) -> float:
-    """P@k over the counted items: of the model's top k, or of one `guess` for all."""
+              ) -> float | None:
+    """P@k over the counted items: of the model's top k, or of one `guess` for all; None
+    when no item is counted."""
     counted = [s for s in scored if s.answer_id is not None]
+    if not counted:
+        return None
     hits = sum(s.answer_id in (s.top if guess is None else guess)[:k] for s in counted)
-    return hits / max(len(counted), 1)
+    return hits / len(counted)
 
 
 def cloze_report(scored: Sequence[ScoredCloze], counts: TrainCounts, lm: MaskedLM

@@ -65,9 +65,10 @@ class PretrainingProbes:
     counts: TrainCounts
     probes: BuiltinProbes
 
-    def __call__(self, model: BertPretrainingModel) -> dict[str, float]:
+    def __call__(self, model: BertPretrainingModel) -> dict[str, float | None]:
         """The probes' figures for `model` (the one they were prepared for) as it is now,
-        scored as the probe stage scores them; the model is left in the mode it was in."""
+        scored as the probe stage scores them (None over no item: an empty cell); the model
+        is left in the mode it was in."""
         lm = self.lm if model is self.lm.model else MaskedLM(
             model, self.lm.tokenizer, self.lm.device, self.lm.batch_size)
         was_training = model.training

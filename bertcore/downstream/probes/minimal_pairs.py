@@ -1,7 +1,8 @@
 """Minimal pairs: a sentence and a worse version of it (BLiMP: Warstadt et al. 2020), told
 apart when the model's pseudo-log-likelihood of the good one is the higher. Read from BLiMP's
 JSON Lines (`sentence_good`, `sentence_bad`, grouped by `UID` where a line has one, else by
-the file's name); the built-in probes make pairs of their own (`builtin.py`)."""
+the file's name); the built-in probes make pairs of their own (`builtin.py`). Over no pair an
+accuracy is None (JSON null), never 0."""
 
 from __future__ import annotations
 
@@ -75,10 +76,12 @@ def score_pairs(lm: MaskedLM, pairs: Sequence[MinimalPair], counts: TrainCounts,
             for i, pair in enumerate(pairs)]
 
 
-def accuracy(wins: Sequence[tuple[float, float]]) -> float:
+def accuracy(wins: Sequence[tuple[float, float]]) -> float | None:
     """Share of (good, bad) scores with good above bad, a tie counting half (as a coin
-    would): a score that cannot tell a pair apart gets 0.5."""
-    return sum(1.0 if g > b else 0.5 if g == b else 0.0 for g, b in wins) / max(len(wins), 1)
+    would): a score that cannot tell a pair apart gets 0.5. None for no pair."""
+    if not wins:
+        return None
+    return sum(1.0 if g > b else 0.5 if g == b else 0.0 for g, b in wins) / len(wins)
 
 
 def pair_report(scored: Sequence[ScoredPair]) -> tuple[dict, dict]:
@@ -98,5 +101,5 @@ def pair_report(scored: Sequence[ScoredPair]) -> tuple[dict, dict]:
     return {"accuracy": accuracy([(s.good, s.bad) for s in scored])}, details
 
 
-def _unigram_accuracy(scored: Sequence[ScoredPair]) -> float:
+def _unigram_accuracy(scored: Sequence[ScoredPair]) -> float | None:
     return accuracy([(s.unigram_good, s.unigram_bad) for s in scored])

@@ -15,12 +15,22 @@ from bertcore.common.errors import BertError
 from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
-from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
+from bertcore.downstream.probes.cloze import ClozeItem, cloze_report, read_cloze, score_cloze
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
-from bertcore.downstream.probes.minimal_pairs import pair_report, read_minimal_pairs, score_pairs
-from bertcore.model.tokenizer import require_own_tokenizer
+from bertcore.downstream.probes.minimal_pairs import (
+    MinimalPair,
+    pair_report,
+    read_minimal_pairs,
+    score_pairs,
+)
+from bertcore.model.tokenizer import (
+    require_own_tokenizer,
+    require_readable,
+    tokenizer_folder,
+    unknown_tokens,
+)
 from bertcore.training.hardware.devices import resolve_device
 from bertcore.training.run.model_run import log_report_into, pretraining_run
 from bertcore.training.run.trained_model import load_model_and_tokenizer
@@ -42,8 +52,10 @@ class ProbeReport:
 
 
 def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
-               train_file: str | Path) -> ProbeReport:
-    """The built-in probes (unless `builtin_sentences` is 0) and the user's files, if any."""
+               train_file: str | Path, tokenizer_dir: str | Path = "the model's folder"
+               ) -> ProbeReport:
+    """The built-in probes (unless `builtin_sentences` is 0) and the user's files, if any.
+    `tokenizer_dir`: where `lm`'s tokenizer is from, named when it cannot read the text."""
     if not config.builtin_sentences and not (config.minimal_pairs or config.cloze):
         raise BertError("probe.builtin_sentences is 0 and neither probe.minimal_pairs nor "
                         "probe.cloze is set: there is nothing to probe")
@@ -51,6 +63,7 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
     pairs = read_minimal_pairs(config.minimal_pairs) if config.minimal_pairs else None
     cloze = read_cloze(config.cloze) if config.cloze else None
     counts = count_train(train_file, lm)
+    _require_readable(lm, counts, train_file, pairs, cloze, config, tokenizer_dir)
     report = ProbeReport()
     if config.builtin_sentences:
         _builtin(report, lm, config, val_file, counts)
@@ -67,6 +80,20 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
         report.items["cloze.jsonl"] = [s.row(lm) for s in scored]
     report.details["frequencies"] = counts.describe(str(train_file))
     return report
+
+
+def _require_readable(lm: MaskedLM, counts, train_file: str | Path,
+                      pairs: list[MinimalPair] | None, cloze: list[ClozeItem] | None,
+                      config: ProbeConfig, tokenizer_dir: str | Path) -> None:
+    """Stop before scoring when the tokenizer reads most of the probes' text as [UNK]: the
+    train split (the built-in probes' corpus) and each of the user's files."""
+    require_readable(int(counts.tokens[lm.unk_id]) if lm.unk_id is not None else 0,
+                     int(counts.tokens.sum()), tokenizer_dir, f"the train split {train_file}")
+    for texts, key in (([t for p in pairs or () for t in (p.good, p.bad)], "minimal_pairs"),
+                       ([item.text for item in cloze or ()], "cloze")):
+        encoded = (e.ids for e in lm.tokenizer.encode_batch(texts, add_special_tokens=False))
+        require_readable(*unknown_tokens(lm.tokenizer, encoded), tokenizer_dir,
+                         f"probe.{key} {getattr(config, key)}")
 
 
 def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
@@ -117,7 +144,8 @@ class ProbeOutcome:
     files: tuple[Path, Path]
 
     def summary(self) -> list[str]:
-        """The console's lines: each probe's figure beside its baseline."""
+        """The console's lines: each probe's figure beside its baseline; a figure over no
+        item reads null, as metrics/probe.json holds it."""
         metrics, details = self.metrics, self.details
         lines = []
         if "builtin" in metrics:
@@ -125,8 +153,8 @@ class ProbeOutcome:
             cloze, base = scores["cloze"], about["cloze"]["frequency_baseline"]
             lines.append(
                 f"probe: held-out word cloze ({about['cloze']['items']} items): P@1 "
-                f"{cloze['p_at_1']:.4f}, P@10 {cloze['p_at_10']:.4f} (word frequency "
-                f"{base['p_at_1']:.4f}, {base['p_at_10']:.4f})")
+                f"{_figure(cloze['p_at_1'])}, P@10 {_figure(cloze['p_at_10'])} (word frequency "
+                f"{_figure(base['p_at_1'])}, {_figure(base['p_at_10'])})")
             lines.append(
                 "probe: held-out sentences by PLL, against two adjacent words swapped "
                 f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
@@ -142,16 +170,25 @@ class ProbeOutcome:
             base = about["frequency_baseline"]
             lines.append(
                 f"probe: cloze ({about['items']} items, {about['not_counted']['count']} answers "
-                f"not one token, not counted): P@1 {cloze['p_at_1']:.4f}, P@10 "
-                f"{cloze['p_at_10']:.4f} (word frequency {base['p_at_1']:.4f}, "
-                f"{base['p_at_10']:.4f})")
-        return lines
+                f"not one token, not counted): P@1 {_figure(cloze['p_at_1'])}, P@10 "
+                f"{_figure(cloze['p_at_10'])} (word frequency {_figure(base['p_at_1'])}, "
+                f"{_figure(base['p_at_10'])})")
+        return [f"{line}; {NULL_MEANS}" if NULL in line else line for line in lines]
 
 
 def _pairs(metrics: dict, details: dict, name: str) -> str:
     about = details[name]
-    return (f"{metrics[name]['accuracy']:.4f} (unigram {about['unigram_baseline']['accuracy']:.4f},"
-            f" {about['pairs']} pairs)")
+    return (f"{_figure(metrics[name]['accuracy'])} (unigram "
+            f"{_figure(about['unigram_baseline']['accuracy'])}, {about['pairs']} pairs)")
+
+
+NULL = "null"
+NULL_MEANS = "null: no item to score, not a score of 0"
+
+
+def _figure(value: float | None) -> str:
+    """A score to four places; None (no item to score) as the JSON holds it."""
+    return NULL if value is None else f"{value:.4f}"
 
 
 def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
@@ -171,7 +208,8 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
                     paths.out_file)
     probing_device = resolve_device(device, setting="--device")
     lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
-    report = run_probes(lm, config, paths.val_file, paths.train_file)
+    folder = tokenizer_folder(Path(model_dir), Path(vocab_dir) if vocab_dir else None)
+    report = run_probes(lm, config, paths.val_file, paths.train_file, folder)
     details = {"model": str(model_dir), **report.details}
     write_items(paths.items_dir, report.items)
     files = write_report(paths.out_file, report.metrics, details)
