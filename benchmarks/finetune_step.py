@@ -8,23 +8,28 @@ batches (padded to their longest: token ids, attention mask, token types of sing
 and pairs) and the same CPU threads. First both models' losses and every gradient (through
 the name mapping) are checked to agree, so the comparison is fair; then they step in turn
 A B A B after a warm-up, so that load from other processes hits both alike, on batches
-collated beforehand (their first-step losses checked again). Beside them: our step with
-AdamW unfused (`ours-unfused`, torch's single-tensor AdamW on the CPU, what the loop took
+collated beforehand (their first-step losses checked again). `ours` is the loop's step, its
+encoder unpadded (on the real tokens alone, `encode(..., unpad=True)`); beside it the same
+step padded (`ours-padded`: every layer on the batch padded to its longest, as before),
+with AdamW unfused (`ours-unfused`, torch's single-tensor AdamW on the CPU, what the loop took
 before: 0.85-0.89x the fused step at BERT-tiny, measured), the batch collation
 (`EncodedExamples.batch`) timed on its own, and `train_classifier` itself over the same
 batches (its loop: collation, the bar, the logging window), for the overhead of the loop.
 
 Shapes: `full`, 32 pairs of 128 tokens; `glue`, a GLUE-like mix: half single sentences (about
-20 tokens, as SST-2 or CoLA), half pairs (about 45, as MNLI, QNLI or MRPC), drawn at random into
+20 tokens, as SST-2 or CoLA), half pairs (about 45, as MNLI, QNLI or MRPC); `sst2`, single
+sentences as SST-2's (median 16 tokens, a long tail up to `--seq`); drawn at random into
 batches as `train_classifier` draws them, so each batch is padded to its longest. For each
-preset and shape one row per step kind; the last line is machine-readable:
+preset and shape one row per step kind; the last lines are machine-readable:
 
     speedup_vs_transformers=tiny/full:X.XX,tiny/glue:X.XX,mini/full:X.XX,mini/glue:X.XX
+    unpadded_vs_padded=tiny/full:X.XX,tiny/glue:X.XX,mini/full:X.XX,mini/glue:X.XX
 
     python benchmarks/finetune_step.py                 # BERT-tiny and -mini, both shapes
     python benchmarks/finetune_step.py --quick         # a smoke run (batch 8, few steps)
     python benchmarks/finetune_step.py --cpu avx2:1    # pinned as the finetune stage pins
     python benchmarks/finetune_step.py --profile       # where our loop's time goes (cProfile)
+    python benchmarks/finetune_step.py --shapes sst2 --seq 64 --clock cpu
 
 `--pinning` measures what pinning the CPU kernels costs our fine-tuning step, as
 `model_step.py --pinning` does for the pretraining step (one process per setting, in turn).
@@ -50,7 +55,7 @@ import torch.nn.functional as F
 from model_step import add_pinning_options, compare_pinning, cpu_config, pinning_worker
 
 from bertcore.downstream.config import FinetuneConfig, Recipe
-from bertcore.downstream.finetune import train_classifier
+from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
@@ -84,12 +89,19 @@ def glue_like_lengths(n: int, seq: int, rng: np.random.Generator) -> list[tuple[
     return lengths
 
 
+def sst2_like_lengths(n: int, seq: int, rng: np.random.Generator) -> list[tuple[int, int]]:
+    """Single sentences as SST-2's: log-normal around 16 tokens, cut to fit `seq`."""
+    return [(int(np.clip(rng.lognormal(math.log(16), 0.55), 3, seq - 2)), 0) for _ in range(n)]
+
+
 def make_examples(shape: str, n: int, seq: int, vocab: int, seed: int = 0) -> EncodedExamples:
     """Encoded examples as `encode_examples` makes them: [CLS] A [SEP] (B [SEP]), token types
     0 on [CLS] A [SEP] and 1 on B [SEP]; balanced random labels."""
     rng = np.random.default_rng(seed)
     if shape == "full":
         lengths = [((seq - 3) // 2, seq - 3 - (seq - 3) // 2)] * n
+    elif shape == "sst2":
+        lengths = sst2_like_lengths(n, seq, rng)
     else:
         lengths = glue_like_lengths(n, seq, rng)
     input_ids, token_type_ids = [], []
@@ -159,12 +171,13 @@ class Stepper:
         return loss.detach(), norm
 
 
-def our_logits(model):
+def our_logits(model, unpad: bool = True):
     dtype = resolve_precision("auto", torch.device("cpu"))
 
     def logits(batch: dict) -> torch.Tensor:
         with autocast(torch.device("cpu"), dtype):
-            return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+            return model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"],
+                         unpad=unpad and pads(batch))  # as train_classifier
 
     return logits
 
@@ -205,8 +218,10 @@ def measure(args: argparse.Namespace, preset: str, shape: str) -> Case:
     check_same_gradients(ours, theirs, batches[0])
     initial = copy.deepcopy(ours)  # train_classifier's rounds start from the same weights
     lr = finetune.learning_rate
-    unfused = copy.deepcopy(initial)
+    unfused, padded = copy.deepcopy(initial), copy.deepcopy(initial)
     runs = {"ours": Stepper(ours, our_logits(ours), finetune, steps, lr),
+            "ours-padded": Stepper(padded, our_logits(padded, unpad=False), finetune, steps,
+                                   lr),
             "transformers": Stepper(theirs, their_logits(theirs), finetune, steps, lr),
             # the loop before it took fused AdamW on the CPU too: torch's single-tensor AdamW
             "ours-unfused": Stepper(unfused, our_logits(unfused), finetune, steps, lr,
@@ -308,7 +323,7 @@ def report(cases: list[Case], args: argparse.Namespace) -> None:
           f"clock={args.clock}")
     print(f"{'preset/shape':<12}{'padded':>8}{'real':>6}{'step':>18}{'median ms':>11}"
           f"{'steps/s':>9}{'vs transformers':>17}")
-    ratios = []
+    ratios, unpadded = [], []
     for case in cases:
         medians = {name: statistics.median(times) for name, times in case.seconds.items()}
         theirs = medians["transformers"]
@@ -320,7 +335,10 @@ def report(cases: list[Case], args: argparse.Namespace) -> None:
             print(f"{label:<12}{padded:>8}{real:>6}{name:>18}{seconds * 1e3:>11.2f}"
                   f"{1 / seconds:>9.1f}{ratio:>17}")
         ratios.append(f"{case.preset}/{case.shape}:{theirs / medians['ours']:.2f}")
+        unpadded.append(f"{case.preset}/{case.shape}:"
+                        f"{medians['ours-padded'] / medians['ours']:.2f}")
     print("speedup_vs_transformers=" + ",".join(ratios))
+    print("unpadded_vs_padded=" + ",".join(unpadded))
 
 
 # ---------------------------------------------------------------------- the loop's profile
@@ -365,7 +383,8 @@ def ours_training(args: argparse.Namespace):
 def parse_args() -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--presets", nargs="+", default=["tiny", "mini"])
-    parser.add_argument("--shapes", nargs="+", default=["full", "glue"], choices=["full", "glue"])
+    parser.add_argument("--shapes", nargs="+", default=["full", "glue"],
+                        choices=["full", "glue", "sst2"])
     parser.add_argument("--seq", type=int, default=128, help="the longest example's tokens")
     parser.add_argument("--batch", type=int, default=32)
     parser.add_argument("--vocab-size", type=int, default=30522, help="BERT's uncased vocab")

@@ -39,12 +39,15 @@ def matmul_flops_per_s(device, n: int, repeats: int = 10) -> float:
     return 2 * n**3 / statistics.median(times)
 
 
-def executed_flops(config, batch: int, length: int, head_rows: int) -> float:
-    """Matmul FLOPs one training step executes (3 x forward): the encoder on every padded
-    token, attention on L x L, the MLM head on `head_rows` rows, pooler and NSP."""
+def executed_flops(config, batch: int, length: int, head_rows: int,
+                   tokens: int | None = None) -> float:
+    """Matmul FLOPs one training step executes (3 x forward): the encoder's projections and
+    feed-forward layers on every padded token (unpadded: on its `tokens` real ones),
+    attention on L x L, the MLM head on `head_rows` rows, pooler and NSP."""
     h, i, layers, v = (config.hidden_size, config.intermediate_size,
                        config.num_hidden_layers, config.vocab_size)
-    encoder = batch * length * 2 * layers * (4 * h * h + 2 * h * i)
+    tokens = batch * length if tokens is None else tokens
+    encoder = tokens * 2 * layers * (4 * h * h + 2 * h * i)
     attention = layers * 4 * batch * length * length * h
     heads = head_rows * 2 * (h * h + h * v) + batch * 2 * (h * h + 2 * h)
     return 3.0 * (encoder + attention + heads)

@@ -2,7 +2,10 @@
 in one of two named comparisons: eager against eager, or compiled against compiled.
 
 - Same config, weights, batch and masks; fused AdamW, gradient clipping and bf16 autocast on
-  both sides. Ours is the trainer's own step (`StepRunner.train_step`).
+  both sides. Ours is the trainer's own step (`StepRunner.train_step`). In the compiled
+  comparison, beside it, the same step with the encoder unpadded (`ours-unpadded`:
+  `unpad=True`, on the real tokens alone; attention re-padded, with the same kernel),
+  compiled with fullgraph=True too.
 - Compiled: ours with fullgraph=True, so a graph break on this torch fails the check instead of
   running slower; transformers with fullgraph=True too when it traces as one graph, else with
   its graph breaks (said in the figures).
@@ -112,6 +115,26 @@ def sdpa_name(backend) -> str:
 
 
 # ---------------------------------------------------------------------------- the models
+def new_unpadded_trainer(config, sizes: StepSizes, bench: Bench):
+    """`new_trainer`'s (the same weights), its model called with `unpad=True`, compiled as
+    `train.compile: fullgraph` does (the packing's nonzero traced with a data-dependent size)."""
+    import torch
+
+    from bertcore.training.loop.step import compile_model
+
+    class Unpadded(torch.nn.Module):  # the step calls model(**batch) and model.train()
+        def __init__(self, model):
+            super().__init__()
+            self.model = model
+
+        def forward(self, **batch):
+            return self.model(**batch, unpad=True)
+
+    trainer = new_trainer(config, sizes, bench, compiled=False)
+    trainer.model = compile_model(Unpadded(trainer.raw_model), "fullgraph", bench.backend)
+    return trainer
+
+
 def new_trainer(config, sizes: StepSizes, bench: Bench, compiled: bool):
     """Our trainer (its own step: global counts, clipping, fused AdamW, device counters),
     compiled as `train.compile: fullgraph` does, with this run's backend."""
@@ -232,11 +255,21 @@ def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str,
     hf_failed = False
     with sdpa_kernel(bench.sdpa):
         trainer = new_trainer(config, sizes, bench, compiled)
+        unpadded_trainer = new_unpadded_trainer(config, sizes, bench) if compiled else None
         ours = Contender("ours", lambda: trainer.train_step([ours_batch]),
                          executed_flops(config, sizes.batch, padded, sizes.batch * slots),
                          compile_s=0.0 if compiled else None)
         warm_up(ours, device, sizes.warmup)
         contenders = [ours]
+        unpadded = None
+        if unpadded_trainer is not None:
+            real = int(cpu_batch["attention_mask"].sum())
+            unpadded = Contender("ours-unpadded",
+                                 lambda: unpadded_trainer.train_step([ours_batch]),
+                                 executed_flops(config, sizes.batch, padded,
+                                                sizes.batch * slots, tokens=real), compile_s=0.0)
+            warm_up(unpadded, device, sizes.warmup)
+            contenders.append(unpadded)
         model, step_of, executed = build_transformers(
             config, trainer.raw_model.state_dict(), hf_batch, sizes, bench)
         theirs = Contender("transformers", step_of(model), executed)
@@ -270,6 +303,12 @@ def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str,
     figures[f"{tag}_mfu6n"] = f"{nominal / ours.seconds / bench.peak:.3g}"
     figures[f"{tag}_vs_hf"] = (f"{theirs.seconds / ours.seconds:.2f}x" if theirs is not None
                                else "hf_failed" if hf_failed else "skipped")
+    if unpadded is not None:
+        figures[f"{tag}_unpadded_seq_s"] = f"{sizes.batch / unpadded.seconds:.0f}"
+        figures[f"{tag}_unpadded_mfu6n"] = f"{nominal / unpadded.seconds / bench.peak:.3g}"
+        figures[f"{tag}_unpadded_vs_padded"] = f"{ours.seconds / unpadded.seconds:.2f}x"
+        if unpadded.syncs is not None:  # the packing's nonzero waits for the GPU
+            figures[f"{tag}_unpadded_syncs"] = f"{unpadded.syncs.syncs}/{unpadded.syncs.steps}"
     if ours.syncs is not None:
         figures.update(ours.syncs.figures(tag))
         if theirs is not None and theirs.syncs is not None:
@@ -278,7 +317,7 @@ def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str,
         figures[f"{tag}_compile_s"] = f"{ours.compile_s:.0f}"
         if theirs is not None:
             figures[f"{tag}_hf_fullgraph"] = "yes" if theirs.fullgraph else "no"
-    del model, theirs, contenders
+    del model, theirs, unpadded, contenders
     release(device)
     return Comparison(figures, trainer, ours.syncs)
 

@@ -1,14 +1,17 @@
 """One training step (forward, backward, AdamW) of our BERT vs transformers' BertForPreTraining.
 
-Same config, same weights, same batch and masks; the two models alternate A B A B after a
-warm-up so that load from other processes hits both alike. Prints the median step time of
-each, the ratio, and our achieved FLOP/s against this machine's float32 matmul FLOP/s measured
-in the same run. The last line is machine-readable:
+Same config, same weights, same batch and masks; the models alternate A B C A B C after a
+warm-up so that load from other processes hits all alike: ours (the encoder on the padded
+batch, as pretraining runs it), ours unpadded (`unpad=True`: the encoder on the real tokens
+alone; its first loss checked against ours) and transformers'. Prints the median step time of
+each, the ratios, and our achieved FLOP/s against this machine's float32 matmul FLOP/s
+measured in the same run. The last line is machine-readable:
 
-    speedup_vs_transformers=X.XX matmul_fraction=Y.YY
+    speedup_vs_transformers=X.XX matmul_fraction=Y.YY unpadded_vs_padded=Z.ZZ
 
     python benchmarks/model_step.py            # preset mini, seq 128, batch 32
     python benchmarks/model_step.py --quick    # a short run (smaller batch, fewer steps)
+    python benchmarks/model_step.py --seq 512 --batch 8 --short 0.5   # half the rows short
 
 `--pinning` instead measures what pinning the CPU kernels costs
 (`bertcore.training.hardware.cpu`): our step in one process per setting (the kernels are chosen
@@ -27,6 +30,7 @@ The last line gives each setting's median step time over the reference's:
 from __future__ import annotations
 
 import argparse
+import copy
 import json
 import os
 import statistics
@@ -46,11 +50,11 @@ MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 
 
 def make_batch(batch: int, seq: int, vocab: int, generator: torch.Generator,
-               max_predictions: int = MAX_PREDICTIONS) -> dict:
-    """A pretraining-like batch: most pairs fill the target length, 10% are short (Google's
-    short_seq_prob), padded to the longest; 15% of real non-special tokens labelled (at most
-    `max_predictions`)."""
-    short = torch.rand(batch, generator=generator) < 0.1
+               max_predictions: int = MAX_PREDICTIONS, short_fraction: float = 0.1) -> dict:
+    """A pretraining-like batch: most pairs fill the target length, `short_fraction` are short
+    (Google's short_seq_prob, 0.1), padded to the longest; 15% of real non-special tokens
+    labelled (at most `max_predictions`)."""
+    short = torch.rand(batch, generator=generator) < short_fraction
     lengths = torch.where(
         short,
         torch.randint(8, seq + 1, (batch,), generator=generator),
@@ -154,6 +158,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--vocab-size", type=int, default=30522, help="BERT's uncased vocab")
     parser.add_argument("--steps", type=int, default=8, help="measured steps per model")
     parser.add_argument("--warmup", type=int, default=2)
+    parser.add_argument("--short", type=float, default=0.1,
+                        help="share of short rows (Google's short_seq_prob)")
     parser.add_argument("--quick", action="store_true", help="batch 8, 3 steps: a smoke run")
     parser.add_argument(
         "--threads", type=int, default=None, help="torch threads (default: torch's own choice)"
@@ -198,11 +204,15 @@ def compare_transformers(args: argparse.Namespace) -> None:
         "cls.predictions.decoder.weight",
         "cls.predictions.decoder.bias",
     }, result
-    batch = make_batch(args.batch, args.seq, args.vocab_size, torch.Generator().manual_seed(0))
+    batch = make_batch(args.batch, args.seq, args.vocab_size, torch.Generator().manual_seed(0),
+                       short_fraction=args.short)
     ours_batch = ours_inputs(batch)
+    unpadded = copy.deepcopy(ours)
+    first_losses = {}
 
-    def ours_step(optimizer):
-        out = ours(**ours_batch)
+    def ours_step(optimizer, model=ours, unpad=False):
+        out = model(**ours_batch, unpad=unpad)
+        first_losses.setdefault(unpad, out.loss.item())
         out.loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
@@ -218,6 +228,8 @@ def compare_transformers(args: argparse.Namespace) -> None:
     runs = {
         # fused AdamW for both, as our trainer uses it: the difference is the models'
         "ours": (ours_step, torch.optim.AdamW(ours.param_groups(0.01), lr=1e-4, fused=True)),
+        "ours-unpadded": (lambda optimizer: ours_step(optimizer, unpadded, unpad=True),
+                          torch.optim.AdamW(unpadded.param_groups(0.01), lr=1e-4, fused=True)),
         "transformers": (
             theirs_step,
             torch.optim.AdamW(
@@ -237,6 +249,7 @@ def compare_transformers(args: argparse.Namespace) -> None:
     shapes = [(2048, 2048, 2048), (tokens, h, i), (tokens, i, h)]
     matmul = matmul_flops_per_s(shapes)
     ours.train()
+    unpadded.train()
     theirs.train()
     times: dict[str, list[float]] = {name: [] for name in runs}
     for i in range(args.warmup + args.steps):
@@ -247,7 +260,10 @@ def compare_transformers(args: argparse.Namespace) -> None:
                 times[name].append(time.perf_counter() - start)
 
     matmul = max(matmul, matmul_flops_per_s(shapes))
+    # the same function (dropout aside: the presets' 0.1 draws other masks on other shapes)
+    assert config.hidden_dropout_prob or abs(first_losses[True] - first_losses[False]) <= 1e-4
     ours_s = statistics.median(times["ours"])
+    unpadded_s = statistics.median(times["ours-unpadded"])
     theirs_s = statistics.median(times["transformers"])
     achieved = step_flops(config, ours_batch) / ours_s
     b, length = batch["input_ids"].shape
@@ -257,12 +273,12 @@ def compare_transformers(args: argparse.Namespace) -> None:
         f"vocab={args.vocab_size} threads={torch.get_num_threads()} steps={args.steps}"
     )
     print(f"{'model':<14}{'median step s':>14}{'seq/s':>10}")
-    for name, seconds in (("ours", ours_s), ("transformers", theirs_s)):
+    for name, seconds in (("ours", ours_s), ("ours-unpadded", unpadded_s),
+                          ("transformers", theirs_s)):
         print(f"{name:<14}{seconds:>14.4f}{b / seconds:>10.1f}")
     print(f"ours achieved {achieved / 1e9:.1f} GFLOP/s; float32 matmul {matmul / 1e9:.1f} GFLOP/s")
-    print(
-        f"speedup_vs_transformers={theirs_s / ours_s:.2f} matmul_fraction={achieved / matmul:.2f}"
-    )
+    print(f"speedup_vs_transformers={theirs_s / ours_s:.2f} matmul_fraction={achieved / matmul:.2f}"
+          f" unpadded_vs_padded={ours_s / unpadded_s:.2f}")
 
 
 # ------------------------------------------------------- pinned vs native CPU kernels

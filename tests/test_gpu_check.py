@@ -154,6 +154,9 @@ def test_dry_run_passes_every_part_within_its_deadline(dry_run):
     for tag in ("s32_eager", "s64_eager", "s32_compiled", "s64_compiled"):
         for figure in ("seq_s", "exec_util", "mfu6n", "vs_hf"):
             assert f"{tag}_{figure}" in values, (tag, figure, last)
+    for tag in ("s32_compiled", "s64_compiled"):  # beside them, ours unpadded, compiled
+        for figure in ("unpadded_seq_s", "unpadded_mfu6n", "unpadded_vs_padded"):
+            assert f"{tag}_{figure}" in values, (tag, figure, last)
     assert values["s32_compiled_hf_fullgraph"] == "yes" and values["datapath_model"] == "compiled"
     assert values["sdpa"] == "math"  # pinned for both models (on a GPU: efficient)
     assert json.loads(results.read_text())["summary"] == last

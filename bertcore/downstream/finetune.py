@@ -137,7 +137,9 @@ def train_classifier(
 ) -> tuple[int, float]:
     """Fine-tune in place; returns (steps, mean loss of the last logging window). The batch
     order depends only on the seed, so two models trained with one recipe see the same data.
-    Nothing of the optimisation outlives it: no optimizer state, no gradients."""
+    A batch pads to its longest example, so the encoder runs on a padded batch's real tokens
+    alone (`unpad`): with GLUE's short sentences most of its rows would be padding. Nothing
+    of the optimisation outlives it: no optimizer state, no gradients."""
     model.to(device).train()
     total = recipe.total_steps(len(train))
     warmup = recipe.warmup_steps(len(train))
@@ -162,10 +164,11 @@ def train_classifier(
                 if step >= total:
                     break
                 batch = train.batch(order[start : start + recipe.batch_size].tolist(), pad_id)
+                unpad = pads(batch)
                 batch = {k: v.to(device) for k, v in batch.items()}
                 labels = batch.pop("labels")
                 with autocast(device, autocast_dtype):
-                    logits = model(**batch)
+                    logits = model(**batch, unpad=unpad)
                 loss = task_loss(model, logits, labels)
                 optimizer.zero_grad(set_to_none=True)
                 loss.backward()
@@ -189,11 +192,18 @@ def train_classifier(
     return step, last_loss
 
 
+def pads(batch: dict[str, torch.Tensor]) -> bool:
+    """Whether a collated batch (on the CPU: no wait for a device) has padding. Unpadding pays
+    only then: measured by benchmarks/finetune_step.py, 1.65x to 2.2x the padded step on
+    GLUE-like batches (38% real tokens), 0.96x to 0.98x on batches without padding."""
+    return not bool(batch["attention_mask"].all())
+
+
 @torch.no_grad()
 def predict(model: BertForSequenceClassification, data: EncodedExamples, device: torch.device,
             pad_id: int, batch_size: int = 64) -> np.ndarray:
     """Predicted class index of every example, or for a regression head its value (eval mode:
-    no dropout)."""
+    no dropout; a padded batch's real tokens alone, as in training)."""
     was_training = model.training
     model.to(device).eval()
     predictions = []
@@ -202,8 +212,9 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
         for start in range(0, len(data), batch_size):
             batch = data.batch(list(range(start, min(start + batch_size, len(data)))), pad_id)
             batch.pop("labels")
+            unpad = pads(batch)
             with autocast(device, autocast_dtype):
-                logits = model(**{k: v.to(device) for k, v in batch.items()})
+                logits = model(**{k: v.to(device) for k, v in batch.items()}, unpad=unpad)
             values = logits.float()[:, 0] if model.is_regression else logits.argmax(dim=-1)
             predictions.append(values.cpu().numpy())
     finally:

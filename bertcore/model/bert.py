@@ -17,6 +17,7 @@ from torch import nn
 
 from bertcore.common.errors import BertError, require
 from bertcore.model.config import BertConfig
+from bertcore.model.packing import Packing
 
 IGNORE_INDEX = -100  # label of a position that takes no part in a loss (as in HF and PyTorch)
 
@@ -43,13 +44,18 @@ class Embeddings(nn.Module):
         self.norm = nn.LayerNorm(h, eps=config.layer_norm_eps)
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None) -> torch.Tensor:
-        length = input_ids.shape[1]
+    def forward(self, input_ids: torch.Tensor, token_type_ids: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        """[B, L, H]; with `packing`, the real tokens' rows alone [T, H]."""
+        positions = self.positions.weight[: input_ids.shape[1]]
+        if packing is not None:
+            input_ids, positions = packing.unpad(input_ids), positions[packing.columns]
+            if token_type_ids is not None:
+                token_type_ids = packing.unpad(token_type_ids)
         if token_type_ids is None:
             segments = self.segments.weight[0]  # every token in segment A
         else:
             segments = self.segments(token_type_ids)
-        positions = self.positions.weight[:length]
         x = self.tokens(input_ids) + segments + positions
         return self.dropout(self.norm(x))
 
@@ -60,7 +66,9 @@ class SelfAttention(nn.Module):
     A pruned layer has fewer heads (`num_heads`), each still `head_size` wide, so its
     projections are smaller. `head_gate`, when set, multiplies each head's output: shape
     [heads] or [batch, heads]; `bertcore.downstream.heads` sets it to ones and reads its gradient
-    (Michel et al. 2019). None (the default) costs nothing."""
+    (Michel et al. 2019). None (the default) costs nothing. With a `packing`, `x` is the real
+    tokens' rows [T, H]: the projections run on them alone, and the attention on them padded
+    again to [B, L] (each sequence's rows side by side, padding masked)."""
 
     def __init__(self, config: BertConfig, num_heads: int | None = None):
         super().__init__()
@@ -72,16 +80,24 @@ class SelfAttention(nn.Module):
         self.dropout_p = config.attention_probs_dropout_prob
         self.head_gate: torch.Tensor | None = None
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        batch, length, _ = x.shape
-        qkv = self.qkv(x).view(batch, length, 3, self.num_heads, self.head_size)
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        qkv = self.qkv(x)
+        if packing is None:
+            return self.out(self.attend(qkv, mask))
+        return self.out(packing.unpad(self.attend(packing.pad(qkv), mask)))
+
+    def attend(self, qkv: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
+        """The heads' outputs [B, L, heads * head_size] from the projections [B, L, 3 * that]."""
+        batch, length, _ = qkv.shape
+        qkv = qkv.view(batch, length, 3, self.num_heads, self.head_size)
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # each [B, heads, L, head_size]
         y = F.scaled_dot_product_attention(
             q, k, v, attn_mask=mask, dropout_p=self.dropout_p if self.training else 0.0
         )
         if self.head_gate is not None:
             y = y * self.head_gate.reshape(-1, self.num_heads, 1, 1).to(y.dtype)
-        return self.out(y.transpose(1, 2).reshape(batch, length, -1))
+        return y.transpose(1, 2).reshape(batch, length, -1)
 
     @torch.no_grad()
     def keep_heads(self, positions: list[int]) -> None:
@@ -117,8 +133,9 @@ class EncoderLayer(nn.Module):
         self.act = ACTIVATIONS[config.hidden_act]
         self.dropout = nn.Dropout(config.hidden_dropout_prob)
 
-    def forward(self, x: torch.Tensor, mask: torch.Tensor | None) -> torch.Tensor:
-        x = self.attention_norm(x + self.dropout(self.attention(x, mask)))
+    def forward(self, x: torch.Tensor, mask: torch.Tensor | None,
+                packing: Packing | None = None) -> torch.Tensor:
+        x = self.attention_norm(x + self.dropout(self.attention(x, mask, packing)))
         return self.ffn_norm(x + self.dropout(self.ffn_out(self.act(self.ffn_in(x)))))
 
 
@@ -198,9 +215,12 @@ class BertPretrainingModel(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        unpad: bool = False,
     ) -> torch.Tensor:
         """The encoder's last hidden states [B, L, H]; attention_mask is 1 on real tokens, 0 on
-        padding (padding is never attended to)."""
+        padding (padding is never attended to). `unpad`: compute on the real tokens alone
+        (`bertcore.model.packing`): the same function on them to float round-off, zeros at the
+        padding; it pays where batches pad much (docs/training.md)."""
         if input_ids.shape[1] > self.config.max_position_embeddings:
             raise BertError(
                 f"a sequence of {input_ids.shape[1]} tokens is longer than the model's "
@@ -208,10 +228,11 @@ class BertPretrainingModel(nn.Module):
             )
         # [B, 1, 1, L] boolean (True = attend), broadcast by SDPA over heads and queries.
         mask = None if attention_mask is None else attention_mask[:, None, None, :].bool()
-        x = self.embeddings(input_ids, token_type_ids)
+        packing = Packing.of(attention_mask) if unpad and attention_mask is not None else None
+        x = self.embeddings(input_ids, token_type_ids, packing)
         for layer in self.layers:
-            x = layer(x, mask)
-        return x
+            x = layer(x, mask, packing)
+        return x if packing is None else packing.pad(x)
 
     def forward(
         self,
@@ -222,6 +243,7 @@ class BertPretrainingModel(nn.Module):
         nsp_labels: torch.Tensor | None = None,
         mlm_positions: torch.Tensor | None = None,
         mlm_targets: torch.Tensor | None = None,
+        unpad: bool = False,
     ) -> PretrainingOutput:
         """MLM labels come in one of two forms. Training passes fixed-size slots, as Google's
         and NVIDIA's BERT do: `mlm_positions` [B, P] (the masked positions of each sequence,
@@ -229,8 +251,8 @@ class BertPretrainingModel(nn.Module):
         slots); every shape is then known from the input shapes, so a step never waits on the
         device and compiles as one graph. `mlm_labels` [B, L] (IGNORE_INDEX where nothing is
         predicted) is Hugging Face's form, for callers that have it; its gather has a
-        data-dependent shape."""
-        sequence = self.encode(input_ids, token_type_ids, attention_mask)
+        data-dependent shape. `unpad`: the encoder on the real tokens alone (`encode`)."""
+        sequence = self.encode(input_ids, token_type_ids, attention_mask, unpad)
         nsp_logits = self.nsp_head(self.pooler(sequence))
         word_embeddings = self.embeddings.tokens.weight
         # The vocabulary projection, the costliest matmul of the model, runs only on the

@@ -56,9 +56,11 @@ class BertForSequenceClassification(nn.Module):
         input_ids: torch.Tensor,
         token_type_ids: torch.Tensor | None = None,
         attention_mask: torch.Tensor | None = None,
+        unpad: bool = False,
     ) -> torch.Tensor:
-        """Logits [B, num_labels] ([B, 1] for regression: the predicted value)."""
-        pooled = self.pooler(self.encode(input_ids, token_type_ids, attention_mask))
+        """Logits [B, num_labels] ([B, 1] for regression: the predicted value). `unpad`: the
+        encoder on the real tokens alone (`BertPretrainingModel.encode`)."""
+        pooled = self.pooler(self.encode(input_ids, token_type_ids, attention_mask, unpad))
         return self.classifier(self.dropout(pooled))
 
     def param_groups(self, weight_decay: float) -> list[dict]:

@@ -23,6 +23,9 @@ class MaskedLM:
     tokenizer: Tokenizer
     device: torch.device | str = "cpu"
     batch_size: int = 256  # rows (masked copies) per forward pass
+    # the encoder on the real tokens alone: the same scores; off, as its batches are sorted by
+    # length and pad little (benchmarks/probe_pll.py measured 0.91x the padded pass)
+    unpad: bool = False
 
     def __post_init__(self):
         self.model.eval()
@@ -77,14 +80,14 @@ class MaskedLM:
                      ) -> torch.Tensor:
         """Log-probabilities [N, vocabulary] at `positions[i]` of the i-th row of `blocks`
         (2-d id tensors, rows of one length each, lengths differing between blocks), padded
-        here with an attention mask and run in one forward pass."""
+        here with an attention mask and run in one forward pass (unpadded inside, `unpad`)."""
         width = max(block.shape[1] for block in blocks)
         input_ids = torch.cat([F.pad(block, (0, width - block.shape[1]), value=self.pad_id)
                                for block in blocks])
         attention = torch.cat([F.pad(torch.ones_like(block), (0, width - block.shape[1]))
                                for block in blocks])
         input_ids, attention = input_ids.to(self.device), attention.to(self.device)
-        hidden = self.model.encode(input_ids, attention_mask=attention)
+        hidden = self.model.encode(input_ids, attention_mask=attention, unpad=self.unpad)
         rows = torch.arange(len(input_ids), device=self.device)
         at = hidden[rows, positions.to(self.device)]
         logits = self.model.mlm_head(at, self.model.embeddings.tokens.weight)
