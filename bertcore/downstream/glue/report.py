@@ -11,23 +11,27 @@ from __future__ import annotations
 
 import dataclasses
 import logging
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.atomic import atomic_dir, atomic_file
+from bertcore.common.charts import Series, write_chart
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
+from bertcore.downstream.cards import glue_task_facts
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
 from bertcore.downstream.glue.suite import GlueModel, TaskFailure, TaskResult, glue_model, run_glue
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
 from bertcore.downstream.tracking import DownstreamTracking
+from bertcore.model.card import CardFacts, write_card
 from bertcore.model.hf import export_hf_classifier
 from bertcore.training.hardware.devices import resolve_device
+from bertcore.training.run.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 
@@ -94,6 +98,21 @@ def _scaled(spread) -> dict:
             "values": [100 * v for v in spread.values]}
 
 
+def seeds_chart(seeds_file: str | Path) -> Path:
+    """The PNG beside the seeds' TSV: metrics/glue_seeds.tsv -> metrics/glue_seeds.png."""
+    return Path(seeds_file).with_suffix(".png")
+
+
+def write_seeds_chart(seeds_file: str | Path, outcomes: Sequence[Outcome]) -> Path | None:
+    """Every fine-tune's score, one column of points per task (empty without GLUE data)."""
+    results = [o for o in outcomes if isinstance(o, TaskResult)]
+    return write_chart(seeds_chart(seeds_file), "GLUE dev score of each seed, per task",
+                       "task (in the legend's order)", "score (x100)",
+                       [Series(result.task.key, [i] * len(result.runs),
+                               [100 * run.score for run in result.runs], points=True)
+                        for i, result in enumerate(results)])
+
+
 def write_seed_scores(path: str | Path, outcomes: Sequence[Outcome]) -> None:
     """One row per fine-tune (task, seed, score x100) for `dvc plots`: the seeds' spread."""
     rows = ["\t".join(SEEDS_HEADER)] + [
@@ -121,14 +140,17 @@ def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
                              run.test_predictions[name], [row.index for row in rows])
 
 
-def write_models(folder: Path, outcomes: Sequence[Outcome], model: GlueModel | None) -> None:
+def write_models(folder: Path, outcomes: Sequence[Outcome], model: GlueModel | None,
+                 cards: Callable[[TaskResult], CardFacts]) -> None:
     """Into a new folder, per task, the median seed's model in Hugging Face's format
-    (`BertForSequenceClassification`; STS-B's with `problem_type: regression`)."""
+    (`BertForSequenceClassification`; STS-B's with `problem_type: regression`) with its model
+    card (`cards`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for result in outcomes:
         if isinstance(result, TaskResult):
             export_hf_classifier(result.median_run().model, folder / result.task.folder,
                                  model.tokenizer_dir)
+            write_card(folder / result.task.folder, cards(result))
 
 
 @dataclass(frozen=True)
@@ -197,7 +219,8 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
                             runs.start_child)
     outcome, files = write_glue_outputs(outcomes, model, config, paths)
     runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
-                        if isinstance(value, float)}, outcome.details)
+                        if isinstance(value, float)}, outcome.details,
+                charts=[path for path in [seeds_chart(paths.seeds_file)] if path.is_file()])
     return outcome
 
 
@@ -205,14 +228,20 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model: GlueModel | None, con
                        paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path]]:
     """Every output, each whole or not at all (empty where nothing ran); the outcome and the
     report's two files."""
+    metrics = glue_metrics(outcomes) | ({} if model else {"status": NO_DATA})
+    details = glue_details(outcomes, model.name if model else None, config.seeds)
+    if model is not None:
+        details[MODEL_KEY] = weights_sha256(model.name)
+    reproduce = {"glue": dataclasses.asdict(config)}
     with atomic_dir(paths.predictions_dir) as staging:
         write_predictions(staging, outcomes)
     with atomic_dir(paths.models_dir) as staging:
-        write_models(staging, outcomes, model)
+        write_models(staging, outcomes, model, lambda result: glue_task_facts(
+            str(Path(paths.models_dir) / result.task.folder), result.task.key, metrics, details,
+            reproduce))
     write_seed_scores(paths.seeds_file, outcomes)
-    metrics = glue_metrics(outcomes) | ({} if model else {"status": NO_DATA})
-    details = glue_details(outcomes, model.name if model else None, config.seeds)
-    files = write_report(paths.metrics_file, metrics, details)
+    write_seeds_chart(paths.seeds_file, outcomes)
+    files = write_report(paths.metrics_file, "glue", metrics, details)
     return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
 
 

@@ -21,7 +21,8 @@ from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import pair_report, read_minimal_pairs, score_pairs
 from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.model_run import log_report_into, pretraining_run
+from bertcore.training.run.model_run import pretraining_run
+from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
 from bertcore.training.run.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
@@ -168,9 +169,9 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     probing_device = resolve_device(device)
     lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
     report = run_probes(lm, config, paths.val_file, paths.train_file)
-    details = {"model": str(model_dir), **report.details}
+    details = {"model": str(model_dir), MODEL_KEY: weights_sha256(model_dir), **report.details}
     write_items(paths.items_dir, report.items)
-    files = write_report(paths.out_file, report.metrics, details)
+    files = write_report(paths.out_file, "probe", report.metrics, details)
     if tracker:
         log_report_into(tracker, step, files, report.metrics, details, "probe")
     return ProbeOutcome(report.metrics, details, files)
