@@ -83,7 +83,7 @@ class Pipeline:
         half = steps // 2
         cadence = ["--set", f"train.checkpoint_every={half}", "--set", f"train.eval_every={half}"]
         self.bert("pretrain", *self.common, "--set", f"train.max_steps={steps}", *cadence)
-        done = read_json("metrics/pretrain.json")
+        done = read_json("metrics/pretrain.json")["pretrain"]
         assert done["steps"] == steps, done
         assert read_json("metrics/pretrain_details.json")["skipped_steps"] == 0
         evaluations = Path("metrics/pretrain_eval.tsv").read_text(encoding="utf-8").splitlines()
@@ -91,7 +91,7 @@ class Pipeline:
         logged = self.bert("pretrain", *self.common, "--set", f"train.max_steps={extend_to}",
                            *cadence)
         assert f"step {steps} of {extend_to}" in logged, logged
-        assert read_json("metrics/pretrain.json")["steps"] == extend_to
+        assert read_json("metrics/pretrain.json")["pretrain"]["steps"] == extend_to
         return f"loss {done['train']['loss']:.3f} at {steps}"
 
     def resume(self, steps: int) -> str:
@@ -131,7 +131,7 @@ class Pipeline:
         proc = run_subprocess(args, self.env, Path("ddp.log"), self.deadline)
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert f"joined the {backend} process group" in proc.stdout, proc.stdout[-3000:]
-        done = read_json("metrics/ddp.json")
+        done = read_json("metrics/ddp.json")["pretrain"]
         assert done["steps"] == steps and math.isfinite(done["train"]["loss"]), done
         return f"loss {done['train']['loss']:.3f} at {steps}"
 
@@ -152,14 +152,14 @@ class Pipeline:
         logged = self.bert("pretrain", *self.common, *on, *run,
                            "--set", f"phase2.max_steps={second}")
         assert f"phase 2: steps {first + 1}-{first + second}" in logged, logged[-3000:]
-        done = read_json("metrics/phase2.json")
+        done = read_json("metrics/phase2.json")["pretrain"]
         assert done["steps"] == first + second and math.isfinite(done["train"]["loss"]), done
         assert read_json("metrics/phase2_details.json")["skipped_steps"] == 0
         logged = self.bert("pretrain", *self.common, *on, *run,
                            "--set", f"phase2.max_steps={second + extend}")
         total = first + second + extend
         assert f"step {first + second} of {total}, phase 2" in logged, logged[-3000:]
-        assert read_json("metrics/phase2.json")["steps"] == total
+        assert read_json("metrics/phase2.json")["pretrain"]["steps"] == total
         return f"loss {done['train']['loss']:.3f} at {first + second} (phase 2 at {length})"
 
     def fp16(self, steps: int) -> str:
@@ -168,7 +168,7 @@ class Pipeline:
                   "--log", "metrics/fp16_log.tsv", "--eval-log", "metrics/fp16_eval.tsv",
                   "--set", "train.precision=fp16", "--set", f"train.max_steps={steps}",
                   "--set", "train.eval_every=0", "--set", f"train.checkpoint_every={steps}")
-        done = read_json("metrics/fp16.json")
+        done = read_json("metrics/fp16.json")["pretrain"]
         assert done["steps"] == steps and math.isfinite(done["train"]["loss"]), done
         skipped = read_json("metrics/fp16_details.json")["skipped_steps"]
         assert skipped < steps // 2, skipped  # the scaler's first overflows

@@ -81,18 +81,18 @@ def run_pipeline(work: Path, overrides: list[str]) -> dict:
     times["evaluate"] = run_stage("evaluate", ["--out", "metrics/eval.json"], overrides, work)
     times["finetune"] = run_stage("finetune", [], overrides, work)
     pretrain = json.loads((work / "metrics/pretrain.json").read_text())
-    return {"times": times, "eval": read_eval(work / "metrics/eval.json"),
-            "finetune": read_eval(work / "metrics/finetune.json"),
+    return {"times": times, "eval": read_eval(work / "metrics/eval.json", "eval"),
+            "finetune": read_eval(work / "metrics/finetune.json", "finetune"),
             "split_by": json.loads((work / "data/samples/meta.json").read_text())["val"].get(
                 "split_by", "documents"),
-            "steps": pretrain.get("steps")}
+            "steps": pretrain["pretrain"].get("steps")}
 
 
-def read_eval(path: Path) -> dict:
-    """`bert evaluate`'s scores and, from the details file beside them, the baselines and
-    counts."""
+def read_eval(path: Path, group: str) -> dict:
+    """A stage's scores (under `group` in its metrics file) and, from the details file beside
+    them, the baselines and counts."""
     details = path.with_name(f"{path.stem}_details.json")
-    return {**json.loads(path.read_text()), **json.loads(details.read_text())}
+    return {**json.loads(path.read_text())[group], **json.loads(details.read_text())}
 
 
 # --------------------------------------------------------------------------- the reference
@@ -187,7 +187,7 @@ def main() -> None:
         ref = train_reference(work, budget, batch_size, args.ref_lr, seed=42)
         run_stage("evaluate", ["--model", "ref_model", "--out", "metrics/ref_eval.json"],
                   overrides, work)
-        ref_eval = read_eval(work / "metrics/ref_eval.json")
+        ref_eval = read_eval(work / "metrics/ref_eval.json", "eval")
         bow_nsp = ours["eval"]["nsp_bag_of_words_accuracy"]  # bert evaluate's baseline
 
     mine = ours["eval"]

@@ -95,13 +95,14 @@ def score(name: str, overrides: list[str], finetune: bool, work: Path) -> dict:
     if finetune:
         wait({"finetune": bert("finetune", [*model, "--metrics", f"{name}/finetune.json",
                                             "--out", f"{name}/finetuned"], overrides, work)})
-    val, probe = read_json(work / name / "eval.json"), read_json(work / name / "probe.json")
-    probe = probe["builtin"]
+    val = read_json(work / name / "eval.json")["eval"]
+    probe = read_json(work / name / "probe.json")["probe"]["builtin"]
     row = {"mlm": val["mlm_accuracy"], "nsp": val["nsp_accuracy"],
            "cloze_p1": probe["cloze"]["p_at_1"], "swapped": probe["swapped_pairs"]["accuracy"],
            "replaced": probe["replaced_pairs"]["accuracy"]}
     if finetune:
-        row["finetune_gain"] = read_json(work / name / "finetune.json")["gain"]["accuracy"]
+        finetuned = read_json(work / name / "finetune.json")["finetune"]
+        row["finetune_gain"] = finetuned["gain"]["accuracy"]
     return row
 
 

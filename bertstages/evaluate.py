@@ -55,6 +55,6 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     pin_cpu(sections["cpu"])  # before torch computes
     paths = HeldOutPaths(model_dir, samples_dir, vocab_dir, out_file)
     outcome = evaluate_pretrained(sections["masking"], sections["eval"], paths, device,
-                                  tracking_target(sections["tracking"]))
+                                  tracking_target(sections["tracking"], "evaluate"))
     for line in outcome.summary(out_file):
         click.echo(line, err=True)

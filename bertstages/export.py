@@ -1,12 +1,17 @@
 """`bert export`: the pretrained model as a Hugging Face `BertForPreTraining` folder, with the
-tokenizer files, loadable by `transformers` with `from_pretrained`."""
+tokenizer files, loadable by `transformers` with `from_pretrained`, and a model card
+(README.md) with what made it and the figures of evaluate, probe and GLUE (the reports in
+`--metrics-dir` made from these weights) beside their baselines."""
 
 from __future__ import annotations
 
 import click
 
-from bertcore.common.atomic import atomic_dir
-from bertcore.model.config import ExportConfig
+from bertcore.data.corpus.config import CorpusConfig
+from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.model.config import ExportConfig, ModelConfig
+from bertcore.training.config import MaskingConfig, Phase2Config, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     folder_option,
@@ -17,25 +22,33 @@ from bertstages.options import (
 )
 from bertstages.params import load_params, read_params
 
-# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
-PARAMS = {"export": ExportConfig}
+# What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py):
+# export's own, and the sections that make the model, which its card lists
+PARAMS = {"export": ExportConfig, "corpus": CorpusConfig, "vocab": VocabConfig,
+          "samples": SamplesConfig, "model": ModelConfig, "masking": MaskingConfig,
+          "train": TrainConfig, "phase2": Phase2Config}
 
 
 @click.command()
 @pretrained_option
 @vocab_option
 @folder_option("--out", "out_dir", "models/hf", "Where the Hugging Face folder goes.")
+@folder_option("--metrics-dir", "metrics_dir", "metrics",
+               "The reports the model card shows (pretrain, eval, probe, glue .json).",
+               reads=True)
 @stage_options
 @stops_at_once
-def command(model_dir, vocab_dir, out_dir, params_file, overrides):
-    """Export to Hugging Face format: config.json, model.safetensors, tokenizer files."""
-    read_params(load_params(params_file, overrides), PARAMS)  # no keys yet: refuses any
+def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
+    """Export to Hugging Face format: config.json, model.safetensors, tokenizer files, README.md."""
+    params = load_params(params_file, overrides)
+    sections = read_params(params, PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
-    from bertcore.model.hf import export_hf
-    from bertcore.model.pretrained import load_pretrained
+    from bertcore.training.run.export import export_pretrained
 
-    model, _ = load_pretrained(model_dir, vocab_dir)
-    with atomic_dir(out_dir) as staging:
-        export_hf(model, staging, vocab_dir)
-    click.echo(f"export: Hugging Face BertForPreTraining -> {out_dir}", err=True)
+    reproduce = {name: params[name] for name in PARAMS if name != "export" and name in params}
+    shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce,
+                              sections["corpus"].source)
+    click.echo(f"export: Hugging Face BertForPreTraining with its model card ("
+               f"{', '.join(shown) or 'no report made from these weights'}) -> {out_dir}",
+               err=True)

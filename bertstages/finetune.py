@@ -64,5 +64,6 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     pin_cpu(sections["cpu"])  # before torch computes
     paths = FinetunePaths(model_dir, vocab_dir, Path(corpus_dir) / "val.txt", out_dir,
                           metrics_file)
-    outcome = run_finetune(sections["finetune"], paths, tracking_target(sections["tracking"]))
+    target = tracking_target(sections["tracking"], "finetune")
+    outcome = run_finetune(sections["finetune"], paths, target)
     click.echo(f"finetune: {outcome.summary()} -> {out_dir}", err=True)

@@ -73,7 +73,7 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,
                       models_dir, runs_dir)
-    outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"]))
+    outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"], "glue"))
     for line in outcome.summary():
         click.echo(line, err=True)
     outcome.raise_for_failed_tasks()

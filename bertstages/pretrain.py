@@ -53,7 +53,7 @@ from bertstages.options import (
     vocab_option,
 )
 from bertstages.params import load_params, read_params
-from bertstages.repo import experiment_name, git_commit, repo_root, tracking_uri
+from bertstages.repo import experiment_name, source_tags, tracking_uri
 
 if TYPE_CHECKING:
     from bertcore.downstream.probes.during_pretraining import ProbeDraw
@@ -62,6 +62,9 @@ log = logging.getLogger("bert.pretrain")
 
 
 # ---------------------------------------------------------------------------------- command
+# The reports of the stages that log into the pretraining run (evaluate's and probe's --out):
+# a new run that wrote the weights they scored logs them too (bertcore.training.run.run_reports)
+REPORTS = {"eval": "metrics/eval.json", "probe": "metrics/probe.json"}
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py),
 # by the names of PretrainConfig's fields, and cpu, which the stage pins before it computes
 PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
@@ -108,7 +111,8 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                           checkpoints=Path(checkpoint_dir), out=Path(out_dir),
                           metrics=Path(metrics_file), details=details_file(metrics_file),
                           log=Path(log_file),
-                          eval_log=Path(eval_log_file))
+                          eval_log=Path(eval_log_file),
+                          reports={group: Path(path) for group, path in REPORTS.items()})
     labels = None
     if config.tracking.enabled:
         run_params = flatten(params)
@@ -118,7 +122,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
             tracking_uri=tracking_uri(config.tracking),
             run_name=experiment_name(),  # else named by its params (PretrainingRun.name)
             params=run_params,
-            tags={"mlflow.source.git.commit": git_commit(repo_root()),
+            tags={**source_tags("pretrain"),
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )

@@ -68,7 +68,8 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     corpus = Path(corpus_dir)
     paths = ProbePaths(model_dir, vocab_dir, corpus / "val.txt", corpus / "train.txt", out_file,
                        items_dir)
-    outcome = probe_model(sections["probe"], paths, device, tracking_target(sections["tracking"]))
+    target = tracking_target(sections["tracking"], "probe")
+    outcome = probe_model(sections["probe"], paths, device, target)
     for line in outcome.summary():
         click.echo(line, err=True)
     click.echo(f"probe: -> {out_file}, {items_dir}/", err=True)

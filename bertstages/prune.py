@@ -56,6 +56,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = PrunePaths(model_dir, samples_dir, vocab_dir, out_dir, metrics_file)
+    target = tracking_target(sections["tracking"], "prune")
     pruned = prune_pretrained(sections["prune"], sections["masking"], sections["eval"],
-                              sections["train"], paths, tracking_target(sections["tracking"]))
+                              sections["train"], paths, target)
     click.echo(f"prune: {pruned.summary()} -> {out_dir}", err=True)

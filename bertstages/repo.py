@@ -36,12 +36,23 @@ def tracking_uri(config: TrackingConfig) -> str:
     return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
 
 
-def tracking_target(config: TrackingConfig) -> TrackingTarget | None:
-    """Where a stage after pretraining logs: the store, its experiment and the DVC
-    experiment's name; None with tracking.enabled false."""
+def tracking_target(config: TrackingConfig, stage: str) -> TrackingTarget | None:
+    """Where `stage` (after pretraining) logs: the store, its experiment, the DVC
+    experiment's name and its runs' source; None with tracking.enabled false."""
     if not config.enabled:
         return None
-    return TrackingTarget(tracking_uri(config), config.experiment, experiment_name())
+    return TrackingTarget(tracking_uri(config), config.experiment, experiment_name(),
+                          source_tags(stage))
+
+
+def source_tags(stage: str) -> dict[str, str]:
+    """MLflow's `mlflow.source.*` tags of a stage's run (its Source in the UI): the commit
+    checked out, and the stage (`dvc.yaml:pretrain` under DVC, else `bert pretrain`)."""
+    dvc_stage = os.environ.get("DVC_STAGE")
+    tags = {"mlflow.source.name": f"dvc.yaml:{dvc_stage}" if dvc_stage else f"bert {stage}",
+            "mlflow.source.type": "LOCAL"}
+    commit = git_commit(repo_root())
+    return {"mlflow.source.git.commit": commit, **tags} if commit else tags
 
 
 def git_commit(repo: str | os.PathLike) -> str | None:

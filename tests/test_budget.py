@@ -272,7 +272,7 @@ def test_the_stage_records_a_budget_run_and_its_rerun_is_exact(data, tmp_path, m
     (warning,) = [line for line in proc.stderr.splitlines() if "time budget" in line]
     assert "time budget 0.0001 min:" in warning and "over steps 2-3 -> 3 of 8 steps" in warning
     assert "does not fit more than the 3 steps" in warning
-    metrics = json.loads((budget_dir / "metrics" / "pretrain.json").read_text())
+    metrics = json.loads((budget_dir / "metrics" / "pretrain.json").read_text())["pretrain"]
     details = json.loads((budget_dir / "metrics" / "pretrain_details.json").read_text())
     assert metrics["steps"] == 3 and "planned_steps" not in metrics
     assert details["planned_steps"] == 3 and details["timed_steps"] == "2-3"
@@ -307,7 +307,8 @@ def test_the_stage_records_a_budget_run_and_its_rerun_is_exact(data, tmp_path, m
     assert proc.returncode == 0, proc.stderr
     assert "re-planned to end at step 8 instead of 3" in proc.stderr
     assert "time budget" not in proc.stderr
-    assert json.loads((budget_dir / "metrics" / "pretrain.json").read_text())["steps"] == 8
+    pretrained = json.loads((budget_dir / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert pretrained["steps"] == 8
 
     # other params: a fresh start, which times its own first steps rather than plan from the
     # timing of the run it replaces

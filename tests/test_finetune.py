@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from conftest import ONE_THREAD, assert_one_line_error, run_bert
+from huggingface_hub import ModelCard
 from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 
 from bertcore.common.digests import file_sha256
@@ -398,7 +399,7 @@ def workdir(tmp_path_factory) -> Path:
 @pytest.mark.slow
 def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     run_bert("finetune", cwd=workdir, env=ONE_THREAD, check=True)
-    metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())
+    metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())["finetune"]
     details = json.loads((workdir / "metrics" / "finetune_details.json").read_text())
     assert list(metrics) == ["task", "pretrained", "scratch", "gain"]
     assert metrics["task"] == "builtin:word-order" and "swapped" in details["data"]["description"]
@@ -445,16 +446,24 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
     assert child.data.tags["data.train_examples"] == str(details["data"]["train_examples"])
     assert float(child.data.tags["majority_class.accuracy"]) == pytest.approx(0.5)
     assert _artifacts(client, child.info.run_id, workdir / "dl") == {
-        "finetune.json": metrics, "finetune_details.json": details}
+        "finetune.json": {"finetune": metrics}, "finetune_details.json": details}
     parent = client.get_run(parent_id)
     assert parent.data.metrics["finetune_gain_accuracy"] == pytest.approx(
         metrics["gain"]["accuracy"])
+    # the classifier: a model card beside it, and an MLflow Model of the child run
+    card = ModelCard.load(workdir / "models" / "finetuned" / "README.md")
+    assert card.data.pipeline_tag == "text-classification"
+    assert {r.metric_name: r.metric_value for r in card.data.eval_results}[
+        "test accuracy"] == pytest.approx(metrics["pretrained"]["accuracy"], abs=1e-6)
+    (logged,) = client.search_logged_models(experiment_ids=[child.info.experiment_id],
+                                            filter_string=f"source_run_id = '{child.info.run_id}'")
+    assert logged.name == "model" and logged.tags["mlflow.source.type"] == "LOCAL"
     assert client.get_metric_history(parent_id, "finetune_pretrained_accuracy")[0].step == 300
 
 
 def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
-    run_bert("prune", cwd=workdir, env=ONE_THREAD, check=True)
-    metrics = json.loads((workdir / "metrics" / "prune.json").read_text())
+    proc = run_bert("prune", cwd=workdir, env=ONE_THREAD, check=True)
+    metrics = json.loads((workdir / "metrics" / "prune.json").read_text())["prune"]
     assert list(metrics) == ["heads", "val", "parameters", "heads_per_layer"]  # no timing
     assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
     details = json.loads((workdir / "metrics" / "prune_details.json").read_text())
@@ -475,6 +484,15 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     with torch.no_grad():
         torch.testing.assert_close(theirs(ids).prediction_logits, ours(ids).mlm_logits,
                                    rtol=0, atol=1e-4)
+    # transformers 5 loads every head: the saving is ours alone, and the stage says so
+    full_size = sum(p.numel() for p in theirs.parameters())
+    assert full_size == metrics["parameters"]["before"]
+    assert (f"transformers 5 ignores pruned_heads and loads this model at full size "
+            f"({full_size:,} parameters, every head); the saving "
+            f"({metrics['parameters']['after']:,}) needs bertcore.model.hf.load_model"
+            ) in proc.stderr
+    card = ModelCard.load(folder / "README.md")
+    assert card.data.pipeline_tag == "fill-mask" and "transformers 5 has no head" in card.text
 
     from mlflow.tracking import MlflowClient
 
@@ -494,7 +512,7 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert "recovery" in {key.split(".")[1] for key in child.data.tags if key.startswith("seconds")}
     assert not any("heads" in key or "parameters" in key for key in child.data.metrics)
     saved = _artifacts(client, child.info.run_id, workdir / "dl")
-    assert saved["prune.json"] == metrics and saved["prune.json"]["heads"]["after"] == 2
+    assert saved["prune.json"] == {"prune": metrics} and metrics["heads"]["after"] == 2
     assert child.data.tags["settings.recovery_steps"] == "5"
     assert client.get_run(parent_id).data.metrics["prune_val_mlm_accuracy"] == pytest.approx(
         metrics["val"]["mlm_accuracy"]["recovered"])
@@ -517,7 +535,7 @@ def test_prune_with_no_head_to_remove_writes_the_model_unchanged(workdir, tmp_pa
     proc = run_bert("prune", "--set", "prune.fraction=0", "--out", str(out), "--metrics",
                     str(metrics_file), cwd=workdir, env=ONE_THREAD, check=True)
     assert "removes none: the model is written unchanged, with no recovery steps" in proc.stderr
-    metrics = json.loads(metrics_file.read_text())
+    metrics = json.loads(metrics_file.read_text())["prune"]
     details = json.loads((tmp_path / "prune_details.json").read_text())
     assert metrics["heads"]["removed"] == 0 and details["pruned_heads"] == {}
     assert set(metrics["val"]["mlm_accuracy"]) == {"before", "pruned"}  # nothing recovered

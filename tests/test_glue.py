@@ -19,6 +19,7 @@ import torch
 import yaml
 from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
 from glue_files import write_glue_folder
+from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from tiny_pretrain import tiny_config
 
@@ -101,7 +102,7 @@ def read_tsv(path: Path) -> list[dict]:
 @pytest.mark.slow
 def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
     proc = run_bert("glue", cwd=glue_workdir, env=ONE_THREAD, check=True)
-    metrics = json.loads((glue_workdir / "metrics" / "glue.json").read_text())
+    metrics = json.loads((glue_workdir / "metrics" / "glue.json").read_text())["glue"]
     details = json.loads((glue_workdir / "metrics" / "glue_details.json").read_text())
     assert list(metrics) == ["score", *TASKS]
     assert set(metrics["mrpc"]) == {"score", "f1", "accuracy"}
@@ -133,6 +134,13 @@ def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
                                    ) == pytest.approx(metrics["cola"]["matthews"], abs=1e-6)
     assert {p.name for p in predictions.glob("mnli_*.tsv")} == {"mnli_mnli_m.tsv",
                                                                  "mnli_mnli_mm.tsv"}
+    # each task's model folder carries its card: the task's medians, read back by the Hub's code
+    card = ModelCard.load(glue_workdir / "models" / "glue" / "CoLA" / "README.md")
+    assert card.data.pipeline_tag == "text-classification"
+    assert {r.metric_name: r.metric_value for r in card.data.eval_results}[
+        f"cola matthews (dev, median of {SEEDS} seeds, x100)"] == pytest.approx(
+        metrics["cola"]["matthews"], abs=1e-6)
+    assert (glue_workdir / "metrics" / "glue_seeds.png").read_bytes().startswith(b"\x89PNG")
     submission = predictions / "submission"
     assert {p.name for p in submission.iterdir()} == {
         "CoLA.tsv", "MRPC.tsv", "STS-B.tsv", "MNLI-m.tsv", "MNLI-mm.tsv"}
@@ -208,7 +216,7 @@ def test_a_task_that_fails_keeps_the_scores_of_the_others(glue_workdir, tmp_path
                     "--predictions", str(tmp_path / "predictions"),
                     "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
     assert_one_line_error(proc, "1 task(s) left out", "dev.tsv:4", "maybe")
-    metrics = json.loads(out.read_text())
+    metrics = json.loads(out.read_text())["glue"]
     assert list(metrics) == ["score", "sst2"]
     details = json.loads((tmp_path / "glue_details.json").read_text())
     assert "dev.tsv:4" in details["failed"]["rte"] and details["averaged"] == ["sst2"]
@@ -254,8 +262,8 @@ def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
     (tmp_path / "params.yaml").write_text("{}\n")
     proc = run_bert("glue", cwd=tmp_path, env=ONE_THREAD, check=True)
     assert "no GLUE data (glue.data is null)" in proc.stderr
-    assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {
-        "score": None, "status": "no GLUE data (glue.data is null)"}
+    assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {"glue": {
+        "score": None, "status": "no GLUE data (glue.data is null)"}}
     assert (tmp_path / "metrics" / "glue_seeds.tsv").read_text() == "task\tseed\tscore\n"
     assert not any((tmp_path / "metrics" / "glue").iterdir())
     assert not any((tmp_path / "models" / "glue").iterdir())
@@ -299,11 +307,12 @@ def test_dvc_exp_show_has_the_glue_score_and_the_task_medians(glue_workdir, tmp_
     run("git", "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "glue")
     shown = run(dvc, "exp", "show", "--no-pager", "--csv")
     header, workspace = list(csv.reader(shown.splitlines()))[:2]
-    glue = json.loads((repo / "metrics" / "glue.json").read_text())
+    glue = json.loads((repo / "metrics" / "glue.json").read_text())["glue"]
     columns = dict(zip(header, workspace, strict=True))
-    for column, value in (("score", glue["score"]), ("cola.matthews", glue["cola"]["matthews"]),
-                          ("stsb.score", glue["stsb"]["score"]),
-                          ("stsb.pearson", glue["stsb"]["pearson"])):
+    for column, value in (("glue.score", glue["score"]),
+                          ("glue.cola.matthews", glue["cola"]["matthews"]),
+                          ("glue.stsb.score", glue["stsb"]["score"]),
+                          ("glue.stsb.pearson", glue["stsb"]["pearson"])):
         assert float(columns[column]) == pytest.approx(value, rel=1e-4), (column, columns)
 
 

@@ -102,7 +102,8 @@ def test_one_run_in_two_phases(straight):
     assert rows[5]["epoch"] < 1 <= rows[6]["epoch"]
     evaluations = tsv(straight / "metrics" / "pretrain_eval.tsv")
     assert [int(r["step"]) for r in evaluations] == [3, 6, 9, 12]  # 6: phase 1's last
-    assert json.loads((straight / "metrics" / "pretrain.json").read_text())["steps"] == 12
+    pretrained = json.loads((straight / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert pretrained["steps"] == 12
     details = json.loads((straight / "metrics" / "pretrain_details.json").read_text())
     assert details["phase2"] == {"first_step": 7, "steps": 6, "max_seq_length": 64,
                                  "batch_size": 4}
@@ -199,7 +200,7 @@ def test_new_phase_2_params_restart_it_at_phase_1s_end_and_more_steps_extend_it(
     assert [int(r["step"]) for r in rows] == list(range(1, 15))
     assert [r["learning_rate"] for r in rows[12:]] == pytest.approx(
         [learning_rate(0.001, s - 7, 2, 8) for s in (13, 14)], rel=1e-6)
-    assert json.loads((work / "metrics" / "pretrain.json").read_text())["steps"] == 14
+    assert json.loads((work / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"] == 14
     # 12, the end of the shorter phase 2, is kept: keep_last never takes a finished one
     assert checkpoint_steps(work) == [6, 12, 14]
     assert "replaces" not in longer.stderr
@@ -232,7 +233,7 @@ def test_phase_2_turned_off_gives_phase_1s_model_and_on_again_finds_phase_2_done
     # phase 1's result, from its last checkpoint; phase 2's checkpoints untouched
     assert file_sha256(work / "models/pretrained/model.safetensors") == file_sha256(
         work / "models/checkpoints/step-00000006/model.safetensors")
-    assert json.loads((work / "metrics" / "pretrain.json").read_text())["steps"] == 6
+    assert json.loads((work / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"] == 6
     assert checkpoint_steps(work) == [6, 9, 12]
     assert {p: d for p, d in outputs(work).items() if p in phase2_files} == phase2_files
 
@@ -287,7 +288,7 @@ def test_evaluate_names_the_length_of_each_score(straight, tmp_path):
     first, second = [line for line in proc.stderr.splitlines() if line.startswith("evaluate")]
     assert first.startswith("evaluate (length 32): MLM accuracy ")
     assert second.startswith("evaluate (length 64): MLM accuracy ")
-    scores = json.loads((tmp_path / "eval.json").read_text())
+    scores = json.loads((tmp_path / "eval.json").read_text())["eval"]
     assert f"MLM accuracy {scores['mlm_accuracy']:.4f}" in first
     assert f"MLM accuracy {scores['length_64']['mlm_accuracy']:.4f}" in second
 

@@ -53,7 +53,7 @@ def test_a_two_phase_repro_evaluates_at_both_lengths(straight):
             "metrics/eval.json"} <= set(outs)
     assert json.loads((repo / "data/samples/phase2/meta.json").read_text())[
         "max_seq_length"] == 64
-    scores = json.loads((repo / "metrics" / "eval.json").read_text())
+    scores = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
     assert set(scores["length_64"]) == {"mlm_accuracy", "mlm_loss", "perplexity",
                                         "nsp_accuracy", "nsp_loss"}
     # the MLM slots grow with the length: 5 at 32 tokens, 10 at 64 (30% of ~60 tokens: 18)
@@ -63,7 +63,7 @@ def test_a_two_phase_repro_evaluates_at_both_lengths(straight):
     last = (repo / "metrics" / "pretrain_eval.tsv").read_text().splitlines()[-1].split("\t")
     assert int(last[0]) == 12
     assert float(last[1]) == pytest.approx(scores["length_64"]["mlm_loss"], rel=1e-6)
-    assert json.loads((repo / "metrics" / "pretrain.json").read_text())["steps"] == 12
+    assert json.loads((repo / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"] == 12
     assert json.loads((repo / "models/hf/config.json").read_text())[
         "max_position_embeddings"] == 64
 
@@ -112,7 +112,7 @@ def test_phase_2_turned_on_after_phase_1_goes_on_from_its_end(straight, tmp_path
     run([DVC, "repro", *TARGETS], repo, env)
     phase1 = lock_outs(repo)
     assert not (repo / "data" / "samples" / "phase2").exists()
-    assert json.loads((repo / "metrics" / "pretrain.json").read_text())["steps"] == 6
+    assert json.loads((repo / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"] == 6
 
     params = yaml.safe_load((repo / "params.yaml").read_text())
     params["phase2"]["enabled"] = True

@@ -119,16 +119,16 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     repo, env, _ = reproduced  # new_repo, then `dvc repro`
     commit = run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
-    evaluation = json.loads((repo / "metrics" / "eval.json").read_text())
+    evaluation = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
     assert list(evaluation) == ["mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy",
                                 "nsp_loss"]
     baselines = json.loads((repo / "metrics" / "eval_details.json").read_text())
     assert 0 < baselines["mlm_baseline_accuracy"] < 1 and baselines["sequences"] > 0
     assert (repo / "models" / "hf" / "tokenizer.json").is_file()
-    finetune = json.loads((repo / "metrics" / "finetune.json").read_text())
+    finetune = json.loads((repo / "metrics" / "finetune.json").read_text())["finetune"]
     assert {"pretrained", "scratch", "gain"} <= set(finetune)
     assert (repo / "models" / "finetuned" / "config.json").is_file()
-    prune = json.loads((repo / "metrics" / "prune.json").read_text())
+    prune = json.loads((repo / "metrics" / "prune.json").read_text())["prune"]
     assert prune["heads_per_layer"] == {"before": [2], "after": [1]}
     assert (repo / "models" / "pruned" / "config.json").is_file()
     assert (repo / "mlflow.db").is_file()  # at the repo root, not in a stage's folder
@@ -170,7 +170,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
             3, 6]
         assert "eval_mlm_accuracy" in r.data.metrics
         artifacts = {a.path for a in client.list_artifacts(r.info.run_id)}
-        assert {"checkpoints", "hf_model"} <= artifacts
+        assert {"checkpoints", "plots"} <= artifacts
+        assert {a.path for a in client.list_artifacts(r.info.run_id, "plots")} == {
+            "plots/pretrain_loss.png", "plots/pretrain_accuracy.png", "plots/pretrain_probes.png"}
     # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process, 5 val/ curves and
     # the 4 of the probes (eval.probe_sentences); prune trains no curve; finetune two
     # (pretrained, scratch)
@@ -185,6 +187,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
         "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
         "metrics/probe_details.json"}
     assert runs[0].data.tags["mlflow.source.git.commit"] == commit
+    assert runs[0].data.tags["mlflow.source.name"] == "dvc.yaml:pretrain"
+    assert_the_models_are_mlflow_models(client, runs[0], everything, commit, repo, env)
+    assert_each_model_folder_has_its_card(repo)
     assert runs[1].data.tags.get("DVC_EXP_NAME")
     assert runs[0].data.params["train.learning_rate"] != runs[1].data.params[
         "train.learning_rate"]
@@ -194,20 +199,20 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     workspace = json.dumps(shown)
     assert "mlm_accuracy" in workspace and "nsp_accuracy" in workspace
     assert_exp_show_is_readable(repo, env)
-    plots = run([DVC, "plots", "show", "--json"], repo, env).stdout
-    assert "train_loss" in plots and "val_accuracy" in plots and "val_probes" in plots
+    assert_plots_have_their_axes_and_images(repo, env)
 
     assert_stored_once(repo)
     assert_reruns_and_checkout_keep_the_cache(repo, env)
 
     # A stage sees only its own params: a new vocab_size invalidates vocab, not corpus
-    # (samples and what follows rerun through their data deps).
+    # (samples and what follows rerun through their data deps), and export, whose model card
+    # lists the sections that make the model.
     text = (repo / "params.yaml").read_text(encoding="utf-8")
     params = yaml.safe_load(text)
     params["vocab"]["vocab_size"] = 100
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     status = json.loads(run([DVC, "status", "--json"], repo, env).stdout)
-    assert set(status) == {"vocab"}, status
+    assert set(status) == {"vocab", "export"}, status
     (repo / "params.yaml").write_text(text, encoding="utf-8")  # for the test after this one
 
 
@@ -250,11 +255,53 @@ def test_a_bad_value_leaves_the_last_good_outputs_in_place(reproduced):
             "metrics/pretrain_eval.tsv"} <= replaced
     pretrain = stage_outputs("pretrain")
     assert all(any(path.startswith(out) for out in pretrain) for path in replaced), replaced
-    steps = json.loads((repo / "metrics" / "pretrain.json").read_text())["steps"]
+    steps = json.loads((repo / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"]
     assert steps == changed["train"]["max_steps"]
     assert json.loads(run([DVC, "status", "--json"], repo, env).stdout).keys() == {
         "evaluate", "export", "finetune", "prune", "probe", "glue"}  # they read the new model
     assert_stored_once(repo)
+
+
+def test_a_fresh_clone_s_mlflow_run_holds_the_reports_dvc_skips(tmp_path):
+    """A fresh clone retrains (its checkpoints are not in git), to the same weights, in a new
+    MLflow run of its own store; DVC skips evaluate and probe, whose outputs are committed (or
+    pulled) and whose deps have the same bytes. The new run holds their results, tags and
+    files all the same, once: rerunning evaluate adds no second point."""
+    repo, env = new_repo(tmp_path)
+    run([DVC, "repro", "evaluate", "probe"], repo, env)
+    run(["git", "add", "-A"], repo, env)
+    run(["git", "commit", "-q", "-m", "results"], repo, env)
+    clone = tmp_path / "clone"
+    run(["git", "clone", "-q", str(repo), str(clone)], tmp_path, env)
+    run([DVC, "cache", "dir", "--local", str(repo / ".dvc" / "cache")], clone, env)
+    # as `dvc pull` would: what DVC caches, not the checkpoints
+    run([DVC, "checkout", "--with-deps", "evaluate", "probe"], clone, env)
+    proc = run([DVC, "repro", "evaluate", "probe"], clone, env)
+    said = proc.stdout + proc.stderr
+    assert "Running stage 'pretrain'" in said
+    assert "Running stage 'evaluate'" not in said and "Running stage 'probe'" not in said
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{clone / 'mlflow.db'}")
+    experiment = client.get_experiment_by_name("e2e").experiment_id
+    (pretraining,) = client.search_runs([experiment])
+    evaluation = json.loads((clone / "metrics" / "eval.json").read_text())["eval"]
+    probe = json.loads((clone / "metrics" / "probe.json").read_text())["probe"]
+    results = pretraining.data.metrics
+    assert results["eval_mlm_accuracy"] == pytest.approx(evaluation["mlm_accuracy"])
+    assert results["probe_builtin_cloze_p_at_1"] == pytest.approx(
+        probe["builtin"]["cloze"]["p_at_1"])
+    details = json.loads((clone / "metrics" / "eval_details.json").read_text())
+    assert float(pretraining.data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
+        details["mlm_baseline_accuracy"], rel=1e-5)
+    assert {a.path for a in client.list_artifacts(pretraining.info.run_id, "metrics")} == {
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
+        "metrics/probe_details.json"}
+
+    run([DVC, "repro", "-f", "-s", "evaluate"], clone, env)  # the same report, logged again
+    history = client.get_metric_history(pretraining.info.run_id, "eval_mlm_accuracy")
+    assert [m.value for m in history] == [results["eval_mlm_accuracy"]]
 
 
 def stage_outputs(stage: str | None = None) -> list[str]:
@@ -369,15 +416,21 @@ def assert_exp_show_is_readable(repo: Path, env: dict) -> None:
     files = shown[0]["data"]["metrics"]  # the workspace: the experiment just run
     assert sorted(files) == sorted(METRICS_FILES)
     columns = {name: leaves(files[name]["data"]) for name in METRICS_FILES}
-    assert list(columns["metrics/eval.json"]) == ["mlm_accuracy", "mlm_loss", "perplexity",
-                                                  "nsp_accuracy", "nsp_loss"]
-    assert {"steps", "train.loss"} <= set(columns["metrics/pretrain.json"])
-    assert {"pretrained.accuracy", "scratch.accuracy", "gain.accuracy"} <= set(
-        columns["metrics/finetune.json"])
-    assert {"heads.removed", "val.mlm_accuracy.recovered"} <= set(columns["metrics/prune.json"])
-    assert {"builtin.cloze.p_at_1", "builtin.swapped_pairs.accuracy"} <= set(
+    # each file's columns under its stage's name, so that `--keep 'probe\.'` selects them
+    for name, file_columns in columns.items():
+        group = name.removeprefix("metrics/").removesuffix(".json")
+        assert file_columns and all(c.startswith(f"{group}.") for c in file_columns), name
+    assert list(columns["metrics/eval.json"]) == ["eval.mlm_accuracy", "eval.mlm_loss",
+                                                  "eval.perplexity", "eval.nsp_accuracy",
+                                                  "eval.nsp_loss"]
+    assert {"pretrain.steps", "pretrain.train.loss"} <= set(columns["metrics/pretrain.json"])
+    assert {"finetune.pretrained.accuracy", "finetune.scratch.accuracy",
+            "finetune.gain.accuracy"} <= set(columns["metrics/finetune.json"])
+    assert {"prune.heads.removed", "prune.val.mlm_accuracy.recovered"} <= set(
+        columns["metrics/prune.json"])
+    assert {"probe.builtin.cloze.p_at_1", "probe.builtin.swapped_pairs.accuracy"} <= set(
         columns["metrics/probe.json"])
-    assert set(columns["metrics/glue.json"]) == {"status"}  # no GLUE data: a null score, and why
+    assert set(columns["metrics/glue.json"]) == {"glue.status"}  # no GLUE data: null, and why
     names = [name for file in columns.values() for name in file]
     # nothing timed: speed is the machine's, and the same params must give the same files
     assert not [name for name in names if "per_s" in name or "speed" in name or "second" in name]
@@ -385,18 +438,92 @@ def assert_exp_show_is_readable(repo: Path, env: dict) -> None:
     assert len(names) == len(set(names))  # no column needs its file's name to be told apart
     # what the evaluation reports is not also in pretrain.json (its own numbers are train's)
     assert not [name for name in columns["metrics/pretrain.json"]
-                if name.split(".")[0] not in ("steps", "train")]
+                if name.split(".")[1] not in ("steps", "train")]
     # the statistics and details are plain outputs beside them, out of the table
     for stats in ("corpus", "vocab", "samples", "pretrain_details", "eval_details",
                   "finetune_details", "prune_details", "probe_details", "glue_details"):
         assert (repo / "metrics" / f"{stats}.json").is_file(), stats
 
     # the README's command: the param that was varied beside the headline metrics
-    table = run([DVC, "exp", "show", "--drop", ".*", "--keep",
-                 r"Experiment|train\.learning_rate|mlm_accuracy|nsp_accuracy|gain\.accuracy",
-                 "--csv"], repo, env).stdout.splitlines()
-    assert table[0] == "Experiment,mlm_accuracy,nsp_accuracy,gain.accuracy,train.learning_rate"
+    keep = r"Experiment|train\.learning_rate|eval\.(mlm|nsp)_accuracy|finetune\.gain\.accuracy"
+    table = run([DVC, "exp", "show", "--drop", ".*", "--keep", keep, "--csv"], repo,
+                env).stdout.splitlines()
+    assert table[0] == ("Experiment,eval.mlm_accuracy,eval.nsp_accuracy,finetune.gain.accuracy,"
+                        "train.learning_rate")
     assert len(table) == 4  # the workspace, the baseline commit and the experiment
+
+
+def assert_the_models_are_mlflow_models(client, pretraining, everything, commit: str, repo: Path,
+                                        env: dict) -> None:
+    """The pretraining run's export is an MLflow Model (transformers flavour) with the run's
+    git commit, which `mlflow.pyfunc` loads and which the Model Registry takes; finetune's
+    child run holds its classifier as one too (text-classification)."""
+    uri = f"sqlite:///{repo / 'mlflow.db'}"
+    logged = client.search_logged_models(experiment_ids=[pretraining.info.experiment_id])
+    by_run = {(m.source_run_id, m.name): m for m in logged}
+    model = by_run[(pretraining.info.run_id, "hf_model")]
+    assert model.tags["mlflow.source.git.commit"] == commit
+    finetune = next(r for r in everything if r.info.run_name.startswith("finetune-") and
+                    r.data.tags["mlflow.parentRunId"] == pretraining.info.run_id)
+    assert (finetune.info.run_id, "model") in by_run
+    code = (f"import mlflow; mlflow.set_tracking_uri({uri!r}); "
+            f"m = mlflow.pyfunc.load_model('runs:/{pretraining.info.run_id}/hf_model'); "
+            "print(m.predict(['the [MASK] is here.'])[0]); "
+            f"print(mlflow.register_model('runs:/{pretraining.info.run_id}/hf_model', "
+            "'tiny').status)")
+    answer, status = run([sys.executable, "-c", code], repo, env).stdout.split()[-2:]
+    vocab = (repo / "data" / "vocab" / "vocab.txt").read_text().split()
+    assert answer in vocab and status == "READY"
+
+
+def assert_each_model_folder_has_its_card(repo: Path) -> None:
+    """models/hf, models/finetuned and models/pruned each hold a Hugging Face model card that
+    huggingface_hub reads, with the figures of the reports beside them."""
+    from huggingface_hub import ModelCard
+
+    evaluation = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
+    tags = {"hf": "fill-mask", "finetuned": "text-classification", "pruned": "fill-mask"}
+    for folder, tag in tags.items():
+        card = ModelCard.load(repo / "models" / folder / "README.md")
+        assert (card.data.library_name, card.data.pipeline_tag) == ("transformers", tag)
+        figures = {r.metric_name: r.metric_value for r in card.data.eval_results}
+        if folder == "hf":
+            assert figures["MLM accuracy (val split)"] == pytest.approx(
+                evaluation["mlm_accuracy"], abs=1e-6)
+            assert "cloze P@1 (built-in probe)" in figures
+    assert "transformers 5" in (repo / "models" / "pruned" / "README.md").read_text()
+
+
+PLOTS = {"loss", "accuracy", "probes", "glue_seeds"}  # dvc.yaml's charts, each with x and y
+IMAGES = {"metrics/pretrain_loss.png", "metrics/pretrain_accuracy.png",
+          "metrics/pretrain_probes.png", "metrics/glue_seeds.png"}
+
+
+def assert_plots_have_their_axes_and_images(repo: Path, env: dict) -> None:
+    """`dvc plots show` draws dvc.yaml's charts, each against its x (no stage-level plot of a
+    file's last column against the row number), and the PNG images of the same curves, which
+    its HTML shows from files beside it: they open with no network (the charts' script comes
+    from the web)."""
+    declared = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
+    assert not [name for name, stage in declared["stages"].items() if "plots" in stage]
+    charts = [next(iter(p.items())) for p in declared["plots"] if isinstance(p, dict)]
+    assert {name for name, _ in charts} == PLOTS
+    assert all(spec.get("x") and spec.get("y") for _, spec in charts)
+    shown = json.loads(run([DVC, "plots", "show", "--json"], repo, env).stdout)["data"]
+    kinds = {name: entries[0]["type"] if entries else None for name, entries in shown.items()}
+    # no GLUE data: its chart has no point to draw (its image says so)
+    assert {name for name, kind in kinds.items() if kind == "vega"} == PLOTS - {"glue_seeds"}
+    assert "glue_seeds" in kinds
+    assert {name for name, kind in kinds.items() if kind == "image"} == IMAGES
+    for name in PLOTS - {"glue_seeds"}:
+        assert shown[name][0]["content"]["encoding"]["x"]["field"] == "step", name
+    run([DVC, "plots", "show", "-o", "plots_html"], repo, env)
+    html = (repo / "plots_html" / "index.html").read_text(encoding="utf-8")
+    images = re.findall(r'<img src="(static/[^"]+\.png)"', html)
+    assert len(images) == len(IMAGES), images
+    assert all((repo / "plots_html" / image).read_bytes().startswith(b"\x89PNG")
+               for image in images)
+    shutil.rmtree(repo / "plots_html")
 
 
 def leaves(data: dict, prefix: str = "") -> dict[str, object]:

@@ -187,7 +187,8 @@ def test_evaluate_with_no_run_to_log_into_says_nothing_was_logged(workdir):
         write_params(workdir / "params.yaml", tracking=tracking)
         proc = bert("evaluate", cwd=workdir)
         assert proc.returncode == 0, proc.stderr
-        assert json.loads((workdir / "metrics" / "eval.json").read_text())["mlm_accuracy"] >= 0
+        scores = json.loads((workdir / "metrics" / "eval.json").read_text())["eval"]
+        assert scores["mlm_accuracy"] >= 0
         notice = [line for line in proc.stderr.splitlines() if "logged to MLflow" in line]
         assert len(notice) == 1, proc.stderr
         assert "nothing will be logged" in notice[0] and why in notice[0], notice

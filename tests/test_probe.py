@@ -311,11 +311,12 @@ def test_builtin_probes_give_the_same_bytes_twice_and_depend_on_the_seed(exporte
         report = run_probes(masked_lm(exported, batch_size=16),
                             ProbeConfig(builtin_sentences=40, seed=seed),
                             corpus / "val.txt", corpus / "train.txt")
-        files = write_report(tmp_path / f"probe{n}.json", report.metrics, report.details)
+        files = write_report(tmp_path / f"probe{n}.json", "probe", report.metrics,
+                             report.details)
         outputs.append((files[0].read_bytes(), files[1].read_bytes(), report.items))
     assert outputs[0] == outputs[1]  # same params, same bytes
     assert outputs[2][2] != outputs[0][2]
-    metrics = json.loads(outputs[0][0])["builtin"]
+    metrics = json.loads(outputs[0][0])["probe"]["builtin"]
     details = json.loads(outputs[0][1])["builtin"]
     assert set(metrics) == {"cloze", "swapped_pairs", "replaced_pairs"}
     assert details["swapped_pairs"]["unigram_baseline"]["accuracy"] == 0.5  # same tokens: ties

@@ -47,7 +47,7 @@ def repo(tmp_path_factory):
 
 def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
     proc = run_bert("probe", cwd=repo, env={"OMP_NUM_THREADS": "1"}, check=True)
-    metrics = json.loads((repo / "metrics/probe.json").read_text())
+    metrics = json.loads((repo / "metrics/probe.json").read_text())["probe"]
     details = json.loads((repo / "metrics/probe_details.json").read_text())
     assert set(metrics["builtin"]) == {"cloze", "swapped_pairs", "replaced_pairs"}
     assert details["builtin"]["drawn_sentences"] == 40 and details["model"] == "models/pretrained"

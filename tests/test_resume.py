@@ -74,7 +74,8 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
                learning_rate(0.003, 5, 1, 8), learning_rate(0.003, 7, 1, 8)]
     assert [float(r["learning_rate"]) for r in rows] == pytest.approx(planned, rel=1e-6)
     assert planned[1] < planned[2]  # re-planned: the rate went back up at step 6
-    assert json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["steps"] == 8
+    pretrained = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert pretrained["steps"] == 8
     checkpoints = CheckpointDir(tmp_path / "models" / "checkpoints")
     assert [c.step for c in checkpoints.all()] == [4, 6, 8]  # 4: the finished run's last
 
@@ -100,7 +101,9 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
     assert [s for s, _ in history(second)] == [2, 4, 6, 8]
     assert [v for _, v in history(second)][:2] == pytest.approx([v for _, v in history(first)],
                                                                 rel=1e-6)
-    assert {a.path for a in client.list_artifacts(second.info.run_id)} >= {"hf_model"}
+    assert [m.name for m in client.search_logged_models(  # the export, an MLflow Model
+        experiment_ids=[second.info.experiment_id],
+        filter_string=f"source_run_id = '{second.info.run_id}'")] == ["hf_model"]
 
     # Shortened below the latest checkpoint: a fresh run, whose checkpoints replace the old,
     # which are set aside.

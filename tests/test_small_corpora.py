@@ -253,7 +253,7 @@ def run_all_stages(workdir: Path, source: str) -> dict:
                           env={**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD})
     assert proc.returncode == 0, proc.stderr
     assert (workdir / "models" / "hf" / "model.safetensors").is_file()
-    assert json.loads((workdir / "metrics" / "eval.json").read_text())["nsp_accuracy"] >= 0
+    assert json.loads((workdir / "metrics" / "eval.json").read_text())["eval"]["nsp_accuracy"] >= 0
     return {name: json.loads((workdir / "metrics" / f"{name}.json").read_text())
             for name in ("corpus", "samples")}
 

@@ -56,13 +56,13 @@ def test_a_section_left_out_of_dvc_yaml_or_listed_too_many_is_found(tmp_path):
     reads, fails it."""
     stages = yaml.safe_load(DVC_YAML.read_text(encoding="utf-8"))
     stages["stages"]["evaluate"]["params"].remove("tracking")
-    stages["stages"]["export"]["params"].append("train")
+    stages["stages"]["export"]["params"].append("glue")
     stages["stages"]["samples"]["params"].remove("phase2.enabled")
     planted = tmp_path / "dvc.yaml"
     planted.write_text(yaml.safe_dump(stages), encoding="utf-8")
     assert mismatches(planted) == {
         "evaluate": {"read, not listed": ["tracking"], "listed, not read": []},
-        "export": {"read, not listed": [], "listed, not read": ["train"]},
+        "export": {"read, not listed": [], "listed, not read": ["glue"]},
         "samples": {"read, not listed": ["phase2.enabled"], "listed, not read": []},
     }
 

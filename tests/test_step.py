@@ -215,7 +215,7 @@ def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     compiled = run_bert("pretrain", "--set", "train.compile=true", cwd=tmp_path, env=env,
                         check=True)
     assert "graph break" not in compiled.stderr.lower(), compiled.stderr
-    with_compile = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())
+    with_compile = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["pretrain"]
     # the same run in eager mode, in another folder (train.compile is part of the params
     # fingerprint: here it would start fresh over the compiled run's checkpoints)
     eager_dir = tmp_path / "eager"
@@ -223,7 +223,7 @@ def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     os.symlink(data, eager_dir / "data")
     (eager_dir / "params.yaml").write_text((tmp_path / "params.yaml").read_text())
     run_bert("pretrain", cwd=eager_dir, env=ONE_THREAD, check=True)
-    eager = json.loads((eager_dir / "metrics" / "pretrain.json").read_text())
+    eager = json.loads((eager_dir / "metrics" / "pretrain.json").read_text())["pretrain"]
     assert with_compile["steps"] == eager["steps"] == 4
     # without dropout the two agree to the last bits (measured: 0 to 5e-8 apart after four
     # updates; Inductor's fused kernels may round differently, and Adam amplifies that)

@@ -226,7 +226,8 @@ def test_a_store_that_fills_up_mid_run_costs_one_line_and_does_not_stay_running(
     full = [line for line in proc.stderr.splitlines() if "disk is full" in line]
     assert len(full) == 1 and "MLflow stopped answering" in full[0], proc.stderr
     assert len((tmp_path / "metrics" / "pretrain_log.tsv").read_text().splitlines()) == 61
-    assert json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["steps"] == 60
+    pretrained = json.loads((tmp_path / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert pretrained["steps"] == 60
 
     uri = sqlite_uri(after / "mlflow.db")  # the store, with room again
     Tracker.start(uri, "full").finish()  # the next run in its experiment

@@ -317,7 +317,7 @@ def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
     rows = log.read_text().splitlines()
     assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 61))
     assert rows[: len(rows_before)] == rows_before
-    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
     assert summary["steps"] == 60
     assert (workdir / "models" / "pretrained" / "model.safetensors").is_file()
     # one MLflow run, continued after the interruption, with every step once
@@ -363,12 +363,12 @@ def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
     # run is restored, not retrained (same weights, same curve, same final numbers)
     weights = workdir / "models" / "pretrained" / "model.safetensors"
     finished = weights.read_bytes()
-    before = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    before = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
     curve = (workdir / "metrics" / "pretrain_log.tsv").read_text()
     proc = bert("pretrain", "--set", "train.learning_rate=0.001",
                     "--set", "train.log_every=1", cwd=workdir, check=True)
     assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
-    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
     assert summary["steps"] == 2 and summary["train"]["loss"] > 0
     assert weights.read_bytes() == finished
     assert (workdir / "metrics" / "pretrain_log.tsv").read_text() == curve

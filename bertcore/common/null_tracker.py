@@ -27,6 +27,9 @@ class NullTracker:
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         pass
 
+    def tags(self) -> dict[str, str]:
+        return {}
+
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         pass
 

@@ -1,8 +1,10 @@
-"""What a stage reports, in two files side by side:
+r"""What a stage reports, in two files side by side:
 
 - `metrics/<stage>.json`: the numbers a user compares across runs (val MLM accuracy, the
-  fine-tune gain, ...). dvc.yaml declares it under `metrics`, so `dvc exp show` and
-  `dvc metrics diff` show it;
+  fine-tune gain, ...), under one key, the stage's group (`{"eval": {"mlm_accuracy": ...}}`).
+  dvc.yaml declares it under `metrics`, so `dvc exp show` and `dvc metrics diff` show it, its
+  columns named `eval.mlm_accuracy`, `probe.builtin.cloze.p_at_1`, ...: `--keep 'probe\.'`
+  selects a stage's columns (its params' too: their section has the same name);
 - `metrics/<stage>_details.json`: what those numbers are read against (baselines, counts,
   settings, timings). A plain output: in git, but no columns in `dvc exp show`.
 
@@ -12,6 +14,7 @@ both files are uploaded as JSON artifacts under `metrics/`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -30,12 +33,25 @@ def details_file(metrics_file: str | os.PathLike) -> Path:
     return path.with_name(f"{path.stem}{DETAILS_SUFFIX}{path.suffix or '.json'}")
 
 
-def write_report(metrics_file: str | os.PathLike, metrics: Mapping[str, Any],
+def write_metrics(metrics_file: str | os.PathLike, group: str,
+                  metrics: Mapping[str, Any]) -> Path:
+    """Write `metrics` under the key `group` (in their dict's order: headline first)."""
+    path = Path(metrics_file)
+    write_json(path, {group: metrics}, sort_keys=False)
+    return path
+
+
+def read_metrics(metrics_file: str | os.PathLike, group: str) -> dict[str, Any]:
+    """The numbers of `group` in a metrics file `write_metrics` wrote."""
+    return json.loads(Path(metrics_file).read_text(encoding="utf-8"))[group]
+
+
+def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[str, Any],
                  details: Mapping[str, Any]) -> tuple[Path, Path]:
-    """Write `metrics` and, beside it, `details` (both in their dicts' order: headline first);
-    returns both paths."""
-    metrics_path, details_path = Path(metrics_file), details_file(metrics_file)
-    write_json(metrics_path, metrics, sort_keys=False)
+    """Write `metrics` under `group` and, beside it, `details` (both in their dicts' order:
+    headline first); returns both paths."""
+    details_path = details_file(metrics_file)
+    metrics_path = write_metrics(metrics_file, group, metrics)
     write_json(details_path, details, sort_keys=False)
     return metrics_path, details_path
 

@@ -19,6 +19,7 @@ would be a page of one-point charts before the curves.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import tempfile
@@ -26,8 +27,8 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Mapping
-from dataclasses import dataclass
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -69,6 +70,7 @@ class TrackingTarget:
     uri: str
     experiment: str
     dvc_experiment: str | None = None
+    source: Mapping[str, str] = field(default_factory=dict)  # mlflow.source.* tags of its runs
 
 
 def resolve_uri(configured: str | None, default: str) -> str:
@@ -303,6 +305,23 @@ class Tracker:
         batch = [RunTag(key, _tag_value(value)) for key, value in tags.items()]
         self._call("set tags", self.client.log_batch, self.run_id, tags=batch)
 
+    def tags(self) -> dict[str, str]:
+        """The run's tags as the store has them now (none once the store has failed)."""
+        found: dict[str, str] = {}
+        self._call("read tags", lambda: found.update(self.client.get_run(self.run_id).data.tags))
+        return found
+
+    def log_transformers_model(self, folder: str | os.PathLike, task: str, name: str,
+                               card: str | None = None) -> bool:
+        """A Hugging Face model folder (with its tokenizer) as an MLflow Model of the
+        transformers flavour, `task`'s pipeline (fill-mask, text-classification), under
+        `name`: registrable in the Model Registry and loaded by `mlflow.pyfunc`. The logged
+        model gets the run's `mlflow.source.*` tags (its git commit) and `card` as its model
+        card. Nothing is downloaded: no model card from the Hub, no requirements inferred
+        (the installed torch and transformers are its requirements)."""
+        return self._call(f"log the model {name}", _log_pipeline, self, Path(folder), task,
+                          name, card)
+
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         """Upload a directory's files under `artifact_path` of the run."""
         self._call(
@@ -337,6 +356,85 @@ class Tracker:
         except Exception as exc:
             log.debug("MLflow run %s could not be ended (%s): the next run in its "
                       "experiment ends it", self.run_id, _first_line(exc))
+
+
+# ------------------------------------------------------------------ models (transformers flavour)
+_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
+# what they say of a model that is not the Hub's (no license, no card there): not the user's to fix
+_MODEL_LOGGERS = ("mlflow.transformers", "mlflow.models", "transformers", "huggingface_hub")
+
+
+def _log_pipeline(tracker: Tracker, folder: Path, task: str, name: str, card: str | None
+                  ) -> None:
+    """`Tracker.log_transformers_model`'s work: the pipeline built from the folder, logged
+    into the tracker's run (MLflow's fluent API: its run made active, then ended as it was)."""
+    with _environment(_OFFLINE):
+        import mlflow
+        import mlflow.transformers
+        import transformers
+        from huggingface_hub import ModelCard
+    bars = transformers.utils.logging.is_progress_bar_enabled()
+    transformers.utils.logging.disable_progress_bar()  # loading, writing: a tiny folder's bars
+    # the store by the environment: mlflow.set_tracking_uri would outlive the call
+    store = {**_OFFLINE, "MLFLOW_TRACKING_URI": tracker.uri}
+    with _environment(store), _quiet(_MODEL_LOGGERS):  # once imported: they set levels then
+        pipe = transformers.pipeline(task, model=str(folder), tokenizer=str(folder))
+        source = {key: value for key, value in tracker.tags().items()
+                  if key.startswith("mlflow.source.")}
+        status = tracker.client.get_run(tracker.run_id).info.status
+        try:
+            with mlflow.start_run(run_id=tracker.run_id):
+                mlflow.transformers.log_model(
+                    pipe, name=name, task=task, model_card=ModelCard(card) if card else None,
+                    pip_requirements=_requirements(), tags=source or None)
+        finally:
+            tracker.client.update_run(tracker.run_id, status=status)  # not ended by this
+            if bars:
+                transformers.utils.logging.enable_progress_bar()
+
+
+def _requirements() -> list[str]:
+    """The installed torch and transformers (torch without its local tag, +cpu: the wheel
+    index decides the build)."""
+    import torch
+    import transformers
+
+    return [f"torch=={torch.__version__.split('+')[0]}",
+            f"transformers=={transformers.__version__}"]
+
+
+@contextlib.contextmanager
+def _environment(values: Mapping[str, str]) -> Iterator[None]:
+    saved = {key: os.environ.get(key) for key in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for key, value in saved.items():
+            if value is None:
+                os.environ.pop(key, None)
+            else:
+                os.environ[key] = value
+
+
+@contextlib.contextmanager
+def _quiet(names: tuple[str, ...]) -> Iterator[None]:
+    """Only errors from these loggers, and no progress bars, during the block."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    bars = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
+    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)
+        if bars is None:
+            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
+        else:
+            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
 
 
 def _existing_run(client: Any, run_id: str) -> Any:

@@ -35,6 +35,7 @@ from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
+from bertcore.downstream.cards import finetuned_facts
 from bertcore.downstream.config import FinetuneConfig, Recipe
 from bertcore.downstream.glue.metrics import correlations
 from bertcore.downstream.tasks import (
@@ -50,6 +51,7 @@ from bertcore.downstream.tasks import (
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
+from bertcore.model.card import write_card
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
@@ -453,10 +455,14 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     with runs.failing_on_error():
         result = run_comparison(model, task, recipe, device, tokenizer.token_to_id("[PAD]"),
                                 on_log=runs.log_train_loss)
+    metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
+    card = finetuned_facts(str(paths.out_dir), metrics, details,
+                           {"finetune": dataclasses.asdict(config)})
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, paths.vocab_dir)
-    metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
-    files = write_report(paths.metrics_file, metrics, details)
+        write_card(staging, card)
+    files = write_report(paths.metrics_file, "finetune", metrics, details)
+    runs.log_model(paths.out_dir, "text-classification")
     runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
                         for key, value in metrics[which].items()}, details)
     return FinetuneOutcome(result, files, task.problem, task.problem_from)

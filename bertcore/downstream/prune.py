@@ -24,6 +24,7 @@ from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.samples.verify import SamplesCheck
+from bertcore.downstream.cards import pruned_facts
 from bertcore.downstream.config import PruneConfig
 from bertcore.downstream.heads import (
     PruneSteps,
@@ -35,6 +36,7 @@ from bertcore.downstream.heads import (
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.card import write_card
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
@@ -215,7 +217,8 @@ class PruneStageOutcome:
             f"{pruned.mlm_accuracy:.4f}"
             + (f" -> {recovered.mlm_accuracy:.4f} after {config.recovery_steps} recovery steps"
                if recovered else "")
-            + f"; train step x{speed['speedup']:.2f}{noise}"
+            + f"; train step x{speed['speedup']:.2f}{noise}. " + TRANSFORMERS_NOTE.format(
+                **metrics["parameters"])
         )
 
 
@@ -238,10 +241,12 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
                               flatten({"prune": dataclasses.asdict(config)}))
     with runs.failing_on_error():
         outcome = run_pruning(model, data, config, train, device)
+    metrics, details, timing = prune_report(outcome, model, config)
+    card = pruned_facts(str(paths.out_dir), metrics, details, {"prune": dataclasses.asdict(config)})
     with atomic_dir(paths.out_dir) as staging:
         export_hf(model.cpu(), staging, paths.vocab_dir)
-    metrics, details, timing = prune_report(outcome, model, config)
-    files = write_report(paths.metrics_file, metrics, details)
+        write_card(staging, card)
+    files = write_report(paths.metrics_file, "prune", metrics, details)
     runs.finish(files, _headline(outcome, timing), {**details, **timing})
     return PruneStageOutcome(outcome, config, metrics, timing, files)
 
@@ -265,6 +270,12 @@ def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]
         "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
         "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
     }
+
+
+# transformers 5 has no head pruning: measured (docs/prune.md), it loads the folder's zeroed heads
+TRANSFORMERS_NOTE = ("transformers 5 ignores pruned_heads and loads this model at full size "
+                     "({before:,} parameters, every head); the saving ({after:,}) needs "
+                     "bertcore.model.hf.load_model")
 
 
 class PhaseTimer:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -16,6 +16,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
+from bertcore.model.card import CARD_NAME
 from bertcore.training.run.model_run import pretraining_run
 
 log = logging.getLogger("bert.downstream")
@@ -43,9 +44,11 @@ class DownstreamTracking:
             return
         self.parent, self.step, _ = pretraining_run(target, model_dir)
         run_name = child_run_name(name, params, target.dvc_experiment)
+        tags = dict(target.source)
         try:
-            self.run = self.parent.start_child(run_name, params=params) if self.parent else (
-                Tracker.start(target.uri, target.experiment, run_name=run_name, params=params))
+            self.run = self.parent.start_child(run_name, params=params, tags=tags) if (
+                self.parent) else Tracker.start(target.uri, target.experiment,
+                                                run_name=run_name, params=params, tags=tags)
         except BertError as error:  # the results are in the metrics files all the same
             log.warning("nothing will be logged to MLflow: %s", error)
             self.parent = None
@@ -61,14 +64,24 @@ class DownstreamTracking:
             log.warning("a nested MLflow run could not be opened: %s", error)
             return NullTracker()
 
+    def log_model(self, folder: str | Path, task: str) -> None:
+        """The stage's model folder as an MLflow Model of the child run (transformers flavour,
+        `task`'s pipeline, its README.md as the model card), named `model`."""
+        if self.run:
+            card = Path(folder) / CARD_NAME
+            self.run.log_transformers_model(folder, task, "model", card.read_text(
+                encoding="utf-8") if card.is_file() else None)
+
     def finish(self, files: tuple[Path, Path], results: Mapping[str, float],
-               details: Mapping[str, Any]) -> None:
+               details: Mapping[str, Any], charts: Sequence[Path] = ()) -> None:
         """Log the report (`files`: the metrics and details files just written): the child run
         gets `results` as metrics, the scalars of `details` as tags and both files as
         artifacts; the pretraining run gets `results`, named `<stage>_<result>`, at its last
         step."""
         if self.run:
             track_report(self.run, files, results, details, step=0)
+            for chart in charts:
+                self.run.log_artifact(chart, "plots")
             self.run.finish()
         if self.parent:
             self.parent.log_results({f"{self.name}_{k}": v for k, v in results.items()},

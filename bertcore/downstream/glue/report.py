@@ -16,15 +16,18 @@ import dataclasses
 import logging
 import os
 import shutil
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import BinaryIO
 
 from bertcore.common.atomic import atomic_dir, atomic_file, dump_json
+from bertcore.common.charts import Series, write_chart
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.report import details_file
 from bertcore.common.tracking import TrackingTarget
+from bertcore.downstream.cards import glue_task_facts
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
@@ -39,7 +42,9 @@ from bertcore.downstream.glue.suite import (
 )
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
 from bertcore.downstream.tracking import DownstreamTracking
+from bertcore.model.card import CardFacts, write_card
 from bertcore.training.hardware.devices import resolve_device
+from bertcore.training.run.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 
@@ -107,6 +112,23 @@ def _scaled(spread) -> dict:
             "values": [100 * v for v in spread.values]}
 
 
+def seeds_chart(seeds_file: str | Path) -> Path:
+    """The PNG beside the seeds' TSV: metrics/glue_seeds.tsv -> metrics/glue_seeds.png."""
+    return Path(seeds_file).with_suffix(".png")
+
+
+def write_seeds_chart(handle: BinaryIO, seeds_file: str | Path,
+                      outcomes: Sequence[Outcome]) -> None:
+    """Every fine-tune's score, one column of points per task (empty without GLUE data), into
+    `handle`: the PNG beside `seeds_file` being staged."""
+    results = [o for o in outcomes if isinstance(o, TaskResult)]
+    write_chart(seeds_chart(seeds_file), "GLUE dev score of each seed, per task",
+                "task (in the legend's order)", "score (x100)",
+                [Series(result.task.key, [i] * len(result.runs),
+                        [100 * run.score for run in result.runs], points=True)
+                 for i, result in enumerate(results)], into=handle)
+
+
 def write_seed_scores(handle, outcomes: Sequence[Outcome]) -> None:
     """One row per fine-tune (task, seed, score x100) for `dvc plots`: the seeds' spread."""
     rows = ["\t".join(SEEDS_HEADER)] + [
@@ -133,15 +155,18 @@ def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
                              run.test_predictions[name], [row.index for row in rows])
 
 
-def write_models(folder: Path, outcomes: Sequence[Outcome]) -> None:
+def write_models(folder: Path, outcomes: Sequence[Outcome],
+                 cards: Callable[[TaskResult], CardFacts]) -> None:
     """Into a new folder, per task, the median seed's model in Hugging Face's format
     (`BertForSequenceClassification`; STS-B's with `problem_type: regression`), from its
-    record: hard links where the disk allows, so that it is stored once."""
+    record (hard links where the disk allows, so that it is stored once), with its model card
+    (`cards`)."""
     folder.mkdir(parents=True, exist_ok=True)
     for result in outcomes:
         if isinstance(result, TaskResult):
             shutil.copytree(result.median_run().model_dir, folder / result.task.folder,
                             copy_function=_link_or_copy)
+            write_card(folder / result.task.folder, cards(result))
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -224,7 +249,8 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     finished.drop_models_except([o.median_run() for o in outcomes
                                  if isinstance(o, TaskResult)])
     runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
-                        if isinstance(value, float)}, outcome.details)
+                        if isinstance(value, float)}, outcome.details,
+                charts=[path for path in [seeds_chart(paths.seeds_file)] if path.is_file()])
     return outcome
 
 
@@ -244,14 +270,22 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
     report's two files."""
     metrics = glue_metrics(outcomes) | ({} if model_name else {"status": NO_DATA})
     details = glue_details(outcomes, model_name, config.seeds)
+    if model_name is not None:
+        details[MODEL_KEY] = weights_sha256(Path(model_name).expanduser())
+    reproduce = {"glue": dataclasses.asdict(config)}
     files = (Path(paths.metrics_file), details_file(paths.metrics_file))
     with contextlib.ExitStack() as outputs:  # each replaces its output as the stack closes
-        for path, report in zip(files, (metrics, details), strict=True):
+        for path, report in zip(files, ({"glue": metrics}, details), strict=True):
             dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
                       sort_keys=False)
         write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), outcomes)
+        write_seeds_chart(outputs.enter_context(atomic_file(seeds_chart(paths.seeds_file), "wb")),
+                          paths.seeds_file, outcomes)
         write_predictions(outputs.enter_context(atomic_dir(paths.predictions_dir)), outcomes)
-        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), outcomes)
+        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), outcomes,
+                     lambda result: glue_task_facts(
+                         str(Path(paths.models_dir) / result.task.folder), result.task.key,
+                         metrics, details, reproduce))
     return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
 
 

@@ -32,7 +32,8 @@ from bertcore.model.tokenizer import (
     unknown_tokens,
 )
 from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.model_run import log_report_into, pretraining_run
+from bertcore.training.run.model_run import pretraining_run
+from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
 from bertcore.training.run.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
@@ -210,9 +211,9 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
     folder = tokenizer_folder(Path(model_dir), Path(vocab_dir) if vocab_dir else None)
     report = run_probes(lm, config, paths.val_file, paths.train_file, folder)
-    details = {"model": str(model_dir), **report.details}
+    details = {"model": str(model_dir), MODEL_KEY: weights_sha256(model_dir), **report.details}
     write_items(paths.items_dir, report.items)
-    files = write_report(paths.out_file, report.metrics, details)
+    files = write_report(paths.out_file, "probe", report.metrics, details)
     if tracker:
         log_report_into(tracker, step, files, report.metrics, details, "probe")
     return ProbeOutcome(report.metrics, details, files)

@@ -27,8 +27,9 @@ from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
 from bertcore.training.hardware.devices import resolve_device, resolve_precision
-from bertcore.training.run.model_run import log_report_into, pretraining_run
+from bertcore.training.run.model_run import pretraining_run
 from bertcore.training.run.phases import scaled_masking
+from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
 
 log = logging.getLogger("bert.evaluate")  # the stage's name, as its warnings have always said
 
@@ -164,7 +165,8 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     scored = score_heldout(model.to(scoring_device), splits, VocabSpec.from_tokens(tokens),
                            config, scoring_device)
     scores, context = heldout_report(scored)
-    files = write_report(paths.out_file, scores, context)
+    context[MODEL_KEY] = weights_sha256(paths.model_dir)  # a later run of them carries it
+    files = write_report(paths.out_file, "eval", scores, context)
     if tracker:
         log_report_into(tracker, step, files, scores, context, "eval")
     return HeldOutOutcome(scored, files)

@@ -6,7 +6,8 @@ the model's architecture, the BERT to start from)."""
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,6 +35,9 @@ class PretrainPaths:
     details: Path  # counts beside it (not compared)
     log: Path
     eval_log: Path
+    # the reports of the stages that log into the run (prefix -> metrics file), carried into
+    # a new run that wrote the weights they scored (`run_reports.carry_reports`)
+    reports: Mapping[str, Path] = field(default_factory=dict)
 
     @property
     def phase2_samples(self) -> Path:

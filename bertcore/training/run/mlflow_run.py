@@ -1,27 +1,36 @@
 """What a pretraining's MLflow run carries besides its curves: its name and tags when it
 opens; after each checkpoint, which run wrote it; at the end the weights' sha256
-(`MODEL_TAG`, by which a later stage finds the run), the run's length, the last checkpoint
-and the exported model."""
+(`MODEL_TAG`, by which a later stage finds the run), the run's length, the reports already
+made from these weights (`run_reports.carry_reports`), the last checkpoint and the exported
+model as an MLflow Model (transformers flavour, fill-mask, with its model card)."""
 
 from __future__ import annotations
 
+import dataclasses
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from bertcore.common.digests import file_sha256
-from bertcore.common.tracking import Tracker, TrackingConfig
-from bertcore.model.config import ModelConfig
+from bertcore.common.tracking import Tracker
+from bertcore.model.card import card_text
+from bertcore.model.config import BertConfig, ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.config import PretrainConfig
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import TrainResult
+from bertcore.training.run.card import pretrained_facts, read_report
+from bertcore.training.run.charts import chart_paths
 from bertcore.training.run.identity import run_name
 from bertcore.training.run.inputs import PretrainPaths
 from bertcore.training.run.phases import Phase, RunPlan
+from bertcore.training.run.run_reports import carry_reports
 
 MODEL_TAG = "model.sha256"
+MODEL_NAME = "hf_model"  # the logged MLflow Model: runs:/<run id>/hf_model
+COMMIT_TAG = "mlflow.source.git.commit"
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
@@ -64,23 +73,44 @@ def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bo
         tracker.log_artifacts(path, f"checkpoints/{path.name}")
 
 
-def finish_run(tracker: Tracker, config: TrackingConfig, paths: PretrainPaths,
+def finish_run(tracker: Tracker, config: PretrainConfig, paths: PretrainPaths,
                runner: StepRunner, result: TrainResult) -> None:
     """Tag the MLflow run with the weights' sha256 (see `model.pretrained.RUN_INFO`) and the
-    run's length, log the last checkpoint and the exported model, and close it; nothing when
-    nothing is tracked."""
+    run's length, log the reports already made from these weights, the last checkpoint and
+    the exported model, and close it; nothing when nothing is tracked."""
     if tracker.run_id is None:
         return
+    weights = file_sha256(paths.out / WEIGHTS_NAME)
     # the length of the run: what ran, and where a time budget planned it to end
-    tracker.set_tags({MODEL_TAG: file_sha256(paths.out / WEIGHTS_NAME),
+    tracker.set_tags({MODEL_TAG: weights,
                       "train.steps_run": result.steps,
                       "train.planned_steps": result.planned_steps,
                       **({"train.seconds_per_step": result.step_timing.step_s}
                          if result.step_timing else {})})
+    carry_reports(tracker, runner.step, weights, paths.reports)
+    for chart in chart_paths(paths.log).values():
+        if chart.is_file():
+            tracker.log_artifact(chart, "plots")
     final = result.checkpoint  # this run's last (not phase 2's, left with it off)
-    if config.log_checkpoints == "last" and final is not None:
+    if config.tracking.log_checkpoints == "last" and final is not None:
         tracker.log_artifacts(final, f"checkpoints/{final.name}")
     with tempfile.TemporaryDirectory() as tmp:
-        export_hf(runner.raw_model.cpu(), tmp, paths.vocab)
-        tracker.log_artifacts(tmp, "hf_model")
+        model = runner.raw_model.cpu()
+        export_hf(model, tmp, paths.vocab)
+        tracker.log_transformers_model(tmp, "fill-mask", MODEL_NAME,
+                                       card=model_card(model.config, config, paths, weights,
+                                                       tracker.tags().get(COMMIT_TAG)))
     tracker.finish()
+
+
+def model_card(model: BertConfig, config: PretrainConfig, paths: PretrainPaths, weights: str,
+               commit: str | None) -> str:
+    """The logged model's card: the exported folder's (`run/card.py`) with the reports made
+    from these weights so far, the pretraining params and the git commit."""
+    reports = {"pretrain": (paths.metrics, "pretrain", None),
+               **{group: (path, group, weights) for group, path in paths.reports.items()}}
+    found = {group: report for group, args in reports.items()
+             if (report := read_report(*args)) is not None}
+    reproduce = {name: dataclasses.asdict(getattr(config, name))
+                 for name in ("model", "masking", "train", "phase2")}
+    return card_text(pretrained_facts(model, "models/hf", found, reproduce), commit)

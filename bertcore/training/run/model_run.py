@@ -1,18 +1,14 @@
 """The pretraining run of a model: found by the sha256 of its weights, which the run that
 wrote them carries as the tag `model.sha256` (`MODEL_TAG`), so that evaluate, probe and the
-downstream stages log beside it."""
+downstream stages log beside it (evaluate and probe: `run_reports.py`)."""
 
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
 
 from bertcore.common.digests import file_sha256
-from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.pretrained import RUN_INFO
@@ -39,11 +35,3 @@ def pretraining_run(target: TrackingTarget | None, model_dir: str | Path
                             "pretrain` with tracking on, or that run was deleted")
     return run, step, ""
 
-
-def log_report_into(tracker: Tracker, step: int, files: tuple[Path, Path],
-                    metrics: Mapping[str, Any], details: Mapping[str, Any], prefix: str) -> None:
-    """A stage's report in the model's pretraining run at its last `step`: each metric as the
-    result `<prefix>_<name>`, the details as tags `<prefix>.<name>`, both files as artifacts
-    (evaluate: `eval`, probe: `probe`)."""
-    results = {f"{prefix}_{k}".replace(".", "_"): v for k, v in flatten(metrics).items()}
-    track_report(tracker, files, results, details, step=step, tag_prefix=f"{prefix}.")

@@ -30,6 +30,7 @@ import torch
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import ConfigError
 from bertcore.common.null_tracker import NullTracker
+from bertcore.common.report import write_metrics
 from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
@@ -53,6 +54,7 @@ from bertcore.training.loop.step import PhaseSteps, StepRunner
 from bertcore.training.loop.stopping import TrainingInterrupted
 from bertcore.training.loop.trainer import Trainer, TrainResult
 from bertcore.training.run.budget import TimeBudget, recorded_timing
+from bertcore.training.run.charts import write_pretrain_charts
 from bertcore.training.run.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.run.length import RunLength
@@ -261,8 +263,7 @@ class PretrainingRun:
         if not self.plan.dist.is_main:
             return None
         report = self.write_outputs(result)
-        finish_run(self.tracker, self.plan.config.tracking, self.plan.paths, self.runner,
-                   result)
+        finish_run(self.tracker, self.plan.config, self.plan.paths, self.runner, result)
         return report
 
     def train_phases(self) -> TrainResult:
@@ -369,8 +370,9 @@ class PretrainingRun:
         computed_with = {"device": device_name(self.plan.device), **cpu_record()}
         second = last if len(self.plan.phases) > 1 else None
         report = pretrain_report(result, model, last.max_seq_length, computed_with, second)
-        write_json(paths.metrics, report.metrics, sort_keys=False)
+        write_metrics(paths.metrics, "pretrain", report.metrics)
         write_json(paths.details, report.details, sort_keys=False)
+        write_pretrain_charts(paths.log, paths.eval_log)
         return report
 
 

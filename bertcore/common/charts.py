@@ -1,0 +1,74 @@
+"""PNG charts of a stage's curves (matplotlib's Agg backend: no display, no network), the same
+bytes for the same numbers: no date or version in the file. `dvc plots show` embeds them in
+its HTML as they are (its own charts load their script from the web: blank offline), and the
+stages log them to MLflow beside the curves."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO
+
+from bertcore.common.atomic import atomic_file
+
+log = logging.getLogger(__name__)
+
+SIZE = (7.0, 4.0)  # inches, at 100 dpi: 700 x 400 pixels
+
+
+@dataclass(frozen=True)
+class Series:
+    """One line (or, `points`, markers only) of a chart."""
+
+    label: str
+    x: Sequence[float]
+    y: Sequence[float]
+    points: bool = False
+
+
+def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
+                series: Sequence[Series], log_y: bool = False,
+                into: BinaryIO | None = None) -> Path | None:
+    """One chart of `series` as a PNG at `path` (or into the open file `into`, an output being
+    staged, which `path` names); None, with a warning, when matplotlib is not installed (the
+    curves stay in their TSV files)."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        from matplotlib.figure import Figure
+    except ImportError:
+        log.warning("matplotlib is not installed: no chart %s (pip install matplotlib)", path)
+        return None
+    figure = Figure(figsize=SIZE, dpi=100)
+    axes = figure.add_subplot()
+    for line in series:
+        if line.x:
+            axes.plot(line.x, line.y, "o" if line.points else "-", label=line.label,
+                      markersize=4 if line.points else None)
+    axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
+    if log_y:
+        axes.set_yscale("log")
+    axes.grid(alpha=0.3)
+    if any(line.x for line in series):
+        axes.legend(fontsize="small")
+    figure.tight_layout()
+    path = Path(path)
+    with contextlib.nullcontext(into) if into else atomic_file(path, "wb") as handle:
+        figure.savefig(handle, format="png", metadata={"Software": None})
+    return path
+
+
+def read_columns(tsv: str | Path, columns: Sequence[str]) -> Mapping[str, list[float]]:
+    """The numeric columns of a TSV with a header row (an empty cell is no point)."""
+    lines = Path(tsv).read_text(encoding="utf-8").splitlines() if Path(tsv).is_file() else []
+    if not lines:
+        return {name: [] for name in columns}
+    header = lines[0].split("\t")
+    rows = [line.split("\t") for line in lines[1:] if line]
+    return {name: [float(row[header.index(name)]) if name in header and
+                   row[header.index(name)] != "" else float("nan") for row in rows]
+            for name in columns}

@@ -1,0 +1,118 @@
+"""What the model cards of the downstream stages' folders say (`model/card.py` writes them):
+the fine-tuned classifier (models/finetuned), the pruned model (models/pruned) and each GLUE
+task's median-seed model (models/glue/<Task>), each with its own figures beside their
+baselines, built from the report the stage writes beside it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from bertcore.model.card import CardFacts, figure_of
+
+CLASSIFIER_LOAD = """\
+from transformers import pipeline
+
+classify = pipeline("text-classification", model="{folder}")
+classify({example})
+"""
+PAIR_EXAMPLE = '{"text": "the first sentence.", "text_pair": "the second one."}'
+ONE_EXAMPLE = '"a sentence to classify."'
+PRUNED_LOAD = """\
+from bertcore.model.hf import load_model
+
+model = load_model("{folder}")   # the pruned heads removed: the smaller, faster model
+# transformers.BertForPreTraining.from_pretrained("{folder}") loads every head, full size
+"""
+# measured (docs/prune.md): what transformers 5 makes of `pruned_heads`, and the way around it
+PRUNED_NOTE = (
+    "`config.json` lists the removed heads as `pruned_heads`, and their weights are zeros. "
+    "transformers 5 has no head pruning: it ignores `pruned_heads` and loads every head at "
+    "full size, so in transformers this model is as large and as slow as the unpruned one "
+    "(the same function: a zeroed head adds nothing). The saving needs a loader that drops "
+    "the heads: this project's (`bertcore.model.hf.load_model`), which builds the smaller "
+    "shapes, as the parameters above count them.")
+
+
+def finetuned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
+                    reproduce: Mapping[str, Any]) -> CardFacts:
+    """The card of the finetune stage's classifier (the pretrained encoder fine-tuned)."""
+    data = details.get("data") or {}
+    majority = details.get("majority_class") or {}
+    words = details.get("bag_of_words") or {}
+    pretrained, scratch = metrics.get("pretrained") or {}, metrics.get("scratch") or {}
+    task = metrics.get("task", "")
+    figures = [*figure_of("test accuracy", pretrained.get("accuracy"), majority.get("accuracy"),
+                          "majority class", dataset=task),
+               *figure_of("test macro-F1", pretrained.get("macro_f1"), majority.get("macro_f1"),
+                          "majority class", metric_type="f1", dataset=task),
+               *figure_of("test accuracy, same model from random init", scratch.get("accuracy"),
+                          words.get("accuracy"), "TF-IDF bag of words", dataset=task)]
+    for key in ("pearson", "spearman"):  # a regression task (finetune.task)
+        figures += [*figure_of(f"test {key}", pretrained.get(key), words.get(key),
+                               "bag-of-words regression", metric_type=key, dataset=task),
+                    *figure_of(f"test {key}, same model from random init", scratch.get(key),
+                               metric_type=key, dataset=task)]
+    labels = (f"scores from {data['label_range'][0]:g} to {data['label_range'][1]:g}"
+              if "label_range" in data else
+              ", ".join(f"`{label}`" for label in data.get("labels", [])))
+    sections = {"Task": f"{data.get('description', task)}. Labels: {labels}; "
+                        f"{data.get('train_examples')} training and "
+                        f"{data.get('test_examples')} test examples."}
+    pair = "same-document" in task or bool((reproduce.get("finetune") or {}).get("text_pair_field"))
+    return CardFacts(
+        name="finetuned", title=f"BERT fine-tuned on {task}",
+        summary=("The pipeline's pretrained BERT fine-tuned on the task below (the finetune "
+                 "stage): its test figures beside the majority class, and the same model "
+                 "trained from random init with the same steps beside a bag of words."),
+        pipeline_tag="text-classification", figures=figures, sections=sections,
+        load=CLASSIFIER_LOAD.format(folder=folder, example=PAIR_EXAMPLE if pair else ONE_EXAMPLE),
+        reproduce=reproduce)
+
+
+def pruned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
+                 reproduce: Mapping[str, Any]) -> CardFacts:
+    """The card of the prune stage's model: its val figures beside the unpruned model's, and
+    how to get its saving."""
+    val, heads = metrics.get("val") or {}, metrics.get("heads") or {}
+    parameters = metrics.get("parameters") or {}
+    figures = []
+    for key, name in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy")):
+        scores = val.get(key) or {}
+        final = scores.get("recovered", scores.get("pruned"))
+        figures += figure_of(name, final, scores.get("before"), "before pruning")
+    saving = (f"{heads.get('removed')} of {heads.get('before')} attention heads removed "
+              f"(Michel et al. 2019: the least important by their gate's gradient); "
+              f"parameters {parameters.get('before'):,} before, {parameters.get('after'):,} "
+              "after" if isinstance(parameters.get("after"), int) else "")
+    return CardFacts(
+        name="pruned", title="BERT with attention heads pruned",
+        summary=("The pipeline's pretrained BERT with its least important attention heads "
+                 "removed, then trained a few steps to recover (the prune stage)."),
+        pipeline_tag="fill-mask", figures=figures,
+        sections={"Pruning": saving, "Getting the saving (transformers 5)": PRUNED_NOTE},
+        load=PRUNED_LOAD.format(folder=folder), reproduce=reproduce)
+
+
+def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
+                    details: Mapping[str, Any], reproduce: Mapping[str, Any]) -> CardFacts:
+    """The card of a GLUE task's median-seed model: the task's medians over the seeds."""
+    scores = metrics.get(task) or {}
+    about = details.get("tasks", {}).get(task) or {}
+    seeds = about.get("seeds", [])
+    figures = [figure for column, value in scores.items()
+               for figure in figure_of(f"{task} {column} (dev, median of {len(seeds)} seeds, "
+                                       "x100)", value, metric_type=column,
+                                       dataset=f"GLUE {task} dev")]
+    spread = about.get("score") or {}
+    sections = {"Seeds": f"Seeds {seeds}: score min {spread.get('min')}, median "
+                         f"{spread.get('median')}, max {spread.get('max')} (x100); this "
+                         "folder holds the median seed's model. Recipe: "
+                         f"{about.get('recipe')}."}
+    return CardFacts(
+        name=f"glue-{task}", title=f"BERT fine-tuned on GLUE {task}",
+        summary=(f"The median seed of the glue stage's fine-tunes on GLUE's {task} (dev "
+                 "scores; the other tasks' models are beside this folder)."),
+        pipeline_tag="text-classification", figures=figures, sections=sections,
+        load=CLASSIFIER_LOAD.format(folder=folder, example=ONE_EXAMPLE),
+        reproduce=reproduce)

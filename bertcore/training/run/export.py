@@ -1,0 +1,44 @@
+"""The export stage: the pretrained model as a Hugging Face `BertForPreTraining` folder with its
+tokenizer and its model card (README.md: `card.py`), whose figures are the reports in the
+metrics folder made from these very weights."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bertcore.common.atomic import atomic_dir
+from bertcore.model.card import write_card
+from bertcore.model.hf import export_hf
+from bertcore.model.pretrained import load_pretrained
+from bertcore.training.run.card import pretrained_facts, read_report
+from bertcore.training.run.run_reports import weights_sha256
+
+REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json
+
+
+def model_reports(metrics_dir: str | Path, weights: str | None) -> dict[str, tuple[dict, dict]]:
+    """The reports in `metrics_dir` made from the weights of sha256 `weights` (pretrain's own:
+    written with them), by group."""
+    found = {}
+    for group in REPORT_GROUPS:
+        report = read_report(Path(metrics_dir) / f"{group}.json", group,
+                             None if group == "pretrain" else weights)
+        if report is not None:
+            found[group] = report
+    return found
+
+
+def export_pretrained(model_dir: str | Path, vocab_dir: str | Path, out_dir: str | Path,
+                      metrics_dir: str | Path, reproduce: Mapping[str, Any],
+                      corpus_source: str | None) -> list[str]:
+    """Write `out_dir` whole: the Hugging Face folder and its card; returns the groups of the
+    reports the card shows."""
+    model, _ = load_pretrained(model_dir, vocab_dir)
+    reports = model_reports(metrics_dir, weights_sha256(model_dir))
+    facts = pretrained_facts(model.config, str(out_dir), reports, reproduce, corpus_source)
+    with atomic_dir(out_dir) as staging:
+        export_hf(model, staging, vocab_dir)
+        write_card(staging, facts)
+    return list(reports)

@@ -1,0 +1,76 @@
+"""The reports of the stages that log into a model's pretraining run (evaluate, probe): each
+logged once per run, and carried into every run that wrote the weights it was made from.
+
+A report records the sha256 of the weights it scored in its details (`MODEL_KEY`), the value
+the pretraining run that wrote them carries as its tag `model.sha256`. Pretraining, when it
+ends, logs into its run each report already on disk that was made from the very weights it
+just wrote (`carry_reports`): DVC skips a stage whose deps and outputs are unchanged (a fresh
+clone retrains to the same bytes, and `evaluate`'s outputs are committed), so that stage
+never logs into the new run itself. When the stage does run, the run already holding the same
+report (the tag `<prefix>.report.sha256`, the report files' digest) gets nothing twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from bertcore.common.digests import file_sha256
+from bertcore.common.dotted import flatten
+from bertcore.common.report import details_file, track_report
+from bertcore.model.hf import WEIGHTS_NAME
+
+MODEL_KEY = "model_sha256"  # in a report's details: the sha256 of the weights it scored
+REPORT_TAG = "report.sha256"  # under the report's prefix: the digest of its two files
+
+
+def weights_sha256(model_dir: str | Path) -> str | None:
+    """The sha256 of a model folder's weights (None when it has no model.safetensors)."""
+    weights = Path(model_dir) / WEIGHTS_NAME
+    return file_sha256(weights) if weights.is_file() else None
+
+
+def report_digest(files: tuple[Path, Path]) -> str:
+    """One sha256 over a report's two files (metrics, details)."""
+    digest = hashlib.sha256()
+    for path in files:
+        digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
+    return digest.hexdigest()
+
+
+def log_report_into(tracker: Any, step: int, files: tuple[Path, Path],
+                    metrics: Mapping[str, Any], details: Mapping[str, Any], prefix: str) -> bool:
+    """A stage's report in the model's pretraining run at its last `step`: each metric as the
+    result `<prefix>_<name>`, the details as tags `<prefix>.<name>`, both files as artifacts
+    (evaluate: `eval`, probe: `probe`). Nothing when the run holds this very report already
+    (a result logged twice would be two points); returns whether it logged."""
+    tag, digest = f"{prefix}.{REPORT_TAG}", report_digest(files)
+    if tracker.tags().get(tag) == digest:
+        return False
+    results = {f"{prefix}_{k}".replace(".", "_"): v for k, v in flatten(metrics).items()
+               if isinstance(v, int | float) and not isinstance(v, bool)}
+    track_report(tracker, files, results, details, step=step, tag_prefix=f"{prefix}.")
+    tracker.set_tags({tag: digest})
+    return True
+
+
+def carry_reports(tracker: Any, step: int, weights: str, reports: Mapping[str, Path]
+                  ) -> list[str]:
+    """Log into a pretraining run (that wrote the weights of sha256 `weights`, at `step`) each
+    report of `reports` (prefix -> its metrics file, the group it is written under) whose
+    details say it scored those weights; returns the prefixes logged."""
+    carried = []
+    for prefix, metrics_file in reports.items():
+        files = (Path(metrics_file), details_file(metrics_file))
+        if not all(path.is_file() for path in files):
+            continue
+        details = json.loads(files[1].read_text(encoding="utf-8"))
+        metrics = json.loads(files[0].read_text(encoding="utf-8")).get(prefix)
+        if details.get(MODEL_KEY) != weights or not isinstance(metrics, dict):
+            continue  # made from other weights (or written before reports said which)
+        if log_report_into(tracker, step, files, metrics, details, prefix):
+            carried.append(prefix)
+    return carried

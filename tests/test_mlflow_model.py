@@ -1,0 +1,166 @@
+"""Where users' tools look, on a tiny model made here: the export as an MLflow Model (transformers
+flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does, registrable; model
+cards that huggingface_hub reads back with the figures of the reports made from the very
+weights; the reports carried into a new run of the same weights once, never twice; the
+charts the same bytes for the same curves."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+
+import mlflow
+import pytest
+import torch
+from click.testing import CliRunner
+from huggingface_hub import ModelCard
+from mlflow.tracking import MlflowClient
+
+from bertcore.common.report import write_metrics, write_report
+from bertcore.common.tracking import Tracker, sqlite_uri
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import save_vocab
+from bertcore.data.vocab.training import train_tokenizer
+from bertcore.model.bert import BertConfig, BertPretrainingModel
+from bertcore.model.card import CARD_NAME
+from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
+from bertcore.training.run.charts import chart_paths, write_pretrain_charts
+from bertcore.training.run.export import export_pretrained
+from bertcore.training.run.run_reports import MODEL_KEY, carry_reports, log_report_into
+from bertstages.cli import cli
+
+SENTENCES = ["paris is the capital of france.", "berlin is the capital of germany.",
+             "the cat sat on the mat.", "the dog slept on the rug."]
+SOURCE = {"mlflow.source.git.commit": "0123abc", "mlflow.source.name": "bert test",
+          "mlflow.source.type": "LOCAL"}
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory):
+    """A tiny BERT (random weights, seeded) in our format beside its vocabulary, and its
+    Hugging Face export; and one MLflow store for the module."""
+    root = tmp_path_factory.mktemp("model")
+    config = VocabConfig(vocab_size=60, min_frequency=1)
+    (root / "vocab").mkdir()
+    save_vocab(train_tokenizer([SENTENCES], config), root / "vocab", config)
+    torch.manual_seed(0)
+    bert = BertPretrainingModel(BertConfig(
+        vocab_size=len((root / "vocab" / "vocab.txt").read_text().splitlines()),
+        hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
+        max_position_embeddings=32)).eval()
+    save_model(bert, root / "pretrained")
+    export_hf(bert, root / "hf", root / "vocab")
+    return root, sqlite_uri(root / "mlflow.db")
+
+
+def sha256(path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_registers(model,
+                                                                                  monkeypatch):
+    root, uri = model
+    tracker = Tracker.start(uri, "models", tags=SOURCE)
+    assert tracker.log_transformers_model(root / "hf", "fill-mask", "hf_model", "# the card\n")
+    client = MlflowClient(uri)
+    assert client.get_run(tracker.run_id).info.status == "RUNNING"  # its end is the run's own
+    tracker.finish()
+
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # where pyfunc and the registry look
+    loaded = mlflow.pyfunc.load_model(f"runs:/{tracker.run_id}/hf_model")
+    text = "paris is the [MASK] of france."
+    answer = loaded.predict([text])
+    printed = CliRunner().invoke(cli, ["fill-mask", "--model", str(root / "hf"), text])
+    assert printed.exit_code == 0, printed.stderr
+    top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
+    assert list(answer) == [top]
+
+    version = mlflow.register_model(f"runs:/{tracker.run_id}/hf_model", "tiny-bert")
+    assert (version.version, version.status) == (1, "READY")
+    experiment = client.get_run(tracker.run_id).info.experiment_id
+    (logged,) = mlflow.search_logged_models([experiment], output_format="list")
+    assert logged.source_run_id == tracker.run_id and logged.tags.items() >= SOURCE.items()
+    folder = mlflow.artifacts.download_artifacts(f"models:/{logged.model_id}",
+                                                 dst_path=str(root / "downloaded"))
+    requirements = (root / "downloaded" / "requirements.txt").read_text().split()
+    assert [r.split("==")[0] for r in requirements] == ["mlflow", "torch", "transformers"], folder
+    assert (root / "downloaded" / "model_card.md").read_text().startswith("# the card")
+
+
+def reports_of(folder, weights: str, other: str) -> dict:
+    """An eval report made from `weights`, a probe report made from `other` weights, and
+    pretrain's own, in `folder` (as the stages write them)."""
+    write_report(folder / "eval.json", "eval",
+                 {"mlm_accuracy": 0.25, "perplexity": 80.0, "nsp_accuracy": 0.6},
+                 {"mlm_baseline_accuracy": 0.05, "nsp_baseline_accuracy": 0.5, MODEL_KEY: weights})
+    write_report(folder / "probe.json", "probe",
+                 {"builtin": {"cloze": {"p_at_1": 0.3, "p_at_10": 0.6}}},
+                 {"builtin": {"cloze": {"frequency_baseline": {"p_at_1": 0.1}}},
+                  MODEL_KEY: other})
+    write_metrics(folder / "pretrain.json", "pretrain", {"steps": 6, "train": {"loss": 4.5}})
+    (folder / "pretrain_details.json").write_text(json.dumps({"tokens_seen": 1234}))
+    return {"eval": folder / "eval.json", "probe": folder / "probe.json"}
+
+
+def test_the_export_s_model_card_reads_back_with_the_figures_of_these_weights_only(model,
+                                                                                    tmp_path):
+    root, _ = model
+    weights = sha256(root / "pretrained" / WEIGHTS_NAME)
+    reports_of(tmp_path, weights, "another model's weights")
+    out = tmp_path / "hf"
+    shown = export_pretrained(root / "pretrained", root / "vocab", out, tmp_path,
+                              {"model": {"preset": "tiny"}}, "builtin:python-docs")
+    assert shown == ["pretrain", "eval"]  # the probe report scored other weights
+    card = ModelCard.load(out / CARD_NAME)
+    assert (card.data.library_name, card.data.pipeline_tag, card.data.language) == (
+        "transformers", "fill-mask", "en")
+    figures = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert figures == {"MLM accuracy (val split)": 0.25, "MLM perplexity (val split)": 80.0,
+                       "NSP accuracy (val split)": 0.6}
+    assert "| MLM accuracy (val split) | 0.2500 | 0.0500 (most frequent token) |" in card.text
+    assert "tokens seen: 1,234" in card.text and "preset: tiny" in card.text
+    assert "cloze" not in card.text
+    # the card is a file beside the weights: their bytes are the export's without it
+    assert sha256(out / WEIGHTS_NAME) == sha256(root / "hf" / WEIGHTS_NAME)
+    assert sorted(p.name for p in out.iterdir()) == sorted(
+        [CARD_NAME, *(p.name for p in (root / "hf").iterdir())])
+
+
+def test_a_report_is_carried_into_a_run_of_its_weights_once_never_twice(model, tmp_path):
+    """Pretraining that wrote the weights a report scored logs it into its new run (DVC skips
+    that stage); the stage run anyway afterwards adds no second point."""
+    _, uri = model
+    reports = reports_of(tmp_path, "the weights", "other weights")
+    tracker = Tracker.start(uri, "carried")
+    assert carry_reports(tracker, 6, "the weights", reports) == ["eval"]
+    files = (reports["eval"], tmp_path / "eval_details.json")
+    metrics = json.loads(files[0].read_text())["eval"]
+    details = json.loads(files[1].read_text())
+    assert not log_report_into(tracker, 6, files, metrics, details, "eval")  # the stage's own
+    tracker.finish()
+    client = MlflowClient(uri)
+    run = client.get_run(tracker.run_id)
+    assert run.data.metrics == {"eval_mlm_accuracy": 0.25, "eval_perplexity": 80.0,
+                                "eval_nsp_accuracy": 0.6}
+    assert [(m.step, m.value) for m in client.get_metric_history(
+        tracker.run_id, "eval_mlm_accuracy")] == [(6, 0.25)]
+    assert run.data.tags["eval.mlm_baseline_accuracy"] == "0.05"
+    assert {a.path for a in client.list_artifacts(tracker.run_id, "metrics")} == {
+        "metrics/eval.json", "metrics/eval_details.json"}
+
+
+def test_the_charts_are_the_same_bytes_for_the_same_curves(tmp_path):
+    log, evals = tmp_path / "pretrain_log.tsv", tmp_path / "pretrain_eval.tsv"
+    log.write_text("step\tmlm_loss\tnsp_loss\tmlm_accuracy\tnsp_accuracy\n"
+                   "10\t7.9\t0.69\t0.01\t0.5\n20\t6.5\t0.68\t0.05\t0.55\n")
+    evals.write_text("step\tmlm_loss\tnsp_loss\tmlm_accuracy\tnsp_accuracy\tcloze_p_at_1\t"
+                     "cloze_p_at_10\tswapped_pairs\treplaced_pairs\n"
+                     "20\t6.6\t0.68\t0.04\t0.52\t0.1\t0.3\t0.6\t0.5\n")
+    written = write_pretrain_charts(log, evals)
+    assert written == list(chart_paths(log).values())
+    first = {path.name: path.read_bytes() for path in written}
+    assert all(data.startswith(b"\x89PNG") for data in first.values())
+    assert b"matplotlib" not in b"".join(first.values())  # no version in the bytes
+    write_pretrain_charts(log, evals)
+    assert {path.name: path.read_bytes() for path in written} == first
