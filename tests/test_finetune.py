@@ -619,7 +619,7 @@ def test_a_file_of_scores_is_fine_tuned_as_a_regression_as_sts_b(workdir, tmp_pa
                     check=True)
     assert "finetune: regression (auto: the labels are numbers, not all whole): test " \
            "Pearson" in proc.stderr, proc.stderr
-    metrics = json.loads(metrics_file.read_text())
+    metrics = json.loads(metrics_file.read_text())["finetune"]
     details = json.loads((tmp_path / "finetune_details.json").read_text())
     assert list(metrics) == ["task", "pretrained", "scratch", "gain"]
     assert list(metrics["pretrained"]) == list(metrics["gain"]) == ["pearson", "spearman"]

@@ -6,6 +6,7 @@ scores, no data by default, and `dvc exp show` reading metrics/glue.json."""
 from __future__ import annotations
 
 import csv
+import hashlib
 import json
 import os
 import signal
@@ -88,7 +89,7 @@ def glue_workdir(tmp_path_factory) -> Path:
     parent.finish()
     (root / "parent_run_id").write_text(parent.run_id)
     params = {"glue": {"data": "glue_data", "seeds": SEEDS, "batch_size": 4, "max_steps": 3,
-                       "learning_rate": 1e-3, "max_seq_length": 32},
+                       "learning_rate": 3e-3, "max_seq_length": 32},
               "tracking": {"experiment": "tiny-glue"}}
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     return root
@@ -195,7 +196,7 @@ def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
     assert len(nested) == len(TASKS) * SEEDS
     assert {r.info.status for r in nested} == {"FINISHED"}
     by_name = {r.info.run_name: r for r in nested}
-    cola_runs = [by_name[f"cola-lr0.001-bs4-seed{seed}"] for seed in (42, 43, 44)]
+    cola_runs = [by_name[f"cola-lr0.003-bs4-seed{seed}"] for seed in (42, 43, 44)]
     assert sorted(100 * r.data.metrics["score"] for r in cola_runs) == pytest.approx(
         sorted(details["tasks"]["cola"]["score"]["values"]))
     assert client.get_run(parent_id).data.metrics["glue_score"] == pytest.approx(
@@ -371,9 +372,13 @@ def glue_args(out: Path, *settings: str) -> list[str]:
 
 
 def output_digests(out: Path) -> dict[str, str]:
-    """sha256 of every file of the stage's outputs under `out` (not its finished runs)."""
-    return {str(path.relative_to(out)): file_sha256(path) for path in sorted(out.rglob("*"))
-            if path.is_file() and "runs" not in path.relative_to(out).parts}
+    """sha256 of every file of the stage's outputs under `out` (not its finished runs); of a
+    model card, of its text with `out` (which its loading snippet names) as OUT."""
+    return {str(path.relative_to(out)): (
+        hashlib.sha256(path.read_text().replace(str(out), "OUT").encode()).hexdigest()
+        if path.name == "README.md" else file_sha256(path))
+        for path in sorted(out.rglob("*"))
+        if path.is_file() and "runs" not in path.relative_to(out).parts}
 
 
 def test_a_max_seq_length_beyond_the_models_positions_is_refused_before_training(

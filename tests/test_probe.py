@@ -422,8 +422,8 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
     assert report.details["builtin"]["replaced_pairs"]["unigram_baseline"]["accuracy"] is None
     assert 0 <= builtin["swapped_pairs"]["accuracy"] <= 1  # pairs there: a figure
     assert 0 <= builtin["cloze"]["p_at_10"] <= 1
-    written, _ = write_report(tmp_path / "probe.json", report.metrics, report.details)
-    assert json.loads(written.read_text())["cloze"] == {"p_at_1": None, "p_at_10": None}
+    written, _ = write_report(tmp_path / "probe.json", "probe", report.metrics, report.details)
+    assert json.loads(written.read_text())["probe"]["cloze"] == {"p_at_1": None, "p_at_10": None}
     builtin_cloze, pairs, cloze = ProbeOutcome(report.metrics, report.details,
                                                (written, written)).summary()
     assert "null" not in builtin_cloze
