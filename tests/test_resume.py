@@ -265,3 +265,19 @@ def test_torchrun_gets_the_stage_options_untouched():
     assert (parsed.nproc_per_node, parsed.max_restarts, parsed.module) == ("2", 1, True)
     assert parsed.training_script == "bertstages"
     assert parsed.training_script_args == stage
+
+
+def test_rerunning_a_finished_run_writes_its_report_with_the_same_bytes(data, tmp_path):
+    """`dvc repro` after a code change reruns pretrain, which finds its run finished and reads
+    the last train row back from the log: the report is the same bytes as the run's own."""
+    (tmp_path / "data").symlink_to(data)
+    write_params(tmp_path / "params.yaml",
+                 train={"max_steps": 2, "warmup_steps": 1, "log_every": 1, "eval_every": 0,
+                        "checkpoint_every": 0},
+                 tracking={"enabled": False})
+    report = tmp_path / "metrics" / "pretrain.json"
+    bert("pretrain", cwd=tmp_path)
+    first = report.read_bytes()
+    report.unlink()
+    bert("pretrain", cwd=tmp_path)
+    assert report.read_bytes() == first

@@ -63,6 +63,12 @@ class TsvLog:
                 handle.write(row)
 
 
+def as_logged(value: float) -> float:
+    """`value` as a log row holds it (8 significant digits): what a run resumed after its
+    last step reads back, so a report built from it has the same bytes either way."""
+    return float(_format(float(value)))
+
+
 def _format(value: Any) -> str:
     if value is None:
         return ""

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.training.loop.records import as_logged
 from bertcore.training.loop.trainer import TrainResult
 from bertcore.training.run.phases import Phase
 
@@ -36,7 +37,9 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
     BERT's second phase, when it ran (the result is then the end of it)."""
     metrics = {
         "steps": result.steps,
-        "train": {k: result.last_train[k] for k in TRAIN_REPORTED if k in result.last_train},
+        # as the log holds them: a rerun of the finished run reads them back from it
+        "train": {k: as_logged(result.last_train[k]) for k in TRAIN_REPORTED
+                  if k in result.last_train},
     }
     timing = result.step_timing
     details = {
