@@ -268,16 +268,17 @@ def test_torchrun_gets_the_stage_options_untouched():
 
 
 def test_rerunning_a_finished_run_writes_its_report_with_the_same_bytes(data, tmp_path):
-    """`dvc repro` after a code change reruns pretrain, which finds its run finished and reads
-    the last train row back from the log: the report is the same bytes as the run's own."""
+    """`dvc repro` after a code change reruns pretrain, which finds its run finished, reads
+    the last train row back from the log and evaluates the last step again: the report and
+    the eval log are the same bytes as the run's own."""
     (tmp_path / "data").symlink_to(data)
     write_params(tmp_path / "params.yaml",
                  train={"max_steps": 2, "warmup_steps": 1, "log_every": 1, "eval_every": 0,
                         "checkpoint_every": 0},
                  tracking={"enabled": False})
-    report = tmp_path / "metrics" / "pretrain.json"
+    files = [tmp_path / "metrics" / name for name in ("pretrain.json", "pretrain_eval.tsv")]
     bert("pretrain", cwd=tmp_path)
-    first = report.read_bytes()
-    report.unlink()
+    first = [path.read_bytes() for path in files]
+    files[0].unlink()
     bert("pretrain", cwd=tmp_path)
-    assert report.read_bytes() == first
+    assert [path.read_bytes() for path in files] == first

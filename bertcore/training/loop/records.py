@@ -100,9 +100,13 @@ class TrainingRecord:
                                      step=row["step"])
 
     def log_eval(self, step: int, metrics: EvalMetrics, track: bool = True) -> None:
-        """A row of the eval log; `track`: mirrored into MLflow (False: it is there already)."""
+        """A row of the eval log, unless its last row is of this step (a rerun of a finished
+        run evaluates its last step again: the same weights and masks, the same row); `track`:
+        mirrored into MLflow (False: it is there already)."""
         values = {**metrics.to_dict(), **metrics.probes}
-        self.eval.add({"step": step, **values})
+        last = self.eval.last_row()
+        if not last or int(last["step"]) != step:
+            self.eval.add({"step": step, **values})
         if self.tracker and track:
             self.tracker.log_metrics(_val_metrics(values), step=step)
 
