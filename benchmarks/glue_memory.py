@@ -32,11 +32,9 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the GLUE folder's writer the tests use
 
-from glue_files import write_glue_folder  # noqa: E402
+from glue_files import write_glue_folder, write_glue_vocab  # noqa: E402
 
-from bertcore.data.vocab.config import VocabConfig  # noqa: E402
-from bertcore.data.vocab.files import read_vocab, save_vocab  # noqa: E402
-from bertcore.data.vocab.training import LineBatches, train_tokenizer  # noqa: E402
+from bertcore.data.vocab.files import read_vocab  # noqa: E402
 from bertcore.model.bert import BertConfig, BertPretrainingModel  # noqa: E402
 from bertcore.model.hf import save_model  # noqa: E402
 
@@ -50,13 +48,7 @@ _PEAK_OF = ("import resource, subprocess, sys; done = subprocess.run(sys.argv[1:
 def write_inputs(root: Path, rows: int) -> None:
     """The GLUE folder, a vocabulary of its words, a BERT-base-shaped model (random)."""
     write_glue_folder(root / "glue_data", tasks=TASKS, rows=rows)
-    text = root / "text.txt"
-    text.write_text("\n".join(cell for path in sorted((root / "glue_data").rglob("*.tsv"))
-                              for line in path.read_text(encoding="utf-8").splitlines()
-                              for cell in line.split("\t")), encoding="utf-8")
-    vocab = VocabConfig(vocab_size=400, min_frequency=1)
-    (root / "data" / "vocab").mkdir(parents=True)
-    save_vocab(train_tokenizer(LineBatches(text), vocab), root / "data" / "vocab", vocab)
+    write_glue_vocab(root, vocab_size=400)
     config = BertConfig(vocab_size=len(read_vocab(root / "data" / "vocab")), hidden_size=768,
                         num_hidden_layers=12, num_attention_heads=12, intermediate_size=3072,
                         max_position_embeddings=512)

@@ -73,6 +73,25 @@ def write_glue_folder(root: Path, tasks=None, rows: int = 8) -> Path:
     return root
 
 
+def write_glue_vocab(root: Path, vocab_size: int) -> Path:
+    """A WordPiece vocabulary of the GLUE folder's words at `root / "glue_data"` (so that its
+    rows differ to a model, digits included), saved in `root / "data" / "vocab"`; returns
+    that folder."""
+    from bertcore.data.vocab.config import VocabConfig
+    from bertcore.data.vocab.files import save_vocab
+    from bertcore.data.vocab.training import LineBatches, train_tokenizer
+
+    text = root / "text.txt"
+    text.write_text("\n".join(cell for path in sorted((root / "glue_data").rglob("*.tsv"))
+                              for line in path.read_text(encoding="utf-8").splitlines()
+                              for cell in line.split("\t")), encoding="utf-8")
+    config = VocabConfig(vocab_size=vocab_size, min_frequency=1)
+    folder = root / "data" / "vocab"
+    folder.mkdir(parents=True)
+    save_vocab(train_tokenizer(LineBatches(text), config), folder, config)
+    return folder
+
+
 def _header(key: str, file_name: str) -> str | None:
     labelled, mnli_dev, test = HEADERS[key]
     if file_name.startswith("test"):

@@ -19,16 +19,14 @@ import pytest
 import torch
 import yaml
 from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
-from glue_files import write_glue_folder
+from glue_files import write_glue_folder, write_glue_vocab
 from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 from tiny_pretrain import tiny_config
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import Tracker, sqlite_uri
-from bertcore.data.vocab.config import VocabConfig
-from bertcore.data.vocab.files import read_vocab, save_vocab
-from bertcore.data.vocab.training import LineBatches, train_tokenizer
+from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.finetune import task_loss
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
@@ -71,16 +69,7 @@ def glue_workdir(tmp_path_factory) -> Path:
     GLUE folder of four tasks, and params for short fine-tunes."""
     root = tmp_path_factory.mktemp("glue")
     write_glue_folder(root / "glue_data", tasks=TASKS, rows=8)
-    # a vocabulary of the GLUE files' words, so that their rows differ to the model (digits
-    # included) and each seed's fine-tune scores its own
-    text = root / "text.txt"
-    text.write_text("\n".join(cell for path in sorted((root / "glue_data").rglob("*.tsv"))
-                              for line in path.read_text(encoding="utf-8").splitlines()
-                              for cell in line.split("\t")), encoding="utf-8")
-    vocab_config = VocabConfig(vocab_size=150, min_frequency=1)
-    (root / "data" / "vocab").mkdir(parents=True)
-    save_vocab(train_tokenizer(LineBatches(text), vocab_config), root / "data" / "vocab",
-               vocab_config)
+    write_glue_vocab(root, vocab_size=150)  # each seed's fine-tune then scores its own
     torch.manual_seed(3)
     model = BertPretrainingModel(tiny_config(len(read_vocab(root / "data" / "vocab"))))
     save_model(model, root / "models" / "pretrained")
