@@ -145,6 +145,21 @@ def test_the_workers_of_a_stage_killed_outright_end_quietly(tmp_path):
     assert alive == [], alive
 
 
+def test_a_worker_whose_parent_died_before_it_started_ends_at_once(tmp_path):
+    """A spawned worker still starting when its parent is killed is adopted before it can ask
+    to be signalled at its parent's death: it compares its parent with the pid the parent
+    gave, and ends, instead of waiting for ever on a queue nobody writes to (a stage's
+    stderr then never closes: seen under load)."""
+    script = ("import os, signal\n"
+              "from bertcore.common.interrupt import signal_when_parent_dies\n"
+              "signal_when_parent_dies(signal.SIGTERM, parent=os.getppid() + 1)\n"
+              "print('still running')\n")
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
+                          timeout=60, env={**os.environ, "PYTHONPATH": str(REPO)})
+    assert proc.returncode == -signal.SIGTERM, (proc.returncode, proc.stdout, proc.stderr)
+    assert "still running" not in proc.stdout
+
+
 # A parent that starts `bert` (paused as start_bert_paused pauses it) and waits: killed, it
 # leaves its child behind, as `dvc repro` does when SIGTERM reaches it alone.
 LAUNCHER = (sys.executable, "-c",

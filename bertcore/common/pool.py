@@ -72,13 +72,14 @@ class _Board:
         return next((task for row_pid, task in rows if row_pid == pid), 0)
 
 
-def start_worker(cells) -> None:
+def start_worker(cells, parent: int) -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle, a worker whose
-    parent is gone (killed outright) ends at once and quietly instead of waiting for ever,
-    and it takes a row of the pool's board (`cells`)."""
+    parent (pid `parent`) is gone (killed outright, even before this worker started) ends at
+    once and quietly instead of waiting for ever, and it takes a row of the pool's board
+    (`cells`)."""
     global _board_row
     ignore_interrupts_in_worker()
-    signal_when_parent_dies(signal.SIGKILL)
+    signal_when_parent_dies(signal.SIGKILL, parent)
     with cells.get_lock():
         row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
         cells[row] = os.getpid()
@@ -239,7 +240,7 @@ class TaskRunner:
             self.board = _Board(self.workers, context)
             self.pool = ProcessPoolExecutor(self.workers, mp_context=context,
                                             initializer=start_worker,
-                                            initargs=(self.board.cells,))
+                                            initargs=(self.board.cells, os.getpid()))
             self.processes = {}
 
     def _stop(self, cancel: bool) -> None:
