@@ -1,4 +1,5 @@
-"""MLflow, behind one small class: the only module that imports mlflow.
+"""MLflow, behind one small class: with `mlflow_models.py` (a model logged with MLflow's
+transformers flavour), the only module that imports mlflow.
 
 A `Tracker` is one MLflow run. It is opened before any training (an unreachable store is a
 `BertError` then, so the user learns it in seconds, not after hours), it logs metrics with
@@ -19,21 +20,21 @@ would be a page of one-point charts before the curves.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
-import tempfile
 import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
 from bertcore.common.errors import BertError
 from bertcore.common.held_logs import logs_held
+from bertcore.common.mlflow_models import log_pipeline
+from bertcore.common.mlflow_store import open_store, sqlite_path
 from bertcore.common.processes import has_ended, process_label
 from bertcore.common.validation import Bool, params_section, text
 
@@ -41,7 +42,6 @@ log = logging.getLogger(__name__)
 
 # MLflow retries a failed HTTP call 7 times with exponential backoff (minutes). A training
 # loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast.
-_HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 _MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 _MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
 _SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
@@ -83,61 +83,6 @@ def sqlite_uri(path: str | os.PathLike) -> str:
     return f"sqlite:///{Path(path).resolve()}"
 
 
-def _sqlite_path(uri: str) -> Path | None:
-    """The database file of a `sqlite:///` URI; None for any other store."""
-    return Path(uri[len("sqlite:///") :]) if uri.startswith("sqlite:///") else None
-
-
-def _check_reachable(uri: str) -> None:
-    """Fail in seconds when an HTTP tracking server does not answer at all."""
-    if not uri.startswith(("http://", "https://")):
-        return
-    try:
-        urllib.request.urlopen(uri.rstrip("/") + "/health", timeout=10).close()
-    except urllib.error.HTTPError:
-        return  # it answered (perhaps 401/404): reachable; MLflow's own calls will tell more
-    except (urllib.error.URLError, OSError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise BertError(
-            f"MLflow tracking server {uri} is unreachable ({reason}): start it, or set "
-            "tracking.uri (or MLFLOW_TRACKING_URI) to a reachable store"
-        ) from None
-
-
-def _check_writable(uri: str) -> None:
-    """Fail at once when a SQLite store cannot be written (MLflow would retry, then fail
-    with a database traceback). SQLite writes the database file and a journal beside it."""
-    database = _sqlite_path(uri)
-    if database is None:
-        return
-    problem = None
-    try:
-        if database.exists():
-            with open(database, "r+b"):
-                pass
-    except OSError as exc:
-        problem = f"{database} is read-only ({exc.strerror or exc})"
-    if problem is None:
-        try:
-            tempfile.TemporaryFile(dir=database.parent).close()
-        except OSError as exc:
-            problem = f"its folder {database.parent} is not writable ({exc.strerror or exc})"
-    if problem:
-        raise BertError(
-            f"MLflow tracking store {uri} cannot be written: {problem}; make it writable, point "
-            "tracking.uri (or MLFLOW_TRACKING_URI) elsewhere, or set tracking.enabled: false"
-        )
-
-
-def _open_store(uri: str) -> None:
-    """Before any MLflow call: HTTP timeouts that fail in seconds, and one line now for a
-    store that cannot answer or be written."""
-    for key, value in _HTTP_DEFAULTS.items():
-        os.environ.setdefault(key, value)
-    _check_reachable(uri)
-    _check_writable(uri)
-
-
 class Tracker:
     """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make."""
 
@@ -163,7 +108,7 @@ class Tracker:
         `params` are logged only on a new run: MLflow forbids changing a logged param, and a
         resumed run already has them.
         """
-        _open_store(uri)
+        open_store(uri)
         from mlflow.entities import Param, RunTag
         from mlflow.tracking import MlflowClient
 
@@ -197,7 +142,7 @@ class Tracker:
     def attach(cls, uri: str, run_id: str) -> Tracker | None:
         """The existing run `run_id`, to add to it (evaluation after training); None, with a
         warning, when the store no longer has it. A store that fails is a BertError."""
-        _open_store(uri)
+        open_store(uri)
         from mlflow.tracking import MlflowClient
 
         try:
@@ -219,10 +164,10 @@ class Tracker:
         """The latest active run, in any experiment of the store, whose tag `tag` is `value`
         (e.g. the run that wrote a model, by the sha256 of its weights); None when there is
         none. An unreachable store is a BertError."""
-        database = _sqlite_path(uri)
+        database = sqlite_path(uri)
         if database is not None and not database.exists():
             return None  # no store yet, so no run: do not create one just to look
-        _open_store(uri)
+        open_store(uri)
         from mlflow.tracking import MlflowClient
 
         try:
@@ -319,8 +264,10 @@ class Tracker:
         model gets the run's `mlflow.source.*` tags (its git commit) and `card` as its model
         card. Nothing is downloaded: no model card from the Hub, no requirements inferred
         (the installed torch and transformers are its requirements)."""
-        return self._call(f"log the model {name}", _log_pipeline, self, Path(folder), task,
-                          name, card)
+        source = {key: value for key, value in self.tags().items()
+                  if key.startswith("mlflow.source.")}
+        return self._call(f"log the model {name}", log_pipeline, self.client, self.run_id,
+                          self.uri, source, Path(folder), task, name, card)
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         """Upload a directory's files under `artifact_path` of the run."""
@@ -356,85 +303,6 @@ class Tracker:
         except Exception as exc:
             log.debug("MLflow run %s could not be ended (%s): the next run in its "
                       "experiment ends it", self.run_id, _first_line(exc))
-
-
-# ------------------------------------------------------------------ models (transformers flavour)
-_OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
-# what they say of a model that is not the Hub's (no license, no card there): not the user's to fix
-_MODEL_LOGGERS = ("mlflow.transformers", "mlflow.models", "transformers", "huggingface_hub")
-
-
-def _log_pipeline(tracker: Tracker, folder: Path, task: str, name: str, card: str | None
-                  ) -> None:
-    """`Tracker.log_transformers_model`'s work: the pipeline built from the folder, logged
-    into the tracker's run (MLflow's fluent API: its run made active, then ended as it was)."""
-    with _environment(_OFFLINE):
-        import mlflow
-        import mlflow.transformers
-        import transformers
-        from huggingface_hub import ModelCard
-    bars = transformers.utils.logging.is_progress_bar_enabled()
-    transformers.utils.logging.disable_progress_bar()  # loading, writing: a tiny folder's bars
-    # the store by the environment: mlflow.set_tracking_uri would outlive the call
-    store = {**_OFFLINE, "MLFLOW_TRACKING_URI": tracker.uri}
-    with _environment(store), _quiet(_MODEL_LOGGERS):  # once imported: they set levels then
-        pipe = transformers.pipeline(task, model=str(folder), tokenizer=str(folder))
-        source = {key: value for key, value in tracker.tags().items()
-                  if key.startswith("mlflow.source.")}
-        status = tracker.client.get_run(tracker.run_id).info.status
-        try:
-            with mlflow.start_run(run_id=tracker.run_id):
-                mlflow.transformers.log_model(
-                    pipe, name=name, task=task, model_card=ModelCard(card) if card else None,
-                    pip_requirements=_requirements(), tags=source or None)
-        finally:
-            tracker.client.update_run(tracker.run_id, status=status)  # not ended by this
-            if bars:
-                transformers.utils.logging.enable_progress_bar()
-
-
-def _requirements() -> list[str]:
-    """The installed torch and transformers (torch without its local tag, +cpu: the wheel
-    index decides the build)."""
-    import torch
-    import transformers
-
-    return [f"torch=={torch.__version__.split('+')[0]}",
-            f"transformers=={transformers.__version__}"]
-
-
-@contextlib.contextmanager
-def _environment(values: Mapping[str, str]) -> Iterator[None]:
-    saved = {key: os.environ.get(key) for key in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for key, value in saved.items():
-            if value is None:
-                os.environ.pop(key, None)
-            else:
-                os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _quiet(names: tuple[str, ...]) -> Iterator[None]:
-    """Only errors from these loggers, and no progress bars, during the block."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    bars = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
-        if bars is None:
-            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
-        else:
-            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = bars
 
 
 def _existing_run(client: Any, run_id: str) -> Any:
@@ -502,7 +370,7 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
 def _artifact_location(uri: str) -> str | None:
     """Artifacts of a SQLite store go next to the database file (MLflow's default is
     `./mlruns` under the current directory, which a `dvc exp run --temp` copy throws away)."""
-    database = _sqlite_path(uri)
+    database = sqlite_path(uri)
     if database is None:
         return None
     return (database.parent / "mlartifacts").resolve().as_uri()

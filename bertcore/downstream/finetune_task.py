@@ -1,0 +1,81 @@
+"""The task the finetune stage fine-tunes on (`finetune.data`): a built-in one made from the
+held-out split or a user's labelled file, split, classification or regression, and encoded."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bertcore.common.errors import BertError
+from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
+from bertcore.downstream.config import FinetuneConfig
+from bertcore.downstream.tasks import (
+    REGRESSION,
+    EncodedExamples,
+    Example,
+    encode_examples,
+    label_names,
+    read_examples,
+    regression_targets,
+    split_examples,
+    task_problem,
+)
+
+
+@dataclass
+class FinetuneTask:
+    """A labelled task, encoded: its name (a column of `dvc exp show`), where it came from,
+    classification or regression and why, the class names ([] for regression) and both
+    splits."""
+
+    name: str
+    description: str
+    problem: str
+    problem_from: str  # finetune.task, or what `auto` found in the labels
+    labels: list[str]
+    train: EncodedExamples
+    test: EncodedExamples
+
+    @property
+    def is_regression(self) -> bool:
+        return self.problem == REGRESSION
+
+
+def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
+                  max_positions: int) -> FinetuneTask:
+    """The task `finetune.data` names, split and encoded: a built-in one made from the
+    held-out `corpus_file`, or a user's file (split by `test_fraction` unless `test_data`
+    gives the test split), classification or regression by `finetune.task`. Its mistakes are
+    found in a second, before anything slow."""
+    if config.data in BUILTIN_TASKS:
+        if config.test_data:
+            raise BertError(f"finetune.test_data is for a file of your own; {config.data} "
+                            "makes its own test split (set it to null)")
+        train, test = builtin_task(config.data, corpus_file, config.test_fraction, config.seed)
+        name, description = config.data, BUILTIN_TASKS[config.data].description
+        problem, why = task_problem(config.task, train)  # classes (config.py refuses regression)
+    else:
+        train, test, problem, why = _file_examples(config)
+        name, description = Path(config.data).name, config.data
+    if problem == REGRESSION:
+        regression_targets(train, test)
+    labels = [] if problem == REGRESSION else label_names(train, test)
+    if config.max_seq_length > max_positions:
+        raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
+                        f"model's max_position_embeddings={max_positions}: lower it")
+    return FinetuneTask(name, description, problem, why, labels,
+                        encode_examples(train, tokenizer, labels, config.max_seq_length),
+                        encode_examples(test, tokenizer, labels, config.max_seq_length))
+
+
+def _file_examples(config: FinetuneConfig) -> tuple[list[Example], list[Example], str, str]:
+    """(train, test, problem, why) of the user's files: `test_data`, or a seeded split of
+    `data` (stratified by class; a regression's scores are no classes)."""
+    fields = (config.text_field, config.text_pair_field, config.label_field)
+    examples = read_examples(config.data, *fields)
+    test_file = read_examples(config.test_data, *fields) if config.test_data else None
+    problem, why = task_problem(config.task, [*examples, *(test_file or [])])
+    if test_file is not None:
+        return examples, test_file, problem, why
+    return (*split_examples(examples, config.test_fraction, config.seed,
+                            stratified=problem != REGRESSION), problem, why)
