@@ -2,7 +2,9 @@
 
 Every output is written next to its final path under a temporary name and renamed into
 place once complete, so an interrupted run never leaves a half-written output that looks
-finished, and a failed run never destroys the previous finished output.
+finished, and a failed run never destroys the previous finished output (which DVC's
+`persist: true` leaves in place). Kept over bare `os.replace` for what it cannot do: replace
+a folder that is not empty, a mount point or a link; clean up after a killed process.
 
 Temporary names say who owns them: `.<name>.tmp-<host>-<pid>-<random>`. A process killed
 with SIGKILL (or by the OOM killer) cannot clean up, so the next write of the same output
@@ -23,13 +25,13 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import json
 import logging
 import os
 import re
 import secrets
 import shutil
 import socket
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -105,15 +107,19 @@ def _prefix(final: Path, kind: str = "tmp") -> str:
     return f".{final.name}.{kind}-{_host()}-{os.getpid()}-"
 
 
+def _temporary(final: Path, parent: Path) -> Path:
+    """A new name for `final`'s staging in `parent`. Made with plain mkdir/open, not
+    mkdtemp/mkstemp: an output gets the mode the umask gives, not 0700/0600."""
+    return parent / f"{_prefix(final)}{secrets.token_hex(4)}"
+
+
 def _alive(pid: int) -> bool:
-    if pid == os.getpid():
-        return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
     except OSError:  # EPERM: it exists, under another user
-        return True
+        pass
     return True
 
 
@@ -162,13 +168,6 @@ def _remove(entry: Path) -> None:
 
 
 # --------------------------------------------------------------------------------- outputs
-def _default_mode(is_dir: bool) -> int:
-    """The mode a plain mkdir/open would give (mkdtemp/mkstemp use 0700/0600)."""
-    umask = os.umask(0)
-    os.umask(umask)
-    return (0o777 if is_dir else 0o666) & ~umask
-
-
 def _replace(tmp: Path, final: Path) -> None:
     """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
     if tmp.parent == final:  # staged inside a mount point
@@ -291,20 +290,13 @@ def atomic_dir(
         remove_stale_temporaries(final, final.name)  # a swap of its children, half done
         # a mount point cannot be renamed: its new content is staged inside it
         staging_parent = final if _is_mount_point(final) else final.parent
-        tmp = Path(tempfile.mkdtemp(prefix=_prefix(final), dir=staging_parent))
-    os.chmod(tmp, _default_mode(is_dir=True))
-    try:
+        tmp = _temporary(final, staging_parent)
+        tmp.mkdir()
+    with _staged(final, tmp, advice):
         yield tmp
         _fsync_dir(tmp)
         _replace(tmp, final)
         _fsync_dir(final.parent)
-    except Exception as exc:
-        if is_disk_full(exc, tmp):
-            raise NoSpaceError(final, advice) from None
-        raise
-    finally:
-        if tmp.exists():
-            shutil.rmtree(tmp, ignore_errors=True)
 
 
 @contextlib.contextmanager
@@ -314,22 +306,28 @@ def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
     with _creating(final):
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(final.parent, final.name)
-        fd, name = tempfile.mkstemp(prefix=_prefix(final), dir=final.parent)
-    tmp = Path(name)
-    os.chmod(tmp, _default_mode(is_dir=False))
-    try:
+        tmp = _temporary(final, final.parent)
+        fd = os.open(tmp, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o666)
+    with _staged(final, tmp):
         with os.fdopen(fd, mode, **open_kwargs) as handle:
             yield handle
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
+
+
+@contextlib.contextmanager
+def _staged(final: Path, tmp: Path, advice: str = "point --out elsewhere") -> Iterator[None]:
+    """While `tmp` is written and renamed to `final`: a full disk is a NoSpaceError, and
+    whatever is left of `tmp` is removed on the way out."""
+    try:
+        yield
     except Exception as exc:
         if is_disk_full(exc, tmp):
-            raise NoSpaceError(final) from None
+            raise NoSpaceError(final, advice) from None
         raise
     finally:
-        if tmp.exists():
-            tmp.unlink()
+        _remove(tmp)
 
 
 @contextlib.contextmanager
@@ -355,8 +353,6 @@ def write_json(path: str | os.PathLike, data: object, sort_keys: bool = True) ->
 
 def dump_json(handle, data: object, sort_keys: bool = True) -> None:
     """`data` as write_json writes it, into an open text file (a staged one)."""
-    import json
-
     json.dump(data, handle, indent=2, sort_keys=sort_keys)
     handle.write("\n")
 

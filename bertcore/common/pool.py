@@ -4,6 +4,10 @@ The data stages' outputs do not depend on the number of workers, because every t
 pure function of its arguments and the results are consumed in the order of the tasks. For
 the same reason a task whose worker died (killed: out of memory, `kill -9`) can run again,
 once, in new workers, and give the same bytes.
+
+Kept over `Executor.map`, which before Python 3.14 (no `buffersize`) submits every task at
+once, and for that re-run (ARCHITECTURE.md, tests/test_worker_faults.py): a killed worker
+costs a warning, where a bare `BrokenProcessPool` would stop the stage.
 """
 
 from __future__ import annotations
@@ -19,6 +23,7 @@ from collections.abc import Callable, Iterable, Iterator
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
+from itertools import chain, islice
 
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import (
@@ -52,24 +57,18 @@ class WorkerDied(BertError):
 # which it removes, warning of them as "leaked"; nothing for a user to act on.
 QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 
-# In a worker process: the pool's board (see `_Board`) and this worker's row on it.
+# The board: a pid and a task number per worker of a pool (0: none), in memory its processes
+# share: `BrokenProcessPool` says that a worker died, the board which task it was running.
+# In a worker process: the board and this worker's task cell on it.
 _board_row: tuple | None = None
 
 
-class _Board:
-    """Which task each worker of a pool is running, in memory the pool's processes share
-    (a pid and a task number per worker; 0: none): when a worker dies, the pool knows it
-    did, and this tells which task it was running."""
-
-    def __init__(self, workers: int, context):
-        self.cells = context.Array("q", 2 * workers)
-
-    def task_of(self, pid: int) -> int:
-        """The number of the task worker `pid` was running; 0: none."""
-        with self.cells.get_lock():
-            cells = list(self.cells)
-        rows = zip(cells[::2], cells[1::2], strict=True)
-        return next((task for row_pid, task in rows if row_pid == pid), 0)
+def _task_of(board, pid: int) -> int:
+    """The number of the task worker `pid` was running; 0: none."""
+    with board.get_lock():
+        cells = list(board)
+    rows = zip(cells[::2], cells[1::2], strict=True)
+    return next((task for row_pid, task in rows if row_pid == pid), 0)
 
 
 def start_worker(cells, parent: int) -> None:
@@ -126,7 +125,7 @@ class TaskRunner:
         self.workers = workers
         self.lazy = lazy
         self.pool: ProcessPoolExecutor | None = None
-        self.board: _Board | None = None
+        self.board = None  # the pool's board: a shared array of (pid, task) rows
         self.processes: dict = {}  # pid -> Process, of the current pool
 
     def __enter__(self) -> Callable[[Callable, Iterable], Iterator]:
@@ -143,26 +142,21 @@ class TaskRunner:
         if self.workers == 1:
             yield from map(func, tasks)
             return
-        waiting = None  # lazy: (number, task) of the first, until a second makes a pool worth it
-        pending: deque[_InFlight] = deque()
-        for number, task in enumerate(tasks, start=1):
-            if self.pool is None and waiting is None:
-                waiting = (number, task)
-                continue
+        numbered = enumerate(tasks, start=1)
+        if self.pool is None:  # lazy: a pool only once there is a second task
+            first = list(islice(numbered, 2))
+            if len(first) < 2:
+                yield from (func(task) for _, task in first)
+                return
+            numbered = chain(first, numbered)
             self._start()
-            for ready in (waiting, (number, task)) if waiting else ((number, task),):
-                pending.append(self._submit(func, *ready, pending))
-            waiting = None
+        pending: deque[_InFlight] = deque()
+        for number, task in numbered:
+            pending.append(self._submit(func, number, task, pending))
             if len(pending) >= TASKS_AHEAD_PER_WORKER * self.workers:
                 yield self._result(func, pending)
-        yield from self._finish(func, pending, waiting)
-
-    def _finish(self, func: Callable, pending: deque, waiting) -> Iterator:
-        """The results of the tasks given so far: those in the pool, or the one held here."""
         while pending:
             yield self._result(func, pending)
-        if waiting is not None:
-            yield func(waiting[1])
 
     def _submit(self, func: Callable, number: int, task: object, pending: deque) -> _InFlight:
         """Hand `task` to the pool; a pool found broken is replaced and `pending` resubmitted."""
@@ -197,7 +191,7 @@ class TaskRunner:
         pid, how = self._dead_worker()
         dead = f"{pid} ({how})" if pid else "(pid unknown)"
         lost = [item for item in pending if not _has_result(item.future)]
-        number = self.board.task_of(pid) if pid else 0
+        number = _task_of(self.board, pid) if pid else 0
         suspects = [item for item in lost if item.number == number] if pid else lost
         for item in suspects:
             if item.deaths:
@@ -237,10 +231,10 @@ class TaskRunner:
             context = multiprocessing.get_context("spawn")
             if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
                 sys.warnoptions.append(QUIET_TRACKER)
-            self.board = _Board(self.workers, context)
+            self.board = context.Array("q", 2 * self.workers)
             self.pool = ProcessPoolExecutor(self.workers, mp_context=context,
                                             initializer=start_worker,
-                                            initargs=(self.board.cells, os.getpid()))
+                                            initargs=(self.board, os.getpid()))
             self.processes = {}
 
     def _stop(self, cancel: bool) -> None:
