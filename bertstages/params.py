@@ -1,6 +1,11 @@
 """params.yaml at the edge: load it, apply `--set key=value` overrides, and turn one section
 into its config class (validated by pydantic: `bertcore.common.validation`). Everything the
-user can get wrong is a ConfigError naming the dotted key as written in params.yaml."""
+user can get wrong is a ConfigError naming the dotted key as written in params.yaml.
+
+Kept of our own rather than OmegaConf's `from_dotlist` + `merge`: those read `--set x=1e-4` as
+YAML 1.2 (a float, where params.yaml's own 1e-4 is YAML 1.1's string, logged and carded as
+written) and let `--set corpus.seed=1` silently replace `corpus: builtin:...` by a mapping;
+OmegaConf's loader refuses a duplicate key without naming its dotted path or first line."""
 
 from __future__ import annotations
 
@@ -16,23 +21,8 @@ from bertcore.common.errors import BertError, ConfigError, yaml_text
 
 T = TypeVar("T")
 
-SECTIONS = (
-    "corpus",
-    "vocab",
-    "samples",
-    "model",
-    "masking",
-    "train",
-    "phase2",
-    "eval",
-    "export",
-    "finetune",
-    "glue",
-    "prune",
-    "probe",
-    "cpu",
-    "tracking",
-)
+SECTIONS = ("corpus", "vocab", "samples", "model", "masking", "train", "phase2", "eval", "export",
+            "finetune", "glue", "prune", "probe", "cpu", "tracking")
 
 
 def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ()) -> dict:
@@ -130,25 +120,20 @@ def _refuse_duplicate_keys(node: yaml.Node, path: Path, where: str, seen: set[in
         _refuse_duplicate_keys(value_node, path, dotted, seen)
 
 
-def parse_section(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
-    """Build the section class `cls` from `params[section]`, checking keys, types and ranges."""
-    data = params.get(section) or {}
-    if not isinstance(data, Mapping):
-        raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(data)}")
-    try:
-        return cls(**{str(key): value for key, value in data.items()})
-    except ConfigError as exc:
-        raise exc.in_section(section) from None
-
-
-def parse_keys(params: Mapping[str, Any], section: str, cls: type[T]) -> T:
-    """`parse_section` for a stage that reads only some keys of a section (the fields of
-    `cls`): the other keys are left to the stage that reads the whole section and checks them."""
+def parse_section(params: Mapping[str, Any], section: str, cls: type[T],
+                  only_fields: bool = False) -> T:
+    """Build the section class `cls` from `params[section]`, checking keys, types and ranges.
+    `only_fields`: for a stage that reads only some keys of a section (the fields of `cls`),
+    the other keys left to the stage that reads the whole section and checks them."""
     data = params.get(section) or {}
     if not isinstance(data, Mapping):
         raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(data)}")
     fields = {f.name for f in dataclasses.fields(cls)}
-    return parse_section({section: {k: v for k, v in data.items() if k in fields}}, section, cls)
+    try:
+        return cls(**{str(key): value for key, value in data.items()
+                      if not only_fields or key in fields})
+    except ConfigError as exc:
+        raise exc.in_section(section) from None
 
 
 @dataclass(frozen=True)
@@ -166,8 +151,9 @@ StageParams = Mapping[str, "type | Keys"]
 
 def read_params(params: Mapping[str, Any], wanted: StageParams) -> dict[str, Any]:
     """The sections of `wanted` (a stage's PARAMS) parsed from `params`, by section."""
-    return {section: parse_keys(params, section, kind.cls) if isinstance(kind, Keys)
-            else parse_section(params, section, kind) for section, kind in wanted.items()}
+    return {section: parse_section(params, section, kind.cls, only_fields=True)
+            if isinstance(kind, Keys) else parse_section(params, section, kind)
+            for section, kind in wanted.items()}
 
 
 def dvc_params(wanted: StageParams) -> list[str]:

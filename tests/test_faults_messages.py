@@ -140,12 +140,12 @@ def test_a_weight_decay_that_blows_up_the_weights_is_refused_naming_it(tmp_path,
 
 
 @pytest.mark.parametrize("key", ["glue.seed", "finetune.seed"])
-@pytest.mark.parametrize("seed", ["-1", str(2**64)])
-def test_a_seed_out_of_range_is_one_line(tmp_path, key, seed):
+@pytest.mark.parametrize("seed, bound", [("-1", "greater than or equal to 0"),
+                                         (str(2**64), "less than or equal to 9223372036854775807")])
+def test_a_seed_out_of_range_is_one_line(tmp_path, key, seed, bound):
     (tmp_path / "params.yaml").write_text("{}\n")
     proc = bert(key.split(".")[0], "--set", f"{key}={seed}", cwd=tmp_path)
-    assert_one_line_error(proc, f"{key}: {seed} is not allowed; expected "
-                                "0..9223372036854775807", code=2)
+    assert_one_line_error(proc, f"{key}: {seed} is not allowed; expected {bound}", code=2)
 
 
 class FewSamples:

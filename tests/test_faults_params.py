@@ -45,13 +45,14 @@ def refused(tmp_path, section: str, cls: type, override: str) -> str:
 
 # ------------------------------------------------------------- 3. values that are not finite
 @pytest.mark.parametrize(("override", "message"), [
-    ("train.learning_rate=.inf", "train.learning_rate: .inf is not allowed; expected a number "
-                                 "> 0, finite (not .inf or .nan)"),
+    ("train.learning_rate=.inf", "train.learning_rate: .inf is not allowed; expected a finite "
+                                 "number"),
     ("train.weight_decay=.inf", "train.weight_decay: .inf is not allowed"),
     ("train.max_minutes=-.inf", "train.max_minutes: -.inf is not allowed"),
     ("train.learning_rate=.nan", "train.learning_rate: .nan is not allowed"),
     ("train.adam_betas=[0.9, .nan]", "train.adam_betas: .nan is not allowed"),
-    ("train.epochs=inf", "train.epochs: .inf is not allowed"),  # a string, as --set may give
+    # a string, as --set may give
+    ("train.epochs=inf", "train.epochs: 'inf' is not allowed; expected a finite number"),
 ])
 def test_a_value_that_is_not_finite_is_refused_naming_its_key(tmp_path, override, message):
     assert message in refused(tmp_path, "train", TrainConfig, override)
@@ -95,13 +96,13 @@ def test_a_params_file_that_is_not_utf8_is_one_line_naming_its_line(tmp_path):
 
 # ----------------------------------------------------------------- 3. messages in YAML's words
 @pytest.mark.parametrize(("section", "cls", "override", "message"), [
-    ("cpu", CpuConfig, "cpu.isa=null", "cpu.isa: null is not allowed; expected one of "
-                                       "['avx2', 'portable', 'native']"),
-    ("train", TrainConfig, "train.batch_size=true", "train.batch_size: expected an integer, "
-                                                    "got true"),
-    ("train", TrainConfig, "train.max_steps=false", "got false"),
-    ("train", TrainConfig, "train.max_steps=[1, null]", "got [1, null]"),
-    ("train", TrainConfig, "train.max_steps={a: 1}", "got {'a': 1}"),
+    ("cpu", CpuConfig, "cpu.isa=null", "cpu.isa: null is not allowed; expected 'avx2', "
+                                       "'portable' or 'native'"),
+    ("train", TrainConfig, "train.batch_size=true", "train.batch_size: true is not allowed; "
+                                                    "expected a valid integer"),
+    ("train", TrainConfig, "train.max_steps=false", "false is not allowed"),
+    ("train", TrainConfig, "train.max_steps=[1, null]", "[1, null] is not allowed"),
+    ("train", TrainConfig, "train.max_steps={a: 1}", "{'a': 1} is not allowed"),
     ("train", TrainConfig, "train.compile=null", "train.compile: null is not allowed"),
     ("vocab", VocabConfig, "vocab.sample_bytes=0", "vocab.sample_bytes: 0 is not allowed; "
      "expected an integer >= 1 (bytes), or null to train on the whole split"),

@@ -62,14 +62,14 @@ def test_section_types_and_overrides(tmp_path):
     ("override", "fragment"),
     [
         ("train.sise=3", "train.sise: unknown key; allowed keys are size"),
-        ("train.size=abc", "train.size: expected an integer"),
-        ("train.size=-1", "train.size: -1 is not allowed; expected a positive integer"),
-        ("train.rate=2", "train.rate: 2.0 is not allowed"),
-        ("train.mode=c", "train.mode: 'c' is not allowed; expected one of ['a', 'b']"),
-        ("train.flag=maybe", "train.flag: expected true or false"),
+        ("train.size=abc", "train.size: 'abc' is not allowed; expected a valid integer"),
+        ("train.size=-1", "train.size: -1 is not allowed; expected greater than 0"),
+        ("train.rate=2", "train.rate: 2 is not allowed; expected less than 1"),
+        ("train.mode=c", "train.mode: 'c' is not allowed; expected 'a' or 'b'"),
+        ("train.flag=maybe", "train.flag: 'maybe' is not allowed; expected a valid boolean"),
         ("train.compile=FULLGRAPH",
-         "train.compile: 'FULLGRAPH' is not allowed; expected true or false or fullgraph"),
-        ("train.limit=x", "train.limit: expected an integer, got 'x'"),
+         "train.compile: 'FULLGRAPH' is not allowed; expected a valid boolean or 'fullgraph'"),
+        ("train.limit=x", "train.limit: 'x' is not allowed; expected a valid integer"),
     ],
 )
 def test_bad_values_name_the_key(tmp_path, override, fragment):

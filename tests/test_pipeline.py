@@ -233,7 +233,7 @@ def test_a_bad_value_leaves_the_last_good_outputs_in_place(reproduced):
     said = failed.stdout + failed.stderr
     assert failed.returncode != 0 and "Traceback" not in said, said
     assert [line for line in said.splitlines() if line.startswith("Error:")] == [
-        "Error: train.max_steps: expected an integer, got 'abc'"], said
+        "Error: train.max_steps: 'abc' is not allowed; expected a valid integer"], said
     assert output_files(repo) == before  # every stage's, cached and `cache: false`
     assert (repo / "dvc.lock").read_text() == lock
     (repo / "params.yaml").write_text(params)

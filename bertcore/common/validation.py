@@ -3,15 +3,13 @@
 A section's class is decorated with `params_section`: a pydantic dataclass (so `dataclasses.fields`,
 `asdict` and `replace` work as on any dataclass) with strict types, unknown keys refused and
 every pydantic `ValidationError` turned into the project's one-line `ConfigError` naming the
-key, the value and what is allowed (`config_error`, the one place that does it). Its fields use
-the types below, which take the forms a value has in YAML: `Int`, `Float` and `Bool` also accept
-what YAML 1.1 leaves a string (`1e-4`, `"true"`, `--set` values), as the stages always did.
-A `Float` is finite: `.inf` and `.nan` are refused for every key (a learning rate of .inf
-trained a model of NaN); a key that means to take them would say so with a type of its own.
-Messages show values as YAML writes them (null, true, .inf: `yaml_text`). A field's
-constraint carries its wording (`integer(ge=1)` says "an integer >= 1"); checks across fields
-are the class's model validators, which raise `ConfigError` themselves.
-"""
+key, the value as given and what is allowed, in pydantic's words (`Field(gt=0)`: "greater
+than 0") unless the field carries its own (`Allowed`, e.g. "null or an integer >= 1"). Its
+fields use the types below, which take the forms a value has in YAML: `Int`, `Float` and
+`Bool` also accept what YAML 1.1 leaves a string (`1e-4`, `"true"`, `--set` values), as the
+stages always did; pydantic's lax mode would also take true for 1. A `Float` is finite:
+`.inf` and `.nan` are refused for every key (a learning rate of .inf trained a model of NaN).
+Checks across fields are the class's model validators, which raise `ConfigError` themselves."""
 
 from __future__ import annotations
 
@@ -30,13 +28,6 @@ from bertcore.common.errors import ConfigError, yaml_text
 SECTION_CONFIG = ConfigDict(strict=True, extra="forbid")
 
 UNKNOWN_KEY = {"unexpected_keyword_argument", "extra_forbidden"}
-EXPECTED_TYPE = {  # pydantic's error types -> what the value should have been
-    "int_type": "an integer", "int_parsing": "an integer", "int_from_float": "an integer",
-    "float_type": "a number", "float_parsing": "a number",
-    "bool_type": "true or false", "bool_parsing": "true or false",
-    "string_type": "a string", "list_type": "a list", "dict_type": "a mapping",
-    "finite_number": "a number", "none_required": "null",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -87,33 +78,18 @@ Bool = Annotated[bool, BeforeValidator(_yaml_bool)]
 # ---------------------------------------------------------------- constrained fields
 def integer(*, ge: int | None = None, gt: int | None = None, le: int | None = None,
             allowed: str | None = None) -> Any:
-    """An `Int` field within bounds; `allowed` words them (default: from the bounds)."""
-    if allowed is None:
-        if gt == 0 and ge is None and le is None:
-            allowed = "a positive integer"
-        elif ge is not None and le is not None:
-            allowed = f"{ge}..{le}"
-        else:
-            allowed = f"an integer {'>=' if ge is not None else '>'} {ge if gt is None else gt}"
-    return Annotated[Int, Field(ge=ge, gt=gt, le=le), Allowed(allowed)]
+    """An `Int` field within bounds (pydantic words them); `allowed`: words of our own."""
+    return Annotated[(Int, Field(ge=ge, gt=gt, le=le), *_words(allowed))]
 
 
 def number(*, ge: float | None = None, gt: float | None = None, le: float | None = None,
            lt: float | None = None, allowed: str | None = None) -> Any:
-    """A `Float` field within bounds; `allowed` words them (default: from the bounds)."""
-    if allowed is None:
-        low, high = ge if gt is None else gt, le if lt is None else lt
-        if low is None or high is None:
-            sign = {"ge": ">=", "gt": ">", "le": "<=", "lt": "<"}
-            name, bound = next((k, v) for k, v in (("ge", ge), ("gt", gt), ("le", le),
-                                                   ("lt", lt)) if v is not None)
-            allowed = f"a number {sign[name]} {bound:g}"
-        elif gt is not None and lt is not None:
-            allowed = f"a number between {low:g} and {high:g} (exclusive)"
-        else:
-            allowed = (f"a number in {'[' if gt is None else '('}{low:g}, "
-                       f"{high:g}{']' if lt is None else ')'}")
-    return Annotated[Float, Field(ge=ge, gt=gt, le=le, lt=lt), Allowed(allowed)]
+    """A `Float` field within bounds (pydantic words them); `allowed`: words of our own."""
+    return Annotated[(Float, Field(ge=ge, gt=gt, le=le, lt=lt), *_words(allowed))]
+
+
+def _words(allowed: str | None) -> list[Allowed]:
+    return [] if allowed is None else [Allowed(allowed)]
 
 
 def text(*, allowed: str, min_length: int | None = None, pattern: str | None = None) -> Any:
@@ -161,61 +137,30 @@ def params_section(cls: type | None = None, *, frozen: bool = False) -> Any:
 
 def config_error(cls: type, exc: pydantic.ValidationError) -> ConfigError:
     """The first problem of `exc` (an unknown key first, then in field order) as a ConfigError:
-    `key: problem`, with the field's name as key (the stage prefixes the section's)."""
+    `key: value is not allowed; expected what is`, with the field's name as key (the stage
+    prefixes the section's) and the value as given, as YAML writes it."""
     errors = exc.errors(include_url=False)
     unknown = sorted(str(error["loc"][0]) for error in errors if error["type"] in UNKNOWN_KEY)
-    if unknown:
+    if unknown:  # pydantic's words name no key the section takes
         names = ", ".join(f.name for f in dataclasses.fields(cls) if f.init)
         allowed = f"allowed keys are {names}" if names else "the section takes no keys yet"
         return ConfigError(unknown[0], f"unknown key; {allowed}")
-    key = errors[0]["loc"][0] if errors[0]["loc"] else "?"
+    key = str(errors[0]["loc"][0]) if errors[0]["loc"] else "?"
     mine = [error for error in errors if error["loc"][:1] == (key,)]
-    return ConfigError(str(key), _problem(cls, str(key), mine))
+    return ConfigError(key, f"{yaml_text(mine[0]['input'])} is not allowed; expected "
+                            f"{_expected(cls, key, mine)}")
 
 
-def _problem(cls: type, key: str, errors: list[dict]) -> str:
-    """What is wrong with field `key`, from its errors (several: one per arm of a union)."""
-    first = errors[0]
-    value = _as_held(first["input"], cls.__pydantic_fields__[key].annotation)
-    if any(error["type"] == "finite_number" for error in errors):
-        return (f"{yaml_text(value)} is not allowed; expected {_allowed(cls, key, errors)}, "
-                "finite (not .inf or .nan)")
-    in_union = any(len(error["loc"]) > 1 and isinstance(error["loc"][1], str)
-                   for error in errors)  # a union's errors are named by their arm
-    if not in_union and first["type"] in EXPECTED_TYPE:
-        return f"expected {EXPECTED_TYPE[first['type']]}, got {yaml_text(first['input'])}"
-    return f"{yaml_text(value)} is not allowed; expected {_allowed(cls, key, errors)}"
-
-
-def _as_held(value: Any, annotation: Any) -> Any:
-    """`value` (as written: pydantic reports the input) in the YAML form the field takes it
-    in, as the message shows it: 2 written for a number reads 2.0."""
-    form = _yaml_float if _holds(float, annotation) else (
-        _yaml_int if _holds(int, annotation) else None)
-    if form is None:
-        return value
-    return [form(item) for item in value] if isinstance(value, list) else form(value)
-
-
-def _holds(kind: type, annotation: Any) -> bool:
-    """Whether `kind` is `annotation` or one of the types inside it."""
-    return annotation is kind or any(_holds(kind, arg) for arg in typing.get_args(annotation))
-
-
-def _allowed(cls: type, key: str, errors: list[dict]) -> str:
-    """The field's own wording (`Allowed`), else one made from its Literal or union arms."""
+def _expected(cls: type, key: str, errors: list[dict]) -> str:
+    """What field `key` takes: pydantic's words for a number that is not finite, else the
+    field's own (`Allowed`), else pydantic's, one per arm of a union."""
+    finite = [error for error in errors if error["type"] == "finite_number"]
     info = cls.__pydantic_fields__[key]
-    allowed = _find_allowed([*info.metadata, info.annotation])
+    allowed = None if finite else _find_allowed([*info.metadata, info.annotation])
     if allowed is not None:
         return allowed
-    if len(errors) == 1 and errors[0]["type"] == "literal_error":
-        return f"one of {yaml_text(list(typing.get_args(info.annotation)))}"
-    arms = []
-    for error in errors:
-        if error["type"] == "literal_error":
-            arms.append(error["ctx"]["expected"].replace("'", ""))
-        else:
-            arms.append(EXPECTED_TYPE.get(error["type"], error["msg"]))
+    arms = dict.fromkeys(error["msg"].removeprefix("Input should be ")
+                         for error in finite or errors)
     return " or ".join(arms)
 
 
