@@ -110,7 +110,7 @@ class Tracker:
         """
         with _store_errors(uri):
             client = _client(uri)
-            run = _active_run(client, run_id, uri, "starting a new run") if run_id else None
+            run = _resumable_run(client, run_id, uri) if run_id else None
             if run is None:
                 return cls._open(client, uri, _experiment_id(client, experiment, uri), run_name,
                                  params, tags)
@@ -133,15 +133,6 @@ class Tracker:
             Param(key, "null" if value is None else str(value))
             for key, value in (params or {}).items()])
         return cls(client, run.info.run_id, uri)
-
-    @classmethod
-    def attach(cls, uri: str, run_id: str) -> Tracker | None:
-        """The existing run `run_id`, to add to it (evaluation after training); None, with a
-        warning, when the store no longer has it. A store that fails is a BertError."""
-        with _store_errors(uri):
-            client = _client(uri)
-            run = _active_run(client, run_id, uri, "not logged")
-        return cls(client, run_id, uri) if run else None
 
     @classmethod
     def find(cls, uri: str, tag: str, value: str) -> Tracker | None:
@@ -284,10 +275,10 @@ def _client(uri: str) -> Any:
     return MlflowClient(tracking_uri=uri)
 
 
-def _active_run(client: Any, run_id: str, uri: str, otherwise: str) -> Any:
-    """Run `run_id` of the store; None, with a warning that says `otherwise` happens, when
-    the store has no such run or it was deleted. Any other failure of the store raises: a
-    store that cannot be read is not a store without the run."""
+def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
+    """Run `run_id`, to continue it; None, with a warning, when the store has no such run or
+    it was deleted. Any other failure of the store raises: a store that cannot be read is not
+    a store without the run."""
     from mlflow.exceptions import MlflowException
 
     try:
@@ -295,10 +286,10 @@ def _active_run(client: Any, run_id: str, uri: str, otherwise: str) -> Any:
     except MlflowException as exc:
         if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
             raise
-        log.warning("MLflow run %s not found in %s: %s", run_id, uri, otherwise)
+        log.warning("MLflow run %s not found in %s: starting a new run", run_id, uri)
         return None
     if run.info.lifecycle_stage != "active":
-        log.warning("MLflow run %s was deleted: %s", run_id, otherwise)
+        log.warning("MLflow run %s was deleted: starting a new run", run_id)
         return None
     return run
 
