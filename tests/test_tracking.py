@@ -94,18 +94,18 @@ def test_a_run_logs_params_tags_metrics_and_resumes(store, tmp_path):
     ]
     assert (folder / "mlartifacts").is_dir()  # next to the database
 
-    # a run id the store does not know: a new run, and attach() says None
+    # a run id the store does not know: a new run; a run no tag names: find() says None
     other = Tracker.start(uri, "exp", run_id="0" * 32)
     assert other.run_id != tracker.run_id
-    assert Tracker.attach(uri, "0" * 32) is None
-    assert Tracker.attach(uri, tracker.run_id).run_id == tracker.run_id
+    assert Tracker.find(uri, "resumed", "0" * 32) is None
+    assert Tracker.find(uri, "resumed", "yes").run_id == tracker.run_id
 
 
 def test_unreachable_server_at_start_is_one_clear_error():
     with pytest.raises(BertError, match=r"http://127\.0\.0\.1:9 is unreachable"):
         Tracker.start("http://127.0.0.1:9", "exp")
     with pytest.raises(BertError, match="unreachable"):
-        Tracker.attach("http://127.0.0.1:9", "abc")
+        Tracker.find("http://127.0.0.1:9", "model.sha256", "abc")
 
 
 def test_a_server_that_hangs_up_is_tried_once_not_retried_for_minutes():
@@ -132,7 +132,7 @@ def test_a_server_that_hangs_up_is_tried_once_not_retried_for_minutes():
             with pytest.raises(BertError, match="unreachable"):
                 Tracker.start(uri, "exp")
             with pytest.raises(BertError, match="unreachable"):
-                Tracker.attach(uri, "abc")
+                Tracker.find(uri, "model.sha256", "abc")
         finally:
             stop.set()
             thread.join()
@@ -192,7 +192,7 @@ def test_a_store_that_fails_is_not_a_run_that_is_gone(tmp_path, mlflow_db):
     with sqlite3.connect(database) as connection:
         connection.execute("ALTER TABLE runs RENAME TO runs_gone")
     with pytest.raises(BertError, match=r"mlflow\.db failed: .*no such"):
-        Tracker.attach(uri, run_id)
+        Tracker.find(uri, "model.sha256", "abc")
     with pytest.raises(BertError, match=r"mlflow\.db failed: .*no such"):
         Tracker.start(uri, "broken", run_id=run_id)
 

@@ -30,7 +30,7 @@ def log_pipeline(client: Any, run_id: str, uri: str, source: Mapping[str, str], 
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # loading, writing: a tiny folder's bars
     # the store by the environment: mlflow.set_tracking_uri would outlive the call
-    store = {**_OFFLINE, "MLFLOW_TRACKING_URI": uri}
+    store = {**_OFFLINE, "MLFLOW_TRACKING_URI": uri, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     with _environment(store), _quiet(_MODEL_LOGGERS):  # once imported: they set levels then
         pipe = transformers.pipeline(task, model=str(folder), tokenizer=str(folder))
         status = client.get_run(run_id).info.status
@@ -71,11 +71,9 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
 
 @contextlib.contextmanager
 def _quiet(names: tuple[str, ...]) -> Iterator[None]:
-    """Only errors from these loggers, and no progress bars, during the block."""
+    """Only errors from these loggers during the block."""
     loggers = [logging.getLogger(name) for name in names]
     levels = [logger.level for logger in loggers]
-    bars = os.environ.get("HF_HUB_DISABLE_PROGRESS_BARS")
-    os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = "1"
     for logger in loggers:
         logger.setLevel(logging.ERROR)
     try:
@@ -83,7 +81,3 @@ def _quiet(names: tuple[str, ...]) -> Iterator[None]:
     finally:
         for logger, level in zip(loggers, levels, strict=True):
             logger.setLevel(level)
-        if bars is None:
-            os.environ.pop("HF_HUB_DISABLE_PROGRESS_BARS", None)
-        else:
-            os.environ["HF_HUB_DISABLE_PROGRESS_BARS"] = bars

@@ -12,6 +12,8 @@ from pathlib import Path
 
 from bertcore.common.errors import BertError
 
+# MLflow's own defaults retry a failed HTTP call 7 times with exponential backoff (minutes): a
+# training loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
 
 

@@ -30,6 +30,10 @@ class NullTracker:
     def tags(self) -> dict[str, str]:
         return {}
 
+    def log_transformers_model(self, folder: str | os.PathLike, task: str, name: str,
+                               card: str | None = None) -> bool:
+        return False
+
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         pass
 

@@ -20,13 +20,12 @@ would be a page of one-point charts before the curves.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
@@ -40,9 +39,6 @@ from bertcore.common.validation import Bool, params_section, text
 
 log = logging.getLogger(__name__)
 
-# MLflow retries a failed HTTP call 7 times with exponential backoff (minutes). A training
-# loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast.
-_MAX_PARAM_LENGTH = 6000  # MLflow's limit on a param value
 _MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
 _SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
 _STORE_LOGGERS = ("mlflow", "sqlalchemy")  # what they log about a failed call is held back
@@ -84,7 +80,11 @@ def sqlite_uri(path: str | os.PathLike) -> str:
 
 
 class Tracker:
-    """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make."""
+    """One MLflow run. Use `Tracker.start(...)`; every logging call is safe to make.
+
+    Through `MlflowClient`, not the fluent API: a stage holds several runs open at once (a
+    child under its pretraining run, GLUE's fine-tunes under the suite's run), while the
+    fluent API has one active run per thread and a process-wide tracking URI."""
 
     def __init__(self, client: Any, run_id: str, uri: str):
         self.client = client
@@ -108,56 +108,31 @@ class Tracker:
         `params` are logged only on a new run: MLflow forbids changing a logged param, and a
         resumed run already has them.
         """
-        open_store(uri)
-        from mlflow.entities import Param, RunTag
-        from mlflow.tracking import MlflowClient
-
-        try:
-            with logs_held(_STORE_LOGGERS):
-                client = MlflowClient(tracking_uri=uri)
-                run = _resumable_run(client, run_id, uri) if run_id else None
-                if run is None:
-                    experiment_id = _experiment_id(client, experiment, uri)
-                    _close_ended_runs(client, experiment_id)
-                    run = client.create_run(experiment_id, run_name=run_name)
-                    log_params = [Param(key, _param_value(value))
-                                  for key, value in (params or {}).items()]
-                else:
-                    _close_ended_runs(client, run.info.experiment_id, keep=run.info.run_id)
-                    client.update_run(run.info.run_id, status="RUNNING")
-                    log_params = []
-                run_tags = [RunTag(key, str(value))
-                            for key, value in {**(tags or {}), **_process_tag()}.items() if value]
-                for start in range(0, max(len(log_params), 1), 100):  # MLflow takes 100 a batch
-                    client.log_batch(
-                        run.info.run_id,
-                        params=log_params[start : start + 100],
-                        tags=run_tags if start == 0 else [],
-                    )
-        except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
-            raise _store_failed(uri, exc) from None
+        with _store_errors(uri):
+            client = _client(uri)
+            run = _resumable_run(client, run_id, uri) if run_id else None
+            if run is None:
+                return cls._open(client, uri, _experiment_id(client, experiment, uri), run_name,
+                                 params, tags)
+            _close_ended_runs(client, run.info.experiment_id, keep=run.info.run_id)
+            client.update_run(run.info.run_id, status="RUNNING")
+            client.log_batch(run.info.run_id, tags=_run_tags(tags))
         return cls(client, run.info.run_id, uri)
 
     @classmethod
-    def attach(cls, uri: str, run_id: str) -> Tracker | None:
-        """The existing run `run_id`, to add to it (evaluation after training); None, with a
-        warning, when the store no longer has it. A store that fails is a BertError."""
-        open_store(uri)
-        from mlflow.tracking import MlflowClient
+    def _open(cls, client: Any, uri: str, experiment_id: str, run_name: str | None,
+              params: Mapping[str, Any] | None, tags: Mapping[str, str] | None) -> Tracker:
+        """A new run in the experiment, after closing its runs whose process has ended. The
+        client's `log_batch` splits params into MLflow's batches and truncates a value over
+        its limit itself."""
+        from mlflow.entities import Param
 
-        try:
-            with logs_held(_STORE_LOGGERS):
-                client = MlflowClient(tracking_uri=uri)
-                run = _existing_run(client, run_id)
-        except Exception as exc:  # the store failed, which is not the run being gone
-            raise _store_failed(uri, exc) from None
-        if run is None:
-            log.warning("MLflow run %s not found in %s: not logged", run_id, uri)
-            return None
-        if run.info.lifecycle_stage != "active":
-            log.warning("MLflow run %s was deleted: not logged", run_id)
-            return None
-        return cls(client, run_id, uri)
+        _close_ended_runs(client, experiment_id)
+        run = client.create_run(experiment_id, run_name=run_name)
+        client.log_batch(run.info.run_id, tags=_run_tags(tags), params=[
+            Param(key, "null" if value is None else str(value))
+            for key, value in (params or {}).items()])
+        return cls(client, run.info.run_id, uri)
 
     @classmethod
     def find(cls, uri: str, tag: str, value: str) -> Tracker | None:
@@ -167,19 +142,11 @@ class Tracker:
         database = sqlite_path(uri)
         if database is not None and not database.exists():
             return None  # no store yet, so no run: do not create one just to look
-        open_store(uri)
-        from mlflow.tracking import MlflowClient
-
-        try:
-            with logs_held(_STORE_LOGGERS):
-                client = MlflowClient(tracking_uri=uri)
-                experiments = [e.experiment_id for e in client.search_experiments()]
-                runs = client.search_runs(experiments,
-                                          filter_string=f"tags.`{tag}` = '{value}'",
-                                          order_by=["attributes.start_time DESC"],
-                                          max_results=1)
-        except Exception as exc:  # MlflowException, or the database's own errors
-            raise _store_failed(uri, exc) from None
+        with _store_errors(uri):
+            client = _client(uri)
+            experiments = [e.experiment_id for e in client.search_experiments()]
+            runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
+                                      order_by=["attributes.start_time DESC"], max_results=1)
         return cls(client, runs[0].info.run_id, uri) if runs else None
 
     def start_child(
@@ -189,21 +156,19 @@ class Tracker:
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
     ) -> Tracker:
-        """A new run nested under this one (MLflow's `mlflow.parentRunId` tag), in the same
-        experiment: `mlflow ui` shows it under this run."""
-        try:
-            with logs_held(_STORE_LOGGERS):
-                run = self.client.get_run(self.run_id)
-                experiment = self.client.get_experiment(run.info.experiment_id).name
-        except Exception as exc:  # MlflowException, or the database's own errors
-            raise BertError(
-                f"MLflow tracking store {self.uri} failed: {_first_line(exc)}"
-            ) from None
-        tags = {**(tags or {}), "mlflow.parentRunId": self.run_id}
-        return Tracker.start(self.uri, experiment, run_name=run_name, params=params, tags=tags)
+        """A new run nested under this one, in its experiment: the `mlflow.parentRunId` tag,
+        as `mlflow.start_run(nested=True)` sets it, so `mlflow ui` shows it under this run."""
+        from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
+
+        with _store_errors(self.uri):
+            experiment_id = self.client.get_run(self.run_id).info.experiment_id
+            return Tracker._open(self.client, self.uri, experiment_id, run_name, params,
+                                 {**(tags or {}), MLFLOW_PARENT_RUN_ID: self.run_id})
 
     def _call(self, what: str, func, *args, **kwargs) -> bool:
-        """Run one MLflow call; on the first failure warn and stop logging for this run."""
+        """Run one MLflow call; on the first failure warn and stop logging for this run.
+        Synchronous on purpose: MLflow's async logging reports each failed batch from its
+        own thread, with no way to go quiet after the first."""
         if self.lost:
             return False
         try:
@@ -212,24 +177,17 @@ class Tracker:
             return True
         except Exception as exc:  # any failure of the store must not stop training
             self.lost = True
-            log.warning(
-                "MLflow stopped answering (%s: %s); training goes on, the local log stays "
-                "complete, nothing more is sent to run %s",
-                what,
-                _first_line(exc),
-                self.run_id,
-            )
+            log.warning("MLflow stopped answering (%s: %s); training goes on, the local log "
+                        "stays complete, nothing more is sent to run %s",
+                        what, _first_line(exc), self.run_id)
             return False
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        batch = [
-            Metric(key, float(value), now, int(step))
-            for key, value in metrics.items()
-            if value is not None
-        ]
+        batch = [Metric(key, float(value), now, int(step))
+                 for key, value in metrics.items() if value is not None]
         self._call("log metrics", self.client.log_batch, self.run_id, metrics=batch)
 
     def log_results(self, results: Mapping[str, float], step: int) -> None:
@@ -271,23 +229,13 @@ class Tracker:
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         """Upload a directory's files under `artifact_path` of the run."""
-        self._call(
-            f"upload {artifact_path}",
-            self.client.log_artifacts,
-            self.run_id,
-            str(local_dir),
-            artifact_path,
-        )
+        self._call(f"upload {artifact_path}", self.client.log_artifacts, self.run_id,
+                   str(local_dir), artifact_path)
 
     def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
         """Upload one file under `artifact_path` of the run."""
-        self._call(
-            f"upload {Path(local_file).name}",
-            self.client.log_artifact,
-            self.run_id,
-            str(local_file),
-            artifact_path,
-        )
+        self._call(f"upload {Path(local_file).name}", self.client.log_artifact, self.run_id,
+                   str(local_file), artifact_path)
 
     def finish(self, status: Literal["FINISHED", "FAILED", "KILLED"] = "FINISHED") -> None:
         """End the run with `status`. A run whose store failed on the way ends FAILED (KILLED
@@ -305,32 +253,50 @@ class Tracker:
                       "experiment ends it", self.run_id, _first_line(exc))
 
 
-def _existing_run(client: Any, run_id: str) -> Any:
-    """Run `run_id` of the store, or None when the store has no such run (any other failure
-    of the store raises)."""
-    from mlflow.exceptions import MlflowException
-
+@contextlib.contextmanager
+def _store_errors(uri: str) -> Iterator[None]:
+    """Around the calls that open a run: a failure of the store is one BertError, and what
+    MLflow and SQLAlchemy log about it (a database traceback) is held back to debug level."""
     try:
-        return client.get_run(run_id)
-    except MlflowException as exc:
-        if exc.error_code == "RESOURCE_DOES_NOT_EXIST":
-            return None
+        with logs_held(_STORE_LOGGERS):
+            yield
+    except BertError:
         raise
+    except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
+        raise _store_failed(uri, exc) from None
+
+
+def _client(uri: str) -> Any:
+    """A client of the store, checked first (`open_store`: MLflow itself would retry for
+    minutes, or fail with a database traceback)."""
+    open_store(uri)
+    from mlflow.tracking import MlflowClient
+
+    return MlflowClient(tracking_uri=uri)
 
 
 def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
-    """Run `run_id`, to continue it; None, with a warning, when it is gone or deleted."""
-    run = _existing_run(client, run_id)
-    if run is None:
+    """Run `run_id`, to continue it; None, with a warning, when the store has no such run or
+    it was deleted. Any other failure of the store raises: a store that cannot be read is not
+    a store without the run."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        run = client.get_run(run_id)
+    except MlflowException as exc:
+        if exc.error_code != "RESOURCE_DOES_NOT_EXIST":
+            raise
         log.warning("MLflow run %s not found in %s: starting a new run", run_id, uri)
-    elif run.info.lifecycle_stage != "active":
+        return None
+    if run.info.lifecycle_stage != "active":
         log.warning("MLflow run %s was deleted: starting a new run", run_id)
-        run = None
+        return None
     return run
 
 
 def _experiment_id(client: Any, experiment: str, uri: str) -> str:
-    """The id of the experiment named `experiment`, created (or restored) when needed."""
+    """The id of the experiment named `experiment`, created (or restored) when needed
+    (`mlflow.set_experiment` refuses a deleted one and takes no artifact location)."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         return client.create_experiment(experiment, _artifact_location(uri))
@@ -339,16 +305,19 @@ def _experiment_id(client: Any, experiment: str, uri: str) -> str:
     return found.experiment_id
 
 
-# ------------------------------------------------------------- runs whose process has ended
-def _process_tag() -> dict[str, str]:
+def _run_tags(tags: Mapping[str, str] | None) -> list:
+    """A run's tags, those without a value left out, with the process that runs it."""
+    from mlflow.entities import RunTag
+
     label = process_label()
-    return {PROCESS_TAG: label} if label else {}
+    every = {**(tags or {}), **({PROCESS_TAG: label} if label else {})}
+    return [RunTag(key, str(value)) for key, value in every.items() if value]
 
 
 def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) -> None:
     """Best effort: end FAILED the runs of the experiment left RUNNING by a process that has
     ended (killed outright, or whose store failed until its end), but `keep`, the run about
-    to be resumed. Their records stop where their store did; the local ones are whole."""
+    to be resumed. Ours because MLflow keeps such a run RUNNING for ever: it knows no process."""
     try:
         with logs_held(_STORE_LOGGERS):
             running = client.search_runs([experiment_id],
@@ -378,11 +347,6 @@ def _artifact_location(uri: str) -> str | None:
 
 def _tag_value(value: Any) -> str:
     return f"{value:.6g}" if isinstance(value, float) else str(value)
-
-
-def _param_value(value: Any) -> str:
-    text = "null" if value is None else str(value)
-    return text[:_MAX_PARAM_LENGTH]
 
 
 def _store_failed(uri: str, exc: BaseException) -> BertError:

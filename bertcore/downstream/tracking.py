@@ -31,33 +31,32 @@ def child_run_name(stage: str, params: Mapping[str, Any], dvc_experiment: str | 
 
 class DownstreamTracking:
     """A child run of the pretraining run the model came from (a new top-level run when the
-    model has no run), plus headline metrics in that pretraining run; nothing with tracking
-    off (`target` None)."""
+    model has no run), plus headline metrics in that pretraining run; runs that log nothing
+    (`NullTracker`) with tracking off (`target` None) or a store that fails to open them."""
 
     def __init__(self, target: TrackingTarget | None, model_dir: str | Path, name: str,
                  params: Mapping[str, Any]):
         self.name = name
-        self.parent: Tracker | None = None
-        self.run: Tracker | None = None
+        self.parent: Tracker | NullTracker = NullTracker()
+        self.run: Tracker | NullTracker = NullTracker()
         self.step = 0
         if target is None:
             return
-        self.parent, self.step, _ = pretraining_run(target, model_dir)
+        parent, self.step, _ = pretraining_run(target, model_dir)
         run_name = child_run_name(name, params, target.dvc_experiment)
         tags = dict(target.source)
         try:
-            self.run = self.parent.start_child(run_name, params=params, tags=tags) if (
-                self.parent) else Tracker.start(target.uri, target.experiment,
-                                                run_name=run_name, params=params, tags=tags)
+            self.run = parent.start_child(run_name, params=params, tags=tags) if (
+                parent) else Tracker.start(target.uri, target.experiment,
+                                           run_name=run_name, params=params, tags=tags)
         except BertError as error:  # the results are in the metrics files all the same
             log.warning("nothing will be logged to MLflow: %s", error)
-            self.parent = None
+            return
+        self.parent = parent or NullTracker()
 
     def start_child(self, run_name: str, params: Mapping[str, Any]) -> Tracker | NullTracker:
         """A run nested under this child run (GLUE's fine-tunes under the suite's run); one
         that logs nothing when this one does not, or when the store fails to open it."""
-        if self.run is None:
-            return NullTracker()
         try:
             return self.run.start_child(run_name, params=params)
         except BertError as error:
@@ -67,10 +66,9 @@ class DownstreamTracking:
     def log_model(self, folder: str | Path, task: str) -> None:
         """The stage's model folder as an MLflow Model of the child run (transformers flavour,
         `task`'s pipeline, its README.md as the model card), named `model`."""
-        if self.run:
-            card = Path(folder) / CARD_NAME
-            self.run.log_transformers_model(folder, task, "model", card.read_text(
-                encoding="utf-8") if card.is_file() else None)
+        card = Path(folder) / CARD_NAME
+        self.run.log_transformers_model(folder, task, "model", card.read_text(
+            encoding="utf-8") if card.is_file() else None)
 
     def finish(self, files: tuple[Path, Path], results: Mapping[str, float],
                details: Mapping[str, Any], charts: Sequence[Path] = ()) -> None:
@@ -78,23 +76,16 @@ class DownstreamTracking:
         gets `results` as metrics, the scalars of `details` as tags and both files as
         artifacts; the pretraining run gets `results`, named `<stage>_<result>`, at its last
         step."""
-        if self.run:
-            track_report(self.run, files, results, details, step=0)
-            for chart in charts:
-                self.run.log_artifact(chart, "plots")
-            self.run.finish()
-        if self.parent:
-            self.parent.log_results({f"{self.name}_{k}": v for k, v in results.items()},
-                                    step=self.step)
+        track_report(self.run, files, results, details, step=0)
+        for chart in charts:
+            self.run.log_artifact(chart, "plots")
+        self.run.finish()
+        self.parent.log_results({f"{self.name}_{k}": v for k, v in results.items()},
+                                step=self.step)
 
     def log_train_loss(self, which: str, step: int, loss: float) -> None:
         """A fine-tune's training loss (`which`: the model trained) at its step."""
-        if self.run:
-            self.run.log_metrics({f"{which}/train_loss": loss}, step=step)
-
-    def fail(self) -> None:
-        if self.run:
-            self.run.finish("FAILED")
+        self.run.log_metrics({f"{which}/train_loss": loss}, step=step)
 
     @contextlib.contextmanager
     def failing_on_error(self) -> Iterator[None]:
@@ -102,5 +93,5 @@ class DownstreamTracking:
         try:
             yield
         except BaseException:
-            self.fail()
+            self.run.finish("FAILED")
             raise
