@@ -9,7 +9,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
-from conftest import save_samples
+from helpers.samples import save_samples
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.data.samples.store import SampleStore

@@ -13,9 +13,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 from safetensors.torch import load_file
-from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.data.samples.store import SampleStore

@@ -14,8 +14,8 @@ import sys
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
-from tiny_pretrain import tiny_config
+from helpers.bert import REPO
+from helpers.tiny_pretrain import tiny_config
 
 from bertcore.common.atomic import _host
 from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params

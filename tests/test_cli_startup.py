@@ -10,7 +10,7 @@ import shutil
 import subprocess
 import sys
 
-from conftest import REPO
+from helpers.bert import REPO
 
 HEAVY = ("torch", "numpy", "mlflow", "transformers")
 # (arguments, what the error says: "" for a help page)

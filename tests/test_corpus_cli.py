@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, run_bert
+from helpers.bert import REPO, assert_one_line_error, run_bert
 
 
 def corpus(tmp_path: Path, *args: str, **params):

@@ -12,8 +12,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error
-from unprivileged import without_root_powers
+from helpers.bert import REPO, assert_one_line_error
+from helpers.unprivileged import without_root_powers
 
 DOCS = {
     "a.txt": "Alpha talks first. Alpha talks again.\n",

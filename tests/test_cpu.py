@@ -14,8 +14,8 @@ import sys
 
 import pytest
 import torch
-from conftest import REPO, assert_one_line_error, run_bert
-from tiny_pretrain import build_data, write_params
+from helpers.bert import REPO, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.training.hardware.cpu import PINNED_NAMES as UNPINNED  # what a run must not inherit

@@ -17,9 +17,9 @@ import pytest
 import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
-from conftest import ONE_THREAD, REPO, run_bert
+from helpers.bert import ONE_THREAD, REPO, run_bert
+from helpers.tiny_pretrain import build_data, write_params
 from safetensors.torch import load_file
-from tiny_pretrain import build_data, write_params
 from torch.distributed.algorithms.ddp_comm_hooks.default_hooks import allreduce_hook
 
 from bertcore.data.samples.store import SampleStore

@@ -10,8 +10,8 @@ import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import save_samples
-from tiny_pretrain import tiny_config
+from helpers.samples import save_samples
+from helpers.tiny_pretrain import tiny_config
 
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.data.batches import eval_batches
@@ -202,7 +202,7 @@ def test_bert_evaluate_scores_each_length_with_its_masks_and_refuses_an_empty_va
     """`bert evaluate`'s library: phase 1's val split and phase 2's (its MLM slots scaled to
     its length), each scored as `evaluate` scores the batches of `val_batches`, the longer
     one under `length_<N>` in both files; an empty val split is one line naming the key."""
-    from tiny_pretrain import build_data
+    from helpers.tiny_pretrain import build_data
 
     from bertcore.common.errors import BertError
     from bertcore.data.samples.store import PHASE2_DIR, SampleStore

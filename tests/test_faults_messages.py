@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
-from glue_files import write_glue_folder
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.glue_files import write_glue_folder
 
 from bertcore.common.errors import BertError
 from bertcore.downstream.config import GlueConfig

@@ -14,8 +14,8 @@ import pyarrow as pa
 import pyarrow.parquet as pq
 import pytest
 import torch
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
-from tiny_pretrain import build_data, tiny_config, write_params
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.pool import available_cores

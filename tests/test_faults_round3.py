@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
-from tiny_fs import bert_in_namespace, bert_on_tiny_fs, needs_mounts, tree
-from tiny_pretrain import build_data, tiny_config, write_params
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_fs import bert_in_namespace, bert_on_tiny_fs, needs_mounts, tree
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common import atomic
 from bertcore.common.atomic import atomic_dir

@@ -14,9 +14,9 @@ import numpy as np
 import pytest
 import torch
 import yaml
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 from huggingface_hub import ModelCard
-from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError, ConfigError

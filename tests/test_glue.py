@@ -18,11 +18,11 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
-from glue_files import write_glue_folder, write_glue_vocab
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
+from helpers.glue_files import write_glue_folder, write_glue_vocab
+from helpers.tiny_pretrain import tiny_config
 from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-from tiny_pretrain import tiny_config
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import Tracker, sqlite_uri

@@ -9,7 +9,7 @@ import sys
 import types
 
 import pytest
-from glue_files import expected_examples, write_glue_folder
+from helpers.glue_files import expected_examples, write_glue_folder
 from scipy.stats import pearsonr, spearmanr
 
 from bertcore.common.errors import BertError

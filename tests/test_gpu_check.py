@@ -21,8 +21,8 @@ from types import SimpleNamespace
 import psutil
 import pytest
 import torch
-from conftest import REPO
-from tiny_pretrain import build_data
+from helpers.bert import REPO
+from helpers.tiny_pretrain import build_data
 
 sys.path.insert(0, str(REPO / "benchmarks"))
 from gpu_check_run import (  # the benchmarks folder is not a package

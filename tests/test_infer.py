@@ -12,7 +12,7 @@ from types import SimpleNamespace
 import pytest
 import torch
 from click.testing import CliRunner
-from conftest import assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab

@@ -14,8 +14,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
-from tiny_pretrain import TINY_MODEL, build_data, tiny_params, write_corpus
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import TINY_MODEL, build_data, tiny_params, write_corpus
 
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import sqlite_uri

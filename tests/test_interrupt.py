@@ -8,8 +8,8 @@ import signal
 from pathlib import Path
 
 import yaml
-from conftest import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
-from tiny_pretrain import build_data, tiny_config
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.tiny_pretrain import build_data, tiny_config
 
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel

@@ -7,9 +7,9 @@ import json
 
 import pytest
 import torch
-from conftest import ONE_THREAD, run_bert
+from helpers.bert import ONE_THREAD, run_bert
+from helpers.tiny_pretrain import build_data, write_params
 from safetensors.torch import load_file
-from tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.model.bert import IGNORE_INDEX, BertConfig, BertPretrainingModel

@@ -10,7 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
-from conftest import REPO
+from helpers.bert import REPO
 
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.training.data.masking import (

@@ -9,7 +9,7 @@ import tracemalloc
 
 import numpy as np
 import pytest
-from pattern_store import PatternStore
+from helpers.pattern_store import PatternStore
 
 from bertcore.training.data.order import EpochOrder, EpochSteps, LengthBins
 

@@ -14,10 +14,10 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO, assert_one_line_error, run_bert
-from tiny_fs import bert_on_tiny_fs, needs_mounts, tree
-from tiny_pretrain import build_data, write_params
-from unprivileged import without_root_powers
+from helpers.bert import REPO, assert_one_line_error, run_bert
+from helpers.tiny_fs import bert_on_tiny_fs, needs_mounts, tree
+from helpers.tiny_pretrain import build_data, write_params
+from helpers.unprivileged import without_root_powers
 
 from bertcore.common.atomic import NoSpaceError, atomic_dir, atomic_file
 from bertcore.training.checkpoints.checkpoint import CheckpointDir

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 
 
 def bert(*args: str, cwd: Path):

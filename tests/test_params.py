@@ -7,7 +7,7 @@ import dataclasses
 from typing import Literal
 
 import pytest
-from conftest import REPO, assert_one_line_error, run_bert
+from helpers.bert import REPO, assert_one_line_error, run_bert
 
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import ConfigError

@@ -20,9 +20,9 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.tiny_pretrain import build_data, write_params
 from safetensors.torch import load_file
-from tiny_pretrain import build_data, write_params
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import sqlite_uri

@@ -16,7 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
-from conftest import _PAUSE_AT
+from helpers.bert import _PAUSE_AT
 from test_pipeline import DVC, VENV_BIN, new_repo, run, tiny_pipeline_params
 
 pytestmark = [pytest.mark.skipif(DVC is None, reason="dvc is not installed"), pytest.mark.slow]

@@ -18,8 +18,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
-from tiny_pretrain import TINY_MODEL, write_corpus
+from helpers.bert import REPO
+from helpers.tiny_pretrain import TINY_MODEL, write_corpus
 
 VENV_BIN = Path(sys.executable).parent
 DVC = shutil.which("dvc", path=str(VENV_BIN)) or shutil.which("dvc")

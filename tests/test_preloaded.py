@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-import preloaded
-from conftest import REPO
+from helpers import preloaded
+from helpers.bert import REPO
 
 
 def from_scratch(args: list[str], cwd, env: dict) -> subprocess.CompletedProcess:

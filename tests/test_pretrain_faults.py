@@ -13,8 +13,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
-from tiny_pretrain import build_data, tiny_config, write_params
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.lock import lock_path
 from bertcore.common.tracking import sqlite_uri
@@ -243,7 +243,7 @@ def test_kill_9_of_a_dataloader_worker_stops_after_a_whole_step_with_a_checkpoin
     assert f"resuming from step {step}" in resumed.stderr, resumed.stderr
 
 
-DIE_SENDING = ("import sys, dying_worker\n"
+DIE_SENDING = ("import sys, helpers.dying_worker as dying_worker\n"
                "dying_worker.die_sending_a_batch(int(sys.argv[1]), sys.argv[2] == 'sigterm')\n"
                "from bertstages.cli import cli\n"
                "cli(sys.argv[3:], prog_name='bert')\n")

@@ -8,9 +8,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import run_bert
+from helpers.bert import run_bert
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 from mlflow.tracking import MlflowClient
-from tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.vocab.existing import read_tokenizer

@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from tiny_pretrain import write_corpus
+from helpers.tiny_pretrain import write_corpus
 
 from bertcore.common.errors import BertError
 from bertcore.common.report import write_report

@@ -8,8 +8,8 @@ import json
 import pytest
 import torch
 import yaml
-from conftest import assert_one_line_error, run_bert
-from tiny_pretrain import tiny_config, write_corpus
+from helpers.bert import assert_one_line_error, run_bert
+from helpers.tiny_pretrain import tiny_config, write_corpus
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.tracking import Tracker, sqlite_uri

@@ -11,8 +11,8 @@ import signal
 from pathlib import Path
 
 import pytest
-from conftest import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
-from tiny_pretrain import build_data, tiny_config, write_params
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.errors import BertError

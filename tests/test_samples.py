@@ -10,7 +10,7 @@ import random
 
 import numpy as np
 import pytest
-from conftest import assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 
 import bertcore.data.samples.build as samples_module
 import bertcore.data.samples.store as sample_store

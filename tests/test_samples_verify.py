@@ -10,8 +10,8 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import assert_one_line_error, run_bert
-from tiny_pretrain import TINY_MODEL, build_data, write_params
+from helpers.bert import assert_one_line_error, run_bert
+from helpers.tiny_pretrain import TINY_MODEL, build_data, write_params
 
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig

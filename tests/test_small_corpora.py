@@ -14,8 +14,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import yaml
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert
-from tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.build import build_corpus

@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from conftest import ONE_THREAD, run_bert
+from helpers.bert import ONE_THREAD, run_bert
+from helpers.tiny_pretrain import build_data, write_params
 from test_train import make_trainer
-from tiny_pretrain import build_data, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig

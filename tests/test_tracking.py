@@ -13,11 +13,11 @@ import sys
 import threading
 
 import pytest
-from conftest import REPO, assert_one_line_error
+from helpers.bert import REPO, assert_one_line_error
+from helpers.tiny_fs import bert_on_tiny_fs, needs_mounts
+from helpers.tiny_pretrain import build_data, write_params
+from helpers.unprivileged import without_root_powers
 from mlflow.tracking import MlflowClient
-from tiny_fs import bert_on_tiny_fs, needs_mounts
-from tiny_pretrain import build_data, write_params
-from unprivileged import without_root_powers
 
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import (

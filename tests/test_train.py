@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
-from conftest import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
-from tiny_pretrain import build_data, tiny_config, write_params
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import sqlite_uri

@@ -10,7 +10,7 @@ from collections import Counter
 import numpy as np
 import pytest
 import yaml
-from conftest import assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import AUTO_MIN_COUNT, AUTO_RANGE, VocabConfig

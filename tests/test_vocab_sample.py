@@ -9,7 +9,7 @@ import json
 import random
 
 import pytest
-from conftest import assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from test_vocab import corpus_lines, word_lines, write_corpus
 
 import bertcore.data.vocab.sample as vocab_sampling

@@ -14,11 +14,11 @@ import sys
 import threading
 from pathlib import Path
 
-import dying_worker
 import psutil
 import pytest
 import yaml
-from conftest import (
+from helpers import dying_worker
+from helpers.bert import (
     ONE_THREAD,
     REPO,
     TESTS,
@@ -29,7 +29,7 @@ from conftest import (
     run_bert_paused,
     start_bert_paused,
 )
-from tiny_pretrain import build_data
+from helpers.tiny_pretrain import build_data
 
 from bertcore.common.pool import TaskRunner, WorkerDied
 
@@ -114,7 +114,8 @@ def test_a_samples_worker_dying_twice_stops_the_stage_and_keeps_its_output(tmp_p
     (tmp_path / "params.yaml").write_text(yaml.safe_dump({"samples": {
         "max_seq_length": 32, "dupe_factor": 2, "workers": 2}}))
     before = outputs(data / "samples")
-    script = ("import sys, dying_worker, bertcore.data.samples.build as build\n"
+    script = ("import sys, bertcore.data.samples.build as build\n"
+              "from helpers import dying_worker\n"
               "build.pair_shard = dying_worker.pair_shard\n"
               "from bertstages.cli import cli\n"
               "cli(sys.argv[1:], prog_name='bert')\n")

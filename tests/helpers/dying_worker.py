@@ -1,6 +1,6 @@
 """Tasks that kill their own worker process (as `kill -9` or the kernel's OOM killer would),
 for the tests of a pool whose worker dies: imported by the test or the command under test,
-and by its workers (tests/ is on their path)."""
+and by its workers (tests/ is on their path, so as `helpers.dying_worker`)."""
 
 from __future__ import annotations
 

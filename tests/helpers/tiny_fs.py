@@ -12,7 +12,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import ONE_THREAD, REPO
+
+from helpers.bert import ONE_THREAD, REPO
 
 # Runs SETUP (mounting something), then `bert ARGS`, then AFTER, in one namespace: what is
 # on a tmpfs has to be copied out by AFTER, since the tmpfs goes away with the namespace.
