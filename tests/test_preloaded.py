@@ -1,4 +1,4 @@
-"""tests/preloaded.py: a command forked from the preloaded interpreter does what the same
+"""tests/helpers/preloaded.py: a command forked from the preloaded interpreter does what the same
 command started from scratch does, in its own folder and environment."""
 
 from __future__ import annotations

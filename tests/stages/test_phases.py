@@ -4,7 +4,8 @@ params restart phase 2 from phase 1's last checkpoint, more phase-2 steps extend
 samples stage builds the longer samples beside phase 1's untouched ones; compiled and under
 DDP both phases train as eager and one process do; the exported model reads 64 tokens in
 transformers with our outputs; every mistake is one line naming the key. The whole pipeline
-under DVC (killed in phase 2, or phase 2 turned on after phase 1): test_phases_pipeline.py."""
+under DVC (killed in phase 2, or phase 2 turned on after phase 1):
+tests/pipeline/test_phases_pipeline.py."""
 
 from __future__ import annotations
 

@@ -205,7 +205,7 @@ def test_compile_fullgraph_fails_on_a_graph_break_that_true_runs_around(data):
 def test_compiled_training_end_to_end_without_graph_breaks(data, tmp_path):
     (tmp_path / "data").symlink_to(data)
     # no dropout: Inductor draws its own random numbers, so dropout masks would differ;
-    # cpu.isa native: compiling on the CPU with the kernels pinned is refused (test_cpu.py)
+    # cpu.isa native: compiling on the CPU with the kernels pinned is refused (stages/test_cpu.py)
     write_params(tmp_path / "params.yaml", train={"max_steps": 4, "log_every": 2,
                                                  "eval_every": 0, "checkpoint_every": 2},
                  model={"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0},
