@@ -225,3 +225,40 @@ def test_compressed_files_are_read_as_they_stream(tmp_path):
     (tmp_path / "old.txt.gz").write_bytes(gzip.compress(french_documents(9).encode("latin-1")))
     assert_one_line_error(corpus(tmp_path, source="old.txt.gz"), "old.txt.gz is not UTF-8",
                           "gzip -dc old.txt.gz | iconv -f WINDOWS-1252 -t UTF-8 > old.utf8.txt")
+
+
+# ------------------------------------------------------------------------- NUL bytes (12)
+def test_nul_bytes_are_named(tmp_path):
+    text = "".join(f"Sentence number {i} of the text.\nAnother one follows it {i}.\n\n"
+                   for i in range(3000))  # ~170 KB, one sentence per line
+    damaged = text[:100] + "\0" + text[100:150_000] + "\0" + text[150_000:]
+    (tmp_path / "texts").mkdir()
+    (tmp_path / "texts" / "damaged.txt").write_text(damaged)
+    (tmp_path / "texts" / "data.bin").write_bytes(b"\x01\x00\x00\x00" * 1000)
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "texts",
+                                                                      "format": "lines"}}))
+    proc = run_bert("corpus", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stderr
+    assert "damaged.txt: 2 NUL bytes removed (first on line 5)" in proc.stderr
+    assert ("skipping texts/data.bin: binary, not text (3000 NUL bytes in its first 4000, the "
+            "first at byte 1;") in proc.stderr
+    stats = json.loads((tmp_path / "metrics" / "corpus.json").read_text())
+    assert stats["documents"] == 3000 and stats["dropped"]["binary_files"] == 1
+
+
+# ----------------------------------------------- how the corpus found its documents (odd)
+def test_the_corpus_summary_says_how_documents_were_found(tmp_path):
+    paragraphs = [f"Document {i} is about topic {i}. It has a second sentence, longer than the "
+                  f"first.\nThis line wraps the paragraph of document {i} on." for i in range(20)]
+    (tmp_path / "prose.txt").write_text("\n\n".join(paragraphs) + "\n")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "prose.txt"}}))
+    proc = run_bert("corpus", cwd=tmp_path, check=True)
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith("corpus: 1 documents, split by parts"), summary
+    assert "1 file(s) read as prose, one document each" in summary
+    assert "corpus.format: lines" in summary and "JSON Lines" in summary
+    proc = run_bert("corpus", "--set", "corpus.format=lines", cwd=tmp_path, check=True)
+    summary = proc.stderr.strip().splitlines()[-1]
+    assert summary.startswith("corpus: 20 documents"), summary
+    assert "1 file(s) of one sentence per line, documents between blank lines" in summary
+    assert "corpus.format" not in summary

@@ -466,3 +466,18 @@ def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tm
     assert not [o for o in gc.get_objects() if type(o) is BertForSequenceClassification]
     medians = [result.median_run().model_dir for result in results]
     assert all((folder / WEIGHTS_NAME).is_file() for folder in medians)
+
+
+def bert(*args: str, cwd: Path):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")
+def test_glue_device_cuda_without_a_gpu_names_glue_device(tmp_path):
+    write_glue_folder(tmp_path / "glue", tasks=["rte"])
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"glue": {
+        "data": "glue", "device": "cuda"}, "tracking": {"enabled": False}}))
+    proc = bert("glue", cwd=tmp_path)
+    assert_one_line_error(proc, "glue.device is cuda but no CUDA GPU is available: use auto or "
+                                "cpu", code=1)
+    assert "train.device" not in proc.stderr

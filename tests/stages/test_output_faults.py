@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.bert import REPO, assert_one_line_error, run_bert
-from helpers.tiny_fs import bert_on_tiny_fs, needs_mounts, tree
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.tiny_fs import bert_in_namespace, bert_on_tiny_fs, needs_mounts, tree
 from helpers.tiny_pretrain import build_data, write_params
 from helpers.unprivileged import without_root_powers
 
@@ -153,3 +153,80 @@ def test_an_output_folder_without_write_permission_is_one_line(tmp_path):
                               text=True, timeout=120)
         assert_one_line_error(proc, f"cannot write {out}: Permission denied",
                               "point --out elsewhere")
+
+
+# ------------------------------------------------------- a mount point or a link as --out (5, 6)
+EXPORTED = {"config.json", "model.safetensors", "vocab.txt"}
+
+
+def assert_exported(folder: Path) -> None:
+    names = {p.name for p in folder.iterdir()}
+    assert names >= EXPORTED, names
+    assert "previous.txt" not in names
+    assert not [n for n in names if ".tmp-" in n or ".was-" in n or ".new-" in n], names
+
+
+@needs_mounts
+def test_export_to_a_mount_point_replaces_its_contents(model_dir, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(model_dir, work)
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "seed" / "previous.txt").write_text("the previous export")
+    proc, after = bert_on_tiny_fs(work, 8 << 20, tmp_path / "seed", "export", "--out", "full")
+    assert proc.returncode == 0, proc.stderr
+    assert_exported(after)
+    # a volume too small for the export: one line, and the previous contents stay
+    shutil.rmtree(work / "full")
+    shutil.rmtree(after)
+    proc, after = bert_on_tiny_fs(work, 32 << 10, tmp_path / "seed", "export", "--out", "full")
+    assert_one_line_error(proc, f"no space left on {work / 'full'} while writing full")
+    assert tree(after) == tree(tmp_path / "seed")
+
+
+@needs_mounts
+def test_export_to_a_bind_mount_replaces_its_contents(model_dir, tmp_path):
+    """A bind mount within one filesystem, which os.path.ismount does not see: the rename
+    fails with EBUSY, and the children are swapped instead (written through to `volume`)."""
+    work = tmp_path / "work"
+    shutil.copytree(model_dir, work)
+    (work / "volume").mkdir()
+    (work / "volume" / "previous.txt").write_text("the previous export")
+    (work / "out").mkdir()
+    proc = bert_in_namespace(work, 'mount --bind volume out', "", "export", "--out", "out")
+    assert proc.returncode == 0, proc.stderr
+    assert_exported(work / "volume")
+
+
+def test_export_through_a_link_to_a_folder_on_another_disk(model_dir, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(model_dir, work)
+    disk = tmp_path / "disk"
+    (disk / "hf").mkdir(parents=True)
+    (disk / "hf" / "previous.txt").write_text("the previous export")
+    (work / "models" / "hf").symlink_to(disk / "hf")
+    proc = run_bert("export", cwd=work, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "models" / "hf").is_symlink()  # the link stays, its folder is replaced
+    assert_exported(disk / "hf")
+    assert sorted(p.name for p in disk.iterdir()) == ["hf"]
+    # a link to a folder not made yet: made there
+    (work / "models" / "later").symlink_to(disk / "later")
+    proc = run_bert("export", "--out", "models/later", cwd=work, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr
+    assert (work / "models" / "later").is_symlink()
+    assert {p.name for p in (disk / "later").iterdir()} >= EXPORTED
+
+
+# ------------------------------------------------------------ a full disk under --metrics (11)
+@needs_mounts
+def test_a_full_disk_under_metrics_says_metrics(tmp_path):
+    (tmp_path / "small.txt").write_text("One short document.\n\nAnd another one here.\n")
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump({"corpus": {"source": "small.txt"}}))
+    (tmp_path / "seed").mkdir()
+    (tmp_path / "seed" / "corpus.json").write_text("{}\n")  # the previous metrics: one page
+    (tmp_path / "seed" / "filler").write_bytes(bytes(60 << 10))  # and the other 15
+    proc, after = bert_on_tiny_fs(tmp_path, 64 << 10, tmp_path / "seed", "corpus", "--out",
+                                  "corpus", "--metrics", "full/corpus.json")
+    assert_one_line_error(proc, f"no space left on {tmp_path / 'full'} while writing "
+                          "full/corpus.json; free space or point --metrics elsewhere")
+    assert tree(after) == tree(tmp_path / "seed")

@@ -4,13 +4,15 @@ shipped params.yaml equals the code defaults."""
 from __future__ import annotations
 
 import dataclasses
+from pathlib import Path
 from typing import Literal
 
 import pytest
-from helpers.bert import REPO, assert_one_line_error, run_bert
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import build_data, write_params
 
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import ConfigError
+from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import Bool, Int, integer, number, params_section
 from bertcore.data.corpus.config import CorpusConfig
@@ -162,3 +164,96 @@ def test_an_empty_params_file_is_refused(tmp_path):
     assert_one_line_error(run_bert("corpus", cwd=tmp_path), "params.yaml holds no settings")
     write(tmp_path, "{}\n")  # said on purpose: every default
     assert load_params(tmp_path / "params.yaml") == {}
+
+
+# -------------------------------------------------------- a tracking URI without a scheme (13)
+def test_a_tracking_uri_without_a_scheme_is_explained_with_mlflows_advice_whole(tmp_path):
+    build_data(tmp_path)
+    write_params(tmp_path / "params.yaml")
+    proc = run_bert("pretrain", "--set", "tracking.uri=garbage-uri", cwd=tmp_path,
+                    env=ONE_THREAD)
+    assert_one_line_error(proc, "'garbage-uri' has no scheme", "sqlite:///",
+                          "MLFLOW_ALLOW_FILE_STORE=true", "fix tracking.uri")
+    proc = run_bert("pretrain", "--set", f"tracking.uri={(tmp_path / 'mlruns').as_uri()}",
+                    cwd=tmp_path, env=ONE_THREAD)
+    assert_one_line_error(proc, "MLFLOW_ALLOW_FILE_STORE=true")
+    assert "has no scheme" not in proc.stderr
+    assert not (tmp_path / "models").exists()  # before any training
+
+
+def bert(*args: str, cwd: Path):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+
+
+@pytest.mark.parametrize("section, value", [
+    ("glue", "1e300"), ("finetune", "1e300"), ("finetune", "5000")])
+def test_a_weight_decay_that_blows_up_the_weights_is_refused_naming_it(tmp_path, section,
+                                                                      value):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = bert(section, "--set", f"{section}.weight_decay={value}", cwd=tmp_path)
+    assert_one_line_error(proc, f"{section}.weight_decay: ", "AdamW multiplies every weight "
+                          "by 1 - learning_rate x weight_decay", "lower weight_decay below "
+                          "3333.33", code=2)
+    assert "lower the learning rate" not in proc.stderr
+
+
+@pytest.mark.parametrize("key", ["glue.seed", "finetune.seed"])
+@pytest.mark.parametrize("seed", ["-1", str(2**64)])
+def test_a_seed_out_of_range_is_one_line(tmp_path, key, seed):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = bert(key.split(".")[0], "--set", f"{key}={seed}", cwd=tmp_path)
+    assert_one_line_error(proc, f"{key}: {seed} is not allowed; expected "
+                                "0..9223372036854775807", code=2)
+
+
+def parse(tmp_path, section: str, cls: type, *overrides: str):
+    """`cls` from a params.yaml of `{}` and `overrides` (section.key=value, as --set)."""
+    path = tmp_path / "params.yaml"
+    path.write_text("{}\n")
+    return parse_section(load_params(path, overrides), section, cls)
+
+
+def refused(tmp_path, section: str, cls: type, override: str) -> str:
+    with pytest.raises(ConfigError) as info:
+        parse(tmp_path, section, cls, override)
+    return str(info.value)
+
+
+# ------------------------------------------------------------- 3. values that are not finite
+@pytest.mark.parametrize(("override", "message"), [
+    ("train.learning_rate=.inf", "train.learning_rate: .inf is not allowed; expected a number "
+                                 "> 0, finite (not .inf or .nan)"),
+    ("train.weight_decay=.inf", "train.weight_decay: .inf is not allowed"),
+    ("train.max_minutes=-.inf", "train.max_minutes: -.inf is not allowed"),
+    ("train.learning_rate=.nan", "train.learning_rate: .nan is not allowed"),
+    ("train.adam_betas=[0.9, .nan]", "train.adam_betas: .nan is not allowed"),
+    ("train.epochs=inf", "train.epochs: .inf is not allowed"),  # a string, as --set may give
+])
+def test_a_value_that_is_not_finite_is_refused_naming_its_key(tmp_path, override, message):
+    assert message in refused(tmp_path, "train", TrainConfig, override)
+
+
+# --------------------------------------------------------------- 3. a params file not UTF-8
+def test_a_params_file_that_is_not_utf8_is_one_line_naming_its_line(tmp_path):
+    (tmp_path / "params.yaml").write_bytes(b"train:\n  max_steps: 3\n  # caf\xe9\n")
+    with pytest.raises(BertError) as info:
+        load_params(tmp_path / "params.yaml")
+    assert str(info.value) == (f"{tmp_path / 'params.yaml'}:3 is not UTF-8 (byte 0xe9): save "
+                               "the file as UTF-8")
+
+
+# ----------------------------------------------------------------- 3. messages in YAML's words
+@pytest.mark.parametrize(("section", "cls", "override", "message"), [
+    ("cpu", CpuConfig, "cpu.isa=null", "cpu.isa: null is not allowed; expected one of "
+                                       "['avx2', 'portable', 'native']"),
+    ("train", TrainConfig, "train.batch_size=true", "train.batch_size: expected an integer, "
+                                                    "got true"),
+    ("train", TrainConfig, "train.max_steps=false", "got false"),
+    ("train", TrainConfig, "train.max_steps=[1, null]", "got [1, null]"),
+    ("train", TrainConfig, "train.max_steps={a: 1}", "got {'a': 1}"),
+    ("train", TrainConfig, "train.compile=null", "train.compile: null is not allowed"),
+    ("vocab", VocabConfig, "vocab.sample_bytes=0", "vocab.sample_bytes: 0 is not allowed; "
+     "expected an integer >= 1 (bytes), or null to train on the whole split"),
+])
+def test_messages_show_values_as_yaml_writes_them(tmp_path, section, cls, override, message):
+    assert message in refused(tmp_path, section, cls, override)

@@ -276,3 +276,15 @@ def test_a_dataloader_worker_killed_while_sending_a_batch_never_hangs_pretrainin
     resumed = bert("pretrain", "--set", f"train.max_steps={step + 2}", cwd=workdir)
     assert resumed.returncode == 0, resumed.stderr
     assert f"resuming from step {step}" in resumed.stderr, resumed.stderr
+
+
+@pytest.mark.slow
+def test_a_run_that_diverges_to_infinite_weights_stops_without_a_model(tmp_path):
+    """3e38 (finite, as every accepted value is) overflows float32 in the first update."""
+    build_data(tmp_path)
+    write_params(tmp_path / "params.yaml", train={"learning_rate": 3e38, "max_steps": 3,
+                                                  "eval_every": 0, "checkpoint_every": 0},
+                 tracking={"enabled": False})
+    proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
+    assert_one_line_error(proc, "NaN or infinite values", "no model was written")
+    assert not (tmp_path / "models" / "pretrained").exists()

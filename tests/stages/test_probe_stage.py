@@ -4,11 +4,12 @@ outputs, its results in the MLflow run that trained the model, a bad probe file'
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers.bert import assert_one_line_error, run_bert
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import tiny_config, write_corpus
 
 from bertcore.common.digests import file_sha256
@@ -76,3 +77,14 @@ def test_a_bad_probe_file_is_one_line_and_leaves_the_outputs(repo):
     after = (repo / "metrics/probe.json").read_bytes() if (
         repo / "metrics/probe.json").exists() else None
     assert after == before
+
+
+def bert(*args: str, cwd: Path):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+
+
+def test_bert_probe_device_gpu_is_one_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = bert("probe", "--device", "gpu", cwd=tmp_path)
+    assert_one_line_error(proc, "Invalid value for '--device': 'gpu' is no device; use auto, "
+                                "cpu, cuda, cuda:N or mps", code=2)

@@ -644,3 +644,21 @@ def test_a_file_of_scores_is_fine_tuned_as_a_regression_as_sts_b(workdir, tmp_pa
         predicted = model(**inputs).logits[:, 0].numpy()
     assert pearsonr(predicted, [float(e.label) for e in test]).statistic == pytest.approx(
         metrics["pretrained"]["pearson"], abs=1e-5)
+
+
+# ------------------------------------------------------------------------- 4. corpus inputs
+SENTENCES = "Document {i} opens here. It goes on with a second sentence. A third one ends it."
+
+
+# ------------------------------------------------------------ 4. a built-in task, inference
+def test_same_document_on_too_few_documents_says_so(tmp_path):
+    documents = ["\n".join(SENTENCES.format(i=i).replace(". ", ".\n").splitlines() * 8)
+                 for i in range(3)]  # 24 sentences each: many examples, but 3 documents
+    (tmp_path / "val.txt").write_text("\n\n".join(documents) + "\n")
+    with pytest.raises(BertError) as info:
+        builtin_task("builtin:same-document", tmp_path / "val.txt", 0.2, seed=0)
+    assert str(info.value) == (
+        f"{tmp_path / 'val.txt'} has too few documents to split by document for "
+        "builtin:same-document: 3 (3 of two sentences or more), where its test and its train "
+        "part each need two of two sentences or more; use a corpus of more documents, or set "
+        "finetune.data to a labelled file")

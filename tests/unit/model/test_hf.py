@@ -9,6 +9,7 @@ import warnings
 
 import pytest
 import torch
+from helpers.tiny_pretrain import tiny_config as tiny_pretrain_config
 from safetensors.torch import load_file
 
 from bertcore.common.errors import BertError
@@ -223,3 +224,18 @@ def test_one_line_errors_for_unusable_dirs(tmp_path, vocab_dir):
     with pytest.raises(BertError, match=r"has \d+ tokens but the model only 40"):
         export_hf(model, tmp_path / "hf", vocab_dir=vocab_dir)
     assert not (tmp_path / "hf").exists()
+
+
+def nonfinite_model() -> BertPretrainingModel:
+    torch.manual_seed(0)
+    model = BertPretrainingModel(tiny_pretrain_config(64))
+    with torch.no_grad():
+        next(model.parameters()).view(-1)[0] = float("inf")
+    return model
+
+
+@pytest.mark.parametrize("write", [save_model, export_hf], ids=["save_model", "export_hf"])
+def test_weights_that_are_not_finite_are_never_written(tmp_path, write):
+    with pytest.raises(BertError, match=r"NaN or infinite values .*no model was written"):
+        write(nonfinite_model(), tmp_path / "out")
+    assert not (tmp_path / "out").exists()

@@ -343,3 +343,26 @@ def test_loading_leaves_the_global_torch_rng_alone(store, workers):
     next(iter(batches.iterate(0, 1)))
     list(eval_batches(store, collator(seed=1), batch_size=16, num_workers=workers))
     assert torch.equal(torch.rand(4), expected)
+
+
+class FewSamples:
+    """The samples of a one-document corpus: fewer than a batch."""
+
+    lengths = None
+
+    def __len__(self) -> int:
+        return 16
+
+    def __getitem__(self, index):
+        raise AssertionError("not read")
+
+
+def test_too_few_samples_say_what_makes_more():
+    collator = PretrainingCollator(MaskingConfig(), VocabSpec(vocab_size=10, pad_id=0, cls_id=2,
+                                                              sep_id=3, mask_id=4), seed=0)
+    with pytest.raises(BertError) as raised:
+        PretrainingBatches(FewSamples(), collator, 32, 1, seed=0)
+    assert str(raised.value) == (
+        "only 16 training samples for a batch of 32: lower train.batch_size, or make more: "
+        "raise samples.dupe_factor (each pass over the train split pairs it anew) or add text "
+        "to corpus.source")
