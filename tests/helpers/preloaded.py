@@ -14,7 +14,7 @@ parent serves the calls whose environment is the same apart from the variables r
 parent's, shared by its children: the pipeline tests, whose stages are real processes, catch
 output that depends on it.
 
-Why not `click.testing.CliRunner` in the test's process (tried on four files, 2026-12): it is
+Why not `click.testing.CliRunner` in the test's process (measured on four test files): it is
 3-7 times faster there, but not the command a user runs. A stage pins the CPU's kernels before
 torch computes and refuses once torch has computed in the process (`cpu.isa: avx2`, the
 default: every stage that trains or scores failed so); it leaves its thread count and pinned
