@@ -412,7 +412,7 @@ def tiny_data(tmp_path_factory) -> Path:
 
 
 def test_syncs_are_the_total_over_the_steps_of_fit_fed_by_the_data_path(tiny_data, monkeypatch):
-    from test_train import make_trainer
+    from helpers.trainer import make_trainer
     from torch._dynamo.utils import counters
 
     fake = FakeCuda(monkeypatch)

@@ -41,7 +41,7 @@ def data(tmp_path_factory) -> Path:
 
 def _train(data: Path, out: Path, rank: int, world_size: int) -> None:
     """One process of a run (world_size 1 is the plain single-process run)."""
-    from test_train import make_trainer
+    from helpers.trainer import make_trainer
 
     torch.set_num_threads(1)
     trainer = make_trainer(data, dropout=0.0, world=(rank, world_size), **TRAIN)
@@ -93,7 +93,7 @@ def test_compiled_under_ddp_optimises_like_eager(data, tmp_path, monkeypatch, mo
     # DDP's own forward breaks the graph, so fullgraph must compile the model inside DDP;
     # compiled either way, with accumulation DDP's no_sync still skips the all-reduce of the
     # first micro-batch
-    from test_train import make_trainer
+    from helpers.trainer import make_trainer
 
     eager = make_trainer(data, dropout=0.0, **TRAIN)
     expected: list[float] = []

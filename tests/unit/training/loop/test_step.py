@@ -12,7 +12,7 @@ import pytest
 import torch
 from helpers.bert import ONE_THREAD, run_bert
 from helpers.tiny_pretrain import build_data, write_params
-from test_train import make_trainer
+from helpers.trainer import make_trainer
 
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig

@@ -14,22 +14,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
-from helpers.tiny_pretrain import build_data, tiny_config, write_params
+from helpers.tiny_pretrain import build_data, write_params
+from helpers.trainer import make_trainer
 
 from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import sqlite_uri
-from bertcore.data.samples.store import SampleStore
-from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
-from bertcore.training.data.batches import PretrainingBatches, micro_batches_of
-from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
+from bertcore.training.data.batches import micro_batches_of
 from bertcore.training.evaluation.metrics import EvalMetrics
-from bertcore.training.hardware.distributed import Distributed
 from bertcore.training.loop.schedule import linear_warmup_decay
-from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
@@ -45,46 +41,6 @@ def bert(*args: str, cwd: Path, check: bool = False):
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     return build_data(tmp_path_factory.mktemp("tiny"))
-
-
-class FirstSamples:
-    """The first `n` samples of a store."""
-
-    def __init__(self, store, n: int):
-        self.store, self.n = store, n
-
-    def __len__(self) -> int:
-        return self.n
-
-    def __getitem__(self, index: int):
-        return self.store[index]
-
-
-def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
-                 samples: int | None = None, world: tuple[int, int] = (0, 1),
-                 **train) -> StepRunner:
-    """What the pretrain stage builds, on the tiny data, float32 on the CPU. `world`:
-    (rank, world_size) of this process in an initialised process group (if any)."""
-    config = TrainConfig(**{"max_steps": 12, "batch_size": 16, "learning_rate": 3e-3,
-                            "warmup_steps": 2, "log_every": 1, "eval_every": 0,
-                            "checkpoint_every": 0, "device": "cpu", "seed": 5, **train})
-    tokens = read_vocab(data / "vocab")
-    torch.manual_seed(config.seed)
-    net = BertPretrainingModel(tiny_config(len(tokens), dropout, **(model or {})))
-    torch.manual_seed(config.seed + 1)
-    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5),
-                                   VocabSpec.from_tokens(tokens), seed=config.seed)
-    store = SampleStore(data / "samples" / "train")
-    if samples is not None:
-        store = FirstSamples(store, samples)
-    rank, world_size = world
-    batches = PretrainingBatches(store, collator,
-                                 config.batch_size, config.gradient_accumulation_steps,
-                                 seed=config.seed, rank=rank, world_size=world_size)
-    # in a process group (even of one process) the trainer wraps the model in DDP
-    joined = torch.distributed.is_initialized()
-    return StepRunner(net, config, batches, device="cpu",
-                   dist=Distributed(rank, world_size, initialized=joined))
 
 
 def test_schedule_warms_up_then_decays_to_zero():
