@@ -27,7 +27,8 @@ import numpy as np
 from bertcore.training.data.order import CHUNK, EpochOrder, EpochSteps, LengthBins
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
-from pattern_store import PatternStore  # the tests' store of any size, lengths from the index
+# the tests' store of any size, lengths from the index
+from helpers.pattern_store import PatternStore
 
 LOADER_TARGET = 20_000  # samples/s per DataLoader worker
 

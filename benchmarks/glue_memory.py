@@ -1,6 +1,6 @@
 """Peak memory of `bert glue` at BERT-base's shape: a suite against one fine-tune alone.
 
-A GLUE folder of small files (tests/glue_files.py's layout: SST-2, MRPC, RTE), a vocabulary
+A GLUE folder of small files (tests/helpers/glue_files.py's layout: SST-2, MRPC, RTE), a vocabulary
 trained on them and a model of BERT-base's shape (hidden 768, 12 layers, 12 heads, FFN 3072;
 random weights, the vocabulary's few hundred tokens: 87 M parameters) are written to a
 temporary folder; then `bert glue` runs there in a process of its own, a few optimizer steps
@@ -32,7 +32,7 @@ import yaml
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "tests"))  # the GLUE folder's writer the tests use
 
-from glue_files import write_glue_folder, write_glue_vocab  # noqa: E402
+from helpers.glue_files import write_glue_folder, write_glue_vocab  # noqa: E402
 
 from bertcore.data.vocab.files import read_vocab  # noqa: E402
 from bertcore.model.bert import BertConfig, BertPretrainingModel  # noqa: E402

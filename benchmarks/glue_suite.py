@@ -2,7 +2,7 @@
 over seeds, scored, every output written), this checkout against another (`--baseline`, e.g.
 a clone at the commit before the unpadded encoder), on the same GLUE folder, model and threads.
 
-The folder is written as tests/glue_files.py writes it (GLUE's own layout, headers and quirks),
+The folder is written as tests/helpers/glue_files.py writes it (GLUE's layout, headers, quirks),
 with each text lengthened by filler words to GLUE-like lengths: single sentences around 16
 tokens (SST-2, CoLA), pairs around 40 in all (MRPC, STS-B, RTE), a long tail cut at
 `glue.max_seq_length`. The model is BERT-tiny's shape with random weights over a vocabulary
@@ -38,9 +38,9 @@ FILLER = ["movie", "the", "plot", "was", "quite", "good", "and", "not", "really"
 
 
 def write_folder(root: Path, rows: int) -> None:
-    """tests/glue_files.py's folder, its texts lengthened to GLUE-like token counts."""
+    """tests/helpers/glue_files.py's folder, its texts lengthened to GLUE-like token counts."""
     sys.path.insert(0, str(REPO / "tests"))
-    import glue_files
+    from helpers import glue_files
 
     plain = glue_files.glue_row
     rng = np.random.default_rng(0)

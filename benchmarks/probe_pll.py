@@ -9,7 +9,7 @@ each and the ratios, and checks that all give the same PLLs.
     PYTHONPATH=. python benchmarks/probe_pll.py --model models/hf --text data/corpus/val.txt
 
 The model is BERT-tiny's shape (2 layers, 128 hidden, 2 heads) with random weights over a
-vocabulary trained on the sentences, which are short synthetic ones (tests/tiny_pretrain.py's
+vocabulary trained on the sentences, short synthetic ones (tests/helpers/tiny_pretrain.py's
 corpus, 7 words): the cost does not depend on what the weights hold. `--model` (a BERT folder
 with its tokenizer) and `--text` (one sentence a line) measure a real model on real sentences
 instead, as the probe stage scores them.
@@ -27,7 +27,7 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "tests"))
 
-from tiny_pretrain import corpus_documents
+from helpers.tiny_pretrain import corpus_documents
 
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.training import train_tokenizer

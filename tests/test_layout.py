@@ -108,7 +108,7 @@ def test_every_output_outlives_a_failed_run_of_its_stage():
     """DVC deletes a stage's outputs before it runs the command, but not `persist: true` ones;
     every stage replaces its outputs whole once the new ones are complete, so every output
     persists and a stage stopped by a bad value leaves the last good ones (through dvc:
-    tests/test_pipeline.py)."""
+    tests/pipeline/test_pipeline.py)."""
     stages = yaml.safe_load((ROOT / "dvc.yaml").read_text(encoding="utf-8"))["stages"]
     deleted_first = [f"{stage}: {out if isinstance(out, str) else next(iter(out))}"
                      for stage, spec in stages.items()

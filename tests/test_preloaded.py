@@ -1,4 +1,4 @@
-"""tests/preloaded.py: a command forked from the preloaded interpreter does what the same
+"""tests/helpers/preloaded.py: a command forked from the preloaded interpreter does what the same
 command started from scratch does, in its own folder and environment."""
 
 from __future__ import annotations
@@ -7,8 +7,8 @@ import os
 import subprocess
 import sys
 
-import preloaded
-from conftest import REPO
+from helpers import preloaded
+from helpers.bert import REPO
 
 
 def from_scratch(args: list[str], cwd, env: dict) -> subprocess.CompletedProcess:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import REPO
+from helpers.bert import REPO
 
 from bertstages.cli import COMMANDS
 from bertstages.params import dvc_params
@@ -101,7 +101,7 @@ def test_under_dvc_a_data_path_missing_from_the_deps_is_a_warning(stage, tmp_pat
     """DVC reruns a stage when such a param changes, not when the files behind it do, unless
     dvc.yaml lists them: each one not listed is said before the stage reads it (DVC_STAGE and
     DVC_ROOT are what `dvc repro` sets); the stage here then stops, having no model."""
-    from conftest import run_bert
+    from helpers.bert import run_bert
 
     params: dict = {}
     for name in PATH_PARAMS[stage]:

@@ -6,7 +6,7 @@ the same reason a task whose worker died (killed: out of memory, `kill -9`) can 
 once, in new workers, and give the same bytes.
 
 Kept over `Executor.map`, which before Python 3.14 (no `buffersize`) submits every task at
-once, and for that re-run (ARCHITECTURE.md, tests/test_worker_faults.py): a killed worker
+once, and for that re-run (ARCHITECTURE.md, tests/stages/test_worker_faults.py): a killed worker
 costs a warning, where a bare `BrokenProcessPool` would stop the stage.
 """
 

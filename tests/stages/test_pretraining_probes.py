@@ -1,0 +1,128 @@
+"""The built-in probes while pretraining (`eval.probe_sentences`): the figures of the probe
+stage's own code on the same draw, in every periodic evaluation's row of
+metrics/pretrain_eval.tsv and in the MLflow run's curves, and nothing when they are off."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+from helpers.bert import run_bert
+from helpers.tiny_pretrain import build_data, tiny_config, write_params
+from mlflow.tracking import MlflowClient
+
+from bertcore.common.tracking import sqlite_uri
+from bertcore.data.vocab.existing import read_tokenizer
+from bertcore.downstream.probes.config import ProbeConfig
+from bertcore.downstream.probes.during_pretraining import ProbeDraw
+from bertcore.downstream.probes.masked_lm import MaskedLM
+from bertcore.downstream.probes.probing import run_probes
+from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.tokenizer import BERT_DEFAULT_RULES
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+PROBES = ("cloze_p_at_1", "cloze_p_at_10", "swapped_pairs", "replaced_pairs")
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("probes"), val_docs=20)
+
+
+def test_the_periodic_probes_are_the_probe_stages_figures_on_the_same_draw(data):
+    """A model of peaked random predictions and dropout (so that scoring in train mode would
+    show), probed as pretraining probes it and as the probe stage does, on the same sentences
+    and seed: the same four figures, and the model is left training."""
+    tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
+    torch.manual_seed(0)
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size(), dropout=0.3,
+                                             initializer_range=0.3))
+    val, train = data / "corpus" / "val.txt", data / "corpus" / "train.txt"
+    probes = ProbeDraw(tokenizer, val, train, sentences=60, seed=5).prepare(model, "cpu")
+    assert model.training
+    figures = probes(model)
+    assert model.training
+
+    stage = run_probes(MaskedLM(model, tokenizer), ProbeConfig(builtin_sentences=60, seed=5),
+                       val, train).metrics["builtin"]
+    assert figures == {"cloze_p_at_1": stage["cloze"]["p_at_1"],
+                       "cloze_p_at_10": stage["cloze"]["p_at_10"],
+                       "swapped_pairs": stage["swapped_pairs"]["accuracy"],
+                       "replaced_pairs": stage["replaced_pairs"]["accuracy"]}
+    assert len(set(figures.values())) > 1 and 0 < figures["swapped_pairs"] < 1
+
+
+def test_a_probe_of_no_pair_is_an_empty_cell_not_zero(data, tmp_path):
+    """No val word among the train split's words: no replaced pair, a figure of none, which
+    the eval log leaves empty (as it does a probe that is off), never 0."""
+    from bertcore.training.loop.records import EVAL_COLUMNS, TsvLog
+
+    tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size()))
+    train = tmp_path / "train.txt"
+    train.write_text("aaaa bbbb aaaa .\n", encoding="utf-8")
+    probes = ProbeDraw(tokenizer, data / "corpus" / "val.txt", train, sentences=30,
+                       seed=5).prepare(model, "cpu")
+    figures = probes(model)
+    assert figures["replaced_pairs"] is None and 0 <= figures["swapped_pairs"] <= 1
+    log = TsvLog(tmp_path / "eval.tsv", EVAL_COLUMNS, None)
+    log.add({"step": 4, **figures})
+    header, row = (tmp_path / "eval.tsv").read_text().splitlines()
+    assert dict(zip(header.split("\t"), row.split("\t"), strict=True))["replaced_pairs"] == ""
+
+
+def eval_rows(root: Path) -> list[dict[str, str]]:
+    header, *rows = (root / "metrics" / "pretrain_eval.tsv").read_text().splitlines()
+    return [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
+
+
+def test_each_evaluation_logs_the_probes_to_the_tsv_and_mlflow(data, tmp_path, mlflow_db):
+    root = data.parent
+    uri = sqlite_uri(mlflow_db(tmp_path))
+    write_params(tmp_path / "params.yaml", eval={"batch_size": 16, "seed": 3,
+                                                 "probe_sentences": 30},
+                 tracking={"uri": uri, "experiment": "probes"})
+    run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), cwd=root, check=True)
+    rows = eval_rows(root)
+    assert [row["step"] for row in rows] == ["4", "8"]
+    for row in rows:
+        assert all(0.0 <= float(row[name]) <= 1.0 for name in PROBES), row
+
+    client = MlflowClient(tracking_uri=uri)
+    run = client.search_runs([client.get_experiment_by_name("probes").experiment_id])[0]
+    for name in PROBES:
+        history = client.get_metric_history(run.info.run_id, f"val/{name}")
+        assert [(m.step, m.value) for m in history] == [
+            (int(row["step"]), pytest.approx(float(row[name]))) for row in rows]
+
+
+def test_no_probes_leaves_their_columns_empty(data, tmp_path):
+    root = data.parent
+    write_params(tmp_path / "params.yaml", eval={"batch_size": 16, "seed": 3,
+                                                 "probe_sentences": 0},
+                 tracking={"enabled": False})
+    run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), "--checkpoints",
+             str(tmp_path / "ckpt"), "--eval-log", str(tmp_path / "eval.tsv"), cwd=root,
+             check=True)
+    header, *rows = (tmp_path / "eval.tsv").read_text().splitlines()
+    values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
+    assert len(values) == 2 and all(float(row["mlm_accuracy"]) > 0 for row in values)
+    assert all(row[name] == "" for row in values for name in PROBES)
+
+
+def test_without_a_corpus_to_draw_from_pretraining_says_so_and_trains(data, tmp_path):
+    """Samples built elsewhere, no corpus folder: one warning naming what to do, and the run
+    trains and evaluates as without probes."""
+    root = data.parent
+    write_params(tmp_path / "params.yaml", eval={"batch_size": 16, "seed": 3,
+                                                 "probe_sentences": 30},
+                 tracking={"enabled": False})
+    proc = run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), "--corpus",
+                    str(tmp_path / "no-corpus"), "--checkpoints", str(tmp_path / "ckpt"),
+                    "--eval-log", str(tmp_path / "eval.tsv"), cwd=root, check=True)
+    warnings = [line for line in proc.stderr.splitlines() if "no probes while pretraining" in line]
+    assert len(warnings) == 1 and "eval.probe_sentences: 0" in warnings[0], proc.stderr
+    header, *rows = (tmp_path / "eval.tsv").read_text().splitlines()
+    values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
+    assert len(values) == 2 and all(row[name] == "" for row in values for name in PROBES)

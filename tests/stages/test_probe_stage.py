@@ -1,0 +1,90 @@
+"""`bert probe` as DVC runs it, on a tiny model saved as `bert pretrain` saves one: its three
+outputs, its results in the MLflow run that trained the model, a bad probe file's one line."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.tiny_pretrain import tiny_config, write_corpus
+
+from bertcore.common.digests import file_sha256
+from bertcore.common.tracking import Tracker, sqlite_uri
+from bertcore.data.vocab.config import VocabConfig
+from bertcore.data.vocab.files import save_vocab
+from bertcore.data.vocab.training import LineBatches, train_tokenizer
+from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.hf import WEIGHTS_NAME, save_model
+from bertcore.training.run.mlflow_run import MODEL_TAG
+
+
+@pytest.fixture(scope="module")
+def repo(tmp_path_factory):
+    """data/corpus, data/vocab, models/pretrained and its MLflow run, as the pipeline leaves
+    them."""
+    root = tmp_path_factory.mktemp("probe_stage")
+    write_corpus(root / "data" / "corpus", train_docs=20, val_docs=8)
+    vocab_config = VocabConfig(vocab_size=120, min_frequency=1)
+    tokenizer = train_tokenizer(LineBatches(root / "data/corpus/train.txt"), vocab_config)
+    (root / "data" / "vocab").mkdir()
+    save_vocab(tokenizer, root / "data" / "vocab", vocab_config)
+    torch.manual_seed(0)
+    save_model(BertPretrainingModel(tiny_config(tokenizer.get_vocab_size(), dropout=0.0)),
+               root / "models" / "pretrained")
+    (root / "models/pretrained/training.json").write_text(json.dumps({"step": 8}))
+    run = Tracker.start(sqlite_uri(root / "mlflow.db"), "tiny-probe", run_name="pretrain",
+                        tags={MODEL_TAG: file_sha256(root / "models/pretrained" / WEIGHTS_NAME)})
+    run.finish()
+    (root / "run_id").write_text(run.run_id)
+    params = {"probe": {"builtin_sentences": 40, "seed": 1},
+              "tracking": {"experiment": "tiny-probe"}}
+    (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    return root
+
+
+def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
+    proc = run_bert("probe", cwd=repo, env={"OMP_NUM_THREADS": "1"}, check=True)
+    metrics = json.loads((repo / "metrics/probe.json").read_text())["probe"]
+    details = json.loads((repo / "metrics/probe_details.json").read_text())
+    assert set(metrics["builtin"]) == {"cloze", "swapped_pairs", "replaced_pairs"}
+    assert details["builtin"]["drawn_sentences"] == 40 and details["model"] == "models/pretrained"
+    items = sorted(p.name for p in (repo / "metrics/probe").iterdir())
+    assert items == ["builtin_cloze.jsonl", "builtin_pairs.jsonl"]
+    rows = (repo / "metrics/probe/builtin_pairs.jsonl").read_text().splitlines()
+    assert len(rows) == (details["builtin"]["swapped_pairs"]["pairs"]
+                         + details["builtin"]["replaced_pairs"]["pairs"])
+    assert "held-out word cloze" in proc.stderr and "unigram" in proc.stderr
+
+    from mlflow.tracking import MlflowClient
+
+    run = MlflowClient(sqlite_uri(repo / "mlflow.db")).get_run((repo / "run_id").read_text())
+    assert run.data.metrics["probe_builtin_cloze_p_at_1"] == metrics["builtin"]["cloze"]["p_at_1"]
+    assert run.data.tags["probe.builtin.drawn_sentences"] == "40"
+
+
+def test_a_bad_probe_file_is_one_line_and_leaves_the_outputs(repo):
+    before = (repo / "metrics/probe.json").read_bytes() if (
+        repo / "metrics/probe.json").exists() else None
+    (repo / "lama.jsonl").write_text('{"masked_sentences": ["the [MASK] sat ."], '
+                                     '"obj_label": "cow"}\n{"obj_label": "x"}\n')
+    proc = run_bert("probe", "--set", "probe.cloze=lama.jsonl", "--set",
+                    "tracking.enabled=false", cwd=repo)
+    assert_one_line_error(proc, "lama.jsonl line 2", "masked_sentences")
+    after = (repo / "metrics/probe.json").read_bytes() if (
+        repo / "metrics/probe.json").exists() else None
+    assert after == before
+
+
+def bert(*args: str, cwd: Path):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+
+
+def test_bert_probe_device_gpu_is_one_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = bert("probe", "--device", "gpu", cwd=tmp_path)
+    assert_one_line_error(proc, "Invalid value for '--device': 'gpu' is no device; use auto, "
+                                "cpu, cuda, cuda:N or mps", code=2)

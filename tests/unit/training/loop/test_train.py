@@ -1,0 +1,332 @@
+"""The training loop: schedule, accumulation, exact resume, non-finite steps, overfitting,
+interruption by SIGTERM, and the pretrain stage's answers to bad input."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
+from helpers.tiny_pretrain import build_data, write_params
+from helpers.trainer import make_trainer
+
+from bertcore.common.errors import ConfigError
+from bertcore.common.tracking import sqlite_uri
+from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
+from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.config import TrainConfig
+from bertcore.training.data.batches import micro_batches_of
+from bertcore.training.evaluation.metrics import EvalMetrics
+from bertcore.training.loop.schedule import linear_warmup_decay
+from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
+
+# One thread: these models are tiny, and two cores are shared with other test processes.
+
+
+pytestmark = pytest.mark.usefixtures("one_thread")
+
+
+def bert(*args: str, cwd: Path, check: bool = False):
+    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+
+
+@pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+def test_schedule_warms_up_then_decays_to_zero():
+    lrs = [linear_warmup_decay(s, 4, 12) for s in range(13)]
+    assert lrs[:5] == [0.0, 0.25, 0.5, 0.75, 1.0]
+    assert lrs[4:] == pytest.approx([(12 - s) / 8 for s in range(4, 13)])
+    assert lrs[-1] == 0.0
+    assert linear_warmup_decay(0, 0, 10) == 1.0
+
+
+def test_config_is_checked():
+    with pytest.raises(ConfigError, match="batch_size"):
+        TrainConfig(batch_size=30, gradient_accumulation_steps=4)
+    with pytest.raises(ConfigError, match="max_steps"):
+        TrainConfig(max_steps=None, epochs=None)
+    assert TrainConfig(max_steps=None, epochs=2).total_steps(steps_per_epoch=7) == 14
+
+
+def test_accumulation_gives_the_gradient_of_one_big_batch(data):
+    """4 micro-batches with different numbers of MLM and NSP labels: the accumulated gradient
+    is that of the mean loss over all 16 sequences (not a mean of per-micro-batch means)."""
+    trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=4, nsp_weight=0.5)
+    joined = next(make_trainer(data, dropout=0.0).batches.iterate(epoch=0))[0]
+    rows = torch.arange(16)
+    # micro-batch k (rows 4k..4k+3) keeps k+1 MLM labels per sequence and NSP labels of 4-k
+    targets = joined["mlm_targets"].clone()
+    targets[torch.arange(5)[None] > (rows // 4)[:, None]] = IGNORE_INDEX
+    nsp = torch.where(rows % 4 < 4 - rows // 4, joined["nsp_labels"], IGNORE_INDEX)
+    joined = {**joined, "mlm_targets": targets, "nsp_labels": nsp}
+    parts = micro_batches_of(joined, 4)
+    assert [int((p["mlm_targets"] != IGNORE_INDEX).sum()) for p in parts] == [4, 8, 12, 16]
+    assert [int((p["nsp_labels"] != IGNORE_INDEX).sum()) for p in parts] == [4, 3, 2, 1]
+
+    model = trainer.raw_model
+    out = model(joined["input_ids"], joined["token_type_ids"], joined["attention_mask"],
+                mlm_positions=joined["mlm_positions"])  # logits only: the loss is ours
+    expected = F.cross_entropy(out.mlm_logits.flatten(0, 1), targets.flatten(),
+                               ignore_index=IGNORE_INDEX) + 0.5 * F.cross_entropy(
+        out.nsp_logits, nsp, ignore_index=IGNORE_INDEX)  # the mean over all labels
+    expected.backward()
+    one_batch = {n: p.grad.clone() for n, p in model.named_parameters()}
+    model.zero_grad(set_to_none=True)
+
+    trainer.accumulate_gradients(parts)
+    for name, param in model.named_parameters():
+        torch.testing.assert_close(param.grad, one_batch[name], rtol=1e-5, atol=1e-7, msg=name)
+    assert one_batch["nsp_head.weight"].abs().sum() > 0
+
+
+def three_steps(data, max_grad_norm: float, precision: str = "fp32"):
+    """(grad norms the steps report, norms of the gradients the optimizer was given)."""
+    trainer = make_trainer(data, dropout=0.0, max_grad_norm=max_grad_norm, precision=precision)
+    given = []
+
+    def before_step(optimizer, args, kwargs):
+        grads = [p.grad.float() for group in optimizer.param_groups for p in group["params"]]
+        given.append(float(torch.linalg.vector_norm(torch.stack([g.norm() for g in grads]))))
+
+    trainer.optimizer.register_step_pre_hook(before_step)
+    reported = [trainer.train_step(step).grad_norm
+                for step, _ in zip(trainer.batches.iterate(epoch=0), range(3), strict=False)]
+    return reported, given
+
+
+@pytest.mark.parametrize("precision", ["fp32", "fp16"])
+def test_gradients_are_clipped_to_max_grad_norm(data, precision):
+    """The optimizer gets the gradient clipped to max_grad_norm (with fp16: unscaled first);
+    the step reports the norm before clipping (as transformers' Trainer logs it)."""
+    reference, unclipped = three_steps(data, 1e6)  # float32, never clipped
+    assert unclipped == pytest.approx(reference, rel=1e-5)
+    reported, given = three_steps(data, 0.05, precision)
+    assert all(norm > 0.05 for norm in reference + reported)
+    assert given == pytest.approx([0.05] * 3, rel=1e-3)
+    # the same first step: the same norm (up to fp16 rounding), whatever the loss scale
+    assert reported[0] == pytest.approx(reference[0], rel=1e-5 if precision == "fp32" else 1e-2)
+
+
+def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
+    # 16 sequences per step, 581 train samples: 36 steps per epoch; with batch 64: 9.
+    kw = dict(max_steps=24, batch_size=64, gradient_accumulation_steps=2, checkpoint_every=5)
+    straight = make_trainer(data, **kw)
+    assert straight.batches.steps_per_epoch == 9
+    losses_straight: list[float] = []
+    Trainer(straight, on_step=lambda r: losses_straight.append(r.loss), progress=False).train()
+
+    first = make_trainer(data, **kw)
+    losses_resumed: list[float] = []
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
+    every5 = Checkpointer(checkpoints, every=5)
+    Trainer(first, checkpointer=every5, on_step=lambda r: losses_resumed.append(r.loss),
+            stop_after=13, progress=False).train()  # epoch 1, step 4 of 9
+    assert [c.step for c in checkpoints.all()] == [10, 13]
+    assert checkpoints.latest().meta["step_in_epoch"] == 4
+    torch.manual_seed(999)  # whatever happens in between must not matter
+
+    second = make_trainer(data, **kw)
+    second.resume_from(checkpoints.latest())
+    assert second.step == 13
+    Trainer(second, checkpointer=Checkpointer(checkpoints, every=5),
+            on_step=lambda r: losses_resumed.append(r.loss), progress=False).train()
+    assert len(losses_straight) == 24
+    assert losses_resumed == losses_straight  # exactly, step by step
+    # the run's counters resume too
+    assert second.state.tokens_seen == straight.state.tokens_seen > 0
+    for (name, a), b in zip(straight.raw_model.state_dict().items(),
+                            second.raw_model.state_dict().values(), strict=True):
+        assert torch.equal(a, b), name
+    assert losses_straight[-1] < losses_straight[0]
+
+
+@pytest.mark.parametrize("precision", ["bf16", "fp16"])
+def test_mixed_precision_follows_float32(data, precision):
+    """Autocast really runs the matmuls in half precision (the output dtype of every Linear,
+    inside the training step), and the losses differ from float32's, but by less than 1%."""
+    dtypes = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+    runs, seen = {}, {}
+    for name in ("fp32", precision):
+        trainer = make_trainer(data, dropout=0.0, precision=name, max_steps=4)
+        assert trainer.autocast_dtype == (None if name == "fp32" else dtypes[name])
+        seen[name] = set()
+        for module in trainer.raw_model.modules():
+            if isinstance(module, torch.nn.Linear):
+                module.register_forward_hook(
+                    lambda module, args, out, name=name: seen[name].add(out.dtype))
+        runs[name] = []
+        Trainer(trainer, on_step=runs[name].append, progress=False).train()
+    assert seen == {"fp32": {torch.float32}, precision: {dtypes[precision]}}
+    assert (trainer.scaler is not None) == (precision == "fp16")
+    assert not any(r.skipped for r in runs[precision])
+    half, full = [r.loss for r in runs[precision]], [r.loss for r in runs["fp32"]]
+    assert half == pytest.approx(full, rel=1e-2)
+    assert all(h != f for h, f in zip(half, full, strict=True))  # not float32 in disguise
+
+
+def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
+    trainer = make_trainer(data, max_steps=30, checkpoint_every=2, max_nonfinite_steps=3)
+    checkpoints = CheckpointDir(tmp_path / "ckpt", keep_last=2)
+    poisoned = {"on": False}
+    # From step 5 on, the NSP logits turn NaN, as after a divergence.
+    trainer.raw_model.nsp_head.register_forward_hook(
+        lambda module, args, out: out * float("nan") if poisoned["on"] else out
+    )
+    results = []
+
+    def on_step(result):
+        results.append(result)
+        poisoned["on"] = result.step >= 4
+
+    with pytest.raises(NonFiniteLossError, match="3 steps in a row") as error:
+        Trainer(trainer, checkpointer=Checkpointer(checkpoints, every=2), on_step=on_step,
+                progress=False).train()
+    assert "step-00000004" in str(error.value)
+    assert [r.skipped for r in results] == [False] * 4 + [True] * 3
+    assert trainer.state.skipped_steps == 3
+    # the good checkpoint of step 4 is still the latest, and its weights are finite
+    latest = checkpoints.latest()
+    assert latest.step == 4
+    model = BertPretrainingModel(trainer.raw_model.config)
+    latest.load_model(model)
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+    # skipped steps left the weights as they were after step 4
+    for a, b in zip(model.parameters(), trainer.raw_model.parameters(), strict=True):
+        assert torch.equal(a, b)
+
+
+def test_an_evaluation_before_the_first_logged_row_shows_no_train_loss(data, caplog):
+    # eval at steps 2 and 6, train rows at 4 and 8: the first evaluation has no train loss yet
+    trainer = make_trainer(data, max_steps=8, log_every=4, eval_every=2)
+    scores = EvalMetrics(mlm_loss=2.5, mlm_accuracy=0.25, perplexity=12.2, nsp_loss=0.7,
+                         nsp_accuracy=0.5, mlm_baseline_accuracy=0.1,
+                         nsp_baseline_accuracy=0.5, mlm_predictions=10, sequences=4)
+    with caplog.at_level("INFO", logger="bertcore.training.loop.trainer"):
+        Trainer(trainer, evaluate=lambda model: scores, progress=False).train()
+    lines = [r.getMessage() for r in caplog.records if "val MLM loss" in r.getMessage()]
+    assert [line.split(":")[0] for line in lines] == ["step 2/8", "step 4/8", "step 6/8",
+                                                      "step 8/8"]
+    assert lines[0] == "step 2/8: val MLM loss 2.5000 accuracy 0.2500, NSP accuracy 0.5000"
+    assert all("nan" not in line for line in lines), lines
+    assert all(line.startswith(f"step {n}/8: train loss ") for n, line in
+               zip((4, 6, 8), lines[1:], strict=True)), lines
+
+
+def test_a_tiny_model_overfits_a_tiny_corpus(data):
+    # 32 sequences seen 200 times (with new masks each time): memorised.
+    trainer = make_trainer(data, dropout=0.0, model={"hidden_size": 64, "num_hidden_layers": 2,
+                                                     "intermediate_size": 256},
+                           samples=32, max_steps=200, batch_size=32, learning_rate=7e-3,
+                           warmup_steps=10)
+    results = []
+    Trainer(trainer, on_step=results.append, progress=False).train()
+    start = sum(r.mlm_loss for r in results[:5]) / 5
+    end = sum(r.mlm_loss for r in results[-10:]) / 10
+    assert start > 4.0  # about ln(96): nothing known yet
+    assert end < 0.6 * start, (start, end)  # measured: 4.52 -> 2.27
+    assert sum(r.nsp_accuracy for r in results[-10:]) / 10 > 0.9
+
+
+# ------------------------------------------------------------------------------- the stage
+@pytest.fixture()
+def workdir(data, tmp_path) -> Path:
+    (tmp_path / "data").symlink_to(data)
+    return tmp_path
+
+
+@pytest.mark.slow
+def test_sigterm_checkpoints_then_resume_completes(workdir, mlflow_db):
+    mlflow_db(workdir)
+    write_params(workdir / "params.yaml",
+                 train={"max_steps": 60, "checkpoint_every": 1000, "eval_every": 0,
+                        "log_every": 1},
+                 tracking={"experiment": "sigterm"})
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    proc = subprocess.Popen([sys.executable, "-m", "bertstages", "pretrain"], cwd=workdir, env=env,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    log = workdir / "metrics" / "pretrain_log.tsv"
+    wait_for_lines(log, 4, proc)  # header + 4 steps done: then the signal
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=120)
+    assert proc.returncode == 128 + signal.SIGTERM, stderr
+    assert_one_line_error(subprocess.CompletedProcess([], proc.returncode, "", stderr),
+                          "interrupted by SIGTERM", "run again to resume")
+    latest = CheckpointDir(workdir / "models" / "checkpoints").latest()
+    stopped_at = latest.step
+    assert 4 <= stopped_at < 60
+    assert not (workdir / "models" / "pretrained").exists()
+    rows_before = log.read_text().splitlines()
+
+    resumed = bert("pretrain", cwd=workdir, check=True)
+    assert "resuming from" in resumed.stderr and f"step {stopped_at} of 60" in resumed.stderr
+    rows = log.read_text().splitlines()
+    assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 61))
+    assert rows[: len(rows_before)] == rows_before
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert summary["steps"] == 60
+    assert (workdir / "models" / "pretrained" / "model.safetensors").is_file()
+    # one MLflow run, continued after the interruption, with every step once
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=sqlite_uri(workdir / "mlflow.db"))
+    experiment = client.get_experiment_by_name("sigterm")
+    (run,) = client.search_runs([experiment.experiment_id])
+    assert run.info.status == "FINISHED"
+    steps = [m.step for m in client.get_metric_history(run.info.run_id, "train/loss")]
+    assert steps == list(range(1, 61))
+
+
+@pytest.mark.slow
+def test_stage_answers_bad_input_in_one_line(workdir, tmp_path):
+    write_params(workdir / "params.yaml", train={"max_steps": 2, "eval_every": 0},
+                 tracking={"enabled": False})
+    # missing samples
+    proc = bert("pretrain", "--samples", "nowhere", cwd=workdir)
+    assert_one_line_error(proc, "no samples at nowhere", "bert samples")
+    # samples built with another vocabulary
+    other = tmp_path / "other_vocab"
+    other.mkdir()
+    vocab = (workdir / "data" / "vocab" / "vocab.txt").read_text().splitlines()
+    (other / "vocab.txt").write_text("\n".join(vocab[:-1]) + "\n")
+    proc = bert("pretrain", "--vocab", str(other), cwd=workdir)
+    assert_one_line_error(proc, "another vocabulary", "bert samples")
+    # unreachable tracking server: fails before any training, nothing written
+    proc = bert("pretrain", "--set", "tracking.enabled=true",
+                    "--set", "tracking.uri=http://127.0.0.1:9", cwd=workdir)
+    assert_one_line_error(proc, "http://127.0.0.1:9", "unreachable")
+    assert not (workdir / "models").exists()
+    # a checkpoint made with other params: start fresh, saying what changed
+    bert("pretrain", cwd=workdir, check=True)
+    proc = bert("pretrain", "--set", "train.learning_rate=0.001", cwd=workdir, check=True)
+    assert "starting fresh" in proc.stderr
+    assert "train.learning_rate 0.003 -> 0.001" in proc.stderr
+    steps = [c.step for c in CheckpointDir(workdir / "models" / "checkpoints").all()]
+    assert steps == [2]
+    meta = CheckpointDir(workdir / "models" / "checkpoints").latest().meta
+    assert meta["params"]["train"]["learning_rate"] == 0.001
+    # bookkeeping values (logging, checkpoint cadence) do not restart training: the finished
+    # run is restored, not retrained (same weights, same curve, same final numbers)
+    weights = workdir / "models" / "pretrained" / "model.safetensors"
+    finished = weights.read_bytes()
+    before = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
+    curve = (workdir / "metrics" / "pretrain_log.tsv").read_text()
+    proc = bert("pretrain", "--set", "train.learning_rate=0.001",
+                    "--set", "train.log_every=1", cwd=workdir, check=True)
+    assert "resuming from" in proc.stderr and "starting fresh" not in proc.stderr
+    summary = json.loads((workdir / "metrics" / "pretrain.json").read_text())["pretrain"]
+    assert summary["steps"] == 2 and summary["train"]["loss"] > 0
+    assert weights.read_bytes() == finished
+    assert (workdir / "metrics" / "pretrain_log.tsv").read_text() == curve
+    for key in ("loss", "mlm_loss", "nsp_loss", "mlm_accuracy"):
+        assert summary["train"][key] == pytest.approx(before["train"][key], rel=1e-6), key
