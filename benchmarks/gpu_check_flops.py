@@ -10,33 +10,17 @@ delivers: its bf16 matmul rate, measured.
 
 from __future__ import annotations
 
-import statistics
-import time
 
-
-def synchronize(device) -> None:
+def matmul_flops_per_s(device, n: int) -> float:
+    """bf16 matmul FLOP/s of this device, measured now (median of blocks of runs)."""
     import torch
-
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
-
-
-def matmul_flops_per_s(device, n: int, repeats: int = 10) -> float:
-    """bf16 matmul FLOP/s of this device, measured now (median of `repeats`)."""
-    import torch
+    from torch.utils.benchmark import Timer
 
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    for _ in range(3):
-        torch.mm(a, b)
-    times = []
-    for _ in range(repeats):
-        synchronize(device)
-        start = time.perf_counter()
-        torch.mm(a, b)
-        synchronize(device)
-        times.append(time.perf_counter() - start)
-    return 2 * n**3 / statistics.median(times)
+    timer = Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b},
+                  num_threads=torch.get_num_threads())
+    return 2 * n**3 / timer.blocked_autorange(min_run_time=0.2).median
 
 
 def executed_flops(config, batch: int, length: int, head_rows: int,
