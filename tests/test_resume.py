@@ -25,13 +25,13 @@ from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.identity import phase1_identity, samples_fingerprint
 from bertcore.training.checkpoints.resume import plan_resume
 from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
+from bertcore.training.length import RunLength
 from bertcore.training.loop.schedule import learning_rate
-from bertcore.training.run.identity import phase1_identity, samples_fingerprint
-from bertcore.training.run.length import RunLength
 from bertstages.pretrain import torchrun_command
 
 

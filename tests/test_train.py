@@ -22,12 +22,12 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
-from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches, micro_batches_of
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.evaluation.metrics import EvalMetrics
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.schedule import linear_warmup_decay
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer

@@ -25,16 +25,16 @@ from bertcore.downstream.probes.minimal_pairs import (
     read_minimal_pairs,
     score_pairs,
 )
+from bertcore.model.devices import resolve_device
+from bertcore.model.model_run import pretraining_run
+from bertcore.model.run_reports import MODEL_KEY, log_report_into, weights_sha256
 from bertcore.model.tokenizer import (
     require_own_tokenizer,
     require_readable,
     tokenizer_folder,
     unknown_tokens,
 )
-from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.model_run import pretraining_run
-from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
-from bertcore.training.run.trained_model import load_model_and_tokenizer
+from bertcore.model.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 

@@ -30,6 +30,7 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
+from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
     CheckpointDir,
@@ -38,11 +39,10 @@ from bertcore.training.checkpoints.checkpoint import (
 )
 from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
-from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.length import RunLength
 from bertcore.training.loop.schedule import learning_rate as scheduled_rate
 from bertcore.training.loop.state import TOTALS, WINDOW, LoggingWindow, TrainingState
-from bertcore.training.run.length import RunLength
 
 log = logging.getLogger(__name__)
 
@@ -138,7 +138,7 @@ class StepRunner:
         phase follows with `begin_phase`)."""
         self.dist = dist or Distributed()
         self.device = torch.device(device) if device is not None else resolve_device(
-            config.device, self.dist
+            config.device, self.dist.local_rank
         )
         self.phase = PhaseSteps.configured(config, batches)
         self.autocast_dtype = resolve_precision(config.precision, self.device)

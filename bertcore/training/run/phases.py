@@ -20,7 +20,7 @@ checkpoints stay for when it is on again (`bertcore.training.checkpoints.lineage
 This module sequences the phases: which phase a run starts in and from which checkpoint
 (`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
 (`enter_phase2`). What a phase's checkpoints share and record is its `RunIdentity`
-(`bertcore.training.run.identity`).
+(`bertcore.training.checkpoints.identity`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from bertcore.common.errors import BertError
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.identity import RunIdentity, in_phase1, phase_of
 from bertcore.training.checkpoints.lineage import RunLine
 from bertcore.training.checkpoints.resume import ResumePlan, plan_resume
 from bertcore.training.config import MaskingConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import StepTiming, TimeBudget
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import PhaseSteps, StepRunner
-from bertcore.training.run.budget import StepTiming, TimeBudget
-from bertcore.training.run.identity import RunIdentity, in_phase1, phase_of
-from bertcore.training.run.length import RunLength
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:

@@ -2,8 +2,8 @@
 top to bottom:
 
   run_pretraining     open and check the inputs (`bertcore.training.run.inputs`)
-  plan_pretraining    build each phase, its length (`bertcore.training.run.length`) and identity
-                      (`bertcore.training.run.identity`), and plan where the run (re)starts
+  plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
+                      (`bertcore.training.checkpoints.identity`), and plan where the run (re)starts
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
   PretrainingRun      .start: build the model (new, or from an existing BERT:
                       `bertcore.model.init_from`), open the MLflow run (a NullTracker when
@@ -35,11 +35,12 @@ from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import RECIPES
+from bertcore.model.devices import device_name, resolve_device
 from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.checkpoints.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.checkpoints.lineage import left_notice, replacing_notice
 from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
@@ -47,17 +48,16 @@ from bertcore.training.data.masking import PretrainingCollator, VocabSpec
 from bertcore.training.data.order import LengthBins
 from bertcore.training.evaluation.metrics import Probes, ProbeSource, evaluate, val_batches
 from bertcore.training.hardware.cpu import cpu_record
-from bertcore.training.hardware.devices import device_name, resolve_device
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import TimeBudget, recorded_timing
+from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
 from bertcore.training.loop.step import PhaseSteps, StepRunner
 from bertcore.training.loop.stopping import TrainingInterrupted
 from bertcore.training.loop.trainer import Trainer, TrainResult
-from bertcore.training.run.budget import TimeBudget, recorded_timing
 from bertcore.training.run.charts import write_pretrain_charts
-from bertcore.training.run.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
-from bertcore.training.run.length import RunLength
 from bertcore.training.run.mlflow_run import (
     PHASE_TAG,
     checkpoint_written,
@@ -132,7 +132,7 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
                      dist: Distributed, checkpoints: CheckpointDir) -> PretrainingPlan:
     """The phases with their batches, lengths and identities, and where the run (re)starts,
     with the warnings that go with it."""
-    device = resolve_device(config.train.device, dist)
+    device = resolve_device(config.train.device, dist.local_rank)
     vocab = VocabSpec.from_tokens(inputs.tokens)
     if inputs.init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",

@@ -12,9 +12,9 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.loop.budget import StepTiming
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import StepRunner
-from bertcore.training.run.budget import StepTiming
 
 log = logging.getLogger(__name__)
 

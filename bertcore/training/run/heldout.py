@@ -22,14 +22,14 @@ from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
+from bertcore.model.devices import resolve_device, resolve_precision
+from bertcore.model.model_run import pretraining_run
 from bertcore.model.pretrained import load_pretrained
+from bertcore.model.run_reports import MODEL_KEY, log_report_into, weights_sha256
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
-from bertcore.training.hardware.devices import resolve_device, resolve_precision
-from bertcore.training.run.model_run import pretraining_run
 from bertcore.training.run.phases import scaled_masking
-from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
 
 log = logging.getLogger("bert.evaluate")  # the stage's name, as its warnings have always said
 
