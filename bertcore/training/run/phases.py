@@ -64,21 +64,19 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
 def phase2_steps(phase1: Phase, train: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
     """Phase 2's steps: from phase 1's last step, in the first epoch phase 1 did not reach."""
     end = phase1.length.planned
-    return PhaseSteps(train, batches,
-                      RunLength.configured_by(train, batches.steps_per_epoch, start=end),
-                      first_epoch(end, phase1.batches.steps_per_epoch))
+    return PhaseSteps(train, batches, end, first_epoch(end, phase1.batches.steps_per_epoch))
 
 
 @dataclass(frozen=True)
 class Phase:
     """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
-    when it is on. Its length is planned once (`plan_pretraining`): `steps.length`, which its
-    identity records."""
+    when it is on. Its length is planned once (`plan_pretraining`): its identity's, which its
+    checkpoints record and its Trainer trains to."""
 
     number: int
     max_seq_length: int  # of its samples
     masking: MaskingConfig
-    steps: PhaseSteps  # its config, batches, length and first epoch
+    steps: PhaseSteps  # its config, batches, first step and first epoch
     val_store: SampleStore
     identity: RunIdentity  # what its checkpoints share and record
     budget: TimeBudget | None = None  # train.max_minutes (phase 1 only)
@@ -86,7 +84,7 @@ class Phase:
 
     @property
     def length(self) -> RunLength:
-        return self.steps.length
+        return self.identity.length
 
     @property
     def train(self) -> TrainConfig:
@@ -97,10 +95,9 @@ class Phase:
         return self.steps.batches
 
     def planned(self, length: RunLength, timing: StepTiming | None) -> Phase:
-        """This phase with its length planned again (its steps and identity alike)."""
+        """This phase with its length planned again."""
         return dataclasses.replace(
-            self, steps=dataclasses.replace(self.steps, length=length),
-            identity=dataclasses.replace(self.identity, length=length), timing=timing)
+            self, identity=dataclasses.replace(self.identity, length=length), timing=timing)
 
 
 # ------------------------------------------------------------------------ where a run starts

@@ -207,8 +207,8 @@ def _first_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainI
     init = inputs.init
     init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
     identity = phase1_identity(config, paths.vocab, paths.samples, length, init_hash)
-    return Phase(1, inputs.max_seq_length, config.masking, PhaseSteps(config.train, batches,
-                 length), inputs.val_store, identity, budget, timing)
+    return Phase(1, inputs.max_seq_length, config.masking, PhaseSteps(config.train, batches),
+                 inputs.val_store, identity, budget, timing)
 
 
 def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
@@ -222,7 +222,8 @@ def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: Pretrain
     batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
                        dist, device, section="phase2")
     steps = phase2_steps(first, train, batches)
-    identity = phase2_identity(first.identity, settings, paths.phase2_samples, steps.length)
+    identity = phase2_identity(first.identity, settings, paths.phase2_samples,
+                               steps.configured_length())
     return Phase(2, settings.max_seq_length, masking, steps, inputs.phase2_val, identity)
 
 
@@ -345,7 +346,7 @@ class PretrainingRun:
             before = phase.length.planned_at(resume.previous_total)
             log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice,
                         phase.steps.learning_rate(runner.step, before),
-                        phase.steps.learning_rate(runner.step))
+                        phase.steps.learning_rate(runner.step, phase.length))
 
     def say_entered(self, phase: Phase, start_from: Checkpoint) -> None:
         """What a phase after the first goes on from: its own checkpoint (resumed), or the
