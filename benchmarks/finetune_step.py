@@ -59,9 +59,9 @@ from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.devices import autocast, resolve_precision
 from bertcore.model.hf import export_hf_classifier, to_hf_state_dict
 from bertcore.training.hardware.cpu import pin_cpu
-from bertcore.training.hardware.devices import autocast, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids

@@ -83,7 +83,7 @@ class Pipeline:
         import torch
 
         from bertcore.training.checkpoints.checkpoint import CheckpointDir
-        from bertcore.training.checkpoints.checkpointer import Checkpointer
+        from bertcore.training.loop.checkpointer import Checkpointer
         from bertcore.training.loop.trainer import Trainer
 
         def trainer():

@@ -5,7 +5,7 @@ model at both lengths: at the second under `length_<N>` in both files.
 Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
 `metrics/eval_details.json` (the baselines they are read against, and how much was scored),
 and logs both into the MLflow run that trained the model (found by the sha256 of its weights,
-the run's tag `model.sha256`: see `bertcore/training/run/model_run.py`): the scores as results
+the run's tag `model.sha256`: see `bertcore/model/model_run.py`): the scores as results
 at the model's last step (`eval_mlm_accuracy`, ...), the details as tags
 (`eval.mlm_baseline_accuracy`, ...), both files as artifacts.
 """
@@ -49,8 +49,8 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     sections = read_params(load_params(params_file, overrides), PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
-    from bertcore.training.evaluation.heldout import HeldOutPaths, evaluate_pretrained
     from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.training.run.heldout import HeldOutPaths, evaluate_pretrained
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = HeldOutPaths(model_dir, samples_dir, vocab_dir, out_file)

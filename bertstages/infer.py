@@ -34,7 +34,7 @@ def fill_mask(model_dir: str | None, vocab_dir: str | None, top_k: int, text: st
     """Predict the tokens hidden behind each [MASK] in TEXT (top-k with probabilities)."""
     import torch
 
-    from bertcore.training.run.trained_model import load_model_and_tokenizer
+    from bertcore.model.trained_model import load_model_and_tokenizer
 
     model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
@@ -72,7 +72,7 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
     """Probability that SENTENCE_B follows SENTENCE_A (next sentence prediction)."""
     import torch
 
-    from bertcore.training.run.trained_model import load_model_and_tokenizer
+    from bertcore.model.trained_model import load_model_and_tokenizer
 
     model_dir = model_or_export(model_dir)
     model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="nsp")

@@ -10,7 +10,7 @@ latest checkpoint in `--checkpoints` when it was made with the same params, voca
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
 extends the run); otherwise starts fresh and says why, setting aside the checkpoints it
 replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
-early when its steps would not fit in the time (see `bertcore.training.run.budget`). With
+early when its steps would not fit in the time (see `bertcore.training.loop.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
 started by torchrun, it joins the process group.
 """
@@ -63,7 +63,7 @@ log = logging.getLogger("bert.pretrain")
 
 # ---------------------------------------------------------------------------------- command
 # The reports of the stages that log into the pretraining run (evaluate's and probe's --out):
-# a new run that wrote the weights they scored logs them too (bertcore.training.run.run_reports)
+# a new run that wrote the weights they scored logs them too (bertcore.model.run_reports)
 REPORTS = {"eval": "metrics/eval.json", "probe": "metrics/probe.json"}
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py),
 # by the names of PretrainConfig's fields, and cpu, which the stage pins before it computes

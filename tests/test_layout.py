@@ -1,5 +1,6 @@
 """The layout's rules, checked on the source: bertcore's imports point one way (common <-
-data <- model <- training <- downstream), no module is in an import cycle, and every stage's
+data <- model <- training <- downstream, and inside training from its params up to a whole
+run), no module is in an import cycle, and every stage's
 deps in dvc.yaml cover the bertcore code the stage runs, so `dvc repro` reruns a stage whenever
 that code changes. And every output in dvc.yaml persists, so that a stage that fails leaves the
 last good ones."""
@@ -14,8 +15,13 @@ import yaml
 from bertstages.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
-# Lower first: a module may import from its own package and the ones before it.
-ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", "downstream")
+# Lower first: a module may import from its own package and the ones before it. Training's
+# sub-packages are layers too: its params, a run's length, where it computes, what each step
+# sees, the checkpoints (and the identity they record), evaluation, the loop, one whole run.
+TRAINING = ("training.config", "training.length", "training.hardware", "training.data",
+            "training.checkpoints", "training.evaluation", "training.loop", "training.run")
+ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", *TRAINING,
+         "downstream")
 
 
 def module_file(name: str) -> Path | None:

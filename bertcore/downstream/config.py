@@ -28,7 +28,7 @@ from bertcore.common.validation import (
 )
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
 from bertcore.downstream.glue.tasks import GLUE_TASKS
-from bertcore.training.config import Device
+from bertcore.model.config import Device
 
 # learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
 # low for a 2-layer model. Turc et al. (2019) searched rates per miniature size (3e-4, 1e-4,

@@ -44,10 +44,10 @@ from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import require_readable, unknown_tokens
-from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.loop.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)

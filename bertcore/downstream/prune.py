@@ -37,14 +37,14 @@ from bertcore.downstream.heads import (
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import write_card
+from bertcore.model.devices import resolve_device, resolve_precision
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.evaluation.heldout import val_split
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
-from bertcore.training.hardware.devices import resolve_device, resolve_precision
+from bertcore.training.run.heldout import val_split
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 

@@ -17,7 +17,7 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.card import CARD_NAME
-from bertcore.training.run.model_run import pretraining_run
+from bertcore.model.model_run import pretraining_run
 
 log = logging.getLogger("bert.downstream")
 

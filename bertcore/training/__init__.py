@@ -1,5 +1,5 @@
-"""Pretraining. `pretrain` runs it end to end; `loop` is the training loop and `step` one
-optimizer step; `config` is the `train:` params section. Around them: `masking` and `batches`
-(what each step sees), `schedule` and `budget` (how long and how fast), `checkpoint`, `resume`
-and `stopping` (interrupting and continuing), `evaluation` and `records` (what is measured and
-kept), `devices` and `distributed` (where it runs)."""
+"""Pretraining, in layers that import only downwards (tests/test_layout.py): `config` (the
+params sections) < `length` (how long a phase runs) < `hardware` (threads, torch.distributed)
+< `data` (what each step sees) < `checkpoints` (their format and the run identity they
+record) < `evaluation` (val scores) < `loop` (the Trainer, one step, budget, checkpointer) <
+`run` (one whole run end to end, the evaluate stage, the export)."""

@@ -20,8 +20,6 @@ from pydantic import model_validator
 from bertcore.common.errors import ConfigError, require
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import (
-    DEVICE_PATTERN,
-    DEVICES,
     Bool,
     Float,
     Int,
@@ -29,14 +27,9 @@ from bertcore.common.validation import (
     integer,
     number,
     params_section,
-    text,
 )
 from bertcore.data.samples.config import Phase2Samples
-from bertcore.model.config import ModelConfig
-
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
-Device = text(pattern=DEVICE_PATTERN, allowed=DEVICES)
+from bertcore.model.config import Device, ModelConfig, Precision
 
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).

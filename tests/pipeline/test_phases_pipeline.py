@@ -78,7 +78,7 @@ def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path)
     (shim / "bert").write_text(
         "#!/bin/sh\n"
         f'if [ "$1" = pretrain ]; then exec "{sys.executable}" "{shim / "pause.py"}" '
-        f'bertcore.training.loop.step capture_rng_state 4 {int(signal.SIGKILL)} "$@"; fi\n'
+        f'bertcore.training.loop.checkpointer capture_rng_state 4 {int(signal.SIGKILL)} "$@"; fi\n'
         f'exec "{VENV_BIN / "bert"}" "$@"\n')
     (shim / "bert").chmod(0o755)
     paused_env = {**env, "PATH": f"{shim}{os.pathsep}{env['PATH']}"}

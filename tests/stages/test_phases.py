@@ -133,7 +133,8 @@ def test_stopped_in_phase_2_it_resumes_exactly_in_one_mlflow_run(data, straight,
     mlflow_db(work)
     # SIGTERM while phase 2's first checkpoint (step 9) is being written: the run stops after
     # the next step, with a checkpoint of it
-    stopped = run_bert_interrupted("pretrain", at="bertcore.training.loop.step:capture_rng_state",
+    stopped = run_bert_interrupted("pretrain",
+                                   at="bertcore.training.loop.checkpointer:capture_rng_state",
                                    nth=3, signum=signal.SIGTERM, cwd=work)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
     step = int(re.search(r"interrupted by SIGTERM after step (\d+)", stopped.stderr).group(1))

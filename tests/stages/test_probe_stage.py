@@ -19,7 +19,7 @@ from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.training.run.mlflow_run import MODEL_TAG
+from bertcore.model.model_run import MODEL_TAG
 
 
 @pytest.fixture(scope="module")

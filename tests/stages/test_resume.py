@@ -25,13 +25,13 @@ from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.identity import phase1_identity, samples_fingerprint
 from bertcore.training.checkpoints.resume import plan_resume
 from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
+from bertcore.training.length import RunLength
 from bertcore.training.loop.schedule import learning_rate
-from bertcore.training.run.identity import phase1_identity, samples_fingerprint
-from bertcore.training.run.length import RunLength
 from bertstages.pretrain import torchrun_command
 
 
@@ -140,8 +140,8 @@ def test_an_interrupted_extension_keeps_the_finished_run_and_its_model(data, tmp
     # extended to 400 steps, stopped by SIGTERM while step 12's checkpoint is written: it
     # stops after step 13, with a checkpoint; keep_last 2 rotated step 9 away, not step 6
     stopped = run_bert_interrupted("pretrain", "--set", "train.max_steps=400",
-                                   at="bertcore.training.loop.step:capture_rng_state", nth=2,
-                                   signum=signal.SIGTERM, cwd=tmp_path)
+                                   at="bertcore.training.loop.checkpointer:capture_rng_state",
+                                   nth=2, signum=signal.SIGTERM, cwd=tmp_path)
     assert stopped.returncode == 128 + signal.SIGTERM, stopped.stderr
     assert "interrupted by SIGTERM after step 13" in stopped.stderr
     assert "replaces" not in stopped.stderr
@@ -150,8 +150,8 @@ def test_an_interrupted_extension_keeps_the_finished_run_and_its_model(data, tmp
     assert file_sha256(model / "model.safetensors") == weights  # the finished run's model
     # run again: the extension resumes where it stopped
     resumed = run_bert_interrupted("pretrain", "--set", "train.max_steps=400",
-                                   at="bertcore.training.loop.step:capture_rng_state", nth=1,
-                                   signum=signal.SIGTERM, cwd=tmp_path)
+                                   at="bertcore.training.loop.checkpointer:capture_rng_state",
+                                   nth=1, signum=signal.SIGTERM, cwd=tmp_path)
     assert "resuming from models/checkpoints/step-00000013 (step 13 of 400)" in resumed.stderr
     assert steps_in(root) == [6, 15, 16]  # 6 outlives every rotation
 

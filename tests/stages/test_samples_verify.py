@@ -19,8 +19,8 @@ from bertcore.data.samples.verify import REBUILD, SamplesCheck
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import Phase2Config, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
-from bertcore.training.evaluation.heldout import heldout_splits
 from bertcore.training.evaluation.metrics import EvalConfig
+from bertcore.training.run.heldout import heldout_splits
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.run.pretrain import PretrainConfig
 

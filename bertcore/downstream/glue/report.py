@@ -43,8 +43,8 @@ from bertcore.downstream.glue.suite import (
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.card import CardFacts, write_card
-from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.run_reports import MODEL_KEY, weights_sha256
+from bertcore.model.devices import resolve_device
+from bertcore.model.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 

@@ -25,16 +25,15 @@ from bertcore.downstream.probes.minimal_pairs import (
     read_minimal_pairs,
     score_pairs,
 )
+from bertcore.model.devices import resolve_device
+from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.model.tokenizer import (
     require_own_tokenizer,
     require_readable,
     tokenizer_folder,
     unknown_tokens,
 )
-from bertcore.training.hardware.devices import resolve_device
-from bertcore.training.run.model_run import pretraining_run
-from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
-from bertcore.training.run.trained_model import load_model_and_tokenizer
+from bertcore.model.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 
@@ -203,10 +202,7 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     if config.model:
         require_own_tokenizer(folder, "probe.model")
     model, tokenizer = load_model_and_tokenizer(str(folder), vocab_dir, head="mlm")
-    tracker, step, why_not = pretraining_run(target, folder)
-    if why_not:
-        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
-                    paths.out_file)
+    tracker, step = report_run(target, folder, paths.out_file, log)
     probing_device = resolve_device(device, setting="--device")
     lm = MaskedLM(model.to(probing_device), tokenizer, probing_device, config.batch_size)
     folder = tokenizer_folder(Path(model_dir), Path(vocab_dir) if vocab_dir else None)
@@ -214,6 +210,5 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     details = {"model": str(model_dir), MODEL_KEY: weights_sha256(model_dir), **report.details}
     write_items(paths.items_dir, report.items)
     files = write_report(paths.out_file, "probe", report.metrics, details)
-    if tracker:
-        log_report_into(tracker, step, files, report.metrics, details, "probe")
+    log_report_into(tracker, step, files, report.metrics, details, "probe")
     return ProbeOutcome(report.metrics, details, files)

@@ -7,7 +7,7 @@ A checkpoint is a folder `step-00001234/` holding
                      step): plain tensors, dicts, lists and numbers, so it loads with
                      `torch.load(weights_only=True)` and never executes pickled code
   meta.json          step, data position, the run's identity (fingerprints and params:
-                     `bertcore.training.run.identity`) and the sha256 of every other file
+                     `bertcore.training.checkpoints.identity`) and the sha256 of every other file
                      (`files`); not the MLflow run, whose id is random (see `runs_file`)
   *.tsv              the training log up to this step (the stage's TSV is rebuilt from it)
 It is written to a staging folder and renamed into place, so a crash mid-write leaves the
@@ -48,12 +48,12 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.lock import folder_lock
 from bertcore.model.hf import save_model
+from bertcore.model.pretrained import META_FILE
 
 log = logging.getLogger(__name__)
 
 MODEL_FILE = "model.safetensors"
 STATE_FILE = "trainer.pt"
-META_FILE = "meta.json"
 DAMAGED_SUFFIX = ".damaged"  # step-00000008.damaged: set aside, never pruned
 REPLACED_DIR = "replaced"  # the checkpoints the latest fresh run replaced, set aside
 _INCOMING = f".{REPLACED_DIR}.incoming"  # filled first, then renamed to REPLACED_DIR whole

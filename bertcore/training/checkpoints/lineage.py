@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.training.checkpoints.checkpoint import REPLACED_DIR, Checkpoint
-from bertcore.training.run.identity import RunIdentity, after_phase1, in_phase1
+from bertcore.training.checkpoints.identity import RunIdentity, after_phase1, in_phase1
 
 SHOWN = 4  # names of checkpoints a line shows before "..."
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from bertcore.training.checkpoints.checkpoint import Checkpoint
-from bertcore.training.run.identity import NAMES, RunIdentity
+from bertcore.training.checkpoints.identity import NAMES, RunIdentity
 
 
 @dataclass(frozen=True)

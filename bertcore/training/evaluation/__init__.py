@@ -1,2 +1,1 @@
-"""Held-out evaluation: val scores with fixed masks, the evaluate stage's report, the NSP
-baseline."""
+"""Held-out evaluation: val scores with fixed masks, the NSP baseline."""

@@ -18,10 +18,10 @@ import torch
 from torch.utils.data import DataLoader
 
 from bertcore.model.bert import IGNORE_INDEX
+from bertcore.model.devices import autocast
 from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.data.batches import SampleSource, eval_batches
 from bertcore.training.data.masking import PretrainingCollator, VocabSpec
-from bertcore.training.hardware.devices import autocast
 from bertcore.training.hardware.distributed import Distributed
 
 

@@ -1,1 +1,2 @@
-"""Where pretraining computes: the device, the CPU's kernels and threads, torch.distributed."""
+"""Where pretraining computes: the CPU's kernels and threads, torch.distributed (the device
+and precision: `bertcore.model.devices`)."""

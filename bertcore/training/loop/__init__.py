@@ -1,1 +1,2 @@
-"""The training loop: the Trainer, one optimizer step, the schedule, the records and stopping."""
+"""The training loop: the Trainer, one optimizer step, the schedule, a time budget, when it
+checkpoints, the records and stopping."""

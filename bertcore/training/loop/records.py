@@ -1,6 +1,6 @@
 """The record of a training run: two TSV files (one row per logging step, one per
-evaluation) written row by row, mirrored into MLflow when a tracker is given. Their whole text
-also goes into every checkpoint, so a resumed run continues the same files."""
+evaluation) written row by row, mirrored into MLflow (a NullTracker when nothing is tracked).
+Their whole text also goes into every checkpoint, so a resumed run continues the same files."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+from bertcore.common.null_tracker import NullTracker
 from bertcore.training.evaluation.metrics import EvalMetrics
 
 TRAIN_COLUMNS = (
@@ -78,7 +79,8 @@ def _format(value: Any) -> str:
 
 
 class TrainingRecord:
-    """The local record (TSV files) and its mirror in MLflow (optional `tracker`)."""
+    """The local record (TSV files) and its mirror in MLflow (`tracker`; None: nothing is
+    tracked)."""
 
     def __init__(
         self,
@@ -90,14 +92,12 @@ class TrainingRecord:
         previous = previous or {}
         self.train = TsvLog(train_path, TRAIN_COLUMNS, previous.get(TRAIN_LOG))
         self.eval = TsvLog(eval_path, EVAL_COLUMNS, previous.get(EVAL_LOG))
-        self.tracker = tracker
+        self.tracker = tracker or NullTracker()
 
     def log_train(self, row: Mapping[str, Any], extra: Mapping[str, float] = ()) -> None:
         self.train.add(row)
-        if self.tracker:
-            metrics = _train_metrics(row)
-            self.tracker.log_metrics({**metrics, **dict(extra), "epoch": row["epoch"]},
-                                     step=row["step"])
+        self.tracker.log_metrics({**_train_metrics(row), **dict(extra), "epoch": row["epoch"]},
+                                 step=row["step"])
 
     def log_eval(self, step: int, metrics: EvalMetrics, track: bool = True) -> None:
         """A row of the eval log, unless its last row is of this step (a rerun of a finished
@@ -107,7 +107,7 @@ class TrainingRecord:
         last = self.eval.last_row()
         if not last or int(last["step"]) != step:
             self.eval.add({"step": step, **values})
-        if self.tracker and track:
+        if track:
             self.tracker.log_metrics(_val_metrics(values), step=step)
 
     def texts(self) -> dict[str, str]:
@@ -116,8 +116,6 @@ class TrainingRecord:
     def replay(self) -> None:
         """Send every row recorded so far to the tracker: a new MLflow run that continues an
         earlier one (an extended run) then shows the whole curve from step 1."""
-        if not self.tracker:
-            return
         for row in self.train.rows():
             metrics = _train_metrics(row)
             self.tracker.log_metrics({**metrics, "epoch": row.get("epoch")}, step=int(row["step"]))

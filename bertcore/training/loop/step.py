@@ -21,28 +21,25 @@ from __future__ import annotations
 
 import contextlib
 import logging
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
+from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
-    CheckpointDir,
-    capture_rng_state,
     restore_rng_state,
 )
 from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
-from bertcore.training.hardware.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.length import RunLength
 from bertcore.training.loop.schedule import learning_rate as scheduled_rate
 from bertcore.training.loop.state import TOTALS, WINDOW, LoggingWindow, TrainingState
-from bertcore.training.run.length import RunLength
 
 log = logging.getLogger(__name__)
 
@@ -79,33 +76,38 @@ class StepResult:
 @dataclass(frozen=True)
 class PhaseSteps:
     """What a StepRunner steps through in one phase: the phase's config (batch, schedule, loss
-    weights), its batches, its length and the epoch it starts in (phase 1: 0; BERT's second
-    phase numbers its steps and epochs on from phase 1's, see `bertcore.training.run.phases`)."""
+    weights), its batches, the steps done before it (`start`) and the epoch it starts in
+    (phase 1: 0; BERT's second phase numbers its steps and epochs on from phase 1's, see
+    `bertcore.training.run.phases`). Where it is planned to end is the Trainer's to hold."""
 
     config: TrainConfig
     batches: PretrainingBatches
-    length: RunLength
+    start: int = 0
     first_epoch: int = 0
 
     @classmethod
     def configured(cls, config: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
-        """A first phase of the length `config` sets."""
-        return cls(config, batches, RunLength.configured_by(config, batches.steps_per_epoch))
+        """A first phase."""
+        return cls(config, batches)
+
+    def configured_length(self) -> RunLength:
+        """The phase's length as `config` sets it (`max_steps`, or `epochs` of its batches)."""
+        return RunLength.configured_by(self.config, self.batches.steps_per_epoch, self.start)
 
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, step within it) of the step after `step`: which batch, and which masks,
         it draws."""
-        epoch, within = divmod(step - self.length.start, self.batches.steps_per_epoch)
+        epoch, within = divmod(step - self.start, self.batches.steps_per_epoch)
         return self.first_epoch + epoch, within
 
     def epochs_done(self, step: int) -> float:
         """Passes over the data after `step` (over phase 1's samples, then over phase 2's)."""
-        return self.first_epoch + (step - self.length.start) / self.batches.steps_per_epoch
+        return self.first_epoch + (step - self.start) / self.batches.steps_per_epoch
 
-    def learning_rate(self, step: int, length: RunLength | None = None) -> float:
+    def learning_rate(self, step: int, length: RunLength) -> float:
         """The rate of optimizer step `step` (0-based) on the phase's schedule, which ends
-        where `length` (by default the phase's own) is planned to end."""
-        cfg, length = self.config, length or self.length
+        where `length` is planned to end."""
+        cfg = self.config
         return scheduled_rate(cfg.learning_rate, step - length.start, cfg.warmup_steps,
                               length.planned - length.start)
 
@@ -138,7 +140,7 @@ class StepRunner:
         phase follows with `begin_phase`)."""
         self.dist = dist or Distributed()
         self.device = torch.device(device) if device is not None else resolve_device(
-            config.device, self.dist
+            config.device, self.dist.local_rank
         )
         self.phase = PhaseSteps.configured(config, batches)
         self.autocast_dtype = resolve_precision(config.precision, self.device)
@@ -180,7 +182,7 @@ class StepRunner:
         return self.state.step
 
     def begin_phase(self, phase: PhaseSteps) -> None:
-        """Go on with another phase of the run (its batch, schedule, length and data). The
+        """Go on with another phase of the run (its batch, schedule and data). The
         model, its wrappers (DDP, torch.compile) and the optimizer stay; load the checkpoint
         the phase starts from next (`resume_from`)."""
         self.phase = phase
@@ -233,8 +235,8 @@ class StepRunner:
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False,
                    length: RunLength | None = None) -> StepResult:
         """One optimizer step over this process's micro-batches (see accumulate_gradients), at
-        the rate of the phase's schedule ending where `length` (by default the phase's own) is
-        planned to end."""
+        the rate of the phase's schedule ending where `length` is planned to end (the
+        Trainer's; None: as the params set it, for a runner stepped without a Trainer)."""
         cfg = self.config
         counts, sums = self.accumulate_gradients(micro_batches, stop)
         mlm_den, nsp_den = counts[0].clamp_min(1), counts[1].clamp_min(1)
@@ -248,7 +250,7 @@ class StepRunner:
         ).double()
         loss_finite = torch.isfinite(total_loss)
         good = loss_finite & torch.isfinite(grad_norm)
-        rate = self.phase.learning_rate(self.step, length)
+        rate = self.phase.learning_rate(self.step, length or self.phase.configured_length())
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.found_inf = (~good).float()  # fused AdamW: skip the update when set
@@ -312,26 +314,6 @@ class StepRunner:
             self.scaler.load_state_dict(state["scaler"])
         self.state.load_state_dict(state)
         self.window.load_state_dict(state["window"])
-
-    def save_checkpoint(self, checkpoints: CheckpointDir, meta: Mapping[str, Any],
-                        texts: Mapping[str, str], planned_end: int,
-                        line: Callable[[Checkpoint], bool] | None = None) -> Path | None:
-        """Every process hands its RNG state to rank 0, which commits the checkpoint once all
-        processes have finished the step; returns the folder (None on other ranks). `meta`:
-        what the checkpoint records besides its position and `planned_end`; `line`: the
-        checkpoints `keep_last` rotates among (`CheckpointDir.prune`)."""
-        rng = self.dist.all_gather_objects(capture_rng_state())
-        self.dist.barrier()
-        path = None
-        if self.dist.is_main:
-            state = {**self.state_dict(planned_end), "rng": rng}
-            epoch, step_in_epoch = self.phase.position(self.step)
-            position = {"step": self.step, "epoch": epoch, "total_steps": planned_end,
-                        "step_in_epoch": step_in_epoch}
-            path = checkpoints.save(self.step, self.raw_model, state, {**meta, **position}, texts,
-                                    line)
-        self.dist.barrier()
-        return path
 
     def resume_from(self, checkpoint: Checkpoint) -> None:
         """Load weights, optimizer, scaler, counters and this process's RNG state."""

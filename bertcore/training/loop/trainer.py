@@ -6,10 +6,11 @@ The data position, (epoch, step within it), follows from the step number
 plus the RNG states is all that resuming needs: the resumed run draws the same batches, masks
 and dropout as an uninterrupted one.
 
-The Trainer carries the phase's `RunLength` as planned (`bertcore.training.run.length`): the one
-the run was planned with, or the new one a time budget plans after its first steps
-(`bertcore.training.run.budget`); it hands it to each step (the schedule) and each checkpoint (the
-planned end). What the loop changes is small and owned elsewhere: the step and the run's
+The Trainer is the one holder of the phase's `RunLength` as planned
+(`bertcore.training.length`): the one the run was planned with, or the new one a time budget
+plans after its first steps (`bertcore.training.loop.budget`); it hands it to each step (the
+schedule) and each checkpoint (the planned end). The StepRunner steps, the Checkpointer saves.
+What the loop changes is small and owned elsewhere: the step and the run's
 counters (`TrainingState`), the logging window (`LoggingWindow`, both on the StepRunner) and
 the last checkpoint written (`Checkpointer`, which also decides when one is due).
 
@@ -43,14 +44,14 @@ from tqdm.auto import tqdm
 
 from bertcore.common.errors import BertError
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.data.batches import DataWorkerDied
 from bertcore.training.evaluation.metrics import EvalMetrics
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import BudgetPlanner, StepTiming, TimeBudget
+from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import StepResult, StepRunner
 from bertcore.training.loop.stopping import StopRequest, TrainingInterrupted, signal_name
-from bertcore.training.run.budget import BudgetPlanner, StepTiming, TimeBudget
-from bertcore.training.run.length import RunLength
 
 log = logging.getLogger(__name__)
 
@@ -104,10 +105,10 @@ class Trainer:
         progress: bool | None = None,
         budget: TimeBudget | None = None,
     ):
-        """`length`: the phase's (None: the runner's phase's), as planned. `budget`: a time
+        """`length`: the phase's as planned (None: as its params set it). `budget`: a time
         budget; without `timing` (what the checkpoint the runner resumed from recorded) the
         first steps are timed and the end is planned once, at the budget's plan step (see
-        `bertcore.training.run.budget`). `checkpointer`: where and when checkpoints are written
+        `bertcore.training.loop.budget`). `checkpointer`: where and when checkpoints are written
         (None: never). `evaluate(model)` scores the model every `eval_every` steps and at the
         end. `on_step(result)` is called after every step (reading a number of `result` waits
         for the device). `stop_after`: stop (with a checkpoint) after this step, as
@@ -119,7 +120,7 @@ class Trainer:
         self.on_step = on_step
         self.stop_after = stop_after
         self.progress = progress
-        self.length = length or runner.phase.length  # as planned so far
+        self.length = length or runner.phase.configured_length()  # as planned so far
         self.timing = timing  # what a time budget planned from
         self.planner = None if budget is None else BudgetPlanner(
             budget, self.length, runner.step, timing, synchronize=runner.synchronize,

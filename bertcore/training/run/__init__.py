@@ -1,2 +1,2 @@
-"""One pretraining run: its inputs, phases, length, identity, time budget, report and MLflow
-run."""
+"""One pretraining run: its inputs, phases, report and MLflow run; the evaluate stage's
+held-out scores (`heldout`) and the export."""

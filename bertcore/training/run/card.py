@@ -14,7 +14,7 @@ from typing import Any
 from bertcore.common.report import details_file
 from bertcore.model.card import CardFacts, Figure, figure_of
 from bertcore.model.config import BertConfig
-from bertcore.training.run.run_reports import MODEL_KEY
+from bertcore.model.run_reports import MODEL_KEY
 
 LOAD_SNIPPET = """\
 from transformers import BertForPreTraining, pipeline

@@ -12,8 +12,8 @@ from bertcore.common.atomic import atomic_dir
 from bertcore.model.card import write_card
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
+from bertcore.model.run_reports import weights_sha256
 from bertcore.training.run.card import pretrained_facts, read_report
-from bertcore.training.run.run_reports import weights_sha256
 
 REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json
 

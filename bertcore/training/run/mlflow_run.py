@@ -17,18 +17,18 @@ from bertcore.common.tracking import Tracker
 from bertcore.model.card import card_text
 from bertcore.model.config import BertConfig, ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
+from bertcore.model.model_run import MODEL_TAG
+from bertcore.model.run_reports import carry_reports
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
+from bertcore.training.checkpoints.identity import run_name
 from bertcore.training.config import PretrainConfig
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import TrainResult
 from bertcore.training.run.card import pretrained_facts, read_report
 from bertcore.training.run.charts import chart_paths
-from bertcore.training.run.identity import run_name
 from bertcore.training.run.inputs import PretrainPaths
 from bertcore.training.run.phases import Phase, RunPlan
-from bertcore.training.run.run_reports import carry_reports
 
-MODEL_TAG = "model.sha256"
 MODEL_NAME = "hf_model"  # the logged MLflow Model: runs:/<run id>/hf_model
 COMMIT_TAG = "mlflow.source.git.commit"
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)

@@ -20,7 +20,7 @@ checkpoints stay for when it is on again (`bertcore.training.checkpoints.lineage
 This module sequences the phases: which phase a run starts in and from which checkpoint
 (`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
 (`enter_phase2`). What a phase's checkpoints share and record is its `RunIdentity`
-(`bertcore.training.run.identity`).
+(`bertcore.training.checkpoints.identity`).
 """
 
 from __future__ import annotations
@@ -35,15 +35,15 @@ from bertcore.common.errors import BertError
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.identity import RunIdentity, in_phase1, phase_of
 from bertcore.training.checkpoints.lineage import RunLine
 from bertcore.training.checkpoints.resume import ResumePlan, plan_resume
 from bertcore.training.config import MaskingConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import StepTiming, TimeBudget
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import PhaseSteps, StepRunner
-from bertcore.training.run.budget import StepTiming, TimeBudget
-from bertcore.training.run.identity import RunIdentity, in_phase1, phase_of
-from bertcore.training.run.length import RunLength
 
 
 def scaled_masking(masking: MaskingConfig, base_length: int, length: int) -> MaskingConfig:
@@ -64,21 +64,19 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
 def phase2_steps(phase1: Phase, train: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
     """Phase 2's steps: from phase 1's last step, in the first epoch phase 1 did not reach."""
     end = phase1.length.planned
-    return PhaseSteps(train, batches,
-                      RunLength.configured_by(train, batches.steps_per_epoch, start=end),
-                      first_epoch(end, phase1.batches.steps_per_epoch))
+    return PhaseSteps(train, batches, end, first_epoch(end, phase1.batches.steps_per_epoch))
 
 
 @dataclass(frozen=True)
 class Phase:
     """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
-    when it is on. Its length is planned once (`plan_pretraining`): `steps.length`, which its
-    identity records."""
+    when it is on. Its length is planned once (`plan_pretraining`): its identity's, which its
+    checkpoints record and its Trainer trains to."""
 
     number: int
     max_seq_length: int  # of its samples
     masking: MaskingConfig
-    steps: PhaseSteps  # its config, batches, length and first epoch
+    steps: PhaseSteps  # its config, batches, first step and first epoch
     val_store: SampleStore
     identity: RunIdentity  # what its checkpoints share and record
     budget: TimeBudget | None = None  # train.max_minutes (phase 1 only)
@@ -86,7 +84,7 @@ class Phase:
 
     @property
     def length(self) -> RunLength:
-        return self.steps.length
+        return self.identity.length
 
     @property
     def train(self) -> TrainConfig:
@@ -97,10 +95,9 @@ class Phase:
         return self.steps.batches
 
     def planned(self, length: RunLength, timing: StepTiming | None) -> Phase:
-        """This phase with its length planned again (its steps and identity alike)."""
+        """This phase with its length planned again."""
         return dataclasses.replace(
-            self, steps=dataclasses.replace(self.steps, length=length),
-            identity=dataclasses.replace(self.identity, length=length), timing=timing)
+            self, identity=dataclasses.replace(self.identity, length=length), timing=timing)
 
 
 # ------------------------------------------------------------------------ where a run starts

@@ -2,8 +2,8 @@
 top to bottom:
 
   run_pretraining     open and check the inputs (`bertcore.training.run.inputs`)
-  plan_pretraining    build each phase, its length (`bertcore.training.run.length`) and identity
-                      (`bertcore.training.run.identity`), and plan where the run (re)starts
+  plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
+                      (`bertcore.training.checkpoints.identity`), and plan where the run (re)starts
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
   PretrainingRun      .start: build the model (new, or from an existing BERT:
                       `bertcore.model.init_from`), open the MLflow run (a NullTracker when
@@ -35,11 +35,12 @@ from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import RECIPES
+from bertcore.model.devices import device_name, resolve_device
 from bertcore.model.hf import save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.checkpoints.checkpointer import Checkpointer
+from bertcore.training.checkpoints.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.checkpoints.lineage import left_notice, replacing_notice
 from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
@@ -47,17 +48,16 @@ from bertcore.training.data.masking import PretrainingCollator, VocabSpec
 from bertcore.training.data.order import LengthBins
 from bertcore.training.evaluation.metrics import Probes, ProbeSource, evaluate, val_batches
 from bertcore.training.hardware.cpu import cpu_record
-from bertcore.training.hardware.devices import device_name, resolve_device
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import TimeBudget, recorded_timing
+from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
 from bertcore.training.loop.step import PhaseSteps, StepRunner
 from bertcore.training.loop.stopping import TrainingInterrupted
 from bertcore.training.loop.trainer import Trainer, TrainResult
-from bertcore.training.run.budget import TimeBudget, recorded_timing
 from bertcore.training.run.charts import write_pretrain_charts
-from bertcore.training.run.identity import in_phase1, phase1_identity, phase2_identity
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
-from bertcore.training.run.length import RunLength
 from bertcore.training.run.mlflow_run import (
     PHASE_TAG,
     checkpoint_written,
@@ -132,7 +132,7 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
                      dist: Distributed, checkpoints: CheckpointDir) -> PretrainingPlan:
     """The phases with their batches, lengths and identities, and where the run (re)starts,
     with the warnings that go with it."""
-    device = resolve_device(config.train.device, dist)
+    device = resolve_device(config.train.device, dist.local_rank)
     vocab = VocabSpec.from_tokens(inputs.tokens)
     if inputs.init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
@@ -207,8 +207,8 @@ def _first_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainI
     init = inputs.init
     init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
     identity = phase1_identity(config, paths.vocab, paths.samples, length, init_hash)
-    return Phase(1, inputs.max_seq_length, config.masking, PhaseSteps(config.train, batches,
-                 length), inputs.val_store, identity, budget, timing)
+    return Phase(1, inputs.max_seq_length, config.masking, PhaseSteps(config.train, batches),
+                 inputs.val_store, identity, budget, timing)
 
 
 def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
@@ -222,7 +222,8 @@ def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: Pretrain
     batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
                        dist, device, section="phase2")
     steps = phase2_steps(first, train, batches)
-    identity = phase2_identity(first.identity, settings, paths.phase2_samples, steps.length)
+    identity = phase2_identity(first.identity, settings, paths.phase2_samples,
+                               steps.configured_length())
     return Phase(2, settings.max_seq_length, masking, steps, inputs.phase2_val, identity)
 
 
@@ -345,7 +346,7 @@ class PretrainingRun:
             before = phase.length.planned_at(resume.previous_total)
             log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice,
                         phase.steps.learning_rate(runner.step, before),
-                        phase.steps.learning_rate(runner.step))
+                        phase.steps.learning_rate(runner.step, phase.length))
 
     def say_entered(self, phase: Phase, start_from: Checkpoint) -> None:
         """What a phase after the first goes on from: its own checkpoint (resumed), or the

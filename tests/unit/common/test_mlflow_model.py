@@ -25,9 +25,9 @@ from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import CARD_NAME
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
+from bertcore.model.run_reports import MODEL_KEY, carry_reports, log_report_into
 from bertcore.training.run.charts import chart_paths, write_pretrain_charts
 from bertcore.training.run.export import export_pretrained
-from bertcore.training.run.run_reports import MODEL_KEY, carry_reports, log_report_into
 from bertstages.cli import cli
 
 SENTENCES = ["paris is the capital of france.", "berlin is the capital of germany.",

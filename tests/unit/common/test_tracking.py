@@ -28,8 +28,8 @@ from bertcore.common.tracking import (
     sqlite_uri,
 )
 from bertcore.downstream.tracking import child_run_name
-from bertcore.training.run.identity import RunIdentity, run_name
-from bertcore.training.run.length import RunLength
+from bertcore.training.checkpoints.identity import RunIdentity, run_name
+from bertcore.training.length import RunLength
 from bertstages.repo import experiment_name, repo_root
 
 

@@ -40,12 +40,12 @@ from bertcore.downstream.tasks import (
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
+from bertcore.model.model_run import MODEL_TAG
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import Trainer
-from bertcore.training.run.mlflow_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
 

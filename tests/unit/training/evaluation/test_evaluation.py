@@ -207,13 +207,13 @@ def test_bert_evaluate_scores_each_length_with_its_masks_and_refuses_an_empty_va
     from bertcore.common.errors import BertError
     from bertcore.data.samples.store import PHASE2_DIR, SampleStore
     from bertcore.data.vocab.files import read_vocab
-    from bertcore.training.evaluation.heldout import (
+    from bertcore.training.evaluation.metrics import CONTEXT, SCORES, EvalConfig, val_batches
+    from bertcore.training.run.heldout import (
         heldout_report,
         heldout_splits,
         score_heldout,
         val_split,
     )
-    from bertcore.training.evaluation.metrics import CONTEXT, SCORES, EvalConfig, val_batches
 
     data = build_data(tmp_path, phase2_length=64)
     samples, masking = data / "samples", MaskingConfig(max_predictions_per_seq=5)

@@ -18,12 +18,12 @@ from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import TrackingConfig
 from bertcore.model.bert import pretraining_loss
 from bertcore.model.config import ModelConfig
+from bertcore.training.checkpoints.identity import optimisation_params, resumable_params
 from bertcore.training.config import PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
 from bertcore.training.loop.step import compile_model
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
-from bertcore.training.run.identity import optimisation_params, resumable_params
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

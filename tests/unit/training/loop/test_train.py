@@ -21,10 +21,10 @@ from bertcore.common.errors import ConfigError
 from bertcore.common.tracking import sqlite_uri
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
-from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import micro_batches_of
 from bertcore.training.evaluation.metrics import EvalMetrics
+from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.schedule import linear_warmup_decay
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 

@@ -22,21 +22,21 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
-from bertcore.training.checkpoints.checkpointer import Checkpointer
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.hardware.distributed import Distributed
-from bertcore.training.loop.step import StepRunner
-from bertcore.training.loop.trainer import Trainer
-from bertcore.training.run.budget import (
+from bertcore.training.length import RunLength
+from bertcore.training.loop.budget import (
     BudgetPlanner,
     StepTiming,
     TimeBudget,
     planned_steps,
     recorded_timing,
 )
-from bertcore.training.run.length import RunLength
+from bertcore.training.loop.checkpointer import Checkpointer
+from bertcore.training.loop.step import StepRunner
+from bertcore.training.loop.trainer import Trainer
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 

@@ -22,14 +22,13 @@ from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
+from bertcore.model.devices import resolve_device, resolve_precision
 from bertcore.model.pretrained import load_pretrained
+from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
 from bertcore.training.evaluation.nsp_baseline import bag_of_words_nsp
-from bertcore.training.hardware.devices import resolve_device, resolve_precision
-from bertcore.training.run.model_run import pretraining_run
 from bertcore.training.run.phases import scaled_masking
-from bertcore.training.run.run_reports import MODEL_KEY, log_report_into, weights_sha256
 
 log = logging.getLogger("bert.evaluate")  # the stage's name, as its warnings have always said
 
@@ -157,16 +156,12 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     None)."""
     splits = heldout_splits(paths.samples_dir, paths.vocab_dir, masking)
     model, tokens = load_pretrained(paths.model_dir, paths.vocab_dir)
-    tracker, step, why_not = pretraining_run(target, Path(paths.model_dir))
-    if why_not:  # say so rather than stay silent
-        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
-                    paths.out_file)
+    tracker, step = report_run(target, Path(paths.model_dir), paths.out_file, log)
     scoring_device = resolve_device(device, setting="--device")
     scored = score_heldout(model.to(scoring_device), splits, VocabSpec.from_tokens(tokens),
                            config, scoring_device)
     scores, context = heldout_report(scored)
     context[MODEL_KEY] = weights_sha256(paths.model_dir)  # a later run of them carries it
     files = write_report(paths.out_file, "eval", scores, context)
-    if tracker:
-        log_report_into(tracker, step, files, scores, context, "eval")
+    log_report_into(tracker, step, files, scores, context, "eval")
     return HeldOutOutcome(scored, files)

@@ -14,14 +14,18 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.dotted import flatten
+from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import details_file, track_report
+from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
+from bertcore.model.model_run import pretraining_run
 
 MODEL_KEY = "model_sha256"  # in a report's details: the sha256 of the weights it scored
 REPORT_TAG = "report.sha256"  # under the report's prefix: the digest of its two files
@@ -39,6 +43,18 @@ def report_digest(files: tuple[Path, Path]) -> str:
     for path in files:
         digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
     return digest.hexdigest()
+
+
+def report_run(target: TrackingTarget | None, model_dir: str | Path, out_file: str | Path,
+               log: logging.Logger) -> tuple[Tracker | NullTracker, int]:
+    """The run a stage's report of the model in `model_dir` is logged into, and its last
+    step: the model's pretraining run, else a NullTracker, with a warning on `log` (the
+    stage's) saying why when tracking is on (the report goes to `out_file` only)."""
+    run, step, why_not = pretraining_run(target, model_dir)
+    if why_not:  # say so rather than stay silent
+        log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
+                    out_file)
+    return run or NullTracker(), step
 
 
 def log_report_into(tracker: Any, step: int, files: tuple[Path, Path],

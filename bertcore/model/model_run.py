@@ -12,7 +12,8 @@ from bertcore.common.errors import BertError
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.pretrained import RUN_INFO
-from bertcore.training.run.mlflow_run import MODEL_TAG
+
+MODEL_TAG = "model.sha256"  # set by pretraining's MLflow run (training/run/mlflow_run.py)
 
 
 def pretraining_run(target: TrackingTarget | None, model_dir: str | Path

@@ -34,7 +34,7 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bertcore.training.checkpoints.checkpoint import Checkpoint
-from bertcore.training.run.length import RunLength
+from bertcore.training.length import RunLength
 
 PROBE_STEPS = 20  # the plan step, at most (and the steps timed after a late start)
 RESERVE = 0.05  # share of the budget kept for checkpoints, the final save and noise

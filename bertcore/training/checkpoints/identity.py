@@ -30,7 +30,7 @@ from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, yaml_text
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoints.checkpoint import Checkpoint
-from bertcore.training.run.length import RunLength
+from bertcore.training.length import RunLength
 
 if TYPE_CHECKING:
     from bertcore.training.config import Phase2Config, PretrainConfig

@@ -1,4 +1,5 @@
-"""Where a model runs and in which precision: the device, the autocast dtype."""
+"""Where a model runs and in which precision: the device, the autocast dtype. Below training,
+as pretraining, evaluation and every downstream stage pick their device here."""
 
 from __future__ import annotations
 
@@ -7,18 +8,14 @@ import contextlib
 import torch
 
 from bertcore.common.errors import BertError
-
-# Device: the params type, torch-free in config.py (downstream's sections take it from here)
-from bertcore.training.config import Device as Device
-from bertcore.training.config import Precision
-from bertcore.training.hardware.distributed import Distributed
+from bertcore.model.config import Precision
 
 
-def resolve_device(name: str = "auto", dist: Distributed | None = None,
+def resolve_device(name: str = "auto", local_rank: int = 0,
                    setting: str = "train.device") -> torch.device:
-    """`auto`: this process's GPU when CUDA is available, else the CPU. `setting`: the param or
-    option that chose `name` (glue.device, --device), for messages."""
-    dist = dist or Distributed()
+    """`auto`: this process's GPU (`local_rank`, under torchrun) when CUDA is available, else
+    the CPU. `setting`: the param or option that chose `name` (glue.device, --device), for
+    messages."""
     if name == "auto":
         name = "cuda" if torch.cuda.is_available() else "cpu"
     try:
@@ -31,7 +28,7 @@ def resolve_device(name: str = "auto", dist: Distributed | None = None,
             raise BertError(f"{setting} is {name} but no CUDA GPU is available: use auto or "
                             "cpu")
         if device.index is None:
-            device = torch.device("cuda", dist.local_rank)
+            device = torch.device("cuda", local_rank)
     return device
 
 

@@ -3,7 +3,7 @@
 A phase starts after `start` optimizer steps (0 for phase 1; phase 2 numbers its steps on from
 phase 1's end), ends at `configured` as the params say (`max_steps`, or `epochs` over its
 batches), and is planned to end at `planned`: the configured end, or the earlier one a time
-budget plans (`bertcore.training.run.budget`), which returns a new RunLength. The learning-rate
+budget plans (`bertcore.training.loop.budget`), which returns a new RunLength. The learning-rate
 schedule runs from `start` to `planned`, and every checkpoint records `planned`.
 """
 

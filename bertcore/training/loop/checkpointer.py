@@ -2,7 +2,8 @@
 `CheckpointManager` in small): a checkpoint every `train.checkpoint_every` steps, at the end
 and when the run stops; never two of one step, never of a state whose last steps were not
 finite (a sick state must not replace a good checkpoint). The folder's format and rotation are
-`bertcore.training.checkpoints.checkpoint`'s; the state is the StepRunner's."""
+`bertcore.training.checkpoints.checkpoint`'s; the state is the StepRunner's, the planned end
+the Trainer's (it hands it to each save)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,10 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
+from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir, capture_rng_state
+from bertcore.training.loop.budget import StepTiming
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import StepRunner
-from bertcore.training.run.budget import StepTiming
 
 log = logging.getLogger(__name__)
 
@@ -52,11 +53,30 @@ class Checkpointer:
         if self.folder is None or self.saved_step == step:
             return
         meta = self.meta if timing is None else {**self.meta, "step_timing": timing.to_dict()}
-        self.saved_path = runner.save_checkpoint(self.folder, meta, record.texts(), planned_end,
-                                                 self.line)
+        self.saved_path = self.write(runner, meta, record.texts(), planned_end)
         self.saved_step = step
         if self.saved_path is not None and self.on_written is not None:
             self.on_written(self.saved_path)
+
+    def write(self, runner: StepRunner, meta: Mapping[str, Any], texts: Mapping[str, str],
+              planned_end: int) -> Path | None:
+        """Every process hands its RNG state to rank 0, which commits the checkpoint once all
+        processes have finished the step; returns the folder (None on other ranks). The
+        planned end goes into trainer.pt and meta.json both (`total_steps`): the format
+        checkpoints have shipped with, which resuming reads from meta.json."""
+        dist = runner.dist
+        rng = dist.all_gather_objects(capture_rng_state())
+        dist.barrier()
+        path = None
+        if dist.is_main:
+            state = {**runner.state_dict(planned_end), "rng": rng}
+            epoch, step_in_epoch = runner.phase.position(runner.step)
+            position = {"step": runner.step, "epoch": epoch, "total_steps": planned_end,
+                        "step_in_epoch": step_in_epoch}
+            path = self.folder.save(runner.step, runner.raw_model, state, {**meta, **position},
+                                    texts, self.line)
+        dist.barrier()
+        return path
 
     def latest(self) -> Checkpoint | None:
         return self.folder.latest() if self.folder is not None else None
