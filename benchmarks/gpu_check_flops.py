@@ -10,17 +10,33 @@ delivers: its bf16 matmul rate, measured.
 
 from __future__ import annotations
 
+import statistics
+import time
 
-def matmul_flops_per_s(device, n: int) -> float:
-    """bf16 matmul FLOP/s of this device, measured now (median of blocks of runs)."""
+
+def synchronize(device) -> None:
     import torch
-    from torch.utils.benchmark import Timer
+
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
+def matmul_flops_per_s(device, n: int, repeats: int = 10) -> float:
+    """bf16 matmul FLOP/s of this device, measured now (median of `repeats`)."""
+    import torch
 
     a = torch.randn(n, n, device=device, dtype=torch.bfloat16)
     b = torch.randn(n, n, device=device, dtype=torch.bfloat16)
-    timer = Timer("torch.mm(a, b)", globals={"torch": torch, "a": a, "b": b},
-                  num_threads=torch.get_num_threads())
-    return 2 * n**3 / timer.blocked_autorange(min_run_time=0.2).median
+    for _ in range(3):
+        torch.mm(a, b)
+    times = []
+    for _ in range(repeats):
+        synchronize(device)
+        start = time.perf_counter()
+        torch.mm(a, b)
+        synchronize(device)
+        times.append(time.perf_counter() - start)
+    return 2 * n**3 / statistics.median(times)
 
 
 def executed_flops(config, batch: int, length: int, head_rows: int,

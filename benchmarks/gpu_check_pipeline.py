@@ -1,9 +1,11 @@
 """The device check's pipeline parts, run in its work folder: the data stages, `bert pretrain` on
 the device with a checkpoint and an extension, a stop-and-resume against a straight run, DDP
-under torchrun, fp16 with a GradScaler, BERT's two phases (a short phase 2 at 512 tokens), and
-the batches of the real samples for the data path's host syncs.
+under torchrun, fp16 with a GradScaler, the host syncs of `Trainer.train()` over the real data
+path, and BERT's two phases (a short phase 2 at 512 tokens).
 
-`bert ...` runs in this process, through the CLI's own code.
+`bert ...` runs in this process, through the CLI's own code; a SIGTERM that the training loop
+turned into an interruption comes back as a Stop (see gpu_check_run), and so does one that its
+handler took and let the command finish.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import io
 import json
 import logging
 import math
-import subprocess
 import sys
 from pathlib import Path
+
+from gpu_check_run import Deadline, StopSignals, run_subprocess, stop_from
 
 DATA_STAMP = Path("data/.gpu_check-stamp")  # what the data in the work folder was built from
 
@@ -23,9 +26,17 @@ DATA_STAMP = Path("data/.gpu_check-stamp")  # what the data in the work folder w
 class Pipeline:
     """The parts that run `bert` stages in the work folder (the current directory)."""
 
-    def __init__(self, common: list[str], device):
+    def __init__(self, common: list[str], env: dict[str, str], deadline: Deadline,
+                 signals: StopSignals | None, device):
         self.common = common  # --set options for every stage
+        self.env = env  # for subprocesses: mlflow and dvc blocked in a dry run
+        self.deadline = deadline
+        self.signals = signals
         self.device = device
+
+    @property
+    def kind(self) -> str:
+        return self.device.type
 
     def bert(self, *args: str) -> str:
         """Run `bert ARGS` in this process; returns what it logged."""
@@ -39,9 +50,14 @@ class Pipeline:
         try:
             cli.main(list(args), prog_name="bert", standalone_mode=False)
         except click.ClickException as exc:
+            stop = stop_from(exc)
+            if stop is not None:
+                raise stop from None
             raise RuntimeError(f"bert {args[0]}: {exc.format_message()}") from None
         finally:
             logging.getLogger().removeHandler(handler)
+        if self.signals is not None:
+            self.signals.check()  # a SIGTERM the training loop took, after a whole run
         return stream.getvalue()
 
     # ------------------------------------------------------------------------ the parts
@@ -112,9 +128,7 @@ class Pipeline:
                 "--eval-log", "metrics/ddp_eval.tsv", "--set", f"train.max_steps={steps}",
                 "--set", f"train.checkpoint_every={steps // 2}",
                 "--set", f"train.eval_every={steps // 2}"]
-        # in this part's process group: its time limit ends torchrun too (and torchrun, its
-        # worker)
-        proc = subprocess.run(args, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        proc = run_subprocess(args, self.env, Path("ddp.log"), self.deadline)
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert f"joined the {backend} process group" in proc.stdout, proc.stdout[-3000:]
         done = read_json("metrics/ddp.json")["pretrain"]

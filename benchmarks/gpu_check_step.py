@@ -12,9 +12,8 @@ in one of two named comparisons: eager against eager, or compiled against compil
 - The same SDPA kernel for both (`torch.nn.attention.sdpa_kernel`, one backend allowed, so
   nothing falls back silently): transformers passes a [B,1,L,L] mask, ours [B,1,1,L], and the
   ratio should compare the models, not two attention kernels.
-- The models take turns: rounds of a few steps each (`torch.utils.benchmark.Timer`), the order
-  flipped every round, so that a change in the machine's speed hits both alike; the median
-  round counts.
+- The models take turns: rounds of a few steps each, the order flipped every round, so that a
+  change in the machine's speed hits both alike; the median round counts.
 - Utilisation: `exec_util` = the matmul FLOPs each model really executes (ours: the MLM head
   on its masked slots; transformers: on every token; padding included, since it runs) per
   second / the device's dense bf16 peak; `mfu6n` = the conventional 6 x parameters (+
@@ -23,6 +22,7 @@ in one of two named comparisons: eager against eager, or compiled against compil
 
 from __future__ import annotations
 
+import gc
 import math
 import statistics
 import time
@@ -30,7 +30,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from types import SimpleNamespace
 
-from gpu_check_flops import executed_flops, model_flops
+from gpu_check_flops import executed_flops, model_flops, synchronize
 from gpu_check_syncs import StepSyncs, count_step_syncs
 
 SDPA_NAMES = {"EFFICIENT_ATTENTION": "efficient", "CUDNN_ATTENTION": "cudnn", "MATH": "math",
@@ -43,6 +43,7 @@ class StepSizes:
     vocab: int
     length: int
     batch: int
+    warmup: int  # steps before timing (the first one compiles)
     rounds: int  # timed rounds per model, taking turns
     per_round: int  # steps per round
     sync_steps: int  # steps whose host syncs are counted
@@ -73,6 +74,7 @@ class Contender:
 @dataclass
 class Comparison:
     figures: dict[str, str]  # for the summary line
+    trainer: object  # ours (compiled or not), for a later part to feed real batches to
     ours_syncs: StepSyncs | None  # None off CUDA
 
 
@@ -101,7 +103,7 @@ def choose_sdpa_backend(device, heads: int = 12, length: int = 128, head_dim: in
                     out = torch.nn.functional.scaled_dot_product_attention(
                         q, k, v, attn_mask=mask, dropout_p=0.1)
                     out.float().sum().backward()
-            torch.cuda.synchronize(device)
+            synchronize(device)
             return backend
         except Exception:  # "no available kernel" and its kin: try the next one
             continue
@@ -200,67 +202,113 @@ def build_transformers(config, weights: dict, batch: dict, sizes: StepSizes, ben
     return model, step_of, executed
 
 
-def first_step(contender: Contender, device) -> None:
-    """One untimed step; for a compiled contender its time, mostly the compile (what is left
-    of it is taken off once the steps are timed)."""
-    import torch
-
-    start = time.perf_counter()
-    contender.step()
-    if device.type == "cuda":
-        torch.cuda.synchronize(device)
+def warm_up(contender: Contender, device, steps: int) -> None:
+    """`steps` untimed steps; the first one's excess over the others is the compile time."""
+    times = []
+    for _ in range(max(steps, 1)):
+        synchronize(device)
+        start = time.perf_counter()
+        contender.step()
+        synchronize(device)
+        times.append(time.perf_counter() - start)
     if contender.compile_s is not None:
-        contender.compile_s = time.perf_counter() - start
+        rest = statistics.median(times[1:]) if len(times) > 1 else 0.0
+        contender.compile_s = max(times[0] - rest, 0.0)
 
 
-def time_alternating(contenders: list[Contender], rounds: int, per_round: int) -> None:
-    """Median seconds per step of each contender, over rounds taken in turn (A B, B A, ...),
-    timed by torch's Timer (it warms up and waits for the device)."""
-    import torch
-    from torch.utils.benchmark import Timer
-
-    timers = {c.name: Timer("step()", globals={"step": c.step},
-                            num_threads=torch.get_num_threads()) for c in contenders}
+def time_alternating(contenders: list[Contender], device, rounds: int, per_round: int) -> None:
+    """Median seconds per step of each contender, over rounds taken in turn (A B, B A, ...)."""
     times: dict[str, list[float]] = {c.name: [] for c in contenders}
     for number in range(rounds):
         for contender in contenders if number % 2 == 0 else contenders[::-1]:
-            times[contender.name].append(timers[contender.name].timeit(per_round).mean)
+            synchronize(device)
+            start = time.perf_counter()
+            for _ in range(per_round):
+                contender.step()
+            synchronize(device)
+            times[contender.name].append((time.perf_counter() - start) / per_round)
     for contender in contenders:
         contender.seconds = statistics.median(times[contender.name])
-        if contender.compile_s is not None:
-            contender.compile_s = max(contender.compile_s - contender.seconds, 0.0)
 
 
 # ---------------------------------------------------------------------------- comparing
-def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str) -> Comparison:
-    """One named comparison: the contenders built, warmed up, timed in turn, their host syncs
-    counted, a table printed; the figures for the summary line."""
+def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str,
+                  time_left: Callable[[], float],
+                  say: Callable[[str], None] = print) -> Comparison:
+    """One named comparison. With `compiled`, transformers is compiled only if the time left
+    covers it (estimated from our compile)."""
     import torch
-    from model_step import make_batch
+    from model_step import hf_inputs, make_batch, ours_inputs
     from torch.nn.attention import sdpa_kernel
 
+    device = bench.device
     config = step_config(sizes)
     slots = mlm_slots(sizes.length)
-    batch = make_batch(sizes.batch, sizes.length, sizes.vocab,
-                       torch.Generator().manual_seed(0), max_predictions=slots)
+    cpu_batch = make_batch(sizes.batch, sizes.length, sizes.vocab,
+                           torch.Generator().manual_seed(0), max_predictions=slots)
+    ours_batch = {k: v.to(device) for k, v in ours_inputs(cpu_batch, slots).items()}
+    hf_batch = {k: v.to(device) for k, v in hf_inputs(cpu_batch).items()}
+    padded = cpu_batch["input_ids"].shape[1]
     if compiled:
         torch._dynamo.reset()  # static shapes for this length, as a run of its own
+    figures: dict[str, str] = {}
+    hf_failed = False
     with sdpa_kernel(bench.sdpa):
-        ours, unpadded, theirs = contenders(config, sizes, bench, compiled, batch)
-        timed = [c for c in (ours, unpadded, theirs) if c is not None]
-        time_alternating(timed, sizes.rounds, sizes.per_round)
-        for contender in timed:
-            contender.syncs = count_step_syncs(contender.step, bench.device, sizes.sync_steps)
-    padded = batch["input_ids"].shape[1]
+        trainer = new_trainer(config, sizes, bench, compiled)
+        unpadded_trainer = new_unpadded_trainer(config, sizes, bench) if compiled else None
+        ours = Contender("ours", lambda: trainer.train_step([ours_batch]),
+                         executed_flops(config, sizes.batch, padded, sizes.batch * slots),
+                         compile_s=0.0 if compiled else None)
+        warm_up(ours, device, sizes.warmup)
+        contenders = [ours]
+        unpadded = None
+        if unpadded_trainer is not None:
+            real = int(cpu_batch["attention_mask"].sum())
+            unpadded = Contender("ours-unpadded",
+                                 lambda: unpadded_trainer.train_step([ours_batch]),
+                                 executed_flops(config, sizes.batch, padded,
+                                                sizes.batch * slots, tokens=real), compile_s=0.0)
+            warm_up(unpadded, device, sizes.warmup)
+            contenders.append(unpadded)
+        model, step_of, executed = build_transformers(
+            config, trainer.raw_model.state_dict(), hf_batch, sizes, bench)
+        theirs = Contender("transformers", step_of(model), executed)
+        if compiled:
+            needed = 1.3 * ours.compile_s + 10.0
+            if time_left() < needed:
+                say(f"transformers compiled: skipped (needs ~{needed:.0f} s, "
+                    f"{time_left():.0f} s left)")
+                theirs = None
+            else:
+                try:
+                    theirs = compile_transformers(model, step_of, executed, bench, sizes, say)
+                except Exception as exc:  # their failure: ours still has its figures
+                    reason = (str(exc).strip().splitlines() or [""])[0][:200]
+                    say(f"transformers compiled: FAILED ({type(exc).__name__}: {reason})")
+                    theirs, hf_failed = None, True
+        else:
+            warm_up(theirs, device, sizes.warmup)
+        if theirs is not None:
+            contenders.append(theirs)
+        time_alternating(contenders, device, sizes.rounds, sizes.per_round)
+        for contender in contenders:
+            contender.syncs = count_step_syncs(contender.step, device, sizes.sync_steps)
     nominal = model_flops(config, sizes.batch, padded)
-    print_table(timed, bench, nominal, sizes.batch,
+    print_table(contenders, bench, nominal, sizes.batch,
                 f"{tag}: preset={sizes.preset} batch={sizes.batch} padded={padded} "
                 f"MLM slots={slots} bf16, sdpa={sdpa_name(bench.sdpa)}")
-    figures = step_figures(tag, sizes.batch, nominal / bench.peak, ours, bench.peak)
+    figures[f"{tag}_seq_s"] = f"{sizes.batch / ours.seconds:.0f}"
+    # 3 significant digits: 0.412 on a GPU; on a CPU (the dry run) the same code, tiny numbers
+    figures[f"{tag}_exec_util"] = f"{ours.executed / ours.seconds / bench.peak:.3g}"
+    figures[f"{tag}_mfu6n"] = f"{nominal / ours.seconds / bench.peak:.3g}"
     figures[f"{tag}_vs_hf"] = (f"{theirs.seconds / ours.seconds:.2f}x" if theirs is not None
-                               else "hf_failed")
+                               else "hf_failed" if hf_failed else "skipped")
     if unpadded is not None:
-        figures.update(unpadded_figures(tag, sizes.batch, nominal / bench.peak, ours, unpadded))
+        figures[f"{tag}_unpadded_seq_s"] = f"{sizes.batch / unpadded.seconds:.0f}"
+        figures[f"{tag}_unpadded_mfu6n"] = f"{nominal / unpadded.seconds / bench.peak:.3g}"
+        figures[f"{tag}_unpadded_vs_padded"] = f"{ours.seconds / unpadded.seconds:.2f}x"
+        if unpadded.syncs is not None:  # the packing's nonzero waits for the GPU
+            figures[f"{tag}_unpadded_syncs"] = f"{unpadded.syncs.syncs}/{unpadded.syncs.steps}"
     if ours.syncs is not None:
         figures.update(ours.syncs.figures(tag))
         if theirs is not None and theirs.syncs is not None:
@@ -269,81 +317,37 @@ def compare_steps(sizes: StepSizes, bench: Bench, compiled: bool, tag: str) -> C
         figures[f"{tag}_compile_s"] = f"{ours.compile_s:.0f}"
         if theirs is not None:
             figures[f"{tag}_hf_fullgraph"] = "yes" if theirs.fullgraph else "no"
-    return Comparison(figures, ours.syncs)
+    del model, theirs, unpadded, contenders
+    release(device)
+    return Comparison(figures, trainer, ours.syncs)
 
 
-def contenders(config, sizes: StepSizes, bench: Bench, compiled: bool, batch: dict):
-    """Ours, ours unpadded (compiled only) and transformers', each past its first step;
-    transformers' None when it failed to compile (ours still has its figures)."""
-    from model_step import hf_inputs, ours_inputs
-
-    slots = mlm_slots(sizes.length)
-    ours_batch = {k: v.to(bench.device) for k, v in ours_inputs(batch, slots).items()}
-    padded = batch["input_ids"].shape[1]
-    trainer = new_trainer(config, sizes, bench, compiled)
-    ours = Contender("ours", lambda: trainer.train_step([ours_batch]),
-                     executed_flops(config, sizes.batch, padded, sizes.batch * slots),
-                     compile_s=0.0 if compiled else None)
-    first_step(ours, bench.device)
-    unpadded = None
-    if compiled:
-        unpadded_trainer = new_unpadded_trainer(config, sizes, bench)
-        real = int(batch["attention_mask"].sum())
-        unpadded = Contender("ours-unpadded", lambda: unpadded_trainer.train_step([ours_batch]),
-                             executed_flops(config, sizes.batch, padded, sizes.batch * slots,
-                                            tokens=real), compile_s=0.0)
-        first_step(unpadded, bench.device)
-    hf_batch = {k: v.to(bench.device) for k, v in hf_inputs(batch).items()}
-    model, step_of, executed = build_transformers(config, trainer.raw_model.state_dict(),
-                                                  hf_batch, sizes, bench)
-    if not compiled:
-        theirs = Contender("transformers", step_of(model), executed)
-        first_step(theirs, bench.device)
-        return ours, unpadded, theirs
-    try:
-        return ours, unpadded, compile_transformers(model, step_of, executed, bench)
-    except Exception as exc:
-        reason = (str(exc).strip().splitlines() or [""])[0][:200]
-        print(f"transformers compiled: FAILED ({type(exc).__name__}: {reason})")
-        return ours, unpadded, None
-
-
-def step_figures(tag: str, batch: int, nominal_of_peak: float, ours: Contender,
-                 peak: float) -> dict[str, str]:
-    """Our sequences per second and utilisations (3 significant digits: 0.412 on a GPU; on a
-    CPU, the dry run, the same code gives tiny numbers)."""
-    return {f"{tag}_seq_s": f"{batch / ours.seconds:.0f}",
-            f"{tag}_exec_util": f"{ours.executed / ours.seconds / peak:.3g}",
-            f"{tag}_mfu6n": f"{nominal_of_peak / ours.seconds:.3g}"}
-
-
-def unpadded_figures(tag: str, batch: int, nominal_of_peak: float, ours: Contender,
-                     unpadded: Contender) -> dict[str, str]:
-    figures = {f"{tag}_unpadded_seq_s": f"{batch / unpadded.seconds:.0f}",
-               f"{tag}_unpadded_mfu6n": f"{nominal_of_peak / unpadded.seconds:.3g}",
-               f"{tag}_unpadded_vs_padded": f"{ours.seconds / unpadded.seconds:.2f}x"}
-    if unpadded.syncs is not None:  # the packing's nonzero waits for the GPU
-        figures[f"{tag}_unpadded_syncs"] = f"{unpadded.syncs.syncs}/{unpadded.syncs.steps}"
-    return figures
-
-
-def compile_transformers(model, step_of, executed: float, bench: Bench) -> Contender:
+def compile_transformers(model, step_of, executed: float, bench: Bench, sizes: StepSizes,
+                         say: Callable[[str], None]) -> Contender:
     """transformers compiled with fullgraph=True, or with its graph breaks if it has some."""
     import torch
 
     forward = torch.compile(model, backend=bench.backend, fullgraph=True)
     theirs = Contender("transformers", step_of(forward), executed, compile_s=0.0)
     try:
-        first_step(theirs, bench.device)
+        warm_up(theirs, bench.device, sizes.warmup)
     except Exception as exc:  # a graph break: compare what a user of transformers would get
         reason = (str(exc).strip().splitlines() or [""])[0][:160]
-        print(f"transformers does not compile as one graph here ({type(exc).__name__}: {reason});"
+        say(f"transformers does not compile as one graph here ({type(exc).__name__}: {reason});"
             " compiled with its graph breaks instead")
         forward = torch.compile(model, backend=bench.backend)
         theirs = Contender("transformers", step_of(forward), executed, compile_s=0.0,
                            fullgraph=False)
-        first_step(theirs, bench.device)
+        warm_up(theirs, bench.device, sizes.warmup)
     return theirs
+
+
+def release(device) -> None:
+    import torch
+
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
 
 
 def print_table(contenders: list[Contender], bench: Bench, nominal: float, batch: int,

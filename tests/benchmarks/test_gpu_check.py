@@ -1,13 +1,13 @@
 """The device check has one shot on a lent GPU. Its dry run (tiny sizes on the CPU, mlflow and
 dvc unimportable, as on the GPU machine) passes every part and prints its summary within the
-deadline; SIGTERM, as `timeout` sends it, in any part, or a part's own time limit still ends
-with the summary line naming the parts that finished, and leaves no process behind; without
-CUDA it stops at once. The script's running of its parts (a failed part does not stop the
-others, time limits, the deadline, signals, the results written as each part ends) is checked
-with a fake part in place of `gpu_check.py` (seconds, no torch)."""
+deadline; SIGTERM, as `timeout` sends it, or the deadline, in any part, still ends with the
+summary line naming the parts that finished, and leaves no process behind; without CUDA it
+stops at once. The run machinery (gating on the time left, results written as each part ends,
+stops) is checked on a fake clock."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import signal
@@ -25,7 +25,16 @@ from helpers.bert import REPO
 from helpers.tiny_pretrain import build_data
 
 sys.path.insert(0, str(REPO / "benchmarks"))
-from gpu_check_syncs import count_step_syncs, datapath_check  # benchmarks/ is not a package
+from gpu_check_run import (  # the benchmarks folder is not a package
+    CheckRecord,
+    Deadline,
+    Part,
+    Stop,
+    StopSignals,
+    run_parts,
+    stop_from,
+)
+from gpu_check_syncs import count_step_syncs, datapath_check
 
 SCRIPT = REPO / "benchmarks" / "gpu_check.sh"
 ENV = {**os.environ, "PYTHON": sys.executable, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
@@ -37,36 +46,26 @@ PARTS = ["data", "pretrain_cpu", "resume_cpu", "ddp_gloo", "step_s32_eager", "fp
 LAUNCHED: list[subprocess.Popen] = []
 
 
-def start(*args: str, env: dict | None = None) -> subprocess.Popen:
+def start(*args: str) -> subprocess.Popen:
     """`bash gpu_check.sh ARGS`, stderr into stdout (the markers and the logs, in order)."""
-    proc = subprocess.Popen(["bash", str(SCRIPT), *args], cwd=REPO, env={**ENV, **(env or {})},
-                            text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            start_new_session=True)
+    proc = subprocess.Popen(["bash", str(SCRIPT), *args], cwd=REPO, env=ENV, text=True,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     LAUNCHED.append(proc)
     return proc
 
 
 @pytest.fixture(autouse=True)
 def _no_check_left_running():
-    """A test that fails mid-way must not leave a check running (each part's `timeout` leads
-    a group of its own, ended by the check's own SIGTERM)."""
+    """A test that fails mid-way must not leave a check running (`timeout` leads its group)."""
     yield
     while LAUNCHED:
         proc = LAUNCHED.pop()
         if proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
             try:
-                proc.wait(timeout=60)
-            except subprocess.TimeoutExpired:
                 os.killpg(proc.pid, signal.SIGKILL)
-                proc.wait()
-
-
-def results_lines(path: Path) -> dict[str, list[str]]:
-    """The results file's part lines (`PART STATUS SECONDS DETAIL`) by part, and its last
-    line (the summary) as "last"."""
-    lines = path.read_text(encoding="utf-8").splitlines()
-    return {line.split()[0]: line.split()[1:] for line in lines[:-1]} | {"last": [lines[-1]]}
+            except ProcessLookupError:
+                proc.kill()
+            proc.wait()
 
 
 def summary(output: str) -> tuple[str, dict[str, str]]:
@@ -106,13 +105,11 @@ def wait_until_gone(folder: Path, timeout: float = 60.0) -> None:
 
 @pytest.fixture(scope="module")
 def dry_run(tmp_path_factory):
-    """The whole dry run (minutes; a part a process, each importing torch: on two shared
-    cores it may need more than the default deadline, 300 s)."""
+    """The whole dry run (minutes)."""
     folder = tmp_path_factory.mktemp("gpu_check")
-    results = folder / "results.txt"
-    proc = start("--dry-run", "--workdir", str(folder / "work"), "--results", str(results),
-                 env={"GPU_CHECK_DEADLINE": "900"})
-    output, _ = proc.communicate(timeout=1000)
+    results = folder / "results.json"
+    proc = start("--dry-run", "--workdir", str(folder / "work"), "--results", str(results))
+    output, _ = proc.communicate(timeout=600)
     return proc.returncode, output, folder / "work", results
 
 
@@ -130,7 +127,7 @@ def dry_run_data(request, tmp_path_factory) -> Path:
             return work
     folder = tmp_path_factory.mktemp("gpu_check_data")
     proc = start("--dry-run", "--parts", "data", "--workdir", str(folder / "work"),
-                 "--results", str(folder / "results.txt"))
+                 "--results", str(folder / "results.json"))
     output, _ = proc.communicate(timeout=600)
     assert proc.returncode == 0, output[-3000:]
     return folder / "work"
@@ -152,7 +149,7 @@ def test_dry_run_passes_every_part_within_its_deadline(dry_run):
     assert last.startswith("gpu_check (dry run): device=ok data=ok"), last
     statuses = last.split(": ", 1)[1].split(" | ")[0].split()
     assert statuses == [f"{name}=ok" for name in ["device", *PARTS]], last  # in this order
-    assert int(values["seconds"]) <= int(values["deadline"]) == 900
+    assert int(values["seconds"]) <= int(values["deadline"]) == 300
     # each comparison named, with its figures (the executed-FLOPs one the headline)
     for tag in ("s32_eager", "s64_eager", "s32_compiled", "s64_compiled"):
         for figure in ("seq_s", "exec_util", "mfu6n", "vs_hf"):
@@ -162,18 +159,16 @@ def test_dry_run_passes_every_part_within_its_deadline(dry_run):
             assert f"{tag}_{figure}" in values, (tag, figure, last)
     assert values["s32_compiled_hf_fullgraph"] == "yes" and values["datapath_model"] == "compiled"
     assert values["sdpa"] == "math"  # pinned for both models (on a GPU: efficient)
-    saved = results_lines(results)
-    assert saved.pop("last") == [last]
-    assert list(saved) == ["device", *PARTS] and {v[0] for v in saved.values()} == {"ok"}
+    assert json.loads(results.read_text())["summary"] == last
     assert "train loss nan" not in output
 
 
 @pytest.mark.parametrize("part", PARTS)
 def test_sigterm_in_any_part_prints_the_summary_of_what_finished(dry_run_data, tmp_path,
                                                                   part):
-    # SIGTERM to the check, as `timeout` or a session's end sends it; here at the part's marker
+    # `timeout` forwards SIGTERM to the check and its process group; here at the part's marker
     work = work_copy(dry_run_data, tmp_path) if part != "data" else tmp_path / "work"
-    results = tmp_path / "results.txt"
+    results = tmp_path / "results.json"
     proc = start("--dry-run", "--parts", f"data,{part}", "--workdir", str(work),
                  "--results", str(results))
     before = read_until(proc, f">> {part} (")
@@ -185,10 +180,8 @@ def test_sigterm_in_any_part_prints_the_summary_of_what_finished(dry_run_data, t
     if part != "data":
         assert values["data"] == "ok", last  # what finished before
     assert values["stopped_by"] == "SIGTERM", last
-    saved = results_lines(results)
-    assert saved["last"] == [last] and saved[part][0] == "stopped" and saved[part][2:] == [
-        "SIGTERM"]
-    assert saved["device"][0] == "ok" and (part == "data" or saved["data"][0] == "ok")
+    saved = json.loads(results.read_text())
+    assert saved["summary"] == last and saved["parts"][part]["status"] == "stopped"
     wait_until_gone(work)
 
 
@@ -207,45 +200,51 @@ def torchrun_worker(proc: subprocess.Popen) -> psutil.Process:
     raise AssertionError("no torchrun worker started")
 
 
-def part_timeout(proc: subprocess.Popen) -> psutil.Process:
-    """The `timeout` that runs the current part (a child of the check's script)."""
-    return next(p for p in psutil.Process(proc.pid).children() if p.name() == "timeout")
-
-
 @pytest.mark.parametrize(("part", "marker", "signum", "status"), [
     # in the training loop, whose own handler takes SIGTERM (it checkpoints, then stops)
     ("pretrain_cpu", "step 3/6: val MLM loss", signal.SIGTERM, "stopped"),
-    # while torchrun and its worker run, torchrun's worker in a session of its own
+    # while torchrun and its worker run, in a session of their own
     ("ddp_gloo", "worker", signal.SIGTERM, "stopped"),
-    # the part's time limit (the SIGALRM of its `timeout`) in the same two places
+    # the deadline (its SIGALRM) in the same two places
     ("pretrain_cpu", "step 3/6: val MLM loss", signal.SIGALRM, "cut"),
     ("ddp_gloo", "worker", signal.SIGALRM, "cut"),
 ])
 def test_a_stop_inside_a_running_part(dry_run_data, tmp_path, part, marker, signum, status):
     work = work_copy(dry_run_data, tmp_path)
     proc = start("--dry-run", "--parts", f"data,{part}", "--workdir", str(work),
-                 "--results", str(tmp_path / "results.txt"))
+                 "--results", str(tmp_path / "results.json"))
     before = read_until(proc, marker if marker != "worker" else f">> {part} (")
     if marker == "worker":
         torchrun_worker(proc)
-    # SIGTERM to the check, as `timeout` or a user sends it; SIGALRM as the part's own timer
-    os.kill(proc.pid if signum == signal.SIGTERM else part_timeout(proc).pid, signum)
+    check = psutil.Process(proc.pid).children()[0]  # python, under timeout
+    target = proc.pid if signum == signal.SIGTERM else check.pid  # SIGALRM: as its own timer
+    os.kill(target, signum)
     output = "".join(before) + proc.communicate(timeout=120)[0]
     last, values = summary(output)
     assert values["data"] == "ok" and values[part] == status, output[-3000:]
-    if signum == signal.SIGTERM:
-        assert values["stopped_by"] == "SIGTERM", last
-    else:  # a part cut at its limit ends that part only: the check is not stopped
-        assert "stopped_by" not in values, last
-        assert results_lines(tmp_path / "results.txt")[part][0] == "cut", last
+    reason = "deadline" if signum == signal.SIGALRM else "SIGTERM"
+    assert values["stopped_by"] == reason, last
     assert proc.returncode == (124 if signum == signal.SIGALRM else 128 + signum), last
     wait_until_gone(work)
     # torchrun and its worker were ended, not left to finish on their own
     assert not (work / "metrics" / "ddp.json").exists()
 
 
+def test_a_part_that_would_not_fit_the_deadline_is_skipped(dry_run_data, tmp_path):
+    # the compiled comparison's estimate (2 compiles + its steps: 20 s in a dry run) cannot fit
+    # a 20 s deadline once the device part ran: skipped, and the run is still a success
+    work = work_copy(dry_run_data, tmp_path)
+    proc = start("--dry-run", "--deadline", "20", "--parts", "data,step_s32_compiled",
+                 "--workdir", str(work), "--results", str(tmp_path / "results.json"))
+    output = proc.communicate(timeout=120)[0]
+    last, values = summary(output)
+    assert proc.returncode == 0, output[-3000:]
+    assert values["data"] == "ok" and values["step_s32_compiled"] == "skipped", last
+    assert int(values["seconds"]) <= 20
+
+
 def test_without_cuda_it_stops_at_once_with_the_summary(tmp_path):
-    proc = start("--results", str(tmp_path / "results.txt"))  # no --dry-run, on this CPU
+    proc = start("--results", str(tmp_path / "results.json"))  # no --dry-run, on this CPU
     output = proc.communicate(timeout=120)[0]
     last, values = summary(output)
     assert proc.returncode == 1, output[-3000:]
@@ -255,96 +254,129 @@ def test_without_cuda_it_stops_at_once_with_the_summary(tmp_path):
         "not_run"}
 
 
-# ------------------------------------------------------- the script's running of its parts
-FAKE_PART = """#!/usr/bin/env bash
-# as `PYTHON -u gpu_check.py PART --out DIR --dry-run`: FAIL_PART fails, SLOW_PART sleeps
-# (STUBBORN: ignoring SIGTERM) after a copy of the results file as it is then
-part=$3 out=$5
-echo "$part ran" >>"$out/../ran"
-if [ "$part" = "${FAIL_PART:-}" ]; then
-  echo "ValueError: broken" >"$out/$part.detail"; echo traceback >&2; exit 1
-fi
-if [ "$part" = "${SLOW_PART:-}" ]; then
-  cp "$RESULTS" "$RESULTS.then"
-  if [ -n "${STUBBORN:-}" ]; then trap '' TERM; fi
-  echo "$part sleeps"
-  sleep 60
-fi
-echo "$part done" >"$out/$part.detail"
-if [ "$part" = device ]; then echo "torch=fake sdpa=math" >"$out/device.figures"
-else echo "${part}_figure=1" >"$out/$part.figures"; fi
-"""
+# ------------------------------------------------------------------ the run machinery
+class FakeClock:
+    def __init__(self):
+        self.now = 0.0
+
+    def __call__(self) -> float:
+        return self.now
 
 
-def fake_check(tmp_path: Path, *args: str, **env: str) -> subprocess.Popen:
-    """The dry run with FAKE_PART in place of gpu_check.py (`PYTHON`), in a kept work folder."""
-    fake = tmp_path / "fake_python"
-    fake.write_text(FAKE_PART, encoding="utf-8")
-    fake.chmod(0o755)
-    return start("--dry-run", "--workdir", str(tmp_path / "work"),
-                 "--results", str(tmp_path / "results.txt"), *args,
-                 env={"PYTHON": str(fake), "RESULTS": str(tmp_path / "results.txt"), **env})
+def test_parts_are_gated_on_the_time_left_and_recorded_as_each_ends(tmp_path):
+    clock = FakeClock()
+    record = CheckRecord("gpu_check", Deadline(100, clock), tmp_path / "results.json")
+    measured: dict[str, float] = {}
+    seen: dict[str, dict] = {}
+
+    def part(name: str, seconds: float, fail: bool = False, measures: float | None = None):
+        def run() -> str:
+            seen[name] = json.loads(record.path.read_text())["parts"]  # the file, as it starts
+            clock.now += seconds
+            if measures is not None:
+                measured["compile"] = measures
+            if fail:
+                raise ValueError("broken\nsecond line")
+            return f"{name} done"
+
+        return run
+
+    parts = [Part("a", part("a", 10, measures=40.0), lambda: 20),
+             Part("b", part("b", 30, fail=True), lambda: 30),  # fails: the others still run
+             Part("c", part("c", 5), lambda: measured.get("compile", 5) * 2),  # 80 > 60 left
+             Part("d", part("d", 50), lambda: 60),  # fits exactly: 60 left
+             Part("e", part("e", 1), lambda: 11)]  # 10 left
+    record.plan([p.name for p in parts])
+    lines: list[str] = []
+    run_parts(parts, record, say=lines.append)
+    statuses = {name: o.status for name, o in record.parts.items()}
+    assert statuses == {"a": "ok", "b": "FAIL", "c": "skipped", "d": "ok", "e": "skipped"}
+    assert record.parts["b"].detail == "ValueError: broken" and record.parts["d"].seconds == 50
+    assert record.parts["c"].detail == "needs ~80 s, 60 s left"
+    # the file said what had ended when each part began
+    assert seen["b"]["a"]["status"] == "ok" and seen["b"]["b"]["status"] == "running"
+    assert seen["d"]["c"]["status"] == "skipped" and seen["d"]["b"]["status"] == "FAIL"
+    assert record.summary() == "gpu_check: a=ok b=FAIL c=skipped d=ok e=skipped | " \
+                               "deadline=100 seconds=90"
+    assert json.loads(record.path.read_text())["summary"] == record.summary()
+    assert record.exit_code() == 1
+    assert [line.split("] ")[1].split(" (")[0] for line in lines if ">>" in line] == [
+        ">> a", ">> b", ">> d"]
 
 
-def test_a_failed_part_is_reported_and_the_others_still_run(tmp_path):
-    proc = fake_check(tmp_path, FAIL_PART="resume_cpu")
-    output = proc.communicate(timeout=120)[0]
-    last, values = summary(output)
-    assert proc.returncode == 1, output
-    assert {name: values[name] for name in ["device", *PARTS]} == {
-        **{name: "ok" for name in ["device", *PARTS]}, "resume_cpu": "FAIL"}, last
-    assert "traceback" in output and "resume_cpu: FAIL (ValueError: broken)" in output
-    # statuses | the parts' figures, in order | the device's, deadline, seconds
-    _, figures, ending = last.split(": ", 1)[1].split(" | ")
-    assert figures.split() == [f"{name}_figure=1" for name in PARTS if name != "resume_cpu"]
-    assert ending.startswith("torch=fake sdpa=math deadline=300 seconds="), last
-    saved = results_lines(tmp_path / "results.txt")
-    assert saved["resume_cpu"][0] == "FAIL" and saved["resume_cpu"][2:] == ["ValueError:",
-                                                                               "broken"]
-    assert saved["data"][0] == "ok" and saved["data"][2:] == ["data", "done"]
-    assert saved["last"] == [last]
+class Interrupted(Exception):
+    """As bertcore's TrainingInterrupted, and the CLI's error made of it: exit code 128 + N."""
+
+    exit_code = 128 + signal.SIGTERM
 
 
-def test_a_part_past_its_time_is_cut_and_parts_past_the_deadline_skipped(tmp_path):
-    # the deadline: 4 s; the slow part gets what is left of it, then the check ends
-    proc = fake_check(tmp_path, "--parts", "data,pretrain_cpu,resume_cpu,ddp_gloo",
-                      SLOW_PART="resume_cpu", FAIL_PART="pretrain_cpu",
-                      GPU_CHECK_DEADLINE="4")
-    output = proc.communicate(timeout=120)[0]
-    last, values = summary(output)
-    assert proc.returncode == 124, output  # cut comes before failed
-    assert [values[n] for n in ("device", "data", "pretrain_cpu", "resume_cpu", "ddp_gloo")] == [
-        "ok", "ok", "FAIL", "cut", "skipped"], last
-    assert "step_s32_eager" not in values  # not chosen
-    assert int(values["seconds"]) <= 4 + 1 and "stopped_by" not in values, last
-    # the results file said what had ended when the slow part began
-    then = (tmp_path / "results.txt.then").read_text(encoding="utf-8").splitlines()
-    assert [line.split()[:2] for line in then] == [["device", "ok"], ["data", "ok"],
-                                                   ["pretrain_cpu", "FAIL"]]
-    saved = results_lines(tmp_path / "results.txt")
-    assert saved["resume_cpu"][0] == "cut" and saved["ddp_gloo"][0] == "skipped"
-    assert " ".join(saved["resume_cpu"][2:]).startswith("cut at its limit of ")
-
-
-@pytest.mark.parametrize(("signum", "stubborn"), [
-    (signal.SIGTERM, ""), (signal.SIGINT, ""), (signal.SIGHUP, ""),
-    (signal.SIGTERM, "yes"),  # a part that ignores SIGTERM: killed 10 s later
+@pytest.mark.parametrize(("raised", "status", "reason", "code"), [
+    (Stop("deadline"), "cut", "deadline", 124),
+    (Stop("SIGTERM", signal.SIGTERM), "stopped", "SIGTERM", 143),
+    (Interrupted("interrupted by SIGTERM after step 3"), "stopped", "SIGTERM", 143),
+    (KeyboardInterrupt(), "stopped", "SIGINT", 130),
 ])
-def test_a_signal_stops_the_running_part_and_leaves_the_rest(tmp_path, signum, stubborn):
-    proc = fake_check(tmp_path, SLOW_PART="pretrain_cpu", STUBBORN=stubborn)
-    before = read_until(proc, "pretrain_cpu sleeps")
-    os.kill(proc.pid, signum)
-    output = "".join(before) + proc.communicate(timeout=60)[0]
-    last, values = summary(output)
-    name = signal.Signals(signum).name
-    assert proc.returncode == 128 + signum, output
-    assert [values[n] for n in ("device", "data", "pretrain_cpu")] == ["ok", "ok", "stopped"], last
-    assert {values[n] for n in PARTS[2:]} == {"not_run"} and values["stopped_by"] == name
-    stopped = results_lines(tmp_path / "results.txt")["pretrain_cpu"]
-    assert stopped[0] == "stopped" and stopped[2:] == [name]
-    ran = (tmp_path / "work" / "ran").read_text(encoding="utf-8").split()
-    assert "resume_cpu" not in ran
-    wait_until_gone(tmp_path / "work")  # the part's processes ran there
+def test_a_stop_marks_the_running_part_and_leaves_the_rest(tmp_path, raised, status, reason,
+                                                           code):
+    record = CheckRecord("gpu_check", Deadline(100, FakeClock()), tmp_path / "results.json")
+
+    def stopping() -> str:
+        raise raised
+
+    parts = [Part("a", lambda: "fine", lambda: 1), Part("b", stopping, lambda: 1),
+             Part("c", lambda: "never", lambda: 1)]
+    record.plan([p.name for p in parts])
+    with pytest.raises(Stop) as info:
+        run_parts(parts, record, say=lambda line: None)
+    record.stopped(info.value)
+    assert {n: o.status for n, o in record.parts.items()} == {"a": "ok", "b": status,
+                                                                "c": "not_run"}
+    assert f"stopped_by={reason} " in record.summary() and record.exit_code() == code
+    assert json.loads(record.path.read_text())["parts"]["b"]["status"] == status
+    assert stop_from(ValueError("no")) is None
+
+
+def test_signals_raise_stop_once_even_when_another_handler_took_them():
+    with StopSignals(Deadline(600)):
+        with pytest.raises(Stop) as info:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)  # the handler raises first
+        assert info.value.reason == "SIGTERM" and info.value.status == "stopped"
+        os.kill(os.getpid(), signal.SIGTERM)  # while stopping: noted only
+
+    def stopped_after(first) -> dict[str, str]:
+        """Run `first`, then a part that does nothing, until SIGTERM stops the check: the
+        statuses of both."""
+        record = CheckRecord("gpu_check", Deadline(600))
+        parts = [Part("a", first, lambda: 1), Part("b", lambda: "", lambda: 1)]
+        record.plan(["a", "b"])
+        with StopSignals(record.deadline) as signals, pytest.raises(Stop, match="SIGTERM"):
+            run_parts(parts, record, signals, say=lambda line: None)
+        return {n: o.status for n, o in record.parts.items()}
+
+    # a part whose own handler takes SIGTERM (as the training loop's) and finishes: the check
+    # stops after it, not at its deadline
+    taken = []
+
+    def finishing_despite_sigterm() -> str:
+        previous = signal.signal(signal.SIGTERM, lambda signum, frame: taken.append(signum))
+        os.kill(os.getpid(), signal.SIGTERM)
+        signal.signal(signal.SIGTERM, previous)
+        return "finished"
+
+    assert stopped_after(finishing_despite_sigterm) == {"a": "ok", "b": "not_run"}
+    assert taken == [signal.SIGTERM]
+    # a part whose code swallows our Stop (`except BaseException`): the next boundary raises it
+    def swallowing() -> str:
+        try:
+            os.kill(os.getpid(), signal.SIGTERM)
+            time.sleep(30)
+        except BaseException:  # as careless code might
+            return "carried on"
+
+    assert stopped_after(swallowing) == {"a": "ok", "b": "not_run"}
+    with StopSignals(Deadline(0.05)), pytest.raises(Stop, match="deadline"):
+        time.sleep(30)  # SIGALRM at the deadline interrupts whatever runs
 
 
 # ------------------------------------------------- counting host syncs (CUDA, faked here)
