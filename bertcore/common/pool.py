@@ -57,6 +57,12 @@ class WorkerDied(BertError):
 # which it removes, warning of them as "leaked"; nothing for a user to act on.
 QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
 
+# How often a wait for a result looks for a dead worker, and how long a worker may be dead
+# with the pool not broken before it is taken for wedged (`TaskRunner._wait`): the pool's
+# own thread notices a death at once, unless the worker died sending its result.
+WEDGE_CHECK_S = 0.5
+WEDGED_AFTER_S = 5.0
+
 # The board: a pid and a task number per worker of a pool (0: none), in memory its processes
 # share: `BrokenProcessPool` says that a worker died, the board which task it was running.
 # In a worker process: the board and this worker's task cell on it.
@@ -177,12 +183,41 @@ class TaskRunner:
         """The first pending task's result, its tasks rerun in a new pool if a worker died."""
         while True:
             try:
-                result = pending[0].future.result()
+                result = self._wait(pending[0].future)
             except BrokenProcessPool:
                 self._rerun(func, pending)
                 continue
             pending.popleft()
             return result
+
+    def _wait(self, future: Future):
+        """`future.result()`, or BrokenProcessPool once the pool is wedged: a worker killed
+        while it sends a result leaves the pool's thread waiting for the rest of the message
+        and the other workers waiting for the queue's lock it held, for ever (CPython 3.11).
+        A worker dead for WEDGED_AFTER_S with the pool not broken is taken for that."""
+        dead_since = None
+        while True:
+            try:
+                return future.result(timeout=WEDGE_CHECK_S)
+            except TimeoutError:
+                pass
+            if not any(p.exitcode is not None for p in self.processes.values()):
+                dead_since = None
+            elif dead_since is None:
+                dead_since = time.monotonic()
+            elif time.monotonic() - dead_since > WEDGED_AFTER_S:
+                self._unwedge()
+
+    def _unwedge(self) -> None:
+        """End the wedged pool's other workers (SIGTERM: not taken for the one that died)
+        and close this process's end of the results pipe, the last one open: the pool's
+        thread then reads the end of the pipe, and the pool breaks as for any death."""
+        for process in self.processes.values():
+            if process.exitcode is None:
+                process.terminate()
+        for process in self.processes.values():
+            process.join()
+        self.pool._result_queue._writer.close()
 
     def _rerun(self, func: Callable, pending: deque) -> None:
         """A worker died: run the tasks in flight that have no result again in a new pool,

@@ -30,6 +30,31 @@ def square(task: tuple[int, int, str]) -> int:
     return n * n
 
 
+def square_dying_while_sending(task: tuple[int, int, str]) -> int:
+    """`square`, whose dying task first takes the pool's results lock and writes the start of
+    a message into its pipe, as a worker killed while it sends its result leaves them."""
+    import struct
+
+    n, dying, marker = task
+    if n == dying and not Path(marker).exists():
+        Path(marker).touch()
+        results = _pool_results_queue()
+        results._wlock.acquire()
+        os.write(results._writer.fileno(), struct.pack("!i", 1 << 20) + b"\0" * 64)  # of 1 MB
+        _die()
+    return n * n
+
+
+def _pool_results_queue():
+    """The queue a ProcessPoolExecutor worker sends its results into (its `_process_worker`'s)."""
+    import sys
+
+    frame = sys._getframe()
+    while frame.f_code.co_name != "_process_worker":
+        frame = frame.f_back
+    return frame.f_locals["result_queue"]
+
+
 def pair_shard(task):
     """The samples stage's pairing, whose worker dies on every pass over val's first shard."""
     if task.split == "val" and task.doc_lo == 0:

@@ -67,6 +67,19 @@ def test_a_task_whose_worker_died_runs_again_and_the_results_stay_in_order(tmp_p
     assert "task(s) in flight run again in new workers" in warnings[0], warnings
 
 
+def test_a_worker_killed_while_sending_its_result_never_hangs_the_pool(tmp_path, caplog):
+    # It leaves the pool's thread waiting for the rest of the message, for ever unless the
+    # pool sees the dead worker and breaks the pool itself.
+    marker = str(tmp_path / "died-once")
+    tasks = [(n, 5, marker) for n in range(12)]
+    with caplog.at_level("WARNING", logger="bertcore.common.pool"):
+        results = results_within(60, dying_worker.square_dying_while_sending, tasks)
+    assert results == [n * n for n in range(12)]
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1, warnings
+    assert "(killed by SIGKILL) died running task 6: " in warnings[0], warnings
+
+
 def test_a_worker_dying_again_on_a_retried_task_stops_with_its_pid_and_task():
     tasks = [(n, 4, "") for n in range(10)]  # task 4 (the 5th) kills its worker every time
     with pytest.raises(WorkerDied, match=r"^worker process \d+ \(killed by SIGKILL\) died "
