@@ -147,7 +147,7 @@ PRESETS: dict[str, dict] = {
 
 
 # The pretraining recipe measured for a preset (docs/recipe.md: on BERT-tiny, the built-in
-# corpus and two others): its heads, and how many of each layer start on a neighbour (the
+# corpus and three others): its heads, and how many of each layer start on a neighbour (the
 # local attention init) while the others keep BERT's init. A preset not listed keeps BERT's
 # own init and heads: nobody measured another at its scale.
 RECIPES: dict[str, dict[str, int]] = {
@@ -169,10 +169,12 @@ class ModelConfig:
     # The preset's measured recipe (RECIPES), where it has one; false: the preset as published
     recipe: Bool = True
     # Random init only: heads start on their neighbours (bertcore.model.local_init), the first
-    # `local_attention_heads` of each layer; the others keep BERT's init, a global view, with
-    # which NSP still learns. null: the recipe's (without one: BERT's init; all heads)
+    # `local_attention_heads` of each of the first `local_attention_layers` layers; the others
+    # keep BERT's init, a global view, with which NSP still learns. null: the recipe's
+    # (without one: BERT's init; all heads), and every layer
     local_attention_init: Bool | None = None
     local_attention_heads: integer(ge=1, allowed="null or an integer >= 1") | None = None
+    local_attention_layers: integer(ge=1, allowed="null or an integer >= 1") | None = None
     hidden_size: Int | None = None
     num_hidden_layers: Int | None = None
     num_attention_heads: Int | None = None
@@ -196,6 +198,9 @@ class ModelConfig:
         require(self.local_heads(config.num_attention_heads) <= config.num_attention_heads,
                 "local_attention_heads", self.local_attention_heads,
                 f"at most num_attention_heads ({config.num_attention_heads})")
+        require((self.local_attention_layers or 0) <= config.num_hidden_layers,
+                "local_attention_layers", self.local_attention_layers,
+                f"at most num_hidden_layers ({config.num_hidden_layers})")
         return self
 
     def recipe_values(self) -> dict[str, int]:
@@ -217,6 +222,10 @@ class ModelConfig:
             return 0
         return self.local_attention_heads or recipe.get("local_attention_heads",
                                                         num_attention_heads)
+
+    def local_layers(self, num_hidden_layers: int) -> int:
+        """How many of the first layers have local heads (when `local_heads` is not 0)."""
+        return self.local_attention_layers or num_hidden_layers
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""

@@ -14,8 +14,9 @@ and every token see a few neighbours instead of the whole pair; news, 1500 steps
 against 0.615 with BERT's init on 944 val pairs), and the encoder it gives fine-tunes no
 better than one from scratch. So the recipe (`model.recipe`, docs/recipe.md) starts only the
 first `local_heads` heads of each layer local and leaves the others on BERT's init, a global
-view: on BERT-tiny with 4 heads, 2 local, MLM leaves the plateau and NSP learns as with BERT's
-init. It was only ever measured on BERT-tiny.
+view: on BERT-tiny with 4 heads, 2 local, MLM leaves the plateau and NSP learns nearly as
+with BERT's init. `local_layers` starts only the first layers' heads local (tried, not the
+recipe: docs/recipe.md). It was only ever measured on BERT-tiny.
 
 How (only the initial weights change: the architecture is BERT's, training is free to move
 them, and the exported model loads in transformers like any other):
@@ -56,10 +57,11 @@ def head_shift(layer: int, head: int, local_heads: int) -> int:
 
 
 @torch.no_grad()
-def init_local_attention(model: BertPretrainingModel, local_heads: int | None = None) -> None:
+def init_local_attention(model: BertPretrainingModel, local_heads: int | None = None,
+                         local_layers: int | None = None) -> None:
     """Set `model`'s position embeddings and the query/key weights of the first `local_heads`
-    heads of each layer (None: all) as described above (in place); the other heads keep BERT's
-    init, and so attend to the whole sequence."""
+    heads (None: all) of the first `local_layers` layers (None: all) as described above (in
+    place); the other heads keep BERT's init, and so attend to the whole sequence."""
     config = model.config
     positions = model.embeddings.positions.weight
     length, hidden = positions.shape
@@ -72,7 +74,7 @@ def init_local_attention(model: BertPretrainingModel, local_heads: int | None = 
     # sin/cos have std 1/sqrt(2)
     positions.copy_(table * POSITION_SCALE * config.initializer_range * 2**0.5)
 
-    for index, layer in enumerate(model.layers):
+    for index, layer in enumerate(model.layers[:local_layers]):
         attention = layer.attention
         size, heads = attention.head_size, attention.num_heads
         local = heads if local_heads is None else min(local_heads, heads)

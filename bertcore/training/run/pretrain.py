@@ -390,7 +390,8 @@ def build_model(plan: PretrainingPlan) -> BertPretrainingModel:
         model = BertPretrainingModel(plan.inputs.model_config)
         local = config.model.local_heads(model.config.num_attention_heads)
         if init is None and local:
-            init_local_attention(model, local)
+            init_local_attention(model, local,
+                                 config.model.local_layers(model.config.num_hidden_layers))
     # Every generator a checkpoint captures (to resume exactly) starts from the seed too,
     # so that the same params give the same checkpoint bytes; nothing here draws from
     # Python's or numpy's global ones, but the libraries underneath may.

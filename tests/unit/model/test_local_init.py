@@ -69,19 +69,21 @@ def test_every_head_starts_on_its_own_neighbour(heads, hidden):
     assert [n for n, _ in local.named_parameters()] == [n for n, _ in plain.named_parameters()]
 
 
-@pytest.mark.parametrize("heads,local", [(4, 2), (4, 1), (2, 1)])
-def test_only_the_first_local_heads_start_on_a_neighbour(heads, local):
-    """`local_heads` of each layer start on a neighbour, the others keep BERT's near-uniform
-    attention (a global view); one local head per layer alternates between the previous and
-    the next token from layer to layer."""
+@pytest.mark.parametrize("heads,local,layers", [(4, 2, None), (4, 1, None), (2, 1, None),
+                                                (4, 2, 1), (2, 1, 2)])
+def test_only_the_first_local_heads_of_the_first_layers_start_on_a_neighbour(heads, local,
+                                                                              layers):
+    """`local_heads` of each of the first `local_layers` layers start on a neighbour, the others
+    keep BERT's near-uniform attention (a global view); one local head per layer alternates
+    between the previous and the next token from layer to layer."""
     torch.manual_seed(0)
     input_ids = torch.randint(5, VOCAB, (8, 40))
     model = tiny(heads, 64, layers=3)
-    init_local_attention(model, local)
+    init_local_attention(model, local, layers)
     weights = attention_by_offset(model, input_ids)
     for layer in range(3):
         for head in range(heads):
-            if head < local:
+            if head < local and layer < (layers or 3):
                 offset = -head_shift(layer, head, local)
                 assert weights[layer, head, offset + 2] > 0.5, (layer, head, weights[layer])
             else:
@@ -141,16 +143,19 @@ def test_local_init_learns_from_neighbours_where_bert_init_is_still_guessing():
     assert local > 0.5, local
 
 
-@pytest.mark.parametrize("local,heads", [(True, None), (True, 1), (False, None)])
+@pytest.mark.parametrize("local,heads,layers", [(True, None, None), (True, 1, 1),
+                                                (False, None, None)])
 def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_path, local,
-                                                                          heads):
-    """`model.local_attention_init` and `model.local_attention_heads` reach the stage: after
-    one step at a negligible learning rate the saved position embeddings are the sinusoids of
-    the local init, or BERT's noise; with one local head, the second head's query and key
-    rows are BERT's noise alone, the first head's the local init's."""
+                                                                          heads, layers):
+    """`model.local_attention_init`, `local_attention_heads` and `local_attention_layers`
+    reach the stage: after one step at a negligible learning rate the saved position
+    embeddings are the sinusoids of the local init, or BERT's noise; the query and key rows
+    of the first `heads` heads of the first `layers` layers are the local init's, the other
+    heads' BERT's noise alone."""
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml",
-                 model={"local_attention_init": local, "local_attention_heads": heads},
+                 model={"local_attention_init": local, "local_attention_heads": heads,
+                        "local_attention_layers": layers, "num_hidden_layers": 2},
                  train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
                         "eval_every": 0, "checkpoint_every": 0},
                  tracking={"enabled": False})
@@ -163,37 +168,44 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
     sinusoids = fresh.embeddings.positions.weight
     positions = saved["embeddings.positions.weight"]
     assert torch.allclose(positions, sinusoids, atol=1e-5) == local
-    qkv, size = saved["layers.0.attention.qkv.weight"], fresh.config.head_size
-    width = size * fresh.config.num_attention_heads
-    query_key = [qkv[part * width + head * size: part * width + (head + 1) * size]
-                 for part in (0, 1) for head in (0, 1)]  # q0, q1, k0, k1
-    if local:
+    size, count = fresh.config.head_size, fresh.config.num_attention_heads
+    width, depth = size * count, fresh.config.num_hidden_layers
+    assert (count, depth) == (2, 2)
+    for layer in range(depth):
+        qkv = saved[f"layers.{layer}.attention.qkv.weight"]
+        query_key = [qkv[part * width + head * size: part * width + (head + 1) * size]
+                     for part in (0, 1) for head in range(count)]  # q0, q1, k0, k1
         # a local head's rows read the sinusoids: ~sqrt(SHARPNESS) where noise is ~0.02
         strong = [bool(rows.abs().max() > 0.5) for rows in query_key]
-        assert strong == ([True, True, True, True] if heads is None else
-                          [True, False, True, False])
+        on = local and layer < (layers or depth)
+        assert strong == [on and head < (heads or count) for _ in (0, 1)
+                          for head in range(count)], (layer, strong)
 
 
 def test_the_recipe_is_tinys_alone_and_yields_to_what_the_user_sets():
     """`model.recipe`: BERT-tiny gets 4 heads, 2 of each layer local; no other preset has a
     recipe (BERT's heads and init); another number of heads, recipe: false or init_from
-    leave it; the user's local_attention_* values override it."""
-    def heads_and_local(**params) -> tuple[int, int]:
+    leave it; the user's local_attention_* values override it, each its own part."""
+    def heads_and_local(**params) -> tuple[int, int, int]:
         model = ModelConfig(**params)
-        heads = model.to_config(vocab_size=100).num_attention_heads
-        return heads, model.local_heads(heads)
+        config = model.to_config(vocab_size=100)
+        heads, layers = config.num_attention_heads, config.num_hidden_layers
+        return heads, model.local_heads(heads), model.local_layers(layers)
 
-    assert heads_and_local() == (4, 2)
-    assert heads_and_local(recipe=False) == (2, 0)
-    assert heads_and_local(preset="mini") == (4, 0)
-    assert heads_and_local(preset="base") == (12, 0)
-    assert heads_and_local(num_attention_heads=8) == (8, 0)
-    assert heads_and_local(local_attention_heads=1) == (4, 1)
-    assert heads_and_local(local_attention_init=False) == (4, 0)
-    assert heads_and_local(recipe=False, local_attention_init=True) == (2, 2)
+    assert heads_and_local() == (4, 2, 2)
+    assert heads_and_local(recipe=False) == (2, 0, 2)
+    assert heads_and_local(preset="mini") == (4, 0, 4)
+    assert heads_and_local(preset="base") == (12, 0, 12)
+    assert heads_and_local(num_attention_heads=8) == (8, 0, 2)
+    assert heads_and_local(local_attention_heads=1) == (4, 1, 2)
+    assert heads_and_local(local_attention_layers=1) == (4, 2, 1)
+    assert heads_and_local(local_attention_init=False) == (4, 0, 2)
+    assert heads_and_local(recipe=False, local_attention_init=True) == (2, 2, 2)
     assert heads_and_local(preset="mini", local_attention_init=True,
-                           local_attention_heads=2) == (4, 2)
+                           local_attention_heads=2, local_attention_layers=3) == (4, 2, 3)
     assert ModelConfig(init_from="some/bert").local_heads(4) == 0
     assert ModelConfig(init_from="some/bert", local_attention_init=True).local_heads(4) == 0
     with pytest.raises(ConfigError, match=r"local_attention_heads: 5 .* at most"):
         ModelConfig(local_attention_heads=5)
+    with pytest.raises(ConfigError, match=r"local_attention_layers: 3 .* at most"):
+        ModelConfig(local_attention_layers=3)
