@@ -147,12 +147,15 @@ PRESETS: dict[str, dict] = {
 
 
 # The pretraining recipe measured for a preset (docs/recipe.md: on BERT-tiny, the built-in
-# corpus and three others): its heads, and how many of each layer start on a neighbour (the
-# local attention init) while the others keep BERT's init. A preset not listed keeps BERT's
-# own init and heads: nobody measured another at its scale.
-RECIPES: dict[str, dict[str, int]] = {
-    "tiny": {"num_attention_heads": 4, "local_attention_heads": 2},
+# corpus and three others): its heads, how many of them start on a neighbour (the local
+# attention init) in how many of the first layers while the others keep BERT's init, and
+# AdamW's betas (train.adam_betas: null). A preset not listed keeps BERT's own init, heads
+# and betas: nobody measured another at its scale.
+RECIPES: dict[str, dict[str, Any]] = {
+    "tiny": {"num_attention_heads": 4, "local_attention_heads": 2, "local_attention_layers": 1,
+             "adam_betas": (0.9, 0.98)},
 }
+BERT_ADAM_BETAS = (0.9, 0.999)  # BERT's, and every preset's without a recipe
 
 
 @params_section
@@ -203,7 +206,7 @@ class ModelConfig:
                 f"at most num_hidden_layers ({config.num_hidden_layers})")
         return self
 
-    def recipe_values(self) -> dict[str, int]:
+    def recipe_values(self) -> dict[str, Any]:
         """The preset's measured recipe, when `recipe` is on, the model starts from random
         weights (with init_from the architecture is the folder's) and its heads are the
         recipe's (another num_attention_heads leaves the measured combination); {} otherwise."""
@@ -225,7 +228,12 @@ class ModelConfig:
 
     def local_layers(self, num_hidden_layers: int) -> int:
         """How many of the first layers have local heads (when `local_heads` is not 0)."""
-        return self.local_attention_layers or num_hidden_layers
+        return self.local_attention_layers or self.recipe_values().get(
+            "local_attention_layers", num_hidden_layers)
+
+    def adam_betas(self) -> tuple[float, float]:
+        """AdamW's betas for `train.adam_betas: null`: the recipe's, else BERT's."""
+        return self.recipe_values().get("adam_betas", BERT_ADAM_BETAS)
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""

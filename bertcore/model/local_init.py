@@ -13,10 +13,9 @@ texts 0.118 -> 0.318, a novel 0.131 -> 0.214, Chinese 0.163 -> 0.303, Node.js do
 and every token see a few neighbours instead of the whole pair; news, 1500 steps, NSP 0.558
 against 0.615 with BERT's init on 944 val pairs), and the encoder it gives fine-tunes no
 better than one from scratch. So the recipe (`model.recipe`, docs/recipe.md) starts only the
-first `local_heads` heads of each layer local and leaves the others on BERT's init, a global
-view: on BERT-tiny with 4 heads, 2 local, MLM leaves the plateau and NSP learns nearly as
-with BERT's init. `local_layers` starts only the first layers' heads local (tried, not the
-recipe: docs/recipe.md). It was only ever measured on BERT-tiny.
+first `local_heads` heads of the first `local_layers` layers local and leaves the others on
+BERT's init, a global view: on BERT-tiny with 4 heads, 2 local in the first layer, MLM leaves
+the plateau and NSP learns as with BERT's init. It was only ever measured on BERT-tiny.
 
 How (only the initial weights change: the architecture is BERT's, training is free to move
 them, and the exported model loads in transformers like any other):

@@ -161,48 +161,86 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
                  tracking={"enabled": False})
     proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr
-    saved = load_file(tmp_path / "models" / "pretrained" / "model.safetensors")
-    config = json.loads((tmp_path / "models" / "pretrained" / "config.json").read_text())
-    fresh = BertPretrainingModel(BertConfig.from_dict(config))
+    sinusoidal, local_rows = saved_local_init(tmp_path / "models" / "pretrained")
+    assert sinusoidal == local
+    assert [len(layer) for layer in local_rows] == [2, 2]
+    for layer, heads_local in enumerate(local_rows):
+        on = local and layer < (layers or 2)
+        assert heads_local == [on and head < (heads or 2) for head in range(2)], layer
+
+
+def saved_local_init(folder) -> tuple[bool, list[list[bool]]]:
+    """Whether a saved model's position embeddings are the local init's sinusoids, and for
+    each layer which heads' query and key rows read them (~sqrt(SHARPNESS) where BERT's noise
+    is ~0.02), after a step at a negligible learning rate."""
+    saved = load_file(folder / "model.safetensors")
+    config = BertConfig.from_dict(json.loads((folder / "config.json").read_text()))
+    fresh = BertPretrainingModel(config)
     init_local_attention(fresh)
-    sinusoids = fresh.embeddings.positions.weight
-    positions = saved["embeddings.positions.weight"]
-    assert torch.allclose(positions, sinusoids, atol=1e-5) == local
-    size, count = fresh.config.head_size, fresh.config.num_attention_heads
-    width, depth = size * count, fresh.config.num_hidden_layers
-    assert (count, depth) == (2, 2)
-    for layer in range(depth):
+    sinusoidal = torch.allclose(saved["embeddings.positions.weight"],
+                                fresh.embeddings.positions.weight, atol=1e-5)
+    size, count = config.head_size, config.num_attention_heads
+    width = size * count
+    local_rows = []
+    for layer in range(config.num_hidden_layers):
         qkv = saved[f"layers.{layer}.attention.qkv.weight"]
-        query_key = [qkv[part * width + head * size: part * width + (head + 1) * size]
-                     for part in (0, 1) for head in range(count)]  # q0, q1, k0, k1
-        # a local head's rows read the sinusoids: ~sqrt(SHARPNESS) where noise is ~0.02
-        strong = [bool(rows.abs().max() > 0.5) for rows in query_key]
-        on = local and layer < (layers or depth)
-        assert strong == [on and head < (heads or count) for _ in (0, 1)
-                          for head in range(count)], (layer, strong)
+        rows = [[bool(qkv[part * width + head * size: part * width + (head + 1) * size]
+                      .abs().max() > 0.5) for part in (0, 1)] for head in range(count)]
+        assert all(query == key for query, key in rows), (layer, rows)
+        local_rows.append([query for query, _ in rows])
+    return sinusoidal, local_rows
+
+
+@pytest.mark.parametrize("recipe,betas,expected", [
+    (True, None, (0.9, 0.98)), (False, None, (0.9, 0.999)), (True, [0.8, 0.95], (0.8, 0.95))])
+def test_the_pretrain_stage_trains_tinys_recipe(tmp_path, recipe, betas, expected):
+    """The default params on BERT-tiny train its recipe: 4 heads, the first 2 of the first
+    layer local and every other head BERT's, AdamW's beta2 0.98 (train.adam_betas: null);
+    recipe: false is BERT-tiny as published, beta2 0.999; the user's betas win."""
+    build_data(tmp_path)
+    write_params(tmp_path / "params.yaml",
+                 model={"recipe": recipe, "num_attention_heads": None, "num_hidden_layers": 2},
+                 train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
+                        "eval_every": 0, "checkpoint_every": 0, "adam_betas": betas},
+                 tracking={"enabled": False})
+    proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
+    assert proc.returncode == 0, proc.stderr
+    sinusoidal, local_rows = saved_local_init(tmp_path / "models" / "pretrained")
+    if recipe:
+        assert sinusoidal and local_rows == [[True, True, False, False], [False] * 4]
+    else:
+        assert not sinusoidal and local_rows == [[False, False], [False, False]]
+    (checkpoint,) = (tmp_path / "models" / "checkpoints").glob("step-*")
+    state = torch.load(checkpoint / "trainer.pt", weights_only=True)
+    assert {tuple(group["betas"]) for group in state["optimizer"]["param_groups"]} == {expected}
 
 
 def test_the_recipe_is_tinys_alone_and_yields_to_what_the_user_sets():
-    """`model.recipe`: BERT-tiny gets 4 heads, 2 of each layer local; no other preset has a
-    recipe (BERT's heads and init); another number of heads, recipe: false or init_from
-    leave it; the user's local_attention_* values override it, each its own part."""
+    """`model.recipe`: BERT-tiny gets 4 heads, 2 of the first layer local, AdamW's beta2 0.98;
+    no other preset has a recipe (BERT's heads, init and betas); another number of heads,
+    recipe: false or init_from leave it; the user's local_attention_* values override it,
+    each its own part."""
     def heads_and_local(**params) -> tuple[int, int, int]:
         model = ModelConfig(**params)
         config = model.to_config(vocab_size=100)
         heads, layers = config.num_attention_heads, config.num_hidden_layers
         return heads, model.local_heads(heads), model.local_layers(layers)
 
-    assert heads_and_local() == (4, 2, 2)
+    assert heads_and_local() == (4, 2, 1)
     assert heads_and_local(recipe=False) == (2, 0, 2)
     assert heads_and_local(preset="mini") == (4, 0, 4)
     assert heads_and_local(preset="base") == (12, 0, 12)
     assert heads_and_local(num_attention_heads=8) == (8, 0, 2)
-    assert heads_and_local(local_attention_heads=1) == (4, 1, 2)
-    assert heads_and_local(local_attention_layers=1) == (4, 2, 1)
-    assert heads_and_local(local_attention_init=False) == (4, 0, 2)
+    assert heads_and_local(local_attention_heads=1) == (4, 1, 1)
+    assert heads_and_local(local_attention_layers=2) == (4, 2, 2)
+    assert heads_and_local(local_attention_init=False)[:2] == (4, 0)
     assert heads_and_local(recipe=False, local_attention_init=True) == (2, 2, 2)
     assert heads_and_local(preset="mini", local_attention_init=True,
                            local_attention_heads=2, local_attention_layers=3) == (4, 2, 3)
+    assert ModelConfig().adam_betas() == (0.9, 0.98)
+    for leaves_it in ({"recipe": False}, {"preset": "mini"}, {"num_attention_heads": 8},
+                      {"init_from": "some/bert"}):
+        assert ModelConfig(**leaves_it).adam_betas() == (0.9, 0.999), leaves_it
     assert ModelConfig(init_from="some/bert").local_heads(4) == 0
     assert ModelConfig(init_from="some/bert", local_attention_init=True).local_heads(4) == 0
     with pytest.raises(ConfigError, match=r"local_attention_heads: 5 .* at most"):
