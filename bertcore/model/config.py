@@ -150,10 +150,11 @@ PRESETS: dict[str, dict] = {
 # corpus and three others): its heads, how many of them start on a neighbour (the local
 # attention init) in how many of the first layers while the others keep BERT's init, and
 # AdamW's betas (train.adam_betas: null). A preset not listed keeps BERT's own init, heads
-# and betas: nobody measured another at its scale.
+# and betas: nobody measured another at its scale. (Lists, not tuples: a checkpoint records
+# what the recipe gave as JSON, and compares it with the run's.)
 RECIPES: dict[str, dict[str, Any]] = {
     "tiny": {"num_attention_heads": 4, "local_attention_heads": 2, "local_attention_layers": 1,
-             "adam_betas": (0.9, 0.98)},
+             "adam_betas": [0.9, 0.98]},
 }
 BERT_ADAM_BETAS = (0.9, 0.999)  # BERT's, and every preset's without a recipe
 
@@ -233,7 +234,7 @@ class ModelConfig:
 
     def adam_betas(self) -> tuple[float, float]:
         """AdamW's betas for `train.adam_betas: null`: the recipe's, else BERT's."""
-        return self.recipe_values().get("adam_betas", BERT_ADAM_BETAS)
+        return tuple(self.recipe_values().get("adam_betas", BERT_ADAM_BETAS))
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""

@@ -167,8 +167,11 @@ def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | Non
 
 def optimisation_params(config: PretrainConfig) -> dict[str, Any]:
     """What defines the optimisation of phase 1 (recorded). Not `model.init_from`, a path:
-    the content of the model there is fingerprinted (INIT_MODEL)."""
-    return {"model": _without(_section(config.model), ("init_from",)),
+    the content of the model there is fingerprinted (INIT_MODEL). The preset's recipe is code
+    (RECIPES), so what it gives is recorded too: a run under another recipe starts fresh."""
+    model = {**_without(_section(config.model), ("init_from",)),
+             "recipe_values": config.model.recipe_values()}
+    return {"model": model,
             "masking": _section(config.masking),
             "train": _without(_section(config.train), TRAIN_BOOKKEEPING)}
 
