@@ -116,6 +116,9 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     labels = None
     if config.tracking.enabled:
         run_params = flatten(params)
+        # what null params resolve to: the preset's recipe (docs/recipe.md) and its betas
+        run_params.update(flatten({"recipe_values": config.model.recipe_values()}, "model."))
+        run_params["train.adam_betas"] = config.train.adam_betas
         if (Path(vocab_dir) / VOCAB_FILE).is_file():  # the size vocab_size: auto chose
             run_params["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
         labels = RunLabels(
