@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -41,26 +40,6 @@ def lock_outs(repo: Path) -> dict[str, str]:
             for out in stage.get("outs", [])}
 
 
-def take_data_stages(done: Path, repo: Path, stages: tuple[str, ...]) -> None:
-    """Give `repo` (new, of `done`'s params for `stages`) the outputs and dvc.lock entries of
-    `done`'s `stages`, as if its `dvc repro` had run them, and `done`'s DVC cache: `dvc repro`
-    there goes on from what follows them. For the tests of what a kill or a change of phase 2
-    does to pretraining and after; that the data stages give the same bytes in a new repo is
-    checked where they run from scratch (test_phase_2_turned_on_..., test_pipeline.py)."""
-    lock = yaml.safe_load((done / "dvc.lock").read_text())
-    lock["stages"] = {name: lock["stages"][name] for name in stages}
-    for stage in lock["stages"].values():
-        for out in stage["outs"]:
-            source, target = done / out["path"], repo / out["path"]
-            target.parent.mkdir(parents=True, exist_ok=True)
-            if source.is_dir():
-                shutil.copytree(source, target)
-            else:
-                shutil.copy2(source, target)
-    (repo / "dvc.lock").write_text(yaml.safe_dump(lock, sort_keys=False))
-    (repo / ".dvc" / "config.local").write_text(f"[cache]\n    dir = {done / '.dvc' / 'cache'}\n")
-
-
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     repo, env = two_phase_repo(tmp_path_factory.mktemp("straight"), "straight")
@@ -91,7 +70,6 @@ def test_a_two_phase_repro_evaluates_at_both_lengths(straight):
 
 def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path):
     repo, env = two_phase_repo(tmp_path, "killed")
-    take_data_stages(straight[0], repo, ("corpus", "vocab", "samples"))
     # `bert pretrain` of this repro pauses when it has made phase 2's second checkpoint's RNG
     # states (step 12, the last, not yet written; step 9's is), and is killed there
     shim = tmp_path / "shim"
@@ -131,7 +109,6 @@ def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path)
 
 def test_phase_2_turned_on_after_phase_1_goes_on_from_its_end(straight, tmp_path):
     repo, env = two_phase_repo(tmp_path, "later", enabled=False)
-    take_data_stages(straight[0], repo, ("corpus", "vocab"))  # samples: built here, twice
     run([DVC, "repro", *TARGETS], repo, env)
     phase1 = lock_outs(repo)
     assert not (repo / "data" / "samples" / "phase2").exists()
