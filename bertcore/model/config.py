@@ -175,7 +175,7 @@ class ModelConfig:
     # Random init only: heads start on their neighbours (bertcore.model.local_init), the first
     # `local_attention_heads` of each of the first `local_attention_layers` layers; the others
     # keep BERT's init, a global view, with which NSP still learns. null: the recipe's
-    # (without one: BERT's init; all heads), and every layer
+    # (without one: BERT's init; all heads; every layer)
     local_attention_init: Bool | None = None
     local_attention_heads: integer(ge=1, allowed="null or an integer >= 1") | None = None
     local_attention_layers: integer(ge=1, allowed="null or an integer >= 1") | None = None
