@@ -4,8 +4,10 @@ command started from scratch does, in its own folder and environment."""
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 from helpers import preloaded
 from helpers.bert import REPO
@@ -51,3 +53,30 @@ def test_an_environment_read_at_load_gets_an_interpreter_of_its_own():
     assert preloaded._load_time_key(env) == preloaded._load_time_key(late)
     assert preloaded._load_time_key(env) != preloaded._load_time_key(
         {**env, "OMP_NUM_THREADS": "2"})
+
+
+def test_the_bert_that_dvc_starts_is_forked_and_gives_what_a_fresh_one_gives(tmp_path):
+    """`dvc_env`'s `bert` on PATH: a stage's command is forked (the server counts it) in the
+    stage's folder, with its stdout, stderr and exit code; one whose environment differs at
+    load time (a thread count) starts from scratch."""
+    venv_bin = Path(sys.executable).parent
+    dvc = shutil.which("dvc", path=str(venv_bin))
+    env = {**os.environ, "PYTHONPATH": str(REPO), "DVC_NO_ANALYTICS": "1",
+           "PATH": f"{venv_bin}{os.pathsep}{os.environ['PATH']}"}
+    forking = preloaded.dvc_env(env)
+    (tmp_path / "dvc.yaml").write_text(
+        "stages:\n"
+        "  run:\n"
+        "    cmd: bert --help > help.txt; bert no-such-command 2> error.txt;"
+        " echo $? > code.txt; OMP_NUM_THREADS=3 bert --help > threads.txt\n"
+        "    outs: [help.txt, error.txt, code.txt, threads.txt]\n")
+    subprocess.run([dvc, "init", "--no-scm", "-q"], cwd=tmp_path, env=env, check=True)
+    before = preloaded.forked_by_shims(env)
+    subprocess.run([dvc, "repro", "-q"], cwd=tmp_path, env=forking, check=True, timeout=300)
+    assert preloaded.forked_by_shims(env) == before + 2
+    fresh_help = from_scratch(["--help"], tmp_path, env)
+    fresh_error = from_scratch(["no-such-command"], tmp_path, env)
+    assert (tmp_path / "help.txt").read_text() == fresh_help.stdout
+    assert (tmp_path / "threads.txt").read_text() == fresh_help.stdout
+    assert (tmp_path / "error.txt").read_text() == fresh_error.stderr
+    assert (tmp_path / "code.txt").read_text() == f"{fresh_error.returncode}\n"

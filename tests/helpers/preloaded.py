@@ -29,6 +29,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -36,10 +37,23 @@ from pathlib import Path
 
 # Read by our code or its libraries when used, not when the interpreter or torch loads.
 LATE_READ = ("PYTEST_CURRENT_TEST", "PYTHONPATH", "MLFLOW_", "HF_", "TRANSFORMERS_", "DVC_",
-             "GIT_", "TOKENIZERS_PARALLELISM", "COVERAGE_", "COLUMNS")
+             "GIT_", "TOKENIZERS_PARALLELISM", "COVERAGE_", "COLUMNS", "TESTS_PRELOADED_",
+             "PWD", "OLDPWD", "SHLVL", "_")  # the last four: what a shell sets
 
 _SERVER = r"""
-import atexit, gc, json, os, runpy, signal, sys, threading
+import os
+
+LATE_READ = LATE_READ_TUPLE
+
+
+def not_read_late(env):
+    return {k: v for k, v in env.items() if not k.startswith(LATE_READ)}
+
+
+AT_LOAD = not_read_late(os.environ)  # before any import can add to it
+FORKED = []  # the pids of the shim's commands
+
+import atexit, gc, json, runpy, select, signal, socket, sys, threading
 import torch  # noqa: F401  (the import paid once; nothing here runs a kernel)
 import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: ~1 s)
 import mlflow.tracking  # noqa: F401  (a stage that tracks: ~1 s, and its store's ~0.7 s)
@@ -77,46 +91,166 @@ def command_exit_code():
     return 0
 
 
-for line in sys.stdin:
-    request = json.loads(line)
+def start_command(request, fds):
+    # Fork `python -m bertstages ARGS` with `fds` as its stdin, stdout and stderr: its pid.
     pid = os.fork()
     if pid == 0:  # the command: a process of its own from here on
         os.chdir(request["cwd"])
         os.environ.clear()
         os.environ.update(request["env"])
+        os.environ.pop("TESTS_PRELOADED_SOCKET", None)  # its own `bert`s start from scratch
         paths = [p for p in request["env"].get("PYTHONPATH", "").split(os.pathsep) if p]
         sys.path[1:1] = [p for p in paths if p not in sys.path]
-        for fd, path, mode in ((0, os.devnull, os.O_RDONLY),
-                               (1, request["stdout"], os.O_WRONLY),
-                               (2, request["stderr"], os.O_WRONLY)):
-            opened = os.open(path, mode)
-            os.dup2(opened, fd)
-            os.close(opened)
+        for fd, source in zip((0, 1, 2), fds):
+            os.dup2(source, fd)
         sys.argv = ["-m", *request["args"]]
         exit_as_python_does(command_exit_code())
-    sys.stdout.write(json.dumps({"pid": pid}) + "\n")
-    sys.stdout.flush()
+    for source in fds:
+        os.close(source)
+    return pid
+
+
+def exit_code(pid):
     _, status = os.waitpid(pid, 0)
-    sys.stdout.write(json.dumps({"returncode": os.waitstatus_to_exitcode(status)}) + "\n")
+    return os.waitstatus_to_exitcode(status)
+
+
+def serve_line(line):
+    # A request of the test's own process: a JSON line naming the files for stdout/stderr.
+    request = json.loads(line)
+    fds = [os.open(os.devnull, os.O_RDONLY), os.open(request["stdout"], os.O_WRONLY),
+           os.open(request["stderr"], os.O_WRONLY)]
+    pid = start_command(request, fds)
+    reply({"pid": pid})
+    reply({"returncode": exit_code(pid)})
+
+
+def reply(message):
+    sys.stdout.write(json.dumps(message) + "\n")
     sys.stdout.flush()
+
+
+def serve_connection(connection):
+    # A request of the `bert` shim that dvc started: its stdin, stdout and stderr come with
+    # it; an environment that differs at load time is sent back to start from scratch.
+    with connection:
+        message, fds, _, _ = socket.recv_fds(connection, 1 << 20, 3)
+        request = json.loads(message)
+        if not_read_late(request["env"]) != AT_LOAD:
+            for fd in fds:
+                os.close(fd)
+            connection.send(b'{"from_scratch": true}')
+            return
+        pid = start_command(request, fds)
+        FORKED.append(pid)
+        connection.send(json.dumps({"pid": pid}).encode())
+        connection.send(json.dumps({"returncode": exit_code(pid)}).encode())
+
+
+listener = None
+if len(sys.argv) > 1:
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    listener.bind(sys.argv[1])
+    listener.listen()
+    reply({"listening": True})
+while True:
+    ready, _, _ = select.select([sys.stdin] + [listener] * (listener is not None), [], [])
+    if listener in ready:
+        serve_connection(listener.accept()[0])
+    if sys.stdin in ready:
+        line = sys.stdin.readline()
+        if not line:
+            break
+        if line.strip() == "forked":
+            reply({"forked": len(FORKED)})
+        else:
+            serve_line(line)
 """
 
 _servers: dict[tuple, subprocess.Popen] = {}
+_shims: dict[tuple, dict] = {}  # a dvc command's environment, by the one it was made from
+_shim_folders: list[str] = []
+
+# `bert` for the stages dvc starts: handed to the preloaded interpreter listening at
+# $TESTS_PRELOADED_SOCKET with this process's stdin, stdout and stderr, or started from
+# scratch where it cannot be (no server, or an environment that differs at load time).
+_SHIM = r"""#!PYTHON -S
+import json, os, signal, socket, sys
+
+
+def from_scratch():
+    os.execv(sys.executable, [sys.executable, "-m", "bertstages", *sys.argv[1:]])
+
+
+connection = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+try:
+    connection.connect(os.environ["TESTS_PRELOADED_SOCKET"])
+except (KeyError, OSError):
+    from_scratch()
+request = {"args": sys.argv[1:], "cwd": os.getcwd(), "env": dict(os.environ)}
+socket.send_fds(connection, [json.dumps(request).encode()], [0, 1, 2])
+reply = json.loads(connection.recv(1 << 16))
+if reply.get("from_scratch"):
+    from_scratch()
+for signum in (signal.SIGINT, signal.SIGTERM):  # what dvc sends its stage, the command gets
+    signal.signal(signum, lambda signum, frame: os.kill(reply["pid"], signum))
+code = json.loads(connection.recv(1 << 16))["returncode"]
+if code < 0:  # the command died of a signal: so does its stand-in
+    signal.signal(-code, signal.SIG_DFL)
+    os.kill(os.getpid(), -code)
+sys.exit(code)
+"""
 
 
 def _load_time_key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(LATE_READ)))
 
 
-def _server(env: dict) -> subprocess.Popen:
-    key = _load_time_key(env)
+def _server(env: dict, socket_path: str | None = None) -> subprocess.Popen:
+    key = (_load_time_key(env), socket_path)
     server = _servers.get(key)
     if server is None or server.poll() is not None:
         start_env = {k: v for k, v in env.items() if not k.startswith(LATE_READ)}
-        server = subprocess.Popen([sys.executable, "-c", _SERVER], env=start_env, text=True,
-                                  stdin=subprocess.PIPE, stdout=subprocess.PIPE, cwd="/")
+        source = _SERVER.replace("LATE_READ_TUPLE", repr(LATE_READ))
+        listen = [socket_path] if socket_path else []
+        server = subprocess.Popen([sys.executable, "-c", source, *listen],
+                                  env=start_env, text=True, stdin=subprocess.PIPE,
+                                  stdout=subprocess.PIPE, cwd="/")
         _servers[key] = server
     return server
+
+
+def dvc_env(env: dict) -> dict:
+    """`env` for a `dvc` command whose stages' `bert` are forked as `run` forks them: a `bert`
+    shim first on PATH hands each to an interpreter preloaded under this environment (one per
+    pytest worker and environment). Its commands share that interpreter's string hash seed:
+    a test that catches output depending on it compares with a run under plain `env`.
+    `TESTS_REAL_PROCESSES=1` gives `env` as it is."""
+    if os.environ.get("TESTS_REAL_PROCESSES"):
+        return env
+    key = _load_time_key(env)
+    if key in _shims and _servers[_load_time_key(_shims[key]), _shims[key][
+            "TESTS_PRELOADED_SOCKET"]].poll() is None:
+        return _shims[key]
+    folder = tempfile.mkdtemp(prefix="bert-shim-")
+    _shim_folders.append(folder)
+    shim = Path(folder, "bert")
+    shim.write_text(_SHIM.replace("PYTHON", sys.executable, 1))
+    shim.chmod(0o755)
+    forking = {**env, "PATH": f"{folder}{os.pathsep}{env['PATH']}",
+               "TESTS_PRELOADED_SOCKET": str(Path(folder, "socket"))}
+    assert _reply(_server(forking, forking["TESTS_PRELOADED_SOCKET"]), 120) == {"listening": True}
+    _shims[key] = forking
+    return forking
+
+
+def forked_by_shims(env: dict) -> int:
+    """How many commands the shim of `dvc_env(env)` has had forked so far."""
+    forking = dvc_env(env)
+    server = _servers[_load_time_key(forking), forking["TESTS_PRELOADED_SOCKET"]]
+    server.stdin.write("forked\n")
+    server.stdin.flush()
+    return _reply(server, 60)["forked"]
 
 
 def _reply(server: subprocess.Popen, timeout: float | None) -> dict:
@@ -160,3 +294,5 @@ def _stop_servers() -> None:
         if server.poll() is None:
             server.stdin.close()
             server.wait(timeout=30)
+    for folder in _shim_folders:
+        shutil.rmtree(folder, ignore_errors=True)

@@ -16,6 +16,7 @@ from pathlib import Path
 import psutil
 import pytest
 import yaml
+from helpers import preloaded
 from helpers.bert import _PAUSE_AT
 from test_pipeline import DVC, VENV_BIN, new_repo, run, tiny_pipeline_params
 
@@ -43,7 +44,7 @@ def lock_outs(repo: Path) -> dict[str, str]:
 @pytest.fixture(scope="module")
 def straight(tmp_path_factory) -> tuple[Path, dict[str, str]]:
     repo, env = two_phase_repo(tmp_path_factory.mktemp("straight"), "straight")
-    run([DVC, "repro", *TARGETS], repo, env)
+    run([DVC, "repro", *TARGETS], repo, preloaded.dvc_env(env))
     return repo, lock_outs(repo)
 
 
@@ -101,7 +102,7 @@ def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path)
     checkpoints = sorted(p.name for p in (repo / "models" / "checkpoints").iterdir())
     assert checkpoints == ["step-00000006", "step-00000009"], output[-3000:]
 
-    resumed = run([DVC, "repro", *TARGETS], repo, env)
+    resumed = run([DVC, "repro", *TARGETS], repo, preloaded.dvc_env(env))
     assert "resuming from models/checkpoints/step-00000009 (step 9 of 12, phase 2)" in (
         resumed.stdout + resumed.stderr)
     assert lock_outs(repo) == straight[1]
@@ -109,6 +110,7 @@ def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path)
 
 def test_phase_2_turned_on_after_phase_1_goes_on_from_its_end(straight, tmp_path):
     repo, env = two_phase_repo(tmp_path, "later", enabled=False)
+    env = preloaded.dvc_env(env)
     run([DVC, "repro", *TARGETS], repo, env)
     phase1 = lock_outs(repo)
     assert not (repo / "data" / "samples" / "phase2").exists()

@@ -18,6 +18,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from helpers import preloaded
 from helpers.bert import REPO
 from helpers.tiny_pretrain import TINY_MODEL, write_corpus
 
@@ -95,8 +96,12 @@ def lock_outs(repo: Path) -> dict[str, str]:
 def reproduced(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
     """A fresh repo after its first `dvc repro` (MLflow on), its environment, and its lock's
     output hashes taken right then. A full repro takes minutes, so it is made once: the bytes
-    test reads only those hashes, the MLflow test (the one that goes on in the repo) the rest."""
+    test reads only those hashes, the MLflow test (the one that goes on in the repo) the rest.
+    Its stages' `bert` are forked from a preloaded interpreter (helpers/preloaded.py), sharing
+    its string hash seed; `reproduced_again`'s are processes of their own, each with a seed
+    of its own, so output that depends on the seed differs between the two."""
     repo, env = new_repo(tmp_path_factory.mktemp("pipeline"))
+    env = preloaded.dvc_env(env)
     run([DVC, "repro"], repo, env)
     return repo, env, lock_outs(repo)
 
