@@ -10,9 +10,6 @@ from typing import Any
 
 
 class NullTracker:
-    """A run that logs nothing (tracking off, or no store): the same calls as a `Tracker`, so
-    the code that logs never asks whether it is tracked."""
-
     run_id = None  # no MLflow run (a Tracker's is its run's id)
 
     def start_child(self, run_name: str, **kwargs: Any) -> NullTracker:
