@@ -205,7 +205,8 @@ class Tracker:
         """Tags (numbers are shown with 6 significant digits)."""
         from mlflow.entities import RunTag
 
-        batch = [RunTag(key, _tag_value(value)) for key, value in tags.items()]
+        batch = [RunTag(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+                 for key, value in tags.items()]
         self._call("set tags", self.client.log_batch, self.run_id, tags=batch)
 
     def tags(self) -> dict[str, str]:
@@ -228,12 +229,10 @@ class Tracker:
                           self.uri, source, Path(folder), task, name, card)
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
-        """Upload a directory's files under `artifact_path` of the run."""
         self._call(f"upload {artifact_path}", self.client.log_artifacts, self.run_id,
                    str(local_dir), artifact_path)
 
     def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
-        """Upload one file under `artifact_path` of the run."""
         self._call(f"upload {Path(local_file).name}", self.client.log_artifact, self.run_id,
                    str(local_file), artifact_path)
 
@@ -296,10 +295,14 @@ def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
 
 def _experiment_id(client: Any, experiment: str, uri: str) -> str:
     """The id of the experiment named `experiment`, created (or restored) when needed
-    (`mlflow.set_experiment` refuses a deleted one and takes no artifact location)."""
+    (`mlflow.set_experiment` refuses a deleted one and takes no artifact location). A SQLite
+    store's artifacts go next to the database file (MLflow's default is `./mlruns` under the
+    current directory, which a `dvc exp run --temp` copy throws away)."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        return client.create_experiment(experiment, _artifact_location(uri))
+        database = sqlite_path(uri)
+        location = (database.parent / "mlartifacts").resolve().as_uri() if database else None
+        return client.create_experiment(experiment, location)
     if found.lifecycle_stage != "active":
         client.restore_experiment(found.experiment_id)
     return found.experiment_id
@@ -334,19 +337,6 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
                          "marked FAILED", run.info.run_id, run.info.run_name)
     except Exception as exc:  # the caller's own calls will tell if the store is down
         log.debug("MLflow runs left RUNNING could not be ended: %s", _first_line(exc))
-
-
-def _artifact_location(uri: str) -> str | None:
-    """Artifacts of a SQLite store go next to the database file (MLflow's default is
-    `./mlruns` under the current directory, which a `dvc exp run --temp` copy throws away)."""
-    database = sqlite_path(uri)
-    if database is None:
-        return None
-    return (database.parent / "mlartifacts").resolve().as_uri()
-
-
-def _tag_value(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _store_failed(uri: str, exc: BaseException) -> BertError:
