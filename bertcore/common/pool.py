@@ -73,8 +73,7 @@ def _task_of(board, pid: int) -> int:
     """The number of the task worker `pid` was running; 0: none."""
     with board.get_lock():
         cells = list(board)
-    rows = zip(cells[::2], cells[1::2], strict=True)
-    return next((task for row_pid, task in rows if row_pid == pid), 0)
+    return dict(zip(cells[::2], cells[1::2], strict=True)).get(pid, 0)
 
 
 def start_worker(cells, parent: int) -> None:
@@ -261,16 +260,14 @@ class TaskRunner:
         return pid, how_it_ended(code)
 
     def _start(self) -> None:
-        if self.pool is None:
-            # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
-            context = multiprocessing.get_context("spawn")
-            if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
-                sys.warnoptions.append(QUIET_TRACKER)
-            self.board = context.Array("q", 2 * self.workers)
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=context,
-                                            initializer=start_worker,
-                                            initargs=(self.board, os.getpid()))
-            self.processes = {}
+        # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
+        context = multiprocessing.get_context("spawn")
+        if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
+            sys.warnoptions.append(QUIET_TRACKER)
+        self.board = context.Array("q", 2 * self.workers)
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
+                                        initargs=(self.board, os.getpid()))
+        self.processes = {}
 
     def _stop(self, cancel: bool) -> None:
         """Shut the pool down after its tasks, or (`cancel`) after those running (tasks are
