@@ -1,4 +1,5 @@
-"""Tasks run in worker processes, their results taken in task order: `TaskRunner`.
+"""Tasks run in worker processes, their results taken in task order: `TaskRunner`; how many
+workers a data stage runs: `worker_count`.
 
 The data stages' outputs do not depend on the number of workers, because every task is a
 pure function of its arguments and the results are consumed in the order of the tasks. For
@@ -46,6 +47,18 @@ def available_cores() -> int:
         return len(os.sched_getaffinity(0))
     except AttributeError:  # not on Linux
         return os.cpu_count() or 1
+
+
+def worker_count(requested: int, key: str) -> int:
+    """`requested` (the value of `key`, e.g. corpus.workers), or one per core for 0. More
+    than the cores is allowed, the output being the same, but warned of: the workers then
+    take turns on the cores, each holding its own memory (64 on 2 cores ran 4x slower)."""
+    cores = available_cores()
+    if requested > cores:
+        log.warning("%s: %d workers on the %d cores this stage may use take turns on them, "
+                    "each with its own memory, and run slower than %d: set %s: 0 (one per "
+                    "core)", key, requested, cores, cores, key)
+    return requested or cores
 
 
 class WorkerDied(BertError):
