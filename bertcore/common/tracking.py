@@ -11,11 +11,6 @@ local TSV and JSON records stay complete. What MLflow and SQLAlchemy log about a
 answers again by then; otherwise the next run opened in its experiment ends it, as it ends
 any run left RUNNING by a process that has ended (killed outright): each run carries its
 process in the tag `bert.process` (`_close_ended_runs`).
-
-What is a metric: the curves (`train/...`, `val/...`, `lr`), and a run's final results as
-one point each, named so that `mlflow ui` shows them after the curves (`log_results`).
-Counts, baselines and settings are tags, params or JSON artifacts: logged as metrics they
-would be a page of one-point charts before the curves.
 """
 
 from __future__ import annotations
@@ -195,7 +190,8 @@ class Tracker:
         MLflow's UI groups charts by the prefix before a '/' (sections sorted by name) and
         lists names without one last, so results carry no '/': a run's first charts stay
         its curves (train/..., val/...). Counts, baselines and settings are no metrics at
-        all: tags, params or JSON artifacts."""
+        all (they would be a page of one-point charts before the curves): tags, params or
+        JSON artifacts."""
         grouped = sorted(key for key in results if "/" in key)
         if grouped:
             raise ValueError(f"result names must not contain '/': {grouped}")
