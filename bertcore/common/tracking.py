@@ -308,8 +308,7 @@ def _run_tags(tags: Mapping[str, str] | None) -> list:
     """A run's tags, those without a value left out, with the process that runs it."""
     from mlflow.entities import RunTag
 
-    label = process_label()
-    every = {**(tags or {}), **({PROCESS_TAG: label} if label else {})}
+    every = {**(tags or {}), PROCESS_TAG: process_label()}  # None without /proc: left out
     return [RunTag(key, str(value)) for key, value in every.items() if value]
 
 
