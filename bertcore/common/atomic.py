@@ -172,7 +172,7 @@ def _replace(tmp: Path, final: Path) -> None:
     """Move `tmp` to `final`, replacing what is there; the old one is removed afterwards."""
     if tmp.parent == final:  # staged inside a mount point
         _swap_children(tmp, final)
-    elif final.is_dir() and not final.is_symlink():
+    elif final.is_dir():  # not a link: atomic_dir resolved it
         old = final.with_name(f"{_prefix(final, 'old')}{secrets.token_hex(4)}")
         try:
             try:
@@ -270,20 +270,15 @@ def _undo_swap(output: Path, was: Path | None, new: Path | None) -> None:
         shutil.rmtree(new, ignore_errors=True)
 
 
-def _through_link(final: Path) -> Path:
-    """The folder a link points to (`models/hf -> /big/disk/hf`): the output is replaced there,
-    on that disk, and the link stays."""
-    return Path(os.path.realpath(final)) if final.is_symlink() else final
-
-
 @contextlib.contextmanager
 def atomic_dir(
     final: str | os.PathLike, advice: str = "point --out elsewhere"
 ) -> Iterator[Path]:
     """Yield an empty staging directory that becomes `final` when the block succeeds.
 
-    A full disk raises NoSpaceError (`advice` says where else to write)."""
-    final = _through_link(Path(final))
+    A full disk raises NoSpaceError (`advice` says where else to write). A link to a folder
+    (`models/hf -> /big/disk/hf`) stays: the folder it points to is replaced, on its disk."""
+    final = Path(os.path.realpath(final)) if Path(final).is_symlink() else Path(final)
     with _creating(final, advice):
         final.parent.mkdir(parents=True, exist_ok=True)
         remove_stale_temporaries(final.parent, final.name)

@@ -6,6 +6,7 @@ stages log them to MLflow beside the curves."""
 from __future__ import annotations
 
 import contextlib
+import csv
 import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -30,8 +31,7 @@ class Series:
 
 
 def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
-                series: Sequence[Series], log_y: bool = False,
-                into: BinaryIO | None = None) -> Path | None:
+                series: Sequence[Series], into: BinaryIO | None = None) -> Path | None:
     """One chart of `series` as a PNG at `path` (or into the open file `into`, an output being
     staged, which `path` names); None, with a warning, when matplotlib is not installed (the
     curves stay in their TSV files)."""
@@ -50,8 +50,6 @@ def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
             axes.plot(line.x, line.y, "o" if line.points else "-", label=line.label,
                       markersize=4 if line.points else None)
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
-    if log_y:
-        axes.set_yscale("log")
     axes.grid(alpha=0.3)
     if any(line.x for line in series):
         axes.legend(fontsize="small")
@@ -64,11 +62,9 @@ def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
 
 def read_columns(tsv: str | Path, columns: Sequence[str]) -> Mapping[str, list[float]]:
     """The numeric columns of a TSV with a header row (an empty cell is no point)."""
-    lines = Path(tsv).read_text(encoding="utf-8").splitlines() if Path(tsv).is_file() else []
-    if not lines:
-        return {name: [] for name in columns}
-    header = lines[0].split("\t")
-    rows = [line.split("\t") for line in lines[1:] if line]
-    return {name: [float(row[header.index(name)]) if name in header and
-                   row[header.index(name)] != "" else float("nan") for row in rows]
+    rows = []
+    if Path(tsv).is_file():
+        with open(tsv, encoding="utf-8", newline="") as handle:
+            rows = list(csv.DictReader(handle, delimiter="\t", quoting=csv.QUOTE_NONE))
+    return {name: [float(row[name]) if row.get(name) else float("nan") for row in rows]
             for name in columns}

@@ -81,21 +81,17 @@ def ignore_interrupts_in_worker() -> None:
 PR_SET_PDEATHSIG = 1  # prctl(2): the signal this process gets when its parent ends
 
 
-def signal_when_parent_dies(signum: int, parent: int | None = None) -> bool:
+def signal_when_parent_dies(signum: int, parent: int | None = None) -> None:
     """Have the kernel send this process `signum` when its parent ends (Linux's
-    PR_SET_PDEATHSIG; elsewhere nothing, and False). A parent that ended before the call
-    (this process already adopted by another) is caught by comparing the parent after it
-    with `parent`, the pid the parent gave (a spawned worker may start after its parent was
-    killed), or else the parent before it: the signal is then sent at once."""
+    PR_SET_PDEATHSIG; elsewhere nothing). A parent that ended before the call (this process
+    already adopted by another) is caught by comparing the parent after it with `parent`,
+    the pid the parent gave (a spawned worker may start after its parent was killed), or
+    else the parent before it: the signal is then sent at once."""
     if not sys.platform.startswith("linux"):
-        return False
+        return
     parent = os.getppid() if parent is None else parent
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        if libc.prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
-            return False
-    except (OSError, AttributeError):
-        return False
-    if os.getppid() != parent:
-        os.kill(os.getpid(), signum)
-    return True
+    with contextlib.suppress(OSError, AttributeError):  # no libc, or no prctl in it
+        if ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, int(signum), 0, 0, 0) != 0:
+            return
+        if os.getppid() != parent:
+            os.kill(os.getpid(), signum)

@@ -43,9 +43,18 @@ def folder_lock(folder: str | os.PathLike, advice: str) -> Iterator[Path]:
     try:
         lock.acquire()
     except filelock.Timeout:
-        raise FolderInUseError(f"{folder} is in use by {_holder(path)}; {advice}") from None
+        holder = _read(path)
+        who = (f"pid {holder['pid']} on {holder.get('host', '?')} since "
+               f"{holder.get('since', '?')}" if holder.get("pid") else "another process")
+        raise FolderInUseError(f"{folder} is in use by {who}; {advice}") from None
     try:
-        _claim(path, folder)
+        previous = _read(path)  # a holder's that died: the OS released its lock
+        if previous.get("pid"):
+            log.info("taking over the lock of %s from pid %s on %s (no longer running)",
+                     folder, previous["pid"], previous.get("host"))
+        path.write_text(json.dumps({
+            "pid": os.getpid(), "host": socket.gethostname(),
+            "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
         yield path
     finally:
         path.unlink(missing_ok=True)  # while still held, so that nobody finds it stale
@@ -55,27 +64,9 @@ def folder_lock(folder: str | os.PathLike, advice: str) -> Iterator[Path]:
                 folder_made.rmdir()
 
 
-def _claim(path: Path, folder: str | os.PathLike) -> None:
-    """Write this process into the lock file, saying whose lock it takes over."""
-    previous = _read(path)
-    if previous.get("pid"):
-        log.info("taking over the lock of %s from pid %s on %s (no longer running)",
-                 folder, previous.get("pid"), previous.get("host"))
-    path.write_text(json.dumps({
-        "pid": os.getpid(), "host": socket.gethostname(),
-        "since": datetime.datetime.now().astimezone().isoformat(timespec="seconds")}))
-
-
 def _read(path: Path) -> dict:
     try:
         data = json.loads(path.read_text(encoding="utf-8") or "{}")
     except (OSError, ValueError):
         return {}
     return data if isinstance(data, dict) else {}
-
-
-def _holder(path: Path) -> str:
-    info = _read(path)
-    if not info.get("pid"):
-        return "another process"
-    return f"pid {info['pid']} on {info.get('host', '?')} since {info.get('since', '?')}"

@@ -25,8 +25,13 @@ def log_pipeline(client: Any, run_id: str, uri: str, source: Mapping[str, str], 
     with _environment(_OFFLINE):
         import mlflow
         import mlflow.transformers
+        import torch
         import transformers
         from huggingface_hub import ModelCard
+    # the installed torch (without its local tag, +cpu: the wheel index decides the build) and
+    # transformers, not requirements inferred over the network
+    requirements = [f"torch=={torch.__version__.split('+')[0]}",
+                    f"transformers=={transformers.__version__}"]
     bars = transformers.utils.logging.is_progress_bar_enabled()
     transformers.utils.logging.disable_progress_bar()  # loading, writing: a tiny folder's bars
     # the store by the environment: mlflow.set_tracking_uri would outlive the call
@@ -38,21 +43,11 @@ def log_pipeline(client: Any, run_id: str, uri: str, source: Mapping[str, str], 
             with mlflow.start_run(run_id=run_id):
                 mlflow.transformers.log_model(
                     pipe, name=name, task=task, model_card=ModelCard(card) if card else None,
-                    pip_requirements=_requirements(), tags=source or None)
+                    pip_requirements=requirements, tags=source or None)
         finally:
             client.update_run(run_id, status=status)  # not ended by this
             if bars:
                 transformers.utils.logging.enable_progress_bar()
-
-
-def _requirements() -> list[str]:
-    """The installed torch and transformers (torch without its local tag, +cpu: the wheel
-    index decides the build)."""
-    import torch
-    import transformers
-
-    return [f"torch=={torch.__version__.split('+')[0]}",
-            f"transformers=={transformers.__version__}"]
 
 
 @contextlib.contextmanager

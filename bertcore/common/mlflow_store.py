@@ -44,23 +44,21 @@ def _check_writable(uri: str) -> None:
     database = sqlite_path(uri)
     if database is None:
         return
-    problem = None
     try:
         if database.exists():
-            with open(database, "r+b"):
-                pass
+            open(database, "r+b").close()
     except OSError as exc:
         problem = f"{database} is read-only ({exc.strerror or exc})"
-    if problem is None:
+    else:
         try:
             tempfile.TemporaryFile(dir=database.parent).close()
+            return
         except OSError as exc:
             problem = f"its folder {database.parent} is not writable ({exc.strerror or exc})"
-    if problem:
-        raise BertError(
-            f"MLflow tracking store {uri} cannot be written: {problem}; make it writable, point "
-            "tracking.uri (or MLFLOW_TRACKING_URI) elsewhere, or set tracking.enabled: false"
-        )
+    raise BertError(
+        f"MLflow tracking store {uri} cannot be written: {problem}; make it writable, point "
+        "tracking.uri (or MLFLOW_TRACKING_URI) elsewhere, or set tracking.enabled: false"
+    )
 
 
 def open_store(uri: str) -> None:

@@ -1,4 +1,5 @@
-"""Tasks run in worker processes, their results taken in task order: `TaskRunner`.
+"""Tasks run in worker processes, their results taken in task order: `TaskRunner`; how many
+workers a data stage runs: `worker_count`.
 
 The data stages' outputs do not depend on the number of workers, because every task is a
 pure function of its arguments and the results are consumed in the order of the tasks. For
@@ -48,6 +49,18 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def worker_count(requested: int, key: str) -> int:
+    """`requested` (the value of `key`, e.g. corpus.workers), or one per core for 0. More
+    than the cores is allowed, the output being the same, but warned of: the workers then
+    take turns on the cores, each holding its own memory (64 on 2 cores ran 4x slower)."""
+    cores = available_cores()
+    if requested > cores:
+        log.warning("%s: %d workers on the %d cores this stage may use take turns on them, "
+                    "each with its own memory, and run slower than %d: set %s: 0 (one per "
+                    "core)", key, requested, cores, cores, key)
+    return requested or cores
+
+
 class WorkerDied(BertError):
     """A worker process died running a task that had run once already in one that died."""
 
@@ -73,8 +86,7 @@ def _task_of(board, pid: int) -> int:
     """The number of the task worker `pid` was running; 0: none."""
     with board.get_lock():
         cells = list(board)
-    rows = zip(cells[::2], cells[1::2], strict=True)
-    return next((task for row_pid, task in rows if row_pid == pid), 0)
+    return dict(zip(cells[::2], cells[1::2], strict=True)).get(pid, 0)
 
 
 def start_worker(cells, parent: int) -> None:
@@ -261,16 +273,14 @@ class TaskRunner:
         return pid, how_it_ended(code)
 
     def _start(self) -> None:
-        if self.pool is None:
-            # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
-            context = multiprocessing.get_context("spawn")
-            if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
-                sys.warnoptions.append(QUIET_TRACKER)
-            self.board = context.Array("q", 2 * self.workers)
-            self.pool = ProcessPoolExecutor(self.workers, mp_context=context,
-                                            initializer=start_worker,
-                                            initargs=(self.board, os.getpid()))
-            self.processes = {}
+        # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
+        context = multiprocessing.get_context("spawn")
+        if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
+            sys.warnoptions.append(QUIET_TRACKER)
+        self.board = context.Array("q", 2 * self.workers)
+        self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
+                                        initargs=(self.board, os.getpid()))
+        self.processes = {}
 
     def _stop(self, cancel: bool) -> None:
         """Shut the pool down after its tasks, or (`cancel`) after those running (tasks are

@@ -14,7 +14,6 @@ both files are uploaded as JSON artifacts under `metrics/`.
 
 from __future__ import annotations
 
-import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -23,51 +22,37 @@ from typing import Any
 from bertcore.common.atomic import write_json
 from bertcore.common.dotted import flatten
 
-DETAILS_SUFFIX = "_details"
-
 
 def details_file(metrics_file: str | os.PathLike) -> Path:
     """The details file written beside `metrics_file`: metrics/eval.json ->
     metrics/eval_details.json."""
     path = Path(metrics_file)
-    return path.with_name(f"{path.stem}{DETAILS_SUFFIX}{path.suffix or '.json'}")
+    return path.with_name(f"{path.stem}_details{path.suffix or '.json'}")
 
 
 def write_metrics(metrics_file: str | os.PathLike, group: str,
-                  metrics: Mapping[str, Any]) -> Path:
+                  metrics: Mapping[str, Any]) -> None:
     """Write `metrics` under the key `group` (in their dict's order: headline first)."""
-    path = Path(metrics_file)
-    write_json(path, {group: metrics}, sort_keys=False)
-    return path
-
-
-def read_metrics(metrics_file: str | os.PathLike, group: str) -> dict[str, Any]:
-    """The numbers of `group` in a metrics file `write_metrics` wrote."""
-    return json.loads(Path(metrics_file).read_text(encoding="utf-8"))[group]
+    write_json(metrics_file, {group: metrics}, sort_keys=False)
 
 
 def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[str, Any],
                  details: Mapping[str, Any]) -> tuple[Path, Path]:
     """Write `metrics` under `group` and, beside it, `details` (both in their dicts' order:
     headline first); returns both paths."""
-    details_path = details_file(metrics_file)
-    metrics_path = write_metrics(metrics_file, group, metrics)
-    write_json(details_path, details, sort_keys=False)
-    return metrics_path, details_path
-
-
-def scalar_leaves(values: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    """Nested numbers and strings under dotted names, for MLflow tags: {"a": {"b": 1}} ->
-    {"a.b": 1}; lists and nulls are left out (they stay in the JSON artifact)."""
-    return {name: value for name, value in flatten(values, prefix).items()
-            if isinstance(value, int | float | str | bool)}
+    files = Path(metrics_file), details_file(metrics_file)
+    write_metrics(files[0], group, metrics)
+    write_json(files[1], details, sort_keys=False)
+    return files
 
 
 def track_report(tracker: Any, files: tuple[Path, Path], results: Mapping[str, float],
                  details: Mapping[str, Any], step: int, tag_prefix: str = "") -> None:
     """Log a report into an MLflow run (a `bertcore.common.tracking.Tracker`): `results` as
-    one-point metrics, the scalars of `details` as tags, both files as artifacts."""
+    one-point metrics, the numbers and strings of `details` as tags under dotted names (lists
+    and nulls stay in the JSON artifact), both files as artifacts."""
     tracker.log_results(results, step=step)
-    tracker.set_tags(scalar_leaves(details, tag_prefix))
+    tracker.set_tags({name: value for name, value in flatten(details, tag_prefix).items()
+                      if isinstance(value, int | float | str | bool)})
     for path in files:
         tracker.log_artifact(path, "metrics")

@@ -11,11 +11,6 @@ local TSV and JSON records stay complete. What MLflow and SQLAlchemy log about a
 answers again by then; otherwise the next run opened in its experiment ends it, as it ends
 any run left RUNNING by a process that has ended (killed outright): each run carries its
 process in the tag `bert.process` (`_close_ended_runs`).
-
-What is a metric: the curves (`train/...`, `val/...`, `lr`), and a run's final results as
-one point each, named so that `mlflow ui` shows them after the curves (`log_results`).
-Counts, baselines and settings are tags, params or JSON artifacts: logged as metrics they
-would be a page of one-point charts before the curves.
 """
 
 from __future__ import annotations
@@ -195,7 +190,8 @@ class Tracker:
         MLflow's UI groups charts by the prefix before a '/' (sections sorted by name) and
         lists names without one last, so results carry no '/': a run's first charts stay
         its curves (train/..., val/...). Counts, baselines and settings are no metrics at
-        all: tags, params or JSON artifacts."""
+        all (they would be a page of one-point charts before the curves): tags, params or
+        JSON artifacts."""
         grouped = sorted(key for key in results if "/" in key)
         if grouped:
             raise ValueError(f"result names must not contain '/': {grouped}")
@@ -205,7 +201,8 @@ class Tracker:
         """Tags (numbers are shown with 6 significant digits)."""
         from mlflow.entities import RunTag
 
-        batch = [RunTag(key, _tag_value(value)) for key, value in tags.items()]
+        batch = [RunTag(key, f"{value:.6g}" if isinstance(value, float) else str(value))
+                 for key, value in tags.items()]
         self._call("set tags", self.client.log_batch, self.run_id, tags=batch)
 
     def tags(self) -> dict[str, str]:
@@ -228,12 +225,10 @@ class Tracker:
                           self.uri, source, Path(folder), task, name, card)
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
-        """Upload a directory's files under `artifact_path` of the run."""
         self._call(f"upload {artifact_path}", self.client.log_artifacts, self.run_id,
                    str(local_dir), artifact_path)
 
     def log_artifact(self, local_file: str | os.PathLike, artifact_path: str) -> None:
-        """Upload one file under `artifact_path` of the run."""
         self._call(f"upload {Path(local_file).name}", self.client.log_artifact, self.run_id,
                    str(local_file), artifact_path)
 
@@ -296,10 +291,14 @@ def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
 
 def _experiment_id(client: Any, experiment: str, uri: str) -> str:
     """The id of the experiment named `experiment`, created (or restored) when needed
-    (`mlflow.set_experiment` refuses a deleted one and takes no artifact location)."""
+    (`mlflow.set_experiment` refuses a deleted one and takes no artifact location). A SQLite
+    store's artifacts go next to the database file (MLflow's default is `./mlruns` under the
+    current directory, which a `dvc exp run --temp` copy throws away)."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
-        return client.create_experiment(experiment, _artifact_location(uri))
+        database = sqlite_path(uri)
+        location = (database.parent / "mlartifacts").resolve().as_uri() if database else None
+        return client.create_experiment(experiment, location)
     if found.lifecycle_stage != "active":
         client.restore_experiment(found.experiment_id)
     return found.experiment_id
@@ -309,8 +308,7 @@ def _run_tags(tags: Mapping[str, str] | None) -> list:
     """A run's tags, those without a value left out, with the process that runs it."""
     from mlflow.entities import RunTag
 
-    label = process_label()
-    every = {**(tags or {}), **({PROCESS_TAG: label} if label else {})}
+    every = {**(tags or {}), PROCESS_TAG: process_label()}  # None without /proc: left out
     return [RunTag(key, str(value)) for key, value in every.items() if value]
 
 
@@ -334,19 +332,6 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
                          "marked FAILED", run.info.run_id, run.info.run_name)
     except Exception as exc:  # the caller's own calls will tell if the store is down
         log.debug("MLflow runs left RUNNING could not be ended: %s", _first_line(exc))
-
-
-def _artifact_location(uri: str) -> str | None:
-    """Artifacts of a SQLite store go next to the database file (MLflow's default is
-    `./mlruns` under the current directory, which a `dvc exp run --temp` copy throws away)."""
-    database = sqlite_path(uri)
-    if database is None:
-        return None
-    return (database.parent / "mlartifacts").resolve().as_uri()
-
-
-def _tag_value(value: Any) -> str:
-    return f"{value:.6g}" if isinstance(value, float) else str(value)
 
 
 def _store_failed(uri: str, exc: BaseException) -> BertError:

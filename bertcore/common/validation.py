@@ -38,19 +38,6 @@ class Allowed:
 
 
 # --------------------------------------------------------------------- the YAML forms
-def _yaml_int(value: Any) -> Any:
-    """An integral float, or a string of one (`--set x=1e3`), as an int; the rest unchanged."""
-    if isinstance(value, float) and value.is_integer():
-        return int(value)
-    if isinstance(value, str):
-        try:
-            number = float(value)
-        except ValueError:
-            return value
-        return int(number) if number.is_integer() else value
-    return value
-
-
 def _yaml_float(value: Any) -> Any:
     """An int, or a string YAML 1.1 did not read as a number (`1e-4`), as a float."""
     if isinstance(value, int) and not isinstance(value, bool):
@@ -61,6 +48,12 @@ def _yaml_float(value: Any) -> Any:
         except ValueError:
             return value
     return value
+
+
+def _yaml_int(value: Any) -> Any:
+    """An integral float, or a string of one (`--set x=1e3`), as an int; the rest unchanged."""
+    number = _yaml_float(value) if isinstance(value, str) else value
+    return int(number) if isinstance(number, float) and number.is_integer() else value
 
 
 def _yaml_bool(value: Any) -> Any:

@@ -11,8 +11,7 @@ from pathlib import Path
 from tqdm import tqdm
 
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner
-from bertcore.common.workers import worker_count
+from bertcore.common.pool import TaskRunner, worker_count
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.corpus.counts import CorpusCounts
 from bertcore.data.corpus.parts import (

@@ -32,8 +32,7 @@ from tqdm import tqdm
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner
-from bertcore.common.workers import worker_count
+from bertcore.common.pool import TaskRunner, worker_count
 from bertcore.data.corpus.parts import neighbour_flags, read_parts
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig
 from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
