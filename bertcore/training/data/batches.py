@@ -26,19 +26,14 @@ from torch.utils.data import DataLoader, Dataset
 from bertcore.common.errors import BertError, require
 from bertcore.common.processes import how_it_ended
 from bertcore.training.data.masking import PretrainingCollator, as_tensors
-from bertcore.training.data.order import NO_BINS, EpochSteps, LengthBins
+from bertcore.training.data.order import NO_BINS, EpochSteps, LengthBins, LengthSource
 
 
-class SampleSource(Protocol):
-    """What batches need from a sample store (bertcore.data.samples.store.SampleStore fits);
-    `lengths` (the full length of every sample) is read only with several length bins."""
-
-    def __len__(self) -> int: ...
+class SampleSource(LengthSource, Protocol):
+    """What batches need from a sample store (bertcore.data.samples.store.SampleStore fits):
+    what the steps need, and each sample."""
 
     def __getitem__(self, index: int) -> tuple[np.ndarray, int, int]: ...
-
-    @property
-    def lengths(self) -> np.ndarray: ...
 
 
 class TaggedSamples(Dataset):
@@ -55,38 +50,6 @@ class TaggedSamples(Dataset):
         epoch, index = key
         ids, segment_b_start, is_random_next = self.store[index]
         return epoch, index, ids, int(segment_b_start), int(is_random_next)
-
-
-def split_global_batch(
-    global_batch: np.ndarray, world_size: int, accumulation_steps: int, rank: int
-) -> list[list[int]]:
-    """This rank's `accumulation_steps` micro-batches of one global batch."""
-    per_rank = len(global_batch) // world_size
-    micro = per_rank // accumulation_steps
-    mine = global_batch[rank * per_rank : (rank + 1) * per_rank]
-    return [mine[a * micro : (a + 1) * micro].tolist() for a in range(accumulation_steps)]
-
-
-class _MicroBatchSampler:
-    """Lazily yields this rank's micro-batches of (epoch, index) keys from `start_step` on, so a
-    huge epoch is never materialised as Python lists."""
-
-    def __init__(self, batches: PretrainingBatches, epoch: int, start_step: int):
-        self.batches = batches
-        self.epoch = epoch
-        self.start_step = start_step
-
-    def __len__(self) -> int:
-        steps = self.batches.steps_per_epoch - self.start_step
-        return steps * self.batches.accumulation_steps
-
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        b = self.batches
-        for global_batch in b.steps.batches(self.epoch, self.start_step):
-            for micro in split_global_batch(
-                global_batch, b.world_size, b.accumulation_steps, b.rank
-            ):
-                yield [(self.epoch, index) for index in micro]
 
 
 class PretrainingBatches:
@@ -109,16 +72,7 @@ class PretrainingBatches:
     ):
         """`bins`: the length bins each step draws from (one: no binning); `section`: the
         params section the batch size is set in, for messages (train, phase2)."""
-        require(global_batch_size >= 1, "batch_size", global_batch_size, "an integer >= 1")
-        require(
-            accumulation_steps >= 1,
-            "gradient_accumulation_steps",
-            accumulation_steps,
-            "an integer >= 1",
-        )
-        require(world_size >= 1, "world_size", world_size, "an integer >= 1")
         require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
-        require(num_workers >= 0, "num_workers", num_workers, "an integer >= 0")
         parts = world_size * accumulation_steps
         require(
             global_batch_size % parts == 0,
@@ -141,10 +95,6 @@ class PretrainingBatches:
         self.dataset = TaggedSamples(store)
 
     @property
-    def micro_batch_size(self) -> int:
-        return self.global_batch_size // (self.world_size * self.accumulation_steps)
-
-    @property
     def steps_per_epoch(self) -> int:
         return self.steps.per_epoch
 
@@ -160,7 +110,7 @@ class PretrainingBatches:
         )
         loader = DataLoader(
             self.dataset,
-            batch_sampler=_MicroBatchSampler(self, epoch, start_step),
+            batch_sampler=self._micro_batch_keys(epoch, start_step),
             collate_fn=self.collator.arrays,
             num_workers=self.num_workers,
             # Its own generator: a DataLoader otherwise draws its workers' base seed from the
@@ -173,6 +123,17 @@ class PretrainingBatches:
             if len(step) == self.accumulation_steps:
                 yield step
                 step = []
+
+    def _micro_batch_keys(self, epoch: int, start_step: int) -> Iterator[list[tuple[int, int]]]:
+        """This rank's micro-batches of (epoch, index) keys from `start_step` on, lazily, so a
+        huge epoch is never materialised as Python lists: of each global batch, the rank's
+        run of `accumulation_steps` equal micro-batches."""
+        per_rank = self.global_batch_size // self.world_size
+        micro = per_rank // self.accumulation_steps
+        for global_batch in self.steps.batches(epoch, start_step):
+            mine = global_batch[self.rank * per_rank : (self.rank + 1) * per_rank]
+            for a in range(self.accumulation_steps):
+                yield [(epoch, index) for index in mine[a * micro : (a + 1) * micro].tolist()]
 
 
 class DataWorkerDied(BertError):
@@ -366,10 +327,3 @@ def eval_batches(
         generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
     ))
 
-
-def micro_batches_of(batch: dict[str, torch.Tensor], parts: int) -> list[dict]:
-    """Cut one collated batch into `parts` equal micro-batches (tests, benchmarks)."""
-    size = next(iter(batch.values())).shape[0]
-    require(size % parts == 0, "parts", parts, f"a divisor of the batch size {size}")
-    step = size // parts
-    return [{k: v[i * step : (i + 1) * step] for k, v in batch.items()} for i in range(parts)]

@@ -191,9 +191,7 @@ def mask_tokens(
     select_key, decide, replace = hashes[..., 0], hashes[..., 1], hashes[..., 2]
     counts = num_to_predict(candidates.sum(axis=1), config)
     uniform = _uniform(decide)
-    if config.whole_word:
-        if vocab.is_continuation is None:
-            raise ValueError("whole-word masking needs VocabSpec.is_continuation")
+    if config.whole_word:  # with VocabSpec.is_continuation (PretrainingCollator checks)
         starts = _word_starts(input_ids, candidates, vocab.is_continuation)
         selected = _select_words(select_key, candidates, starts, counts)
         # One 80/10/10 decision per word: every piece reads the uniform of its word's start.
@@ -231,16 +229,6 @@ def labels_to_slots(labels: np.ndarray, slots: int) -> tuple[np.ndarray, np.ndar
     targets[:, :width] = np.take_along_axis(labels, order, axis=1)
     positions[:, :width] = np.where(targets[:, :width] != IGNORE_INDEX, order, 0)
     return positions, targets
-
-
-def slots_to_labels(positions, targets, length: int) -> torch.Tensor:
-    """The inverse of `labels_to_slots`: [B, length] labels (IGNORE_INDEX elsewhere)."""
-    positions, targets = torch.as_tensor(positions), torch.as_tensor(targets)
-    labels = torch.full((positions.shape[0], length), IGNORE_INDEX, dtype=torch.long)
-    used = targets != IGNORE_INDEX
-    rows = torch.arange(positions.shape[0])[:, None].expand_as(positions)
-    labels[rows[used], positions[used]] = targets[used]
-    return labels
 
 
 class PretrainingCollator:

@@ -9,6 +9,7 @@ import itertools
 import numpy as np
 import pytest
 import torch
+from helpers.batches import slots_to_labels
 from helpers.samples import save_samples
 
 from bertcore.common.errors import BertError, ConfigError
@@ -21,7 +22,6 @@ from bertcore.training.data.masking import (
     PretrainingCollator,
     VocabSpec,
     padded_length,
-    slots_to_labels,
 )
 from bertcore.training.data.order import NO_BINS, EpochOrder, LengthBins
 
@@ -288,7 +288,8 @@ def test_invalid_settings(store):
     with pytest.raises(ConfigError, match="length_bin_width"):
         LengthBins(width=0, max_length=64)
     batches = PretrainingBatches(store, collator(), 16, 1, seed=0)
-    assert batches.steps_per_epoch == 6 and batches.micro_batch_size == 16
+    assert batches.steps_per_epoch == 6
+    assert len(next(batches.iterate(0))[0]["input_ids"]) == 16  # one micro-batch of 16
     with pytest.raises(ConfigError, match="start_step"):
         next(batches.iterate(0, start_step=7))
     assert list(batches.iterate(0, start_step=6)) == []

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import torch
+from helpers.batches import slots_to_labels
 from helpers.bert import REPO
 
 from bertcore.common.errors import BertError, ConfigError
@@ -21,7 +22,6 @@ from bertcore.training.data.masking import (
     labels_to_slots,
     num_to_predict,
     sample_keys,
-    slots_to_labels,
 )
 from bertstages.params import load_params, parse_section
 

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 import torch.nn.functional as F
+from helpers.batches import micro_batches_of
 from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
 from helpers.tiny_pretrain import build_data, write_params
 from helpers.trainer import make_trainer
@@ -22,7 +23,6 @@ from bertcore.common.tracking import sqlite_uri
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
-from bertcore.training.data.batches import micro_batches_of
 from bertcore.training.evaluation.metrics import EvalMetrics
 from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.schedule import linear_warmup_decay
