@@ -104,7 +104,7 @@ def datapath_check(trainer, batches, steps: int, device) -> StepSyncs | None:
 
     # a phase of `steps` more steps over `batches`: nothing logs, evaluates or saves before it
     config = dataclasses.replace(trainer.config, max_steps=trainer.step + steps, epochs=None)
-    trainer.begin_phase(PhaseSteps.configured(config, batches))
+    trainer.phase = PhaseSteps(config, batches)
     per_step: list[tuple[int, bool, bool]] = []  # syncs, busy, compiled during the step
     cuda = device.type == "cuda"
     compiled_before = [graphs_compiled()]

@@ -54,25 +54,9 @@ class TrainingState:
         """After a read: the worst run of non-finite steps counts from the current one on."""
         self.counters[2] = self.counters[1]
 
-    def _count(self, name: str) -> int:
-        return int(self.counters[TOTALS.index(name)])  # reads the device
-
-    @property
-    def skipped_steps(self) -> int:
-        return self._count("skipped_steps")
-
-    @property
-    def nonfinite_in_a_row(self) -> int:
-        return self._count("nonfinite_in_a_row")
-
-    @property
-    def tokens_seen(self) -> int:
-        return self._count("tokens_seen")
-
-    def state_dict(self) -> dict[str, int]:
-        counters = dict(zip(TOTALS, self.counters.tolist(), strict=True))
-        return {"step": self.step, **{name: counters[name] for name in TOTALS[:2]},
-                "tokens_seen": counters["tokens_seen"]}
+    def totals(self) -> dict[str, int]:
+        """The run's counters by name (reads the device)."""
+        return dict(zip(TOTALS, self.counters.tolist(), strict=True))
 
     def load_state_dict(self, state: Mapping[str, Any]) -> None:
         self.step = int(state["step"])

@@ -86,11 +86,6 @@ class PhaseSteps:
     start: int = 0
     first_epoch: int = 0
 
-    @classmethod
-    def configured(cls, config: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
-        """A first phase."""
-        return cls(config, batches)
-
     def configured_length(self) -> RunLength:
         """The phase's length as `config` sets it (`max_steps`, or `epochs` of its batches)."""
         return RunLength.configured_by(self.config, self.batches.steps_per_epoch, self.start)
@@ -138,12 +133,12 @@ class StepRunner:
         dist: Distributed | None = None,
     ):
         """`config` and `batches`: the first phase, of the length `config` sets (another
-        phase follows with `begin_phase`)."""
+        phase follows by setting `phase`: the model, its wrappers and the optimizer stay)."""
         self.dist = dist or Distributed()
         self.device = torch.device(device) if device is not None else resolve_device(
             config.device, self.dist.local_rank
         )
-        self.phase = PhaseSteps.configured(config, batches)
+        self.phase = PhaseSteps(config, batches)
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
         self.model: torch.nn.Module = self.raw_model
@@ -182,12 +177,6 @@ class StepRunner:
     @property
     def step(self) -> int:
         return self.state.step
-
-    def begin_phase(self, phase: PhaseSteps) -> None:
-        """Go on with another phase of the run (its batch, schedule and data). The
-        model, its wrappers (DDP, torch.compile) and the optimizer stay; load the checkpoint
-        the phase starts from next (`resume_from`)."""
-        self.phase = phase
 
     # ----------------------------------------------------------------------- one step
     def accumulate_gradients(
@@ -294,15 +283,14 @@ class StepRunner:
     def state_dict(self, planned_end: int) -> dict[str, Any]:
         """Everything but the weights and the RNG states, as plain data; `planned_end`: where
         the run is planned to end (a record: a resumed run plans its own end)."""
-        state = self.state.state_dict()
+        totals = self.state.totals()
         return {
             "optimizer": self.optimizer.state_dict(),
             "scaler": self.scaler.state_dict() if self.scaler else None,
-            "step": state["step"],
+            "step": self.step,
             "total_steps": planned_end,
-            "skipped_steps": state["skipped_steps"],
-            "nonfinite_in_a_row": state["nonfinite_in_a_row"],
-            "tokens_seen": state["tokens_seen"],
+            **{name: totals[name] for name in ("skipped_steps", "nonfinite_in_a_row",
+                                               "tokens_seen")},
             "window": self.window.state_dict(),
             "world_size": self.dist.world_size,
         }

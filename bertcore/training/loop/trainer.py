@@ -296,11 +296,11 @@ class Trainer:
         return BertError(f"{died} after step {step}: {self.checkpointer.saved(step)}")
 
     def result(self) -> TrainResult:
-        runner = self.runner
+        runner, totals = self.runner, self.runner.state.totals()
         return TrainResult(
             steps=runner.step,
-            tokens_seen=runner.state.tokens_seen,
-            skipped_steps=runner.state.skipped_steps,
+            tokens_seen=totals["tokens_seen"],
+            skipped_steps=totals["skipped_steps"],
             seconds=time.perf_counter() - self.started,
             planned_steps=self.length.planned,
             step_timing=self.timing,

@@ -112,7 +112,7 @@ def test_only_steps_that_log_read_the_device(data, monkeypatch):
     assert [bool(calls) for calls in after_step] == [True, False, False, False,
                                                      True, False, False, False]
     assert after_step[4] == ["tolist"]  # one transfer
-    assert trainer.step == 8 and trainer.state.skipped_steps == 0
+    assert trainer.step == 8 and trainer.state.totals()["skipped_steps"] == 0
 
 
 def test_a_run_of_nonfinite_steps_between_log_steps_stops_the_run(data):
@@ -135,7 +135,8 @@ def test_a_run_of_nonfinite_steps_between_log_steps_stops_the_run(data):
     with pytest.raises(NonFiniteLossError, match=r"3 steps in a row \(up to step 5\)"):
         Trainer(trainer, on_step=on_step, progress=False).train()
     assert [r.skipped for r in results] == [False, True, True, True, False]
-    assert trainer.state.skipped_steps == 3 and trainer.state.nonfinite_in_a_row == 0
+    assert trainer.state.totals()["skipped_steps"] == 3
+    assert trainer.state.totals()["nonfinite_in_a_row"] == 0
     # the skipped steps changed nothing, not even AdamW's step count
     assert all(int(s["step"]) == 2 for s in trainer.optimizer.state.values())
     assert all(torch.isfinite(p).all() for p in trainer.raw_model.parameters())

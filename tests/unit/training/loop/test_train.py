@@ -144,7 +144,7 @@ def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     assert len(losses_straight) == 24
     assert losses_resumed == losses_straight  # exactly, step by step
     # the run's counters resume too
-    assert second.state.tokens_seen == straight.state.tokens_seen > 0
+    assert second.state.totals()["tokens_seen"] == straight.state.totals()["tokens_seen"] > 0
     for (name, a), b in zip(straight.raw_model.state_dict().items(),
                             second.raw_model.state_dict().values(), strict=True):
         assert torch.equal(a, b), name
@@ -194,7 +194,7 @@ def test_non_finite_steps_are_skipped_then_stop_the_run(data, tmp_path):
                 progress=False).train()
     assert "step-00000004" in str(error.value)
     assert [r.skipped for r in results] == [False] * 4 + [True] * 3
-    assert trainer.state.skipped_steps == 3
+    assert trainer.state.totals()["skipped_steps"] == 3
     # the good checkpoint of step 4 is still the latest, and its weights are finite
     latest = checkpoints.latest()
     assert latest.step == 4
