@@ -118,10 +118,6 @@ class RunPlan:
     replaced: tuple[Checkpoint, ...] = ()
     left: tuple[Checkpoint, ...] = ()
 
-    @property
-    def trains_phase1(self) -> bool:
-        return self.phase == 1 and not self.phase1_done
-
     def enters(self, phase: int) -> bool:
         """Whether the run goes through `phase`: the one it (re)starts in and those after."""
         return phase >= self.phase
@@ -145,7 +141,7 @@ class RunPlan:
     def replays(self, phase: int) -> bool:
         """Whether the record is replayed into MLflow as `phase` begins: the first phase this
         run trains, when it continues an earlier run (so the new run shows the whole curve)."""
-        first_trained = 1 if self.trains_phase1 else 2
+        first_trained = 1 if self.trains(1) else 2
         return self.continues_earlier_run and phase == first_trained
 
     @property
@@ -191,13 +187,6 @@ def ends_phase1(checkpoint: Checkpoint | None, phase1: RunIdentity) -> bool:
             and checkpoint.step == phase1.length.planned and phase1.made(checkpoint))
 
 
-def boundary(checkpoints: CheckpointDir, phase1: RunIdentity) -> Checkpoint | None:
-    """Phase 1's last checkpoint, which phase 2 starts from, read from the folder now (phase 1
-    may have ended in this very run); None when there is none."""
-    found = checkpoints.latest(where=in_phase1)
-    return found if ends_phase1(found, phase1) else None
-
-
 # --------------------------------------------------------------------------- entering phase 2
 def close_phase1(plan: RunPlan, record: TrainingRecord,
                  evaluate: Callable[[BertPretrainingModel], Any] | None,
@@ -221,12 +210,13 @@ def enter_phase2(runner: StepRunner, checkpoints: CheckpointDir, plan: RunPlan, 
     when phase 1 just ended here (so this run and one that turned phase 2 on later are the
     same bytes). Phase 1's last checkpoint stays while phase 2 runs: it is a finished one,
     which `keep_last` never takes."""
-    edge = boundary(checkpoints, first.identity)
+    found = checkpoints.latest(where=in_phase1)  # read now: phase 1 may have ended in this run
+    edge = found if ends_phase1(found, first.identity) else None
     start_from = plan.resume.checkpoint if plan.phase == 2 else edge
     if start_from is None:
         raise BertError(f"phase 1 left no checkpoint at its last step "
                         f"({first.length.planned}) for phase 2 to start from (see the "
                         "warnings above): run again")
-    runner.begin_phase(second.steps)
+    runner.phase = second.steps  # the model, its wrappers and the optimizer stay
     runner.resume_from(start_from)
     return start_from
