@@ -164,16 +164,10 @@ class Checkpoint:
         return None
 
 
-def checkpoint_name(step: int) -> str:
-    return f"step-{step:08d}"
-
-
 class CheckpointDir:
     """The folder of checkpoints of one training run."""
 
     def __init__(self, root: str | os.PathLike, keep_last: int = 2):
-        if keep_last < 1:
-            raise ValueError("keep_last must be >= 1")
         self.root = Path(root)
         self.keep_last = keep_last
 
@@ -287,7 +281,7 @@ class CheckpointDir:
         for name, tensor in model.state_dict().items():
             if tensor.is_floating_point() and not torch.isfinite(tensor).all():
                 raise BertError(f"refusing to checkpoint non-finite weights {name} at step {step}")
-        final = self.root / checkpoint_name(step)
+        final = self.root / f"step-{step:08d}"
         with atomic_dir(final, advice="point --checkpoints elsewhere") as staging:
             save_model(model, staging)  # model.safetensors + config.json: a model dir
             torch.save(dict(state), staging / STATE_FILE)

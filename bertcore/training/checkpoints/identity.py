@@ -139,7 +139,7 @@ def phase2_identity(phase1: RunIdentity, config: Phase2Config, samples_dir: str 
                     length: RunLength) -> RunIdentity:
     """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`,
     of `length` (its steps numbered on from phase 1's)."""
-    params = _without(_section(config), ("enabled",))
+    params = _without(dataclasses.asdict(config), ("enabled",))
     fingerprints = {
         PHASE1: fingerprint_params(phase1.fingerprints),
         "vocab": phase1.fingerprints["vocab"],  # read by `bert fill-mask`
@@ -169,11 +169,11 @@ def optimisation_params(config: PretrainConfig) -> dict[str, Any]:
     """What defines the optimisation of phase 1 (recorded). Not `model.init_from`, a path:
     the content of the model there is fingerprinted (INIT_MODEL). The preset's recipe is code
     (RECIPES), so what it gives is recorded too: a run under another recipe starts fresh."""
-    model = {**_without(_section(config.model), ("init_from",)),
+    model = {**_without(dataclasses.asdict(config.model), ("init_from",)),
              "recipe_values": config.model.recipe_values()}
     return {"model": model,
-            "masking": _section(config.masking),
-            "train": _without(_section(config.train), TRAIN_BOOKKEEPING)}
+            "masking": dataclasses.asdict(config.masking),
+            "train": _without(dataclasses.asdict(config.train), TRAIN_BOOKKEEPING)}
 
 
 def resumable_params(config: PretrainConfig) -> dict[str, Any]:
@@ -185,11 +185,6 @@ def resumable_params(config: PretrainConfig) -> dict[str, Any]:
     # switch between the two and resume
     train["compile"] = bool(train["compile"])
     return {**params, "train": train}
-
-
-def _section(config: Any) -> dict[str, Any]:
-    """A params section's values by name."""
-    return dataclasses.asdict(config)
 
 
 def _without(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
