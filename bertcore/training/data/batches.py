@@ -285,45 +285,40 @@ def _too_few_samples(steps: EpochSteps, section: str) -> str:
 
 
 class _EvalSampler:
-    """Consecutive batches of indices (the last may be short); rank r takes every
-    world_size-th batch starting at r."""
+    """Consecutive batches of (epoch 0, index) keys (the last may be short); rank r takes
+    every world_size-th batch starting at r."""
 
-    def __init__(self, num_samples, batch_size, epoch, rank, world_size):
-        starts = range(0, num_samples, batch_size)
-        self.starts = starts[rank::world_size]
-        self.num_samples = num_samples
-        self.batch_size = batch_size
-        self.epoch = epoch
+    def __init__(self, num_samples: int, batch_size: int, rank: int, world_size: int):
+        self.batches = [range(start, min(start + batch_size, num_samples))
+                        for start in range(0, num_samples, batch_size)[rank::world_size]]
 
     def __len__(self) -> int:
-        return len(self.starts)
+        return len(self.batches)
 
     def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for start in self.starts:
-            stop = min(start + self.batch_size, self.num_samples)
-            yield [(self.epoch, index) for index in range(start, stop)]
+        for batch in self.batches:
+            yield [(0, index) for index in batch]
 
 
 def eval_batches(
     store: SampleSource,
     collator: PretrainingCollator,
     batch_size: int,
-    epoch: int = 0,
     rank: int = 0,
     world_size: int = 1,
     num_workers: int = 0,
 ) -> TensorBatches:
-    """All samples in order, with fixed masks (seeded by the collator's seed and `epoch`), so
-    every evaluation scores the same positions. Re-iterable, with len(); with
+    """All samples in order, with fixed masks (seeded by the collator's seed, as of epoch 0),
+    so every evaluation scores the same positions. Re-iterable, with len(); with
     world_size > 1 each rank gets a disjoint share of the batches."""
     require(batch_size >= 1, "batch_size", batch_size, "an integer >= 1")
     require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
-    sampler = _EvalSampler(len(store), batch_size, epoch, rank, world_size)
+    sampler = _EvalSampler(len(store), batch_size, rank, world_size)
     return TensorBatches(DataLoader(
         TaggedSamples(store),
         batch_sampler=sampler,
         collate_fn=collator.arrays,
         num_workers=num_workers,
-        generator=torch.Generator().manual_seed(epoch),  # leaves the global torch RNG alone
+        generator=torch.Generator().manual_seed(0),  # leaves the global torch RNG alone
     ))
 
