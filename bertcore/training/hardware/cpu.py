@@ -99,21 +99,14 @@ def _check_pinned(isa: str) -> None:
 
 def mkl_branch() -> str | None:
     """MKL's code branch in effect (its conditional numerical reproducibility: OFF, AUTO,
-    AVX2, ...), or None in a torch without MKL."""
-    function = _mkl_cbwr_get()
-    if function is None:
-        return None
-    code = function(MKL_CBWR_BRANCH)
-    return MKL_BRANCHES.get(code, str(code))
-
-
-def _mkl_cbwr_get():
-    """MKL's `mkl_cbwr_get`, as the torch library that links MKL in exports it, or None."""
+    AVX2, ...), from `mkl_cbwr_get` as the torch library that links MKL in exports it; None
+    in a torch without MKL."""
     for library in sorted((Path(torch.__file__).parent / "lib").glob("*torch_cpu.*")):
         try:
-            return ctypes.CDLL(str(library)).mkl_serv_cbwr_get
+            code = ctypes.CDLL(str(library)).mkl_serv_cbwr_get(MKL_CBWR_BRANCH)
         except (OSError, AttributeError):
             continue
+        return MKL_BRANCHES.get(code, str(code))
     return None
 
 
