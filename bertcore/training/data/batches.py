@@ -13,6 +13,7 @@ data is just (epoch, step), which makes resuming exact.
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
 from collections.abc import Iterator
@@ -83,7 +84,6 @@ class PretrainingBatches:
         self.steps = EpochSteps(store, bins, global_batch_size, seed)
         if self.steps.per_epoch == 0:
             raise BertError(_too_few_samples(self.steps, section))
-        self.store = store
         self.collator = collator
         self.global_batch_size = global_batch_size
         self.accumulation_steps = accumulation_steps
@@ -205,13 +205,10 @@ class WorkerWatch:
 
     def _next_awaited(self):
         """The next batch, with SIGCHLD raising while it is awaited."""
-        previous = signal.getsignal(signal.SIGCHLD)
-        try:
+        with _sigchld_kept():
             signal.signal(signal.SIGCHLD, self._raise_if_dead)
             self._raise_if_dead()
             return next(self.batches)
-        finally:
-            signal.signal(signal.SIGCHLD, _handler(previous))
 
     def _raise_if_dead(self, *signal_args) -> None:
         if self.dead:
@@ -245,10 +242,15 @@ def _exit_code(worker) -> int | None:
     return worker.exitcode
 
 
-def _handler(previous):
-    """What to give back to `signal.signal` of what `signal.getsignal` gave (None: a handler
-    not set from Python, taken as the default)."""
-    return signal.SIG_DFL if previous is None else previous
+@contextlib.contextmanager
+def _sigchld_kept() -> Iterator[None]:
+    """The SIGCHLD handler of before, set again on exit (None from `signal.getsignal`, a
+    handler not set from Python, taken as the default)."""
+    previous = signal.getsignal(signal.SIGCHLD)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGCHLD, signal.SIG_DFL if previous is None else previous)
 
 
 def _died(workers: list) -> str:
@@ -264,11 +266,8 @@ def _iterate_without_sigchld_handler(loader: DataLoader) -> Iterator:
     awaited (`WorkerWatch`), with the last step whole."""
     if threading.current_thread() is not threading.main_thread():
         return iter(loader)  # torch sets no handler there either
-    previous = signal.getsignal(signal.SIGCHLD)
-    try:
+    with _sigchld_kept():
         return iter(loader)
-    finally:
-        signal.signal(signal.SIGCHLD, _handler(previous))
 
 
 def _too_few_samples(steps: EpochSteps, section: str) -> str:
