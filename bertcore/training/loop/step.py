@@ -20,6 +20,7 @@ when it is set (as it does for GradScaler), and the metrics of the step are mask
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -57,21 +58,19 @@ class StepResult:
     step: int  # steps done after this one
     learning_rate: float
     values: torch.Tensor = field(repr=False)  # STEP_VALUES, on the device
-    _read: dict[str, float] | None = field(default=None, repr=False)
 
-    def _value(self, name: str) -> float:
-        if self._read is None:
-            self._read = dict(zip(STEP_VALUES, self.values.tolist(), strict=True))
-        return self._read[name]
+    @functools.cached_property
+    def _read(self) -> dict[str, float]:
+        return dict(zip(STEP_VALUES, self.values.tolist(), strict=True))
 
-    loss = property(lambda self: self._value("loss"))
-    mlm_loss = property(lambda self: self._value("mlm_loss"))
-    mlm_accuracy = property(lambda self: self._value("mlm_accuracy"))
-    nsp_loss = property(lambda self: self._value("nsp_loss"))
-    nsp_accuracy = property(lambda self: self._value("nsp_accuracy"))
-    grad_norm = property(lambda self: self._value("grad_norm"))
-    tokens = property(lambda self: int(self._value("tokens")))  # non-padding, global batch
-    skipped = property(lambda self: bool(self._value("skipped")))
+    loss = property(lambda self: self._read["loss"])
+    mlm_loss = property(lambda self: self._read["mlm_loss"])
+    mlm_accuracy = property(lambda self: self._read["mlm_accuracy"])
+    nsp_loss = property(lambda self: self._read["nsp_loss"])
+    nsp_accuracy = property(lambda self: self._read["nsp_accuracy"])
+    grad_norm = property(lambda self: self._read["grad_norm"])
+    tokens = property(lambda self: int(self._read["tokens"]))  # non-padding, global batch
+    skipped = property(lambda self: bool(self._read["skipped"]))
 
 
 @dataclass(frozen=True)
