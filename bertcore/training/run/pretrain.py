@@ -123,10 +123,6 @@ class PretrainingPlan:
     phases: tuple[Phase, ...]  # phase 1, and BERT's second phase when it is on
     start: RunPlan  # where the run (re)starts
 
-    @property
-    def last(self) -> Phase:
-        return self.phases[-1]
-
 
 def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
                      dist: Distributed, checkpoints: CheckpointDir) -> PretrainingPlan:
@@ -363,7 +359,7 @@ class PretrainingRun:
     # ----------------------------------------------------------------------------- finish
     def write_outputs(self, result: TrainResult) -> PretrainReport:
         """The final model (with the last phase's fingerprints) and the metrics."""
-        paths, last, model = self.plan.paths, self.plan.last, self.runner.raw_model
+        paths, last, model = self.plan.paths, self.plan.phases[-1], self.runner.raw_model
         with atomic_dir(paths.out) as staging:
             save_model(model, staging)
             write_json(staging / RUN_INFO, {"step": self.runner.step,
