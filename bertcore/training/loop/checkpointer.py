@@ -53,30 +53,24 @@ class Checkpointer:
         if self.folder is None or self.saved_step == step:
             return
         meta = self.meta if timing is None else {**self.meta, "step_timing": timing.to_dict()}
-        self.saved_path = self.write(runner, meta, record.texts(), planned_end)
-        self.saved_step = step
-        if self.saved_path is not None and self.on_written is not None:
-            self.on_written(self.saved_path)
-
-    def write(self, runner: StepRunner, meta: Mapping[str, Any], texts: Mapping[str, str],
-              planned_end: int) -> Path | None:
-        """Every process hands its RNG state to rank 0, which commits the checkpoint once all
-        processes have finished the step; returns the folder (None on other ranks). The
-        planned end goes into trainer.pt and meta.json both (`total_steps`): the format
-        checkpoints have shipped with, which resuming reads from meta.json."""
+        # Every process hands its RNG state to rank 0, which commits the checkpoint once all
+        # processes have finished the step. The planned end goes into trainer.pt and meta.json
+        # both (`total_steps`): the format checkpoints have shipped with, which resuming reads
+        # from meta.json.
         dist = runner.dist
         rng = dist.all_gather_objects(capture_rng_state())
         dist.barrier()
-        path = None
         if dist.is_main:
             state = {**runner.state_dict(planned_end), "rng": rng}
-            epoch, step_in_epoch = runner.phase.position(runner.step)
-            position = {"step": runner.step, "epoch": epoch, "total_steps": planned_end,
+            epoch, step_in_epoch = runner.phase.position(step)
+            position = {"step": step, "epoch": epoch, "total_steps": planned_end,
                         "step_in_epoch": step_in_epoch}
-            path = self.folder.save(runner.step, runner.raw_model, state, {**meta, **position},
-                                    texts, self.line)
+            self.saved_path = self.folder.save(step, runner.raw_model, state,
+                                               {**meta, **position}, record.texts(), self.line)
         dist.barrier()
-        return path
+        self.saved_step = step
+        if dist.is_main and self.on_written is not None:
+            self.on_written(self.saved_path)
 
     def latest(self) -> Checkpoint | None:
         return self.folder.latest() if self.folder is not None else None
