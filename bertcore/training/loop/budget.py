@@ -21,7 +21,7 @@ whatever the end, so this holds too.)
 
 `BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop.trainer`): the
 loop asks it after every step, and it answers once, at the plan step, with the run's length planned
-(`RunLength.planned`); the `Stopwatch` under it times the steps up to there.
+(`RunLength.planned`), from the steps it timed up to there.
 """
 
 from __future__ import annotations
@@ -125,36 +125,6 @@ class TimeBudget:
         return line
 
 
-class Stopwatch:
-    """Times the steps of one training run (one `Trainer.train()`) until its plan step (see
-    TimeBudget.plan_step)."""
-
-    def __init__(self, budget: TimeBudget, start_step: int):
-        self.budget = budget
-        self.start_step = start_step
-        self.plan_step = budget.plan_step(start_step)
-        # Time from the end of the first step of this call, unless that leaves nothing.
-        self.timed_from = start_step + 2 if self.plan_step - start_step >= 2 else start_step + 1
-        self.started = budget.clock()
-        self.mark: float = self.started
-
-    def wants_clock(self, step: int) -> bool:
-        """Whether the clock is read after `step` (the device must have finished it)."""
-        return step == self.plan_step or step == self.timed_from - 1 > self.start_step
-
-    def read(self, step: int) -> StepTiming | None:
-        """After `step` (finished on the device): the timing at the plan step, else None."""
-        now = self.budget.clock()
-        if step < self.plan_step:
-            self.mark = now
-            return None
-        steps = self.plan_step - self.timed_from + 1
-        step_s = (now - self.mark) / steps
-        # Steps before this call (a resumed run) are counted at the measured speed.
-        elapsed = now - self.started + self.start_step * step_s
-        return StepTiming(self.plan_step, elapsed, step_s, self.timed_from)
-
-
 def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
     """What a time budget planned from, as `checkpoint` recorded it (None: no budget)."""
     return StepTiming.from_dict(checkpoint.meta.get("step_timing"))
@@ -162,9 +132,9 @@ def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
 
 class BudgetPlanner:
     """The planned end of one training run (one `Trainer.train()`) under a time budget: from the
-    timing a resumed run recorded, at once; else from its own first steps, timed on a
-    Stopwatch, once, at the plan step. Every process plans from rank 0's timing, so all of them
-    end at the same step."""
+    timing a resumed run recorded, at once; else from its own first steps, timed up to the
+    plan step (`TimeBudget.plan_step`), once, there. Every process plans from rank 0's timing,
+    so all of them end at the same step."""
 
     def __init__(self, budget: TimeBudget, length: RunLength, start_step: int,
                  timing: StepTiming | None, *, synchronize: Callable[[], None],
@@ -176,11 +146,13 @@ class BudgetPlanner:
         self.budget, self.configured = budget, length
         self.timing = timing  # what the plan is made from (None until the plan step)
         self.synchronize, self.broadcast = synchronize, broadcast
-        self.stopwatch: Stopwatch | None = None
-        if timing is None and start_step < length.configured:
-            stopwatch = Stopwatch(budget, start_step)
-            if stopwatch.plan_step < length.configured:  # else the run ends before a plan
-                self.stopwatch = stopwatch  # could shorten it
+        self.start_step = start_step
+        self.plan_step = budget.plan_step(start_step)
+        # Time from the end of the first step of this call, unless that leaves nothing.
+        self.timed_from = start_step + 2 if self.plan_step - start_step >= 2 else start_step + 1
+        # Timed only when a plan could shorten the run (one that ends by then is never timed).
+        self.timing_steps = timing is None and self.plan_step < length.configured
+        self.started = self.mark = budget.clock()
 
     @property
     def length(self) -> RunLength:
@@ -191,15 +163,20 @@ class BudgetPlanner:
 
     def after_step(self, step: int) -> RunLength | None:
         """Called after every step: the run's length planned after the plan step, else None.
-        Waits for the device only on the steps whose end the stopwatch reads."""
-        stopwatch = self.stopwatch
-        if stopwatch is None or not stopwatch.wants_clock(step):
+        Waits for the device only on the steps whose end the clock is read after."""
+        if not self.timing_steps or not (
+                step == self.plan_step or step == self.timed_from - 1 > self.start_step):
             return None
         self.synchronize()
-        timing = stopwatch.read(step)
-        if timing is None:
+        now = self.budget.clock()
+        if step < self.plan_step:  # the timing starts
+            self.mark = now
             return None
-        self.stopwatch = None  # the plan is made once
+        self.timing_steps = False  # the plan is made once
+        step_s = (now - self.mark) / (self.plan_step - self.timed_from + 1)
+        # Steps before this call (a resumed run) are counted at the measured speed.
+        elapsed = now - self.started + self.start_step * step_s
+        timing = StepTiming(self.plan_step, elapsed, step_s, self.timed_from)
         self.timing = StepTiming.from_dict(self.broadcast(timing.to_dict()))
         return self.length
 

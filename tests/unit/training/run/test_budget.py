@@ -116,9 +116,9 @@ def test_the_planner_plans_once_from_rank_0s_timing():
     assert plan.announcement() == (
         logging.INFO, "time budget 0.5 min: 2 s/step over steps 2-4 -> 16 of 40 steps planned")
     # a run that ends by the plan step is never timed; a resumed one plans from its timing
-    assert planner(4).stopwatch is None and planner(4).after_step(4) is None
+    assert not planner(4).timing_steps and planner(4).after_step(4) is None
     resumed = planner(40, StepTiming(4, 4.0, 1.0, 2))
-    assert resumed.stopwatch is None and resumed.length.planned == 28
+    assert not resumed.timing_steps and resumed.length.planned == 28
     tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), RunLength(0, 40, 40), 0,
                          StepTiming(4, 4.0, 1, 2), synchronize=lambda: None,
                          broadcast=lambda timing: timing)
