@@ -9,6 +9,7 @@ frequent masked token, and always predicting the more frequent NSP class.
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
@@ -145,9 +146,7 @@ def evaluate(
     model.eval()
     sums = EvalSums(model.config.vocab_size, device)
     try:
-        for number, batch in enumerate(batches):
-            if max_batches is not None and number >= max_batches:
-                break
+        for batch in itertools.islice(batches, max_batches):  # None: all of them
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}
             with autocast(device, autocast_dtype):
                 out = model(**batch)
