@@ -54,12 +54,14 @@ def pretrained_facts(config: BertConfig, folder: str, reports: Mapping[str, tupl
     sections = {}
     if "pretrain" in reports:
         sections["Training"] = _training(*reports["pretrain"])
+    figures = []
+    for group, figures_of in (("eval", _eval), ("probe", _probe), ("glue", _glue)):
+        if group in reports:
+            figures += figures_of(*reports[group])
     return CardFacts(
         name=Path(folder).name or "bert", title="BERT pretrained from scratch (MLM + NSP)",
-        summary=summary, pipeline_tag="fill-mask",
-        figures=[*_eval(reports.get("eval")), *_probe(reports.get("probe")),
-                 *_glue(reports.get("glue"))],
-        sections=sections, load=LOAD_SNIPPET.format(folder=folder), reproduce=reproduce,
+        summary=summary, pipeline_tag="fill-mask", figures=figures, sections=sections,
+        load=LOAD_SNIPPET.format(folder=folder), reproduce=reproduce,
         language="en" if (corpus_source or "").startswith("builtin:") else None)
 
 
@@ -75,10 +77,7 @@ def _training(metrics: dict, details: dict) -> str:
     return "\n".join(lines)
 
 
-def _eval(report: tuple[dict, dict] | None) -> list[Figure]:
-    if report is None:
-        return []
-    metrics, details = report
+def _eval(metrics: dict, details: dict) -> list[Figure]:
     return [*figure_of("MLM accuracy (val split)", metrics.get("mlm_accuracy"),
                        details.get("mlm_baseline_accuracy"), "most frequent token"),
             *figure_of("MLM perplexity (val split)", metrics.get("perplexity"),
@@ -87,10 +86,7 @@ def _eval(report: tuple[dict, dict] | None) -> list[Figure]:
                        details.get("nsp_baseline_accuracy"), "majority class")]
 
 
-def _probe(report: tuple[dict, dict] | None) -> list[Figure]:
-    if report is None:
-        return []
-    metrics, details = report
+def _probe(metrics: dict, details: dict) -> list[Figure]:
     builtin, about = metrics.get("builtin") or {}, details.get("builtin") or {}
     cloze, cloze_about = builtin.get("cloze") or {}, about.get("cloze") or {}
     frequency = cloze_about.get("frequency_baseline") or {}
@@ -106,10 +102,7 @@ def _probe(report: tuple[dict, dict] | None) -> list[Figure]:
     return figures
 
 
-def _glue(report: tuple[dict, dict] | None) -> list[Figure]:
-    if report is None:
-        return []
-    metrics, details = report
+def _glue(metrics: dict, details: dict) -> list[Figure]:
     seeds = details.get("seeds")
     figures = figure_of(f"GLUE score (dev, median of {seeds} seeds, x100)", metrics.get("score"),
                         metric_type="glue", dataset="GLUE dev")
