@@ -40,7 +40,7 @@ class StopRequest:
             raise KeyboardInterrupt
         self.signum = signum
         log.warning("%s received: stopping after this step, then checkpointing",
-                    signal_name(signum))
+                    signal.Signals(signum).name)
 
     def __enter__(self) -> StopRequest:
         if threading.current_thread() is threading.main_thread():
@@ -51,7 +51,3 @@ class StopRequest:
     def __exit__(self, *exc) -> None:
         for signum, handler in self._previous.items():
             signal.signal(signum, handler)
-
-
-def signal_name(signum: int) -> str:
-    return signal.Signals(signum).name

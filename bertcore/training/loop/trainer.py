@@ -14,12 +14,11 @@ What the loop changes is small and owned elsewhere: the step and the run's
 counters (`TrainingState`), the logging window (`LoggingWindow`, both on the StepRunner) and
 the last checkpoint written (`Checkpointer`, which also decides when one is due).
 
-The host reads the device only on "sync steps" (`Trainer.due`): steps that log (every
-`log_every`, and the run's last), evaluate (`eval_every`), checkpoint (`checkpoint_every`) or
-reach `stop_after`, and, with one process, the step after which a stop was requested.
-`Trainer.sync` does what such a step does, in order: read the counters, check health, log,
-evaluate, checkpoint, stop. Everything that needs the device's
-numbers waits for them:
+The host reads the device only on "sync steps": steps that log (every `log_every`, and the
+run's last), evaluate (`eval_every`), checkpoint (`checkpoint_every`) or reach `stop_after`,
+and, with one process, the step after which a stop was requested. `Trainer.sync` does what
+such a step does, in order: read the counters, check health, log, evaluate, checkpoint, stop.
+Everything that needs the device's numbers waits for them:
 - a non-finite step is skipped on the device at once (see `bertcore.training.loop.step`), but it is
   reported, and `max_nonfinite_steps` of them in a row stop the run, at the next sync step
   (the worst run since the last read counts, so no run of bad steps goes unseen); no
@@ -51,7 +50,7 @@ from bertcore.training.loop.budget import BudgetPlanner, StepTiming, TimeBudget
 from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import StepResult, StepRunner
-from bertcore.training.loop.stopping import StopRequest, TrainingInterrupted, signal_name
+from bertcore.training.loop.stopping import StopRequest, TrainingInterrupted
 
 log = logging.getLogger(__name__)
 
@@ -71,20 +70,6 @@ class TrainResult:
     last_train: dict[str, float]
     last_eval: EvalMetrics | None
     checkpoint: Path | None
-
-
-@dataclass(frozen=True)
-class SyncDue:
-    """What is due after a step; a step with nothing due never waits on the device."""
-
-    log: bool
-    evaluate: bool
-    checkpoint: bool
-    stop_after: bool  # `stop_after` reached: checkpoint and end the run
-    stop: bool  # this process's own stop request (one process only; several vote)
-
-    def __bool__(self) -> bool:
-        return self.log or self.evaluate or self.checkpoint or self.stop_after or self.stop
 
 
 class Trainer:
@@ -169,42 +154,38 @@ class Trainer:
             if self.on_step:
                 self.on_step(result)
             self.plan(runner.step, bar)
-            due = self.due(runner.step, stop)
-            if due:
-                self.sync(due, result, stop, bar)
+            self.sync(result, stop, bar)
             if self.stopped or runner.step >= self.length.planned:
                 return
 
-    def due(self, step: int, stop: StopRequest) -> SyncDue:
-        cfg, end = self.runner.config, self.length.planned
-        return SyncDue(
-            log=step % cfg.log_every == 0 or step == end,
-            evaluate=bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != end,
-            checkpoint=self.checkpointer.due(step),
-            stop_after=self.stop_after is not None and step >= self.stop_after,
-            # One process knows of its own stop request at once; several agree on it at the
-            # sync steps they all share.
-            stop=stop.requested and not self.dist.enabled,
-        )
-
-    def sync(self, due: SyncDue, result: StepResult, stop_request: StopRequest,
-             bar: tqdm) -> None:
-        """A sync step: read the device's counters (once), check health, then log, evaluate,
-        checkpoint and stop as due."""
+    def sync(self, result: StepResult, stop_request: StopRequest, bar: tqdm) -> None:
+        """After a step: on a sync step, read the device's counters (once), check health, then
+        log, evaluate, checkpoint and stop as due; a step with nothing due never waits on the
+        device."""
+        step, cfg, end = self.runner.step, self.runner.config, self.length.planned
+        log_due = step % cfg.log_every == 0 or step == end
+        evaluate = bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != end
+        checkpoint = self.checkpointer.due(step)
+        stop_after = self.stop_after is not None and step >= self.stop_after  # then end the run
+        # One process knows of its own stop request at once; several agree on it at the sync
+        # steps they all share.
+        stop = stop_request.requested and not self.dist.enabled
+        if not (log_due or evaluate or checkpoint or stop_after or stop):
+            return
         counters = self.runner.read_counters()
         self.check_health(counters)
-        stop = due.stop or (self.dist.enabled and counters["stop_votes"] > 0)
-        if due.log:
+        stop = stop or (self.dist.enabled and counters["stop_votes"] > 0)
+        if log_due:
             self.log_train(counters, result, bar)
-        if due.evaluate:
+        if evaluate:
             self.run_eval()
-        if due.checkpoint:
+        if checkpoint:
             self.save_checkpoint(counters)
-        if stop or due.stop_after:
+        if stop or stop_after:
             self.save_checkpoint(counters)
         if stop:
             raise self.interrupted(stop_request)
-        self.stopped = due.stop_after
+        self.stopped = stop_after
 
     # ---------------------------------------------------------------- what a step does
     def plan(self, step: int, bar: tqdm) -> None:
@@ -282,9 +263,8 @@ class Trainer:
 
     def interrupted(self, stop: StopRequest) -> TrainingInterrupted:
         step, signum = self.runner.step, stop.signum or signal.SIGTERM
-        saved = self.checkpointer.saved(step)
-        return TrainingInterrupted(f"interrupted by {signal_name(signum)} after step {step}: "
-                                   f"{saved}", signum)
+        return TrainingInterrupted(f"interrupted by {signal.Signals(signum).name} after step "
+                                   f"{step}: {self.checkpointer.saved(step)}", signum)
 
     def lost_worker(self, died: DataWorkerDied) -> BertError:
         """A DataLoader worker died between two steps: the last one is whole, so it is
