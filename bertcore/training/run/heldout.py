@@ -125,10 +125,9 @@ class HeldOutPaths:
 
 @dataclass(frozen=True)
 class HeldOutOutcome:
-    """What the evaluate stage scored, at each length, and the report's two files."""
+    """What the evaluate stage scored, at each length."""
 
     scores: list[HeldOutScore]
-    files: tuple[Path, Path]
 
     def summary(self, out_file: str | Path) -> list[str]:
         """The console's lines, each naming the length it scores at: phase 1's scores against
@@ -164,4 +163,4 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     context[MODEL_KEY] = weights_sha256(paths.model_dir)  # a later run of them carries it
     files = write_report(paths.out_file, "eval", scores, context)
     log_report_into(tracker, step, files, scores, context, "eval")
-    return HeldOutOutcome(scored, files)
+    return HeldOutOutcome(scored)
