@@ -212,12 +212,10 @@ class CheckpointDir:
 
     def _set_aside(self, ckpt: Checkpoint) -> str | None:
         """Rename a damaged checkpoint out of the way (keeping it for inspection)."""
-        for n in range(1, 1000):
-            name = f"{ckpt.path.name}{DAMAGED_SUFFIX}" + (f"-{n}" if n > 1 else "")
-            if os.path.lexists(self.root / name):
-                continue
+        while True:
+            target = _free_name(self.root, ckpt.path.name + DAMAGED_SUFFIX)
             try:
-                os.rename(ckpt.path, self.root / name)
+                os.rename(ckpt.path, target)
             except FileNotFoundError:
                 return None
             except OSError as exc:
@@ -225,8 +223,7 @@ class CheckpointDir:
                     continue  # taken meanwhile
                 raise BertError(f"checkpoint {ckpt.path} is damaged and cannot be set aside "
                                 f"({exc.strerror}): move it away by hand") from None
-            return name
-        raise BertError(f"checkpoint {ckpt.path} is damaged: move it away by hand")
+            return target.name
 
     @property
     def runs_file(self) -> Path:
