@@ -54,25 +54,13 @@ class VocabSpec:
     is_continuation: np.ndarray | None = None
 
     def __post_init__(self):
-        require(self.num_special >= 1, "num_special", self.num_special, "an integer >= 1")
+        # the special ids and is_continuation are `from_tokens`'s, which makes them consistent
         require(
             self.vocab_size > self.num_special,
             "vocab_size",
             self.vocab_size,
             f"more than num_special={self.num_special} tokens",
         )
-        for name in ("pad_id", "unk_id", "cls_id", "sep_id", "mask_id"):
-            value = getattr(self, name)
-            require(0 <= value < self.num_special, name, value, f"an id below {self.num_special}")
-        if self.is_continuation is not None:
-            flags = np.asarray(self.is_continuation, dtype=bool)
-            require(
-                flags.shape == (self.vocab_size,),
-                "is_continuation",
-                flags.shape,
-                f"a boolean array of shape ({self.vocab_size},)",
-            )
-            object.__setattr__(self, "is_continuation", flags)
 
     @classmethod
     def from_tokens(cls, tokens: Sequence[str]) -> VocabSpec:
@@ -252,35 +240,31 @@ class PretrainingCollator:
         """The batch of `__call__` as numpy arrays: what a DataLoader worker sends back, since
         numpy arrays go through its pipe pickled, about 5x faster than tensors, which each
         travel as a segment of shared memory (benchmarks/collate.py)."""
-        batch = len(items)
-        lengths = np.fromiter((len(item[2]) for item in items), dtype=np.int64, count=batch)
+        epochs, indices, sequences, b_start, nsp = zip(*items, strict=True)
+        lengths = np.array([len(sequence) for sequence in sequences], dtype=np.int64)
         length = padded_length(int(lengths.max()))
-        ids = np.full((batch, length), self.vocab.pad_id, dtype=np.int64)
-        for row, item in enumerate(items):
-            ids[row, : lengths[row]] = item[2]
+        ids = np.full((len(items), length), self.vocab.pad_id, dtype=np.int64)
+        for row, sequence in enumerate(sequences):
+            ids[row, : lengths[row]] = sequence
         largest = int(ids.max())
         if largest >= self.vocab.vocab_size:
             raise BertError(
                 f"token id {largest} is outside the vocabulary of {self.vocab.vocab_size}: "
                 "the samples were built with another vocabulary; rebuild them (bert samples)"
             )
-        epochs = np.fromiter((item[0] for item in items), dtype=np.int64, count=batch)
-        indices = np.fromiter((item[1] for item in items), dtype=np.int64, count=batch)
-        b_start = np.fromiter((item[3] for item in items), dtype=np.int64, count=batch)
-        nsp = np.fromiter((item[4] for item in items), dtype=np.int64, count=batch)
         keys = sample_keys(self.seed, epochs, indices)
         masked, labels = mask_tokens(ids, lengths, keys, self.masking, self.vocab)
         positions, targets = labels_to_slots(labels, self.masking.max_predictions_per_seq)
         columns = np.arange(length)[None]
         attention = columns < lengths[:, None]
-        token_types = attention & (columns >= b_start[:, None])
+        token_types = attention & (columns >= np.array(b_start, dtype=np.int64)[:, None])
         return {
             "input_ids": masked,
             "token_type_ids": token_types.astype(np.int64),
             "attention_mask": attention.astype(np.int64),
             "mlm_positions": positions,
             "mlm_targets": targets,
-            "nsp_labels": nsp,
+            "nsp_labels": np.array(nsp, dtype=np.int64),
         }
 
 

@@ -67,7 +67,6 @@ class EpochOrder:
     same shape), a keyed bijection on [0, num_samples) (see the module's docstring)."""
 
     def __init__(self, num_samples: int, seed: int, epoch: int):
-        require(num_samples >= 1, "num_samples", num_samples, "an integer >= 1")
         self.num_samples = int(num_samples)
         rows = math.isqrt(self.num_samples - 1) + 1
         self._rows = np.uint64(rows)
@@ -115,7 +114,6 @@ class LengthBins:
     def __post_init__(self):
         require(self.width is None or self.width >= 1, "length_bin_width", self.width,
                 "an integer >= 1, or null")
-        require(self.max_length >= 1, "max_seq_length", self.max_length, "an integer >= 1")
 
     @property
     def count(self) -> int:
