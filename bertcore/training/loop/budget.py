@@ -109,21 +109,6 @@ class TimeBudget:
                                                self.eval_seconds(timing.step_s),
                                                self.eval_every))
 
-    def stops_at_plan(self, length: RunLength, timing: StepTiming) -> bool:
-        """Whether the budget fits no step after the plan step (of fewer than configured)."""
-        return self.plan(length, timing).planned == timing.plan_step < length.configured
-
-    def describe(self, length: RunLength, timing: StepTiming) -> str:
-        """One line for the log."""
-        total, configured = self.plan(length, timing).planned, length.configured
-        line = (f"time budget {self.minutes:g} min: {timing.step_s:.3g} s/step over steps "
-                f"{timing.timed_from}-{timing.plan_step} -> {total} of {configured} steps "
-                "planned")
-        if self.stops_at_plan(length, timing):
-            line += (f"; the budget does not fit more than the {total} steps run before the "
-                     "plan: stopping there (raise train.max_minutes)")
-        return line
-
 
 def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
     """What a time budget planned from, as `checkpoint` recorded it (None: no budget)."""
@@ -182,7 +167,13 @@ class BudgetPlanner:
 
     def announcement(self) -> tuple[int, str]:
         """The log level and line of the plan just made: a warning when the budget fits no
-        step after the plan step."""
-        stops = self.budget.stops_at_plan(self.configured, self.timing)
-        return (logging.WARNING if stops else logging.INFO), self.budget.describe(
-            self.configured, self.timing)
+        step after the plan step (of fewer than configured)."""
+        timing, total, configured = self.timing, self.length.planned, self.configured.configured
+        line = (f"time budget {self.budget.minutes:g} min: {timing.step_s:.3g} s/step over "
+                f"steps {timing.timed_from}-{timing.plan_step} -> {total} of {configured} "
+                "steps planned")
+        stops = total == timing.plan_step < configured
+        if stops:
+            line += (f"; the budget does not fit more than the {total} steps run before the "
+                     "plan: stopping there (raise train.max_minutes)")
+        return (logging.WARNING if stops else logging.INFO), line
