@@ -8,10 +8,9 @@ records the phase 1 it continues (all of phase 1's fingerprints, length included
 vocabulary, phase 2's own params and samples and its length; its params are phase 1's plus the
 `phase2` section, and its meta.json says `"phase": 2`.
 
-A checkpoint whose fingerprints are this run's is resumed; one that differs only in its length
-is extended (or, past the new end, replaced); any other is replaced by this run's
-(`bertcore.training.checkpoints.resume.plan_resume`). The checkpoints of one phase that differ
-at most in their length are one line (`RunIdentity.continues`): a run extends the line it continues.
+Which checkpoint is resumed, extended or replaced is `bertcore.training.checkpoints.resume`'s.
+The checkpoints of one phase that differ at most in their length are one line
+(`RunIdentity.continues`): a run extends the line it continues.
 `RunIdentity` is that identity for one phase, built here alone (`phase1_identity`,
 `phase2_identity`), and meta.json is built from it.
 """
@@ -84,9 +83,6 @@ class RunIdentity:
         """Whether `checkpoint` is of this phase's line: made in this phase with its
         fingerprints, the length aside (a run resumes or extends it)."""
         return phase_of(checkpoint) == self.phase and not self.changed(checkpoint)
-
-    def same_length(self, checkpoint: Checkpoint) -> bool:
-        return checkpoint.fingerprints.get(LENGTH) == self.fingerprints[LENGTH]
 
     def param_changes(self, checkpoint: Checkpoint) -> str:
         """` (train.learning_rate 0.001 -> 0.002, ...)`: how this run's params differ from

@@ -42,7 +42,7 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
         return ResumePlan(None, f"checkpoint {latest.path} was made with other "
                                 f"{named}{identity.param_changes(latest)}: "
                                 "starting fresh")
-    if identity.same_length(latest):
+    if identity.made(latest):  # nothing changed, its length included
         return ResumePlan(latest)
     # The end it was heading for (with a time budget: as planned, when the plan was made).
     saved_total = latest.planned_end
