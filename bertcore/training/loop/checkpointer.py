@@ -72,9 +72,6 @@ class Checkpointer:
         if dist.is_main and self.on_written is not None:
             self.on_written(self.saved_path)
 
-    def latest(self) -> Checkpoint | None:
-        return self.folder.latest() if self.folder is not None else None
-
     def saved(self, step: int) -> str:
         """What a run stopping after `step` leaves to resume from, in words."""
         if self.saved_step == step and self.saved_path is not None:

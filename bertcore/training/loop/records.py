@@ -104,8 +104,7 @@ class TrainingRecord:
         run evaluates its last step again: the same weights and masks, the same row); `track`:
         mirrored into MLflow (False: it is there already)."""
         values = {**metrics.to_dict(), **metrics.probes}
-        last = self.eval.last_row()
-        if not last or int(last["step"]) != step:
+        if self.eval.last_row().get("step") != step:
             self.eval.add({"step": step, **values})
         if track:
             self.tracker.log_metrics(_val_metrics(values), step=step)

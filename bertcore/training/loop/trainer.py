@@ -34,7 +34,6 @@ from __future__ import annotations
 
 import logging
 import signal
-import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -64,7 +63,6 @@ class TrainResult:
     steps: int
     tokens_seen: int
     skipped_steps: int
-    seconds: float
     planned_steps: int  # where the run was planned to end (train.max_minutes may lower it)
     step_timing: StepTiming | None  # what a time budget planned from
     last_train: dict[str, float]
@@ -111,7 +109,6 @@ class Trainer:
             budget, self.length, runner.step, timing, synchronize=runner.synchronize,
             broadcast=self.dist.broadcast_object)
         # What the loop has done so far, set up by train().
-        self.started = 0.0
         self.last_train: dict[str, float] = {}
         self.last_eval: EvalMetrics | None = None
         self.skipped_reported = 0  # skipped steps reported so far
@@ -135,8 +132,7 @@ class Trainer:
         return self.result()
 
     def begin(self) -> None:
-        """The clock, the counters and the plan at the start of the run."""
-        self.started = time.perf_counter()
+        """The counters, the logging window's clock and the plan at the start of the run."""
         counters = self.runner.read_counters()
         self.skipped_reported = counters["skipped_steps"]
         self.runner.window.restart_clock(counters)
@@ -208,7 +204,8 @@ class Trainer:
             self.skipped_reported = skipped
         worst = int(counters["worst_nonfinite_run"])
         if worst >= self.runner.config.max_nonfinite_steps:
-            last = self.checkpointer.latest()
+            folder = self.checkpointer.folder
+            last = folder.latest() if folder is not None else None
             kept = f"checkpoint {last.path} is kept" if last else "no checkpoint exists"
             raise NonFiniteLossError(
                 f"loss or gradient not finite for {worst} steps in a row (up to step "
@@ -220,12 +217,11 @@ class Trainer:
         """A row of the train log: the means over the window since the last row."""
         runner = self.runner
         window = runner.window.close(counters, runner.config)
-        tokens_per_s = window["tokens_per_s"]
+        tokens_per_s = window.pop("tokens_per_s")
         self.last_train = {
             "step": runner.step,
             "epoch": round(runner.phase.epochs_done(runner.step), 4),
-            **{k: window[k] for k in ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss",
-                                      "nsp_accuracy", "grad_norm")},
+            **window,  # loss, mlm_loss, mlm_accuracy, nsp_loss, nsp_accuracy, grad_norm
             "learning_rate": result.learning_rate,
             "skipped_steps": int(counters["skipped_steps"]),
         }
@@ -281,7 +277,6 @@ class Trainer:
             steps=runner.step,
             tokens_seen=totals["tokens_seen"],
             skipped_steps=totals["skipped_steps"],
-            seconds=time.perf_counter() - self.started,
             planned_steps=self.length.planned,
             step_timing=self.timing,
             last_train=self.last_train,
