@@ -21,13 +21,10 @@ REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json
 def model_reports(metrics_dir: str | Path, weights: str | None) -> dict[str, tuple[dict, dict]]:
     """The reports in `metrics_dir` made from the weights of sha256 `weights` (pretrain's own:
     written with them), by group."""
-    found = {}
-    for group in REPORT_GROUPS:
-        report = read_report(Path(metrics_dir) / f"{group}.json", group,
-                             None if group == "pretrain" else weights)
-        if report is not None:
-            found[group] = report
-    return found
+    reports = {group: read_report(Path(metrics_dir) / f"{group}.json", group,
+                                  None if group == "pretrain" else weights)
+               for group in REPORT_GROUPS}
+    return {group: report for group, report in reports.items() if report is not None}
 
 
 def export_pretrained(model_dir: str | Path, vocab_dir: str | Path, out_dir: str | Path,

@@ -61,12 +61,6 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
     return math.ceil(phase1_steps / phase1_steps_per_epoch)
 
 
-def phase2_steps(phase1: Phase, train: TrainConfig, batches: PretrainingBatches) -> PhaseSteps:
-    """Phase 2's steps: from phase 1's last step, in the first epoch phase 1 did not reach."""
-    end = phase1.length.planned
-    return PhaseSteps(train, batches, end, first_epoch(end, phase1.batches.steps_per_epoch))
-
-
 @dataclass(frozen=True)
 class Phase:
     """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
@@ -93,11 +87,6 @@ class Phase:
     @property
     def batches(self) -> PretrainingBatches:
         return self.steps.batches
-
-    def planned(self, length: RunLength, timing: StepTiming | None) -> Phase:
-        """This phase with its length planned again."""
-        return dataclasses.replace(
-            self, identity=dataclasses.replace(self.identity, length=length), timing=timing)
 
 
 # ------------------------------------------------------------------------ where a run starts
@@ -197,8 +186,7 @@ def close_phase1(plan: RunPlan, record: TrainingRecord,
     same row. MLflow has it already when phase 1 ended in this run."""
     if plan.phase != 1 or evaluate is None:
         return
-    rows = record.eval.rows()
-    if rows and int(rows[-1]["step"]) == runner.step:
+    if record.eval.last_row().get("step") == runner.step:
         return
     record.log_eval(runner.step, evaluate(runner.raw_model), track=plan.phase1_done)
 

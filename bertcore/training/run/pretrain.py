@@ -20,7 +20,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from functools import partial
 from typing import Any
 
@@ -70,7 +70,7 @@ from bertcore.training.run.phases import (
     RunPlan,
     close_phase1,
     enter_phase2,
-    phase2_steps,
+    first_epoch,
     plan_run,
     scaled_masking,
 )
@@ -147,7 +147,8 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
     start = plan_run(checkpoints, phase1_latest, *(phase.identity for phase in phases))
     if first.timing is not None and start.resume.checkpoint is None:
         # planned from a checkpoint the run does not resume: it times its own first steps
-        first = first.planned(first.length.planned_at(first.length.configured), None)
+        length = first.length.planned_at(first.length.configured)
+        first = replace(first, timing=None, identity=replace(first.identity, length=length))
         phases = (first, *phases[1:])
     if dist.is_main:
         for warning in start.warnings:
@@ -217,7 +218,9 @@ def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: Pretrain
     masking = scaled_masking(config.masking, inputs.max_seq_length, settings.max_seq_length)
     batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
                        dist, device, section="phase2")
-    steps = phase2_steps(first, train, batches)
+    # from phase 1's last step, in the first epoch phase 1 did not reach
+    end = first.length.planned
+    steps = PhaseSteps(train, batches, end, first_epoch(end, first.batches.steps_per_epoch))
     identity = phase2_identity(first.identity, settings, paths.phase2_samples,
                                steps.configured_length())
     return Phase(2, settings.max_seq_length, masking, steps, inputs.phase2_val, identity)
@@ -293,8 +296,12 @@ class PretrainingRun:
     def train_phase(self, phase: Phase, start_from: Checkpoint | None,
                     previous: Phase | None) -> TrainResult:
         """Train `phase` to its end, its record going on from `start_from`'s."""
-        plan, tracker = self.plan, self.tracker
-        record = self.open_record(start_from)
+        plan, tracker, main = self.plan, self.tracker, self.plan.dist.is_main
+        # the training logs, going on from those of `start_from` (rank 0 writes the files)
+        logs = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
+                if start_from else None)
+        record = TrainingRecord(plan.paths.log if main else None,
+                                plan.paths.eval_log if main else None, tracker, logs)
         if plan.start.replays(phase.number):
             record.replay()  # a new run that continues an earlier one shows the whole curve
         if previous is not None:
@@ -310,14 +317,6 @@ class PretrainingRun:
         return Trainer(self.runner, length=phase.length, timing=phase.timing, record=record,
                        checkpointer=checkpointer, evaluate=self.evaluator(phase),
                        budget=phase.budget).train()
-
-    def open_record(self, start_from: Checkpoint | None) -> TrainingRecord:
-        """The training logs, going on from those of `start_from` (rank 0 writes the files)."""
-        previous = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
-                    if start_from else None)
-        paths, main = self.plan.paths, self.plan.dist.is_main
-        return TrainingRecord(paths.log if main else None, paths.eval_log if main else None,
-                              self.tracker, previous)
 
     def evaluator(self, phase: Phase) -> Callable[[BertPretrainingModel], Any] | None:
         """The periodic evaluation of `phase`: its val samples with fixed masks (None when
