@@ -44,9 +44,6 @@ class TaggedSamples(Dataset):
     def __init__(self, store: SampleSource):
         self.store = store
 
-    def __len__(self) -> int:
-        return len(self.store)
-
     def __getitem__(self, key: tuple[int, int]):
         epoch, index = key
         ids, segment_b_start, is_random_next = self.store[index]
@@ -310,8 +307,6 @@ def eval_batches(
     """All samples in order, with fixed masks (seeded by the collator's seed, as of epoch 0),
     so every evaluation scores the same positions. Re-iterable, with len(); with
     world_size > 1 each rank gets a disjoint share of the batches."""
-    require(batch_size >= 1, "batch_size", batch_size, "an integer >= 1")
-    require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
     sampler = _EvalSampler(len(store), batch_size, rank, world_size)
     return TensorBatches(DataLoader(
         TaggedSamples(store),
