@@ -38,14 +38,15 @@ class SampleSource(LengthSource, Protocol):
 
 
 class TaggedSamples(Dataset):
-    """Dataset indexed by (epoch, index): returns the sample tagged with the two numbers that
-    seed its masks, ready for PretrainingCollator."""
+    """Dataset indexed by (epoch, index), or by index alone for epoch 0 (evaluation's fixed
+    masks): returns the sample tagged with the two numbers that seed its masks, ready for
+    PretrainingCollator."""
 
     def __init__(self, store: SampleSource):
         self.store = store
 
-    def __getitem__(self, key: tuple[int, int]):
-        epoch, index = key
+    def __getitem__(self, key: tuple[int, int] | int):
+        epoch, index = key if isinstance(key, tuple) else (0, key)
         ids, segment_b_start, is_random_next = self.store[index]
         return epoch, index, ids, int(segment_b_start), int(is_random_next)
 
@@ -280,22 +281,6 @@ def _too_few_samples(steps: EpochSteps, section: str) -> str:
             f"{section}.length_bin_width (null: no bins)")
 
 
-class _EvalSampler:
-    """Consecutive batches of (epoch 0, index) keys (the last may be short); rank r takes
-    every world_size-th batch starting at r."""
-
-    def __init__(self, num_samples: int, batch_size: int, rank: int, world_size: int):
-        self.batches = [range(start, min(start + batch_size, num_samples))
-                        for start in range(0, num_samples, batch_size)[rank::world_size]]
-
-    def __len__(self) -> int:
-        return len(self.batches)
-
-    def __iter__(self) -> Iterator[list[tuple[int, int]]]:
-        for batch in self.batches:
-            yield [(0, index) for index in batch]
-
-
 def eval_batches(
     store: SampleSource,
     collator: PretrainingCollator,
@@ -307,10 +292,13 @@ def eval_batches(
     """All samples in order, with fixed masks (seeded by the collator's seed, as of epoch 0),
     so every evaluation scores the same positions. Re-iterable, with len(); with
     world_size > 1 each rank gets a disjoint share of the batches."""
-    sampler = _EvalSampler(len(store), batch_size, rank, world_size)
+    # consecutive batches of indices (the last may be short); rank r takes every
+    # world_size-th batch starting at r
+    starts = range(0, len(store), batch_size)[rank::world_size]
+    batches = [range(start, min(start + batch_size, len(store))) for start in starts]
     return TensorBatches(DataLoader(
         TaggedSamples(store),
-        batch_sampler=sampler,
+        batch_sampler=batches,
         collate_fn=collator.arrays,
         num_workers=num_workers,
         generator=torch.Generator().manual_seed(0),  # leaves the global torch RNG alone
