@@ -49,7 +49,6 @@ FORMAT_VERSION = 1
 HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Buffers older HF checkpoints stored; not weights.
 HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
-HEAD_PREFIXES = ("pooler.", "mlm_head.", "nsp_head.")
 # The parts a BERT file may lack (BertModel, BertForMaskedLM), as a user knows them.
 HEAD_GROUPS = {
     "pooler.": "the pooler (bert.pooler)",
@@ -171,16 +170,7 @@ def export_hf(
 ) -> None:
     """Write a Hugging Face `BertForPreTraining` directory: config.json, model.safetensors
     (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
-    out_dir = Path(out_dir)
-    tokenizer_files = _tokenizer_files(Path(vocab_dir), model.config) if vocab_dir else []
-    refuse_nonfinite(model.state_dict())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = model.config
-    dtype = next(model.parameters()).dtype
-    tensors = to_hf_state_dict(model.state_dict(), config.num_hidden_layers)
-    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
-    write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
-    _write_tokenizer_files(tokenizer_files, out_dir, config)
+    _export(model, Path(out_dir), vocab_dir, (), {})
 
 
 def export_hf_classifier(
@@ -191,36 +181,37 @@ def export_hf_classifier(
     """Write a Hugging Face `BertForSequenceClassification` directory (with `id2label` and
     `label2id` from `model.labels`; a regression head as `problem_type: regression`, one
     label) and, given `vocab_dir`, its tokenizer files."""
-    out_dir = Path(out_dir)
+    # a regression head has one output and no class names (transformers names it LABEL_0)
+    labels = model.labels or ["LABEL_0"]
+    settings = dict(
+        architectures=["BertForSequenceClassification"],
+        id2label={str(i): label for i, label in enumerate(labels)},
+        label2id={label: i for i, label in enumerate(labels)},
+        problem_type="regression" if model.is_regression else "single_label_classification",
+    )
+    _export(model, Path(out_dir), vocab_dir, ("classifier.weight", "classifier.bias"), settings)
+
+
+def _export(model: BertPretrainingModel | BertForSequenceClassification, out_dir: Path,
+            vocab_dir: str | Path | None, own_keys: tuple[str, ...], settings: dict) -> None:
+    """The encoder under HF's names plus `own_keys` as they are, config.json with `settings`
+    over `hf_config_dict`'s, and the tokenizer files of `vocab_dir`."""
     config = model.config
     tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
     state = model.state_dict()
     refuse_nonfinite(state)
     out_dir.mkdir(parents=True, exist_ok=True)
     tensors = to_hf_state_dict(state, config.num_hidden_layers)
-    for kind in ("weight", "bias"):
-        tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
+    tensors.update({key: state[key] for key in own_keys})
     _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
-    settings = hf_config_dict(config, next(model.parameters()).dtype)
-    # a regression head has one output and no class names (transformers names it LABEL_0)
-    labels = model.labels or ["LABEL_0"]
-    settings.update(
-        architectures=["BertForSequenceClassification"],
-        id2label={str(i): label for i, label in enumerate(labels)},
-        label2id={label: i for i, label in enumerate(labels)},
-        problem_type="regression" if model.is_regression else "single_label_classification",
-    )
-    write_json(out_dir / CONFIG_NAME, settings)
-    _write_tokenizer_files(tokenizer_files, out_dir, config)
-
-
-def _write_tokenizer_files(tokenizer_files: list[Path], out_dir: Path, config: BertConfig) -> None:
+    dtype = next(model.parameters()).dtype
+    write_json(out_dir / CONFIG_NAME, {**hf_config_dict(config, dtype), **settings})
     for source in tokenizer_files:
         if source.name == "tokenizer_config.json":
             # The tokenizer must not hand transformers more tokens than the model has positions.
-            settings = json.loads(source.read_text(encoding="utf-8"))
-            settings["model_max_length"] = config.max_position_embeddings
-            write_json(out_dir / source.name, settings)
+            tokenizer_settings = json.loads(source.read_text(encoding="utf-8"))
+            tokenizer_settings["model_max_length"] = config.max_position_embeddings
+            write_json(out_dir / source.name, tokenizer_settings)
             continue
         with atomic_file(out_dir / source.name, "wb") as handle, source.open("rb") as src:
             shutil.copyfileobj(src, handle)
@@ -235,7 +226,7 @@ def load_model(
     With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
     BertForMaskedLM checkpoint) still loads: those heads keep their fresh init (drawn from
     torch's global generator, as a new model's), their names are in `model.missing_weights`,
-    and a warning names each group (`missing_groups`). Encoder weights must always be there.
+    and a warning names each group. Encoder weights must always be there.
     `config`: build the model with it instead of config.json's (e.g. other dropout rates)."""
     model_dir = Path(model_dir)
     config = config or read_config(model_dir)
@@ -261,22 +252,17 @@ def load_model(
         log.warning(
             "%s: ignored %d unknown weights, e.g. %s", model_dir, len(unexpected), unexpected[0]
         )
-    body_missing = [name for name in missing if not name.startswith(HEAD_PREFIXES)]
+    body_missing = [name for name in missing if not name.startswith(tuple(HEAD_GROUPS))]
     if body_missing or (strict and missing):
         raise BertError(
             f"{model_dir} lacks {len(missing)} weights of a BERT with this config.json, e.g. "
             f"{(body_missing or missing)[0]}: is it a BERT checkpoint matching its config?"
         )
-    for group in missing_groups(missing):
-        log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
+    for prefix, group in HEAD_GROUPS.items():  # the groups the missing names belong to
+        if any(name.startswith(prefix) for name in missing):
+            log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
     model.missing_weights = missing
     return model.to(map_location)
-
-
-def missing_groups(missing: list[str]) -> list[str]:
-    """The groups (pooler, MLM transform, NSP head) that the names in `missing` belong to."""
-    return [group for prefix, group in HEAD_GROUPS.items()
-            if any(name.startswith(prefix) for name in missing)]
 
 
 def read_config(model_dir: Path) -> BertConfig:
