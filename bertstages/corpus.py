@@ -7,7 +7,6 @@ import click
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.data.corpus.config import CorpusConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import file_option, folder_option, stage_options, stops_at_once
 from bertstages.params import load_params, read_params
 
@@ -27,8 +26,6 @@ def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str,
     config = read_params(load_params(params_file, overrides), PARAMS)["corpus"]
     keep_outputs_apart({"corpus.source": config.source})
     from bertcore.data.corpus.build import build_corpus  # once the params are read (cli.py)
-
-    warn_unless_a_dep("corpus.source", config.source)
     with atomic_dir(out) as staging:
         stats = build_corpus(config, staging)
     write_json(metrics_path, stats.to_dict())

@@ -20,7 +20,6 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     file_option,
@@ -54,9 +53,6 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     sections = read_params(load_params(params_file, overrides), PARAMS)
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
-    for key in ("data", "test_data"):  # (builtin:... is no path, of which nothing is said)
-        if value := getattr(sections["finetune"], key):
-            warn_unless_a_dep(f"finetune.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.training.hardware.cpu import pin_cpu

@@ -24,7 +24,6 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import GlueConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     file_option,
     folder_option,
@@ -63,9 +62,6 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     sections = read_params(load_params(params_file, overrides), PARAMS)
     config = sections["glue"]
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
-    for key in ("data", "model"):  # (hf:glue is no path, of which nothing is said)
-        if value := getattr(sections["glue"], key):
-            warn_unless_a_dep(f"glue.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.training.hardware.cpu import pin_cpu

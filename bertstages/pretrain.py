@@ -94,7 +94,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     sections = read_params(params, PARAMS)
     cpu = sections.pop("cpu")
     config = PretrainConfig(**sections)
-    keep_outputs_apart({"model.init_from": config.model.init_from})
+    keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths

@@ -20,7 +20,6 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     device_option,
@@ -57,9 +56,6 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     config = sections["probe"]
     keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
                         "probe.cloze": config.cloze})
-    for key in ("model", "minimal_pairs", "cloze"):
-        if value := getattr(sections["probe"], key):
-            warn_unless_a_dep(f"probe.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu

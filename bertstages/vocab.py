@@ -36,7 +36,8 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
     the one `vocab.source` points at in the same form."""
     config = read_params(load_params(params_file, overrides), PARAMS)["vocab"]
-    keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source})
+    keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source},
+                       warn_deps=False)  # the files it reads, once read: below
     from bertcore.data.vocab.build import VocabPaths, build_vocab  # once the params are read
 
     paths = VocabPaths(Path(corpus_dir) / "train.txt", out_dir, metrics_path)
