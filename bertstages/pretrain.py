@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -171,10 +172,6 @@ def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> li
             f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "bertstages", *stage_args]
 
 
-def _stop_with_parent() -> None:
-    signal_when_parent_dies(signal.SIGTERM)
-
-
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     """Run this very command under torchrun with `nproc` processes on this machine; after a
     worker failure torchrun restarts them all (`max_restarts` times), and they resume from
@@ -182,7 +179,7 @@ def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     args = torchrun_command(nproc, max_restarts, sys.argv[1:])
     log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
     # torchrun ends with this process (SIGTERM: it stops its workers, which checkpoint)
-    code = subprocess.call(args, preexec_fn=_stop_with_parent)
+    code = subprocess.call(args, preexec_fn=partial(signal_when_parent_dies, signal.SIGTERM))
     if code != 0:
         raise BertError(f"torchrun with {nproc} processes failed (exit code {code}); "
                         "see the messages above")
