@@ -17,7 +17,6 @@ from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -37,7 +36,6 @@ PARAMS = {"export": ExportConfig, "corpus": CorpusConfig, "vocab": VocabConfig,
                "The reports the model card shows (pretrain, eval, probe, glue .json).",
                reads=True)
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files, README.md."""
     params = load_params(params_file, overrides)

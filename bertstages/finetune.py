@@ -26,7 +26,6 @@ from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -46,7 +45,6 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
              "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
              "data and training go beside it, in NAME_details.json.")
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification or regression task, against a
     scratch control."""

@@ -29,7 +29,6 @@ from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -55,7 +54,6 @@ PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
                "Each fine-tune, saved as it finishes: a rerun reuses those of the same model, "
                "data and recipe.")
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, models_dir,
             runs_dir, params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""

@@ -49,8 +49,8 @@ from bertstages.options import (
     corpus_option,
     file_option,
     folder_option,
+    params_options,
     samples_option,
-    stage_options,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -87,7 +87,7 @@ PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
              "One row per logging step (dvc plots).")
 @file_option("--eval-log", "eval_log_file", "metrics/pretrain_eval.tsv",
              "One row per periodic evaluation (dvc plots).")
-@stage_options
+@params_options
 def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics_file, log_file,
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""

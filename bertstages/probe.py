@@ -27,7 +27,6 @@ from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -48,7 +47,6 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
                "Where each probe's items go with their scores (JSON Lines).")
 @device_option
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, params_file,
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""

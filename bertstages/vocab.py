@@ -16,7 +16,6 @@ from bertstages.options import (
     file_option,
     folder_option,
     stage_options,
-    stops_at_once,
 )
 from bertstages.params import load_params, read_params
 
@@ -30,7 +29,6 @@ PARAMS = {"vocab": VocabConfig}
 @file_option("--metrics", "metrics_path", "metrics/vocab.json",
              "Where to write the vocabulary's source and its coverage of the train split.")
 @stage_options
-@stops_at_once
 def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
             overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
