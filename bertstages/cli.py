@@ -66,26 +66,21 @@ class BertGroup(click.Group):
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except NoSpaceError as error:
-            raise UserFacingError(_naming_the_option(error, ctx.meta)) from None
         except BertError as error:
-            raise UserFacingError(error) from None
+            shown = error
         except OSError as error:  # the machine's doing, not ours: a full disk, permissions
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                full = NoSpaceError(error.filename or Path.cwd())
-                raise UserFacingError(_naming_the_option(full, ctx.meta)) from None
-            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and error.filename:
-                message = (f"cannot write or read {error.filename}: {error.strerror}; fix its "
-                           "permissions or point the command elsewhere")
-                raise UserFacingError(BertError(message)) from None
-            raise
-
-
-def _naming_the_option(error: NoSpaceError, meta: dict) -> NoSpaceError:
-    """The error advising to point elsewhere the option that chose the full path (`--metrics`
-    for metrics/x.json), where the library could not know it."""
-    flag = option_for(error.path, meta)
-    return NoSpaceError(error.path, f"point {flag} elsewhere") if flag else error
+                shown = NoSpaceError(error.filename or Path.cwd())
+            elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and error.filename:
+                shown = BertError(f"cannot write or read {error.filename}: {error.strerror}; fix "
+                                  "its permissions or point the command elsewhere")
+            else:
+                raise
+        # A full disk: advise to point elsewhere the option that chose the path (`--metrics` for
+        # metrics/x.json), which the library could not know.
+        if isinstance(shown, NoSpaceError) and (flag := option_for(shown.path, ctx.meta)):
+            shown = NoSpaceError(shown.path, f"point {flag} elsewhere")
+        raise UserFacingError(shown)
 
 
 @click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})
