@@ -108,8 +108,9 @@ def to_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[
 
 def from_hf_state_dict(
     tensors: dict[str, torch.Tensor], num_layers: int
-) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
-    """HF names -> ours. Returns (state dict, our names not found, HF names not used).
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """HF names -> ours. Returns (state dict, HF names not used); what is not found is not in
+    the state dict (`load_state_dict` names it).
 
     Accepts the variants found in the wild: BertModel files without the `bert.` prefix,
     TF-era LayerNorm `gamma`/`beta`, the tied decoder keys, the position_ids buffer."""
@@ -117,16 +118,14 @@ def from_hf_state_dict(
     if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
         tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
     used = set(HF_TIED_KEYS) | set(HF_BUFFERS)
-    out, missing = {}, []
+    out = {}
     for ours, hf_names in hf_name_pairs(num_layers):
         if not all(name in tensors for name in hf_names):
-            missing.append(ours)
             continue
         used.update(hf_names)
         parts = [tensors[name] for name in hf_names]
         out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-    unexpected = sorted(set(tensors) - used)
-    return out, missing, unexpected
+    return out, sorted(set(tensors) - used)
 
 
 def _normalise_hf_name(name: str) -> str:
@@ -218,10 +217,9 @@ def _export(model: BertPretrainingModel | BertForSequenceClassification, out_dir
 
 
 def load_model(
-    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True,
-    config: BertConfig | None = None,
+    model_dir: str | Path, strict: bool = True, config: BertConfig | None = None
 ) -> BertPretrainingModel:
-    """Load our directory (save_model) or any BERT directory in Hugging Face format.
+    """Load our directory (save_model) or any BERT directory in Hugging Face format, on the CPU.
 
     With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
     BertForMaskedLM checkpoint) still loads: those heads keep their fresh init (drawn from
@@ -234,7 +232,7 @@ def load_model(
     if "embeddings.tokens.weight" in tensors:  # our own names
         state, unexpected = tensors, []
     else:
-        state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
+        state, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
     state = drop_pruned_heads(state, config, model_dir)
     model = BertPretrainingModel(config)
     try:
@@ -262,7 +260,7 @@ def load_model(
         if any(name.startswith(prefix) for name in missing):
             log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
     model.missing_weights = missing
-    return model.to(map_location)
+    return model
 
 
 def read_config(model_dir: Path) -> BertConfig:
