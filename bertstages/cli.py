@@ -27,21 +27,11 @@ from bertstages.options import option_for
 # Set by DVC in its stages' commands' environment (torchrun's processes inherit it).
 STARTED_BY_DVC = "DVC_STAGE"
 
-# name -> "module:attribute" of a click.Command
-COMMANDS = {
-    "corpus": "bertstages.corpus:command",
-    "vocab": "bertstages.vocab:command",
-    "samples": "bertstages.samples:command",
-    "pretrain": "bertstages.pretrain:command",
-    "evaluate": "bertstages.evaluate:command",
-    "export": "bertstages.export:command",
-    "finetune": "bertstages.finetune:command",
-    "prune": "bertstages.prune:command",
-    "probe": "bertstages.probe:command",
-    "glue": "bertstages.glue:command",
-    "fill-mask": "bertstages.infer:fill_mask",
-    "nsp": "bertstages.infer:nsp",
-}
+STAGES = ("corpus", "vocab", "samples", "pretrain", "evaluate", "export", "finetune", "prune",
+          "probe", "glue")
+# name -> "module:attribute" of a click.Command: each stage's is `command` in its own module
+COMMANDS = {**{stage: f"bertstages.{stage}:command" for stage in STAGES},
+            "fill-mask": "bertstages.infer:fill_mask", "nsp": "bertstages.infer:nsp"}
 
 
 class UserFacingError(click.ClickException):
