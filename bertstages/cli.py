@@ -34,14 +34,6 @@ COMMANDS = {**{stage: f"bertstages.{stage}:command" for stage in STAGES},
             "fill-mask": "bertstages.infer:fill_mask", "nsp": "bertstages.infer:nsp"}
 
 
-class UserFacingError(click.ClickException):
-    """A BertError shown as `Error: <message>` with the error's own exit code."""
-
-    def __init__(self, error: BertError):
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
-
-
 class BertGroup(click.Group):
     def list_commands(self, ctx: click.Context) -> list[str]:
         return list(COMMANDS)
@@ -70,7 +62,9 @@ class BertGroup(click.Group):
         # metrics/x.json), which the library could not know.
         if isinstance(shown, NoSpaceError) and (flag := option_for(shown.path, ctx.meta)):
             shown = NoSpaceError(shown.path, f"point {flag} elsewhere")
-        raise UserFacingError(shown)
+        failure = click.ClickException(str(shown))  # shown as `Error: <message>`
+        failure.exit_code = shown.exit_code
+        raise failure
 
 
 @click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})
