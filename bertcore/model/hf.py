@@ -30,7 +30,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
-from bertcore.model.bert import BertConfig, BertPretrainingModel
+from bertcore.model.bert import BertConfig, BertPretrainingModel, head_units
 from bertcore.model.classifier import BertForSequenceClassification
 
 log = logging.getLogger(__name__)
@@ -131,10 +131,8 @@ def from_hf_state_dict(
 def _normalise_hf_name(name: str) -> str:
     if name.startswith(("embeddings.", "encoder.", "pooler.")):
         name = f"bert.{name}"
-    if ".LayerNorm." in name:
-        name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")
-        name = name.replace(".LayerNorm.beta", ".LayerNorm.bias")
-    return name
+    name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")  # TF-era names
+    return name.replace(".LayerNorm.beta", ".LayerNorm.bias")
 
 
 def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> dict:
@@ -200,9 +198,9 @@ def _export(model: BertPretrainingModel | BertForSequenceClassification, out_dir
     state = model.state_dict()
     refuse_nonfinite(state)
     out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = to_hf_state_dict(state, config.num_hidden_layers)
+    tensors = to_hf_state_dict(zero_pruned_heads(state, config), config.num_hidden_layers)
     tensors.update({key: state[key] for key in own_keys})
-    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
+    _write_safetensors(tensors, out_dir / WEIGHTS_NAME)
     dtype = next(model.parameters()).dtype
     write_json(out_dir / CONFIG_NAME, {**hf_config_dict(config, dtype), **settings})
     for source in tokenizer_files:
@@ -332,57 +330,49 @@ def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
 
 
 # ------------------------------------------------------------------------------ pruned heads
-def _head_rows(config: BertConfig, layer: int) -> torch.Tensor:
-    """Rows of one full-size projection (query, key or value) that the layer's kept heads use."""
-    size = config.head_size
-    return torch.tensor([h * size + i for h in config.kept_heads(layer) for i in range(size)])
+def _attention_names(layer: int) -> tuple[str, str, str]:
+    prefix = f"layers.{layer}.attention."
+    return f"{prefix}qkv.weight", f"{prefix}qkv.bias", f"{prefix}out.weight"
 
 
 def zero_pruned_heads(
-    tensors: dict[str, torch.Tensor], config: BertConfig
+    state: dict[str, torch.Tensor], config: BertConfig
 ) -> dict[str, torch.Tensor]:
-    """HF-named tensors of a pruned model (smaller attention projections) in full shapes: the
+    """Our-named tensors of a pruned model (smaller attention projections) in full shapes: the
     pruned heads' query/key/value rows and biases and output-projection columns are zero."""
-    out = dict(tensors)
+    state = dict(state)
     full = config.hidden_size
     for layer in config.pruned_heads:
-        rows = _head_rows(config, layer)
-        prefix = f"bert.encoder.layer.{layer}.attention."
-        for name in [f"{prefix}self.{n}.{k}" for n in ("query", "key", "value")
-                     for k in ("weight", "bias")]:
-            small = out[name]
-            big = small.new_zeros((full, *small.shape[1:]))
-            big[rows] = small
-            out[name] = big
-        small = out[f"{prefix}output.dense.weight"]
-        big = small.new_zeros((small.shape[0], full))
-        big[:, rows] = small
-        out[f"{prefix}output.dense.weight"] = big
-    return out
+        rows, cols = head_units(config.kept_heads(layer), config.head_size, full)
+        qkv_w, qkv_b, out_w = _attention_names(layer)
+        for name in (qkv_w, qkv_b):
+            small = state[name]
+            state[name] = small.new_zeros((3 * full, *small.shape[1:])).index_copy(0, rows, small)
+        small = state[out_w]
+        state[out_w] = small.new_zeros((small.shape[0], full)).index_copy(1, cols, small)
+    return state
 
 
 def drop_pruned_heads(
-    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path = "weights"
+    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path
 ) -> dict[str, torch.Tensor]:
     """Our-named tensors with full-size attention projections (an export with zeroed heads)
     cut down to the heads config.pruned_heads keeps; already smaller ones are left as they are."""
     state = dict(state)
     full = config.hidden_size
     for layer in config.pruned_heads:
-        qkv_w, qkv_b = f"layers.{layer}.attention.qkv.weight", f"layers.{layer}.attention.qkv.bias"
-        out_w = f"layers.{layer}.attention.out.weight"
+        qkv_w, qkv_b, out_w = _attention_names(layer)
         if qkv_w not in state or state[qkv_w].shape[0] != 3 * full:
             continue
-        rows = _head_rows(config, layer)
-        qkv_rows = torch.cat([part * full + rows for part in range(3)])
+        rows, cols = head_units(config.kept_heads(layer), config.head_size, full)
         dropped = torch.ones(3 * full, dtype=torch.bool)
-        dropped[qkv_rows] = False
+        dropped[rows] = False
         if state[qkv_w][dropped].any() or state[out_w][:, dropped[:full]].any():
             log.warning("%s: layer %d's pruned heads have non-zero weights; dropped as "
                         "config.json's pruned_heads says", source, layer)
-        state[qkv_w] = state[qkv_w][qkv_rows]
-        state[qkv_b] = state[qkv_b][qkv_rows]
-        state[out_w] = state[out_w][:, rows]
+        state[qkv_w] = state[qkv_w][rows]
+        state[qkv_b] = state[qkv_b][rows]
+        state[out_w] = state[out_w][:, cols]
     return state
 
 
