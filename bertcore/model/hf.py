@@ -305,28 +305,25 @@ def weight_files(model_dir: Path) -> list[Path]:
 
 def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     """All tensors of a model dir on the CPU: safetensors (single or sharded), or a legacy
-    pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
+    pytorch_model.bin read with weights_only=True (never arbitrary pickle). A truncated or
+    corrupt file is a one-line error naming it."""
     tensors = {}
     for path in weight_files(model_dir):
-        if not path.name.endswith(".index.json"):
-            tensors.update(_read_weights_file(path))
+        try:
+            if path.suffix == ".bin":
+                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+            elif not path.name.endswith(".index.json"):
+                tensors.update(load_file(path))
+        except FileNotFoundError:
+            raise BertError(f"weights file {path} is missing: export or save the model again"
+                            ) from None
+        except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise BertError(
+                f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
+                "export or save the model again"
+            ) from None
     return tensors
-
-
-def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
-    """One file of weights; a truncated or corrupt file is a one-line error naming it."""
-    try:
-        if path.suffix == ".bin":
-            return torch.load(path, map_location="cpu", weights_only=True)
-        return load_file(path)
-    except FileNotFoundError:
-        raise BertError(f"weights file {path} is missing: export or save the model again") from None
-    except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise BertError(
-            f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
-            "export or save the model again"
-        ) from None
 
 
 # ------------------------------------------------------------------------------ pruned heads
