@@ -10,9 +10,9 @@ loading torch (well under a second)."""
 from __future__ import annotations
 
 import errno
-import importlib
 import logging
 import os
+import pkgutil
 import signal
 import sys
 from pathlib import Path
@@ -39,11 +39,7 @@ class BertGroup(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return pkgutil.resolve_name(COMMANDS[name]) if name in COMMANDS else None
 
     def invoke(self, ctx: click.Context):
         try:
