@@ -13,12 +13,7 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.model.config import ExportConfig, ModelConfig
 from bertcore.training.config import MaskingConfig, Phase2Config, TrainConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.options import (
-    folder_option,
-    pretrained_option,
-    stage_options,
-    vocab_option,
-)
+from bertstages.options import folder_option, pretrained_option, stage_options, vocab_option
 from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py):

@@ -11,12 +11,7 @@ import click
 from bertcore.data.vocab.config import TRAIN, VocabConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.dvcdeps import warn_unless_a_dep
-from bertstages.options import (
-    corpus_option,
-    file_option,
-    folder_option,
-    stage_options,
-)
+from bertstages.options import corpus_option, file_option, folder_option, stage_options
 from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
