@@ -48,9 +48,7 @@ class BertForSequenceClassification(nn.Module):
     ) -> BertForSequenceClassification:
         """Encoder and pooler from `pretrained`; the classifier layer freshly initialised."""
         model = cls(pretrained.config, labels)
-        encoder = {k: v for k, v in pretrained.state_dict().items()
-                   if k.startswith(("embeddings.", "layers.", "pooler."))}
-        result = model.load_state_dict(encoder, strict=False)
+        result = model.load_state_dict(pretrained.state_dict(), strict=False)  # heads left out
         assert set(result.missing_keys) == {"classifier.weight", "classifier.bias"}, result
         return model.to(next(pretrained.parameters()).device)
 
