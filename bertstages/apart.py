@@ -3,7 +3,8 @@ output whole and renames it into place, so an output that is an input, holds one
 inside one would replace it (`bert glue --out X` with X the `--model` folder replaced the
 pretrained model), and two outputs that overlap lose one of them. Checked once per command,
 before any work, over its path options (`bertstages.options` notes which it writes) and the
-paths its params name."""
+paths its params name; under `dvc repro` it also says which of those paths dvc.yaml's deps
+do not cover (`bertstages.dvcdeps`)."""
 
 from __future__ import annotations
 
@@ -15,16 +16,19 @@ from pathlib import Path
 import click
 
 from bertcore.common.errors import BertError
+from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import OUTPUT_OPTIONS, PATH_OPTIONS
 
 # Param values that name no path: a built-in corpus or task, a Hugging Face dataset
 NOT_PATHS = ("builtin:", "hf:")
 
 
-def keep_outputs_apart(params_paths: Mapping[str, str | None] | None = None) -> None:
+def keep_outputs_apart(params_paths: Mapping[str, str | None] | None = None,
+                       warn_deps: bool = True) -> None:
     """BertError (one line) when an output option of the running command is, holds or sits
     inside one of its inputs or another output. `params_paths`: the paths the command reads
-    because of its params, by dotted key (None: the key is not set)."""
+    because of its params, by dotted key (None: the key is not set); with `warn_deps`, each
+    one set is then checked by `warn_unless_a_dep` (false: the stage checks what it reads)."""
     meta = click.get_current_context().meta
     options: dict[str, str] = meta.get(PATH_OPTIONS, {})
     outputs = [flag for flag in options if flag in meta.get(OUTPUT_OPTIONS, set())]
@@ -42,6 +46,9 @@ def keep_outputs_apart(params_paths: Mapping[str, str | None] | None = None) -> 
             if relation := _overlap(options[flag], options[other]):
                 raise BertError(f"{flag} {options[flag]} {relation} {other} ({options[other]}),"
                                 f" which {command} writes too: point one of them elsewhere")
+    for key, path in (params_paths or {}).items():
+        if warn_deps and path:
+            warn_unless_a_dep(key, path)
 
 
 def _overlap(output: str, other: str) -> str | None:

@@ -10,9 +10,9 @@ loading torch (well under a second)."""
 from __future__ import annotations
 
 import errno
-import importlib
 import logging
 import os
+import pkgutil
 import signal
 import sys
 from pathlib import Path
@@ -27,29 +27,11 @@ from bertstages.options import option_for
 # Set by DVC in its stages' commands' environment (torchrun's processes inherit it).
 STARTED_BY_DVC = "DVC_STAGE"
 
-# name -> "module:attribute" of a click.Command
-COMMANDS = {
-    "corpus": "bertstages.corpus:command",
-    "vocab": "bertstages.vocab:command",
-    "samples": "bertstages.samples:command",
-    "pretrain": "bertstages.pretrain:command",
-    "evaluate": "bertstages.evaluate:command",
-    "export": "bertstages.export:command",
-    "finetune": "bertstages.finetune:command",
-    "prune": "bertstages.prune:command",
-    "probe": "bertstages.probe:command",
-    "glue": "bertstages.glue:command",
-    "fill-mask": "bertstages.infer:fill_mask",
-    "nsp": "bertstages.infer:nsp",
-}
-
-
-class UserFacingError(click.ClickException):
-    """A BertError shown as `Error: <message>` with the error's own exit code."""
-
-    def __init__(self, error: BertError):
-        super().__init__(str(error))
-        self.exit_code = error.exit_code
+STAGES = ("corpus", "vocab", "samples", "pretrain", "evaluate", "export", "finetune", "prune",
+          "probe", "glue")
+# name -> "module:attribute" of a click.Command: each stage's is `command` in its own module
+COMMANDS = {**{stage: f"bertstages.{stage}:command" for stage in STAGES},
+            "fill-mask": "bertstages.infer:fill_mask", "nsp": "bertstages.infer:nsp"}
 
 
 class BertGroup(click.Group):
@@ -57,35 +39,28 @@ class BertGroup(click.Group):
         return list(COMMANDS)
 
     def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        target = COMMANDS.get(name)
-        if target is None:
-            return None
-        module, _, attr = target.partition(":")
-        return getattr(importlib.import_module(module), attr)
+        return pkgutil.resolve_name(COMMANDS[name]) if name in COMMANDS else None
 
     def invoke(self, ctx: click.Context):
         try:
             return super().invoke(ctx)
-        except NoSpaceError as error:
-            raise UserFacingError(_naming_the_option(error, ctx.meta)) from None
         except BertError as error:
-            raise UserFacingError(error) from None
+            shown = error
         except OSError as error:  # the machine's doing, not ours: a full disk, permissions
             if error.errno in (errno.ENOSPC, errno.EDQUOT):
-                full = NoSpaceError(error.filename or Path.cwd())
-                raise UserFacingError(_naming_the_option(full, ctx.meta)) from None
-            if error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and error.filename:
-                message = (f"cannot write or read {error.filename}: {error.strerror}; fix its "
-                           "permissions or point the command elsewhere")
-                raise UserFacingError(BertError(message)) from None
-            raise
-
-
-def _naming_the_option(error: NoSpaceError, meta: dict) -> NoSpaceError:
-    """The error advising to point elsewhere the option that chose the full path (`--metrics`
-    for metrics/x.json), where the library could not know it."""
-    flag = option_for(error.path, meta)
-    return NoSpaceError(error.path, f"point {flag} elsewhere") if flag else error
+                shown = NoSpaceError(error.filename or Path.cwd())
+            elif error.errno in (errno.EACCES, errno.EPERM, errno.EROFS) and error.filename:
+                shown = BertError(f"cannot write or read {error.filename}: {error.strerror}; fix "
+                                  "its permissions or point the command elsewhere")
+            else:
+                raise
+        # A full disk: advise to point elsewhere the option that chose the path (`--metrics` for
+        # metrics/x.json), which the library could not know.
+        if isinstance(shown, NoSpaceError) and (flag := option_for(shown.path, ctx.meta)):
+            shown = NoSpaceError(shown.path, f"point {flag} elsewhere")
+        failure = click.ClickException(str(shown))  # shown as `Error: <message>`
+        failure.exit_code = shown.exit_code
+        raise failure
 
 
 @click.group(cls=BertGroup, context_settings={"help_option_names": ["-h", "--help"]})

@@ -23,7 +23,6 @@ from bertstages.options import (
     pretrained_option,
     samples_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -43,7 +42,6 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
              "NAME_details.json.")
 @device_option
 @stage_options
-@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
     sections = read_params(load_params(params_file, overrides), PARAMS)

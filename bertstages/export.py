@@ -13,13 +13,7 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.model.config import ExportConfig, ModelConfig
 from bertcore.training.config import MaskingConfig, Phase2Config, TrainConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.options import (
-    folder_option,
-    pretrained_option,
-    stage_options,
-    stops_at_once,
-    vocab_option,
-)
+from bertstages.options import folder_option, pretrained_option, stage_options, vocab_option
 from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py):
@@ -37,7 +31,6 @@ PARAMS = {"export": ExportConfig, "corpus": CorpusConfig, "vocab": VocabConfig,
                "The reports the model card shows (pretrain, eval, probe, glue .json).",
                reads=True)
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files, README.md."""
     params = load_params(params_file, overrides)

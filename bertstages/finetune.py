@@ -20,14 +20,12 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     file_option,
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -47,16 +45,12 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
              "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
              "data and training go beside it, in NAME_details.json.")
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification or regression task, against a
     scratch control."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
-    for key in ("data", "test_data"):  # (builtin:... is no path, of which nothing is said)
-        if value := getattr(sections["finetune"], key):
-            warn_unless_a_dep(f"finetune.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.training.hardware.cpu import pin_cpu

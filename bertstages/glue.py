@@ -24,13 +24,11 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import GlueConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     file_option,
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -56,16 +54,12 @@ PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
                "Each fine-tune, saved as it finishes: a rerun reuses those of the same model, "
                "data and recipe.")
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, models_dir,
             runs_dir, params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""
     sections = read_params(load_params(params_file, overrides), PARAMS)
     config = sections["glue"]
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
-    for key in ("data", "model"):  # (hf:glue is no path, of which nothing is said)
-        if value := getattr(sections["glue"], key):
-            warn_unless_a_dep(f"glue.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.training.hardware.cpu import pin_cpu

@@ -34,10 +34,7 @@ def fill_mask(model_dir: str | None, vocab_dir: str | None, top_k: int, text: st
     """Predict the tokens hidden behind each [MASK] in TEXT (top-k with probabilities)."""
     import torch
 
-    from bertcore.model.trained_model import load_model_and_tokenizer
-
-    model_dir = model_or_export(model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="mlm")
+    model_dir, model, tokenizer = load(model_dir, vocab_dir, "mlm")
     mask_id = special_id(tokenizer, MASK)
     ids = tokenizer.encode(text, add_special_tokens=False).ids
     require_read(tokenizer, [ids], model_dir, vocab_dir, "the text")
@@ -72,10 +69,7 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
     """Probability that SENTENCE_B follows SENTENCE_A (next sentence prediction)."""
     import torch
 
-    from bertcore.model.trained_model import load_model_and_tokenizer
-
-    model_dir = model_or_export(model_dir)
-    model, tokenizer = load_model_and_tokenizer(model_dir, vocab_dir, head="nsp")
+    model_dir, model, tokenizer = load(model_dir, vocab_dir, "nsp")
     if model.config.type_vocab_size < 2:
         raise BertError(f"{model_dir} has one segment type: it cannot score sentence pairs")
     a = tokenizer.encode(sentence_a, add_special_tokens=False).ids
@@ -101,14 +95,17 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
 
 
 # ------------------------------------------------------------------------------- helpers
-def model_or_export(model_dir: str | None) -> str:
-    """--model as given, else the pipeline's export, which must exist."""
-    if model_dir is not None:
-        return model_dir
-    if not Path(PIPELINE_MODEL).is_dir():
-        raise BertError(f"no model in {PIPELINE_MODEL}, the pipeline's export: run `dvc repro "
-                        "export`, or pass --model DIR")
-    return PIPELINE_MODEL
+def load(model_dir: str | None, vocab_dir: str | None, head: str):
+    """(the folder, its model, its tokenizer) of --model, else of the pipeline's export, which
+    must exist (`load_model_and_tokenizer`)."""
+    from bertcore.model.trained_model import load_model_and_tokenizer
+
+    if model_dir is None:
+        if not Path(PIPELINE_MODEL).is_dir():
+            raise BertError(f"no model in {PIPELINE_MODEL}, the pipeline's export: run `dvc "
+                            "repro export`, or pass --model DIR")
+        model_dir = PIPELINE_MODEL
+    return model_dir, *load_model_and_tokenizer(model_dir, vocab_dir, head)
 
 
 def require_read(tokenizer, encoded: list[list[int]], model_dir: str, vocab_dir: str | None,

@@ -21,6 +21,12 @@ from bertcore.common.validation import DEVICE_PATTERN, DEVICES
 
 
 def stage_options(func: Callable) -> Callable:
+    """`params_options` on a stage that writes its outputs whole or not at all, which
+    `stops_at_once`. Put it under the other options."""
+    return params_options(stops_at_once(func))
+
+
+def params_options(func: Callable) -> Callable:
     """Add `--params` and `--set` to a stage command (passed as `params_file`, `overrides`)."""
     func = click.option(
         "--set",
@@ -45,8 +51,7 @@ def stops_at_once(func: Callable) -> Callable:
     """SIGTERM or Ctrl-C stop the command where it is: what it had begun to write is removed
     on the way out (a worker pool shut down), and the user reads one line; the exit code is
     128 + the signal's number, as for a process the signal killed. A worker process that
-    died twice on a task (`WorkerDied`) stops it the same way, with exit code 1. Put it
-    under the options."""
+    died twice on a task (`WorkerDied`) stops it the same way, with exit code 1."""
 
     @functools.wraps(func)
     def run(*args, **kwargs):

@@ -145,7 +145,7 @@ class Keys:
 
 # What a stage reads of params.yaml: section -> its config class, or Keys(class) for some keys.
 # A stage module's PARAMS; read_params reads exactly it, and its dvc.yaml `params:` list it
-# (dvc_params; tests/test_stage_params.py compares the two).
+# (tests/test_stage_params.py compares the two).
 StageParams = Mapping[str, "type | Keys"]
 
 
@@ -154,16 +154,3 @@ def read_params(params: Mapping[str, Any], wanted: StageParams) -> dict[str, Any
     return {section: parse_section(params, section, kind.cls, only_fields=True)
             if isinstance(kind, Keys) else parse_section(params, section, kind)
             for section, kind in wanted.items()}
-
-
-def dvc_params(wanted: StageParams) -> list[str]:
-    """The entries of a stage's `params:` in dvc.yaml for what it reads: a whole section by
-    its name, some keys by theirs (section.key)."""
-    names = []
-    for section, kind in wanted.items():
-        if isinstance(kind, Keys):
-            names += [f"{section}.{field.name}" for field in dataclasses.fields(kind.cls)]
-        else:
-            names.append(section)
-    return names
-

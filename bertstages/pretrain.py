@@ -22,6 +22,7 @@ import os
 import signal
 import subprocess
 import sys
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -48,8 +49,8 @@ from bertstages.options import (
     corpus_option,
     file_option,
     folder_option,
+    params_options,
     samples_option,
-    stage_options,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -86,7 +87,7 @@ PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
              "One row per logging step (dvc plots).")
 @file_option("--eval-log", "eval_log_file", "metrics/pretrain_eval.tsv",
              "One row per periodic evaluation (dvc plots).")
-@stage_options
+@params_options
 def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics_file, log_file,
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
@@ -94,7 +95,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     sections = read_params(params, PARAMS)
     cpu = sections.pop("cpu")
     config = PretrainConfig(**sections)
-    keep_outputs_apart({"model.init_from": config.model.init_from})
+    keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
@@ -171,10 +172,6 @@ def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> li
             f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "bertstages", *stage_args]
 
 
-def _stop_with_parent() -> None:
-    signal_when_parent_dies(signal.SIGTERM)
-
-
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     """Run this very command under torchrun with `nproc` processes on this machine; after a
     worker failure torchrun restarts them all (`max_restarts` times), and they resume from
@@ -182,7 +179,7 @@ def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     args = torchrun_command(nproc, max_restarts, sys.argv[1:])
     log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
     # torchrun ends with this process (SIGTERM: it stops its workers, which checkpoint)
-    code = subprocess.call(args, preexec_fn=_stop_with_parent)
+    code = subprocess.call(args, preexec_fn=partial(signal_when_parent_dies, signal.SIGTERM))
     if code != 0:
         raise BertError(f"torchrun with {nproc} processes failed (exit code {code}); "
                         "see the messages above")

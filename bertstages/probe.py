@@ -20,7 +20,6 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
-from bertstages.dvcdeps import warn_unless_a_dep
 from bertstages.options import (
     corpus_option,
     device_option,
@@ -28,7 +27,6 @@ from bertstages.options import (
     folder_option,
     pretrained_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -49,7 +47,6 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
                "Where each probe's items go with their scores (JSON Lines).")
 @device_option
 @stage_options
-@stops_at_once
 def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, params_file,
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
@@ -57,9 +54,6 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     config = sections["probe"]
     keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
                         "probe.cloze": config.cloze})
-    for key in ("model", "minimal_pairs", "cloze"):
-        if value := getattr(sections["probe"], key):
-            warn_unless_a_dep(f"probe.{key}", value)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu

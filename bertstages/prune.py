@@ -24,7 +24,6 @@ from bertstages.options import (
     pretrained_option,
     samples_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import load_params, read_params
@@ -45,7 +44,6 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
              "Heads, parameters, val metrics and throughput before/after (dvc metrics); the "
              "pruned heads, importance and settings go beside it, in NAME_details.json.")
 @stage_options
-@stops_at_once
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
     sections = read_params(load_params(params_file, overrides), PARAMS)

@@ -51,18 +51,10 @@ def source_tags(stage: str) -> dict[str, str]:
     dvc_stage = os.environ.get("DVC_STAGE")
     tags = {"mlflow.source.name": f"dvc.yaml:{dvc_stage}" if dvc_stage else f"bert {stage}",
             "mlflow.source.type": "LOCAL"}
-    commit = git_commit(repo_root())
-    return {"mlflow.source.git.commit": commit, **tags} if commit else tags
-
-
-def git_commit(repo: str | os.PathLike) -> str | None:
-    """The commit checked out in `repo` (None outside git)."""
-    try:
-        proc = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=repo, capture_output=True, text=True, timeout=10
-        )
+    try:  # the commit checked out (none outside git)
+        proc = subprocess.run(["git", "rev-parse", "HEAD"], cwd=repo_root(), capture_output=True,
+                              text=True, timeout=10)
     except (OSError, subprocess.SubprocessError):
-        return None
-    if proc.returncode != 0:
-        return None
-    return proc.stdout.strip() or None
+        return tags
+    commit = proc.stdout.strip() if proc.returncode == 0 else ""
+    return {"mlflow.source.git.commit": commit, **tags} if commit else tags

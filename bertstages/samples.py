@@ -18,7 +18,6 @@ from bertstages.options import (
     file_option,
     folder_option,
     stage_options,
-    stops_at_once,
     vocab_option,
 )
 from bertstages.params import Keys, load_params, read_params
@@ -35,7 +34,6 @@ PARAMS = {"samples": SamplesConfig, "phase2": Keys(Phase2Samples)}
 @file_option("--metrics", "metrics_file", "metrics/samples.json",
              "Counts and NSP balance, for `dvc metrics`.")
 @stage_options
-@stops_at_once
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""

@@ -11,13 +11,7 @@ import click
 from bertcore.data.vocab.config import TRAIN, VocabConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.dvcdeps import warn_unless_a_dep
-from bertstages.options import (
-    corpus_option,
-    file_option,
-    folder_option,
-    stage_options,
-    stops_at_once,
-)
+from bertstages.options import corpus_option, file_option, folder_option, stage_options
 from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
@@ -30,13 +24,13 @@ PARAMS = {"vocab": VocabConfig}
 @file_option("--metrics", "metrics_path", "metrics/vocab.json",
              "Where to write the vocabulary's source and its coverage of the train split.")
 @stage_options
-@stops_at_once
 def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
             overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
     the one `vocab.source` points at in the same form."""
     config = read_params(load_params(params_file, overrides), PARAMS)["vocab"]
-    keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source})
+    keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source},
+                       warn_deps=False)  # the files it reads, once read: below
     from bertcore.data.vocab.build import VocabPaths, build_vocab  # once the params are read
 
     paths = VocabPaths(Path(corpus_dir) / "train.txt", out_dir, metrics_path)

@@ -10,6 +10,7 @@ the second test holds every stage to that.
 from __future__ import annotations
 
 import ast
+import dataclasses
 import importlib
 from pathlib import Path
 
@@ -18,9 +19,21 @@ import yaml
 from helpers.bert import REPO
 
 from bertstages.cli import COMMANDS
-from bertstages.params import dvc_params
+from bertstages.params import Keys, StageParams
 
 DVC_YAML = REPO / "dvc.yaml"
+
+
+def dvc_params(wanted: StageParams) -> list[str]:
+    """The entries of a stage's `params:` in dvc.yaml for what it reads: a whole section by
+    its name, some keys by theirs (section.key)."""
+    names = []
+    for section, kind in wanted.items():
+        if isinstance(kind, Keys):
+            names += [f"{section}.{field.name}" for field in dataclasses.fields(kind.cls)]
+        else:
+            names.append(section)
+    return names
 
 
 def stage_modules(dvc_file: Path = DVC_YAML) -> dict[str, tuple[str, list[str]]]:

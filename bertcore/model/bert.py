@@ -104,9 +104,7 @@ class SelfAttention(nn.Module):
         """Keep only the heads at `positions` (of this layer's current heads): the rows of
         their query/key/value and the columns of the output projection."""
         require(len(positions) >= 1, "positions", positions, "at least one head")
-        size, width = self.head_size, self.num_heads * self.head_size
-        cols = torch.tensor([p * size + i for p in positions for i in range(size)])
-        rows = torch.cat([part * width + cols for part in range(3)])
+        rows, cols = head_units(positions, self.head_size, self.num_heads * self.head_size)
         qkv, out = self.qkv, self.out
         self.qkv = nn.Linear(qkv.in_features, len(rows), device=qkv.weight.device,
                              dtype=qkv.weight.dtype)
@@ -118,6 +116,13 @@ class SelfAttention(nn.Module):
         self.out.bias.copy_(out.bias)
         self.num_heads = len(positions)
         self.head_gate = None
+
+
+def head_units(heads: list[int], size: int, width: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """Where `heads` (each `size` wide) lie in attention projections `width` wide: the rows of
+    the fused [query; key; value] projection, and the columns of the output projection."""
+    cols = torch.tensor([h * size + i for h in heads for i in range(size)])
+    return torch.cat([part * width + cols for part in range(3)]), cols
 
 
 class EncoderLayer(nn.Module):
@@ -204,8 +209,7 @@ class BertPretrainingModel(nn.Module):
         elif isinstance(module, nn.Embedding):
             nn.init.normal_(module.weight, mean=0.0, std=std)
             if module.padding_idx is not None:
-                with torch.no_grad():
-                    module.weight[module.padding_idx].zero_()  # as HF does
+                nn.init.zeros_(module.weight[module.padding_idx])  # as HF does
         elif isinstance(module, nn.LayerNorm):
             nn.init.ones_(module.weight)
             nn.init.zeros_(module.bias)

@@ -30,10 +30,13 @@ class BertForSequenceClassification(nn.Module):
         self.classifier = nn.Linear(config.hidden_size, len(labels) or 1)
         self.apply(self._init_weights)
 
-    # BERT's init and the encoder pass are exactly those of the pretraining model (they only
-    # read config, embeddings and layers), so they are shared rather than copied.
+    # BERT's init, the encoder pass, AdamW's groups and the count are exactly those of the
+    # pretraining model (they only read config, embeddings, layers and parameters), so they
+    # are shared rather than copied.
     _init_weights = BertPretrainingModel._init_weights
     encode = BertPretrainingModel.encode
+    param_groups = BertPretrainingModel.param_groups
+    num_parameters = BertPretrainingModel.num_parameters
 
     @property
     def is_regression(self) -> bool:
@@ -45,9 +48,7 @@ class BertForSequenceClassification(nn.Module):
     ) -> BertForSequenceClassification:
         """Encoder and pooler from `pretrained`; the classifier layer freshly initialised."""
         model = cls(pretrained.config, labels)
-        encoder = {k: v for k, v in pretrained.state_dict().items()
-                   if k.startswith(("embeddings.", "layers.", "pooler."))}
-        result = model.load_state_dict(encoder, strict=False)
+        result = model.load_state_dict(pretrained.state_dict(), strict=False)  # heads left out
         assert set(result.missing_keys) == {"classifier.weight", "classifier.bias"}, result
         return model.to(next(pretrained.parameters()).device)
 
@@ -62,9 +63,3 @@ class BertForSequenceClassification(nn.Module):
         encoder on the real tokens alone (`BertPretrainingModel.encode`)."""
         pooled = self.pooler(self.encode(input_ids, token_type_ids, attention_mask, unpad))
         return self.classifier(self.dropout(pooled))
-
-    def param_groups(self, weight_decay: float) -> list[dict]:
-        return BertPretrainingModel.param_groups(self, weight_decay)
-
-    def num_parameters(self) -> int:
-        return sum(p.numel() for p in self.parameters())

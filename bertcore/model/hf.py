@@ -30,7 +30,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
-from bertcore.model.bert import BertConfig, BertPretrainingModel
+from bertcore.model.bert import BertConfig, BertPretrainingModel, head_units
 from bertcore.model.classifier import BertForSequenceClassification
 
 log = logging.getLogger(__name__)
@@ -49,7 +49,6 @@ FORMAT_VERSION = 1
 HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
 # Buffers older HF checkpoints stored; not weights.
 HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
-HEAD_PREFIXES = ("pooler.", "mlm_head.", "nsp_head.")
 # The parts a BERT file may lack (BertModel, BertForMaskedLM), as a user knows them.
 HEAD_GROUPS = {
     "pooler.": "the pooler (bert.pooler)",
@@ -109,8 +108,9 @@ def to_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[
 
 def from_hf_state_dict(
     tensors: dict[str, torch.Tensor], num_layers: int
-) -> tuple[dict[str, torch.Tensor], list[str], list[str]]:
-    """HF names -> ours. Returns (state dict, our names not found, HF names not used).
+) -> tuple[dict[str, torch.Tensor], list[str]]:
+    """HF names -> ours. Returns (state dict, HF names not used); what is not found is not in
+    the state dict (`load_state_dict` names it).
 
     Accepts the variants found in the wild: BertModel files without the `bert.` prefix,
     TF-era LayerNorm `gamma`/`beta`, the tied decoder keys, the position_ids buffer."""
@@ -118,25 +118,21 @@ def from_hf_state_dict(
     if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
         tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
     used = set(HF_TIED_KEYS) | set(HF_BUFFERS)
-    out, missing = {}, []
+    out = {}
     for ours, hf_names in hf_name_pairs(num_layers):
         if not all(name in tensors for name in hf_names):
-            missing.append(ours)
             continue
         used.update(hf_names)
         parts = [tensors[name] for name in hf_names]
         out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-    unexpected = sorted(set(tensors) - used)
-    return out, missing, unexpected
+    return out, sorted(set(tensors) - used)
 
 
 def _normalise_hf_name(name: str) -> str:
     if name.startswith(("embeddings.", "encoder.", "pooler.")):
         name = f"bert.{name}"
-    if ".LayerNorm." in name:
-        name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")
-        name = name.replace(".LayerNorm.beta", ".LayerNorm.bias")
-    return name
+    name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")  # TF-era names
+    return name.replace(".LayerNorm.beta", ".LayerNorm.bias")
 
 
 def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> dict:
@@ -171,16 +167,7 @@ def export_hf(
 ) -> None:
     """Write a Hugging Face `BertForPreTraining` directory: config.json, model.safetensors
     (HF names, tied keys left out) and, given `vocab_dir`, its tokenizer files."""
-    out_dir = Path(out_dir)
-    tokenizer_files = _tokenizer_files(Path(vocab_dir), model.config) if vocab_dir else []
-    refuse_nonfinite(model.state_dict())
-    out_dir.mkdir(parents=True, exist_ok=True)
-    config = model.config
-    dtype = next(model.parameters()).dtype
-    tensors = to_hf_state_dict(model.state_dict(), config.num_hidden_layers)
-    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
-    write_json(out_dir / CONFIG_NAME, hf_config_dict(config, dtype))
-    _write_tokenizer_files(tokenizer_files, out_dir, config)
+    _export(model, Path(out_dir), vocab_dir, (), {})
 
 
 def export_hf_classifier(
@@ -191,51 +178,51 @@ def export_hf_classifier(
     """Write a Hugging Face `BertForSequenceClassification` directory (with `id2label` and
     `label2id` from `model.labels`; a regression head as `problem_type: regression`, one
     label) and, given `vocab_dir`, its tokenizer files."""
-    out_dir = Path(out_dir)
-    config = model.config
-    tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
-    state = model.state_dict()
-    refuse_nonfinite(state)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    tensors = to_hf_state_dict(state, config.num_hidden_layers)
-    for kind in ("weight", "bias"):
-        tensors[f"classifier.{kind}"] = state[f"classifier.{kind}"]
-    _write_safetensors(zero_pruned_heads(tensors, config), out_dir / WEIGHTS_NAME)
-    settings = hf_config_dict(config, next(model.parameters()).dtype)
     # a regression head has one output and no class names (transformers names it LABEL_0)
     labels = model.labels or ["LABEL_0"]
-    settings.update(
+    settings = dict(
         architectures=["BertForSequenceClassification"],
         id2label={str(i): label for i, label in enumerate(labels)},
         label2id={label: i for i, label in enumerate(labels)},
         problem_type="regression" if model.is_regression else "single_label_classification",
     )
-    write_json(out_dir / CONFIG_NAME, settings)
-    _write_tokenizer_files(tokenizer_files, out_dir, config)
+    _export(model, Path(out_dir), vocab_dir, ("classifier.weight", "classifier.bias"), settings)
 
 
-def _write_tokenizer_files(tokenizer_files: list[Path], out_dir: Path, config: BertConfig) -> None:
+def _export(model: BertPretrainingModel | BertForSequenceClassification, out_dir: Path,
+            vocab_dir: str | Path | None, own_keys: tuple[str, ...], settings: dict) -> None:
+    """The encoder under HF's names plus `own_keys` as they are, config.json with `settings`
+    over `hf_config_dict`'s, and the tokenizer files of `vocab_dir`."""
+    config = model.config
+    tokenizer_files = _tokenizer_files(Path(vocab_dir), config) if vocab_dir else []
+    state = model.state_dict()
+    refuse_nonfinite(state)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    tensors = to_hf_state_dict(zero_pruned_heads(state, config), config.num_hidden_layers)
+    tensors.update({key: state[key] for key in own_keys})
+    _write_safetensors(tensors, out_dir / WEIGHTS_NAME)
+    dtype = next(model.parameters()).dtype
+    write_json(out_dir / CONFIG_NAME, {**hf_config_dict(config, dtype), **settings})
     for source in tokenizer_files:
         if source.name == "tokenizer_config.json":
             # The tokenizer must not hand transformers more tokens than the model has positions.
-            settings = json.loads(source.read_text(encoding="utf-8"))
-            settings["model_max_length"] = config.max_position_embeddings
-            write_json(out_dir / source.name, settings)
+            tokenizer_settings = json.loads(source.read_text(encoding="utf-8"))
+            tokenizer_settings["model_max_length"] = config.max_position_embeddings
+            write_json(out_dir / source.name, tokenizer_settings)
             continue
         with atomic_file(out_dir / source.name, "wb") as handle, source.open("rb") as src:
             shutil.copyfileobj(src, handle)
 
 
 def load_model(
-    model_dir: str | Path, map_location: str | torch.device = "cpu", strict: bool = True,
-    config: BertConfig | None = None,
+    model_dir: str | Path, strict: bool = True, config: BertConfig | None = None
 ) -> BertPretrainingModel:
-    """Load our directory (save_model) or any BERT directory in Hugging Face format.
+    """Load our directory (save_model) or any BERT directory in Hugging Face format, on the CPU.
 
     With `strict=False`, a file without the pooler / MLM / NSP heads (e.g. a BertModel or
     BertForMaskedLM checkpoint) still loads: those heads keep their fresh init (drawn from
     torch's global generator, as a new model's), their names are in `model.missing_weights`,
-    and a warning names each group (`missing_groups`). Encoder weights must always be there.
+    and a warning names each group. Encoder weights must always be there.
     `config`: build the model with it instead of config.json's (e.g. other dropout rates)."""
     model_dir = Path(model_dir)
     config = config or read_config(model_dir)
@@ -243,7 +230,7 @@ def load_model(
     if "embeddings.tokens.weight" in tensors:  # our own names
         state, unexpected = tensors, []
     else:
-        state, _, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
+        state, unexpected = from_hf_state_dict(tensors, config.num_hidden_layers)
     state = drop_pruned_heads(state, config, model_dir)
     model = BertPretrainingModel(config)
     try:
@@ -261,22 +248,17 @@ def load_model(
         log.warning(
             "%s: ignored %d unknown weights, e.g. %s", model_dir, len(unexpected), unexpected[0]
         )
-    body_missing = [name for name in missing if not name.startswith(HEAD_PREFIXES)]
+    body_missing = [name for name in missing if not name.startswith(tuple(HEAD_GROUPS))]
     if body_missing or (strict and missing):
         raise BertError(
             f"{model_dir} lacks {len(missing)} weights of a BERT with this config.json, e.g. "
             f"{(body_missing or missing)[0]}: is it a BERT checkpoint matching its config?"
         )
-    for group in missing_groups(missing):
-        log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
+    for prefix, group in HEAD_GROUPS.items():  # the groups the missing names belong to
+        if any(name.startswith(prefix) for name in missing):
+            log.warning("%s has no weights for %s: it starts from a fresh init", model_dir, group)
     model.missing_weights = missing
-    return model.to(map_location)
-
-
-def missing_groups(missing: list[str]) -> list[str]:
-    """The groups (pooler, MLM transform, NSP head) that the names in `missing` belong to."""
-    return [group for prefix, group in HEAD_GROUPS.items()
-            if any(name.startswith(prefix) for name in missing)]
+    return model
 
 
 def read_config(model_dir: Path) -> BertConfig:
@@ -323,82 +305,71 @@ def weight_files(model_dir: Path) -> list[Path]:
 
 def read_weights(model_dir: Path) -> dict[str, torch.Tensor]:
     """All tensors of a model dir on the CPU: safetensors (single or sharded), or a legacy
-    pytorch_model.bin read with weights_only=True (never arbitrary pickle)."""
+    pytorch_model.bin read with weights_only=True (never arbitrary pickle). A truncated or
+    corrupt file is a one-line error naming it."""
     tensors = {}
     for path in weight_files(model_dir):
-        if not path.name.endswith(".index.json"):
-            tensors.update(_read_weights_file(path))
+        try:
+            if path.suffix == ".bin":
+                tensors.update(torch.load(path, map_location="cpu", weights_only=True))
+            elif not path.name.endswith(".index.json"):
+                tensors.update(load_file(path))
+        except FileNotFoundError:
+            raise BertError(f"weights file {path} is missing: export or save the model again"
+                            ) from None
+        except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
+            detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
+            raise BertError(
+                f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
+                "export or save the model again"
+            ) from None
     return tensors
 
 
-def _read_weights_file(path: Path) -> dict[str, torch.Tensor]:
-    """One file of weights; a truncated or corrupt file is a one-line error naming it."""
-    try:
-        if path.suffix == ".bin":
-            return torch.load(path, map_location="cpu", weights_only=True)
-        return load_file(path)
-    except FileNotFoundError:
-        raise BertError(f"weights file {path} is missing: export or save the model again") from None
-    except Exception as exc:  # SafetensorError, an unpickling or zip error, an I/O error
-        detail = str(exc).strip().splitlines()[0][:200] if str(exc).strip() else ""
-        raise BertError(
-            f"weights file {path} is damaged or truncated ({type(exc).__name__}: {detail}): "
-            "export or save the model again"
-        ) from None
-
-
 # ------------------------------------------------------------------------------ pruned heads
-def _head_rows(config: BertConfig, layer: int) -> torch.Tensor:
-    """Rows of one full-size projection (query, key or value) that the layer's kept heads use."""
-    size = config.head_size
-    return torch.tensor([h * size + i for h in config.kept_heads(layer) for i in range(size)])
+def _attention_names(layer: int) -> tuple[str, str, str]:
+    prefix = f"layers.{layer}.attention."
+    return f"{prefix}qkv.weight", f"{prefix}qkv.bias", f"{prefix}out.weight"
 
 
 def zero_pruned_heads(
-    tensors: dict[str, torch.Tensor], config: BertConfig
+    state: dict[str, torch.Tensor], config: BertConfig
 ) -> dict[str, torch.Tensor]:
-    """HF-named tensors of a pruned model (smaller attention projections) in full shapes: the
+    """Our-named tensors of a pruned model (smaller attention projections) in full shapes: the
     pruned heads' query/key/value rows and biases and output-projection columns are zero."""
-    out = dict(tensors)
+    state = dict(state)
     full = config.hidden_size
     for layer in config.pruned_heads:
-        rows = _head_rows(config, layer)
-        prefix = f"bert.encoder.layer.{layer}.attention."
-        for name in [f"{prefix}self.{n}.{k}" for n in ("query", "key", "value")
-                     for k in ("weight", "bias")]:
-            small = out[name]
-            big = small.new_zeros((full, *small.shape[1:]))
-            big[rows] = small
-            out[name] = big
-        small = out[f"{prefix}output.dense.weight"]
-        big = small.new_zeros((small.shape[0], full))
-        big[:, rows] = small
-        out[f"{prefix}output.dense.weight"] = big
-    return out
+        rows, cols = head_units(config.kept_heads(layer), config.head_size, full)
+        qkv_w, qkv_b, out_w = _attention_names(layer)
+        for name in (qkv_w, qkv_b):
+            small = state[name]
+            state[name] = small.new_zeros((3 * full, *small.shape[1:])).index_copy(0, rows, small)
+        small = state[out_w]
+        state[out_w] = small.new_zeros((small.shape[0], full)).index_copy(1, cols, small)
+    return state
 
 
 def drop_pruned_heads(
-    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path = "weights"
+    state: dict[str, torch.Tensor], config: BertConfig, source: str | Path
 ) -> dict[str, torch.Tensor]:
     """Our-named tensors with full-size attention projections (an export with zeroed heads)
     cut down to the heads config.pruned_heads keeps; already smaller ones are left as they are."""
     state = dict(state)
     full = config.hidden_size
     for layer in config.pruned_heads:
-        qkv_w, qkv_b = f"layers.{layer}.attention.qkv.weight", f"layers.{layer}.attention.qkv.bias"
-        out_w = f"layers.{layer}.attention.out.weight"
+        qkv_w, qkv_b, out_w = _attention_names(layer)
         if qkv_w not in state or state[qkv_w].shape[0] != 3 * full:
             continue
-        rows = _head_rows(config, layer)
-        qkv_rows = torch.cat([part * full + rows for part in range(3)])
+        rows, cols = head_units(config.kept_heads(layer), config.head_size, full)
         dropped = torch.ones(3 * full, dtype=torch.bool)
-        dropped[qkv_rows] = False
+        dropped[rows] = False
         if state[qkv_w][dropped].any() or state[out_w][:, dropped[:full]].any():
             log.warning("%s: layer %d's pruned heads have non-zero weights; dropped as "
                         "config.json's pruned_heads says", source, layer)
-        state[qkv_w] = state[qkv_w][qkv_rows]
-        state[qkv_b] = state[qkv_b][qkv_rows]
-        state[out_w] = state[out_w][:, rows]
+        state[qkv_w] = state[qkv_w][rows]
+        state[qkv_b] = state[qkv_b][rows]
+        state[out_w] = state[out_w][:, cols]
     return state
 
 

@@ -12,8 +12,8 @@ fingerprints, so a resume never continues a run begun from other weights.
 from __future__ import annotations
 
 import dataclasses
-import logging
 from dataclasses import dataclass
+from itertools import zip_longest
 from pathlib import Path
 
 from tokenizers import Tokenizer
@@ -24,8 +24,6 @@ from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.model.hf import CONFIG_NAME, load_model, read_config, weight_files
-
-log = logging.getLogger(__name__)
 
 KEY = "model.init_from"
 # What `model:` may set to another value than the folder's config.json.
@@ -113,12 +111,7 @@ def _model_tokens(path: Path) -> list[str] | None:
 def _first_difference(a: list[str], b: list[str]) -> tuple[int, str | None, str | None] | None:
     """(id, token in a, token in b) at the first id where the lists differ (None: one has no
     token there); None when they are equal."""
-    for i in range(max(len(a), len(b))):
-        x = a[i] if i < len(a) else None
-        y = b[i] if i < len(b) else None
-        if x != y:
-            return i, x, y
-    return None
+    return next(((i, x, y) for i, (x, y) in enumerate(zip_longest(a, b)) if x != y), None)
 
 
 def _shown(token: str | None) -> str:
