@@ -10,8 +10,6 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 COVERAGE_BYTES = 4 << 20  # coverage is measured on at most this much of the train split
-
-
 _COVERAGE_WINDOWS = 16  # ... read as this many windows spread evenly through a larger file
 
 

@@ -10,9 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from tokenizers import (
-    Tokenizer,
-)
+from tokenizers import Tokenizer
 
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import VocabConfig
@@ -29,16 +27,6 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
-
-
-
-
-
-
-
-
-
-
 def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
                config: VocabConfig | None = None) -> None:
     """Write vocab.txt, tokenizer.json and the transformers config files into `out_dir`.
@@ -53,13 +41,7 @@ def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
     (out_dir / VOCAB_FILE).write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
     rules = casing_rules(tokenizer)
-    special = {
-        "pad_token": "[PAD]",
-        "unk_token": "[UNK]",
-        "cls_token": "[CLS]",
-        "sep_token": "[SEP]",
-        "mask_token": "[MASK]",
-    }
+    special = {f"{token[1:-1].lower()}_token": token for token in SPECIAL_TOKENS}  # pad_token...
     tokenizer_config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": rules.lowercase,
@@ -70,7 +52,7 @@ def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
         **special,
     }
     for name, data in (
-        ("tokenizer_config.json", tokenizer_config),
+        (TOKENIZER_CONFIG_FILE, tokenizer_config),
         ("special_tokens_map.json", special),
     ):
         (out_dir / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -139,15 +121,3 @@ def casing_rules(tokenizer: Tokenizer) -> CasingRules:
         raise ValueError("the tokenizer has no BertNormalizer")  # a bug: we always set one
     return CasingRules(bool(normalizer["lowercase"]), normalizer["strip_accents"],
                        bool(normalizer["handle_chinese_chars"]))
-
-
-# ---------------------------------------------------------------------------------------------
-# Coverage
-
-
-
-
-
-
-
-
