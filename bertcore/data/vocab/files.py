@@ -10,7 +10,14 @@ import json
 import logging
 from pathlib import Path
 
-from tokenizers import Tokenizer
+from tokenizers import (
+    AddedToken,
+    Tokenizer,
+    decoders,
+    normalizers,
+    pre_tokenizers,
+    processors,
+)
 
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import VocabConfig
@@ -121,3 +128,30 @@ def casing_rules(tokenizer: Tokenizer) -> CasingRules:
         raise ValueError("the tokenizer has no BertNormalizer")  # a bug: we always set one
     return CasingRules(bool(normalizer["lowercase"]), normalizer["strip_accents"],
                        bool(normalizer["handle_chinese_chars"]))
+
+
+def bert_pipeline(tokenizer: Tokenizer, rules: CasingRules) -> Tokenizer:
+    """`tokenizer` with BERT's normaliser (with `rules`), pre-tokeniser and decoder."""
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=rules.chinese_chars,
+        strip_accents=rules.strip_accents, lowercase=rules.lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
+
+
+def finish_tokenizer(tokenizer: Tokenizer, rules: CasingRules) -> None:
+    """`bert_pipeline`, the special tokens matched whole, the [CLS] A [SEP] B [SEP] template
+    with this vocabulary's ids, no truncation or padding (the samples stage must see whole
+    sentences): a trained vocabulary and an existing one work exactly as BERT's."""
+    bert_pipeline(tokenizer, rules)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                  for t in SPECIAL_TOKENS])
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tokenizer.no_truncation()
+    tokenizer.no_padding()
