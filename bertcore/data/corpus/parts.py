@@ -29,7 +29,7 @@ import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -113,7 +113,7 @@ def cut_into_parts(
         os.replace(out_dir / f"{split}.txt", whole[index])
     stats = {split: SplitStats() for split in SPLITS}
     entries: dict[str, list[list[int]]] = {split: [] for split in SPLITS}
-    readers = {index: _lines(path) for index, path in whole.items()}
+    readers = {index: open(path, "rb") for index, path in whole.items()}  # noqa: SIM115
     outputs = {split: open(out_dir / f"{split}.txt", "wb") for split in SPLITS}  # noqa: SIM115
     try:
         for doc, (source, sizes, splits) in enumerate(
@@ -142,11 +142,6 @@ def cut_into_parts(
         for path in whole.values():
             path.unlink()
     return stats, entries
-
-
-def _lines(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        yield from handle
 
 
 def write_parts_file(out_dir: Path, info: dict) -> None:

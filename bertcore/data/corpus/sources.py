@@ -27,26 +27,25 @@ from bertcore.data.corpus.documents import (
     document_spans,
     line_documents,
     prose_pieces,
-    record_document,
     records_with_text,
 )
 from bertcore.data.corpus.jsonl import jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
 from bertcore.data.corpus.textblocks import utf8_blocks
 from bertcore.data.corpus.textfile import (
+    SNIFF_BYTES,
     Utf8Check,
     archive_kind,
     binary_kind,
     bom_encoding,
     open_bytes,
-    read_head,
+    read_block,
     wide_lines,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Document", "Source", "detect_format", "open_source", "record_document",
-           "resolve_files"]
+__all__ = ["Document", "Source", "detect_format", "open_source", "resolve_files"]
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -192,7 +191,7 @@ def text_file_spans(
     and UTF-32 as runs of decoded pieces. A binary file is skipped with a warning, or, when it
     is the whole source (`alone`), a BertError naming it."""
     with open_bytes(path, advance) as (handle, progress, tool):
-        head = read_head(handle, path)
+        head = read_block(handle, path, SNIFF_BYTES)  # to tell text from binary, lines from prose
         if not head:
             counts.empty_files += 1
             return

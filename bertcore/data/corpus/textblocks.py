@@ -36,8 +36,10 @@ class _FileLayout:
 
     @cached_property
     def layout(self) -> str:
-        """prose or lines: `fmt`, or as detected (auto)."""
-        return _format(self.fmt, self.start)
+        """prose or lines: `fmt`, or as detected from the file's first bytes (auto)."""
+        if self.fmt != "auto":
+            return self.fmt
+        return detect_format(self.start[:SNIFF_BYTES].decode("utf-8", "replace"))
 
     @property
     def read_as(self) -> str | None:
@@ -99,13 +101,6 @@ class TextStream(_FileLayout):
             return
         for document in line_documents(lines, ""):
             yield document, True
-
-
-def _format(fmt: str, data: bytes) -> str:
-    """prose or lines: `fmt`, or when it is auto, as detected from the file's first bytes."""
-    if fmt != "auto":
-        return fmt
-    return detect_format(data[:SNIFF_BYTES].decode("utf-8", "replace"))
 
 
 class _Rejoined:

@@ -36,10 +36,7 @@ import numpy as np
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.counts import CorpusCounts
-from bertcore.data.corpus.documents import (
-    Advance,
-    Piece,
-)
+from bertcore.data.corpus.documents import Advance, Piece
 
 logger = logging.getLogger(__name__)
 
@@ -156,14 +153,6 @@ def binary_kind(head: bytes) -> str | None:
 def bom_encoding(head: bytes) -> str:
     """utf-16 or utf-32 when a byte order mark says so, else utf-8."""
     return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
-
-
-def read_head(handle, path: Path) -> bytes:
-    """The first SNIFF_BYTES of a stream (to tell text from binary, and lines from prose)."""
-    try:
-        return handle.read(SNIFF_BYTES)
-    except (UnicodeError, *_DECOMPRESS_ERRORS) as exc:
-        raise _read_error(path, exc) from None
 
 
 def read_line(handle, path: Path, limit: int = LINE_CHUNK_BYTES) -> bytes:
