@@ -14,7 +14,7 @@ written once, and its NSP pairs as references into it; meta.json beside them
 A and B are each one contiguous run of a document's tokens (whole sentences, then truncated at
 either end), so sample i is `[CLS] A [SEP] B [SEP]`, assembled when it is read (`SampleStore`).
 Written by appending (`NpyAppender`, `SplitPairsWriter`, hashing as they write), meta.json
-last (`new_meta`, `add_split`, `write_meta`); read by memory map (`read_meta`, `SampleStore`).
+last (`new_meta`, its splits added by `build`); read by memory map (`read_meta`, `SampleStore`).
 """
 
 from __future__ import annotations
@@ -27,7 +27,6 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 
 if TYPE_CHECKING:
@@ -183,7 +182,7 @@ def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
 def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, vocab_size: int,
              cls_id: int, sep_id: int) -> dict:
     """meta.json of one phase's samples (`phase_dir`: PHASE1_DIR or PHASE2_DIR) built with
-    `config` and the vocabulary described, before its splits are added (`add_split`)."""
+    `config` and the vocabulary described, before its splits are added."""
     return {
         "format": FORMAT_VERSION,
         "vocab_fingerprint": vocab_fingerprint,
@@ -201,17 +200,6 @@ def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, voca
     }
 
 
-def add_split(meta: dict, split: str, entry: dict, digest: str) -> None:
-    """A split's entry (`SplitPairsWriter.meta_entry`) and `arrays_sha256` into `meta`."""
-    meta[split] = entry
-    meta["arrays_sha256"][split] = digest
-
-
-def write_meta(samples_dir: str | Path, meta: dict) -> None:
-    """meta.json of a samples folder, written last: once it is there, the arrays are whole."""
-    write_json(Path(samples_dir) / META_FILE, meta)
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading
 
@@ -226,13 +214,6 @@ def file_part(path: Path) -> tuple[bytes, bytes]:
         while size := file.readinto(chunk):
             digest.update(chunk[:size])
     return header, digest.digest()
-
-
-def arrays_sha256_of_files(split_dir: str | Path) -> str:
-    """`arrays_sha256` recomputed by reading the files of a split folder (and its tokens)."""
-    split_dir = Path(split_dir)
-    paths = split_files(split_dir, read_meta(split_dir.parent))
-    return arrays_sha256({name: file_part(path) for name, path in paths.items()})
 
 
 def read_meta(samples_dir: str | Path) -> dict:
