@@ -153,10 +153,6 @@ def _without_markup(line: str) -> str:
     directive = _DIRECTIVE.match(line)
     if directive:
         indent, name, argument = directive.groups()
-        template = _VERSION_DIRECTIVES.get(name)
-        rest = line[directive.end() :]
-        if template:
-            line = f"{indent}{template.format(argument)}{rest}"
-        else:
-            line = f"{indent}{argument}{rest}"
+        template = _VERSION_DIRECTIVES.get(name, "{}")
+        line = f"{indent}{template.format(argument)}{line[directive.end() :]}"
     return line

@@ -228,18 +228,14 @@ class Utf8Check:
         if not data.isascii():  # a character past ASCII has one lead byte, 0xC0 or above
             self.decoded += int(np.count_nonzero(np.frombuffer(data, np.uint8) >= 0xC0))
 
-    def report_invalid(self, counts: CorpusCounts) -> None:
-        """At the end of the file: warn of the invalid sequences, and count them."""
+    def report(self, counts: CorpusCounts, nuls: bool = True) -> None:
+        """At the end of the file: warn of the invalid sequences, and count them; and (`nuls`)
+        warn of the NUL bytes, which cleaning removed from a text file."""
         if self.invalid:
             logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line "
                            "%d)", self.path, self.invalid, self.first[0])
             counts.invalid_utf8_sequences += self.invalid
-
-    def report(self, counts: CorpusCounts) -> None:
-        """At the end of a text file: `report_invalid`, and warn of the NUL bytes (which
-        cleaning removed)."""
-        self.report_invalid(counts)
-        if self.nuls:
+        if nuls and self.nuls:
             logger.warning("%s: %d NUL bytes removed (first on line %d): text holds none, so "
                            "the file may be damaged", self.path, self.nuls, self.first_nul)
 

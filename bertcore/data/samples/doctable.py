@@ -111,25 +111,13 @@ class DocTableWriter:
         }
 
 
-def read_origins(table_dir: Path) -> np.ndarray:
-    """int64 (n_documents,): the block of the corpus file each document of the table came
-    from."""
-    return np.fromfile(table_dir / ORIGINS, np.int64)
-
-
-def write_neighbour_flags(table_dir: Path, flags: np.ndarray) -> None:
-    """The table's neighbour flags (uint8 per document, see `DocTable.neighbour_flags`), for a
-    corpus split by parts; written before the table is opened for reading."""
-    np.asarray(flags, np.uint8).tofile(table_dir / NEIGHBOURS)
-
-
 class DocTable:
     """Random access to a document table written by `DocTableWriter`: its sentences and
     document index, read where needed (nothing held in memory but the open files).
 
-    `neighbour_flags` (from `neighbours.bin`, written by `write_neighbour_flags` when the corpus
-    is split by parts): per document, bit 0 when the document before it is its neighbour, bit 1
-    when the one after it is; neighbours give no random B.
+    `neighbour_flags` (from `neighbours.bin`, which `bertcore.data.samples.build` writes for a
+    corpus split by parts before it opens the table): per document, bit 0 when the document
+    before it is its neighbour, bit 1 when the one after it is; neighbours give no random B.
     """
 
     def __init__(self, table_dir: str | Path):

@@ -22,6 +22,7 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -82,7 +83,6 @@ class NpyAppender:
         self.dtype = np.dtype(dtype)
         self.columns = columns
         self.count = 0  # rows
-        self.header = b""  # the final .npy header, once closed
         self.data_sha256 = hashlib.sha256()  # of the bytes after the header, as written
         self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
         self._file.write(b"\0" * self.HEADER_BYTES)
@@ -98,11 +98,11 @@ class NpyAppender:
         shape = f"({self.count},)" if self.columns == 1 else f"({self.count}, {self.columns})"
         header = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
         header = header.ljust(self.HEADER_BYTES - 10 - 1) + "\n"
-        self.header = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
+        header = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
         self._file.seek(0)
-        self._file.write(self.header)
+        self._file.write(header)
         self._file.close()
-        return self.header, self.data_sha256.digest()
+        return header, self.data_sha256.digest()
 
 
 class SplitPairsWriter:
@@ -279,7 +279,6 @@ class SampleStore:
         if (self.segment_starts.shape != (n, 2) or self.segment_lengths.shape != (n, 2)
                 or self.tokens.dtype != np.dtype(meta["dtype"])):
             raise BertError(f"samples at {self.split_dir} are inconsistent: rerun `bert samples`")
-        self._lengths = None
 
     def __len__(self) -> int:
         return len(self.is_random_next)
@@ -303,12 +302,10 @@ class SampleStore:
                             "rerun `bert samples`") from None
         return ids, len_a + 2, int(self.is_random_next[i])
 
-    @property
+    @cached_property
     def lengths(self) -> np.ndarray:
         """int64 (n,): every sample's length, [CLS] and [SEP]s included."""
-        if self._lengths is None:
-            self._lengths = self.segment_lengths.sum(axis=1, dtype=np.int64) + 3
-        return self._lengths
+        return self.segment_lengths.sum(axis=1, dtype=np.int64) + 3
 
     @property
     def dtype(self) -> np.dtype:
