@@ -20,7 +20,6 @@ from tokenizers import (
 )
 
 from bertcore.common.errors import BertError
-from bertcore.data.vocab.config import VocabConfig
 
 log = logging.getLogger(__name__)
 
@@ -34,13 +33,10 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
-def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
-               config: VocabConfig | None = None) -> None:
-    """Write vocab.txt, tokenizer.json and the transformers config files into `out_dir`.
-
-    The casing rules written into tokenizer_config.json (which transformers obeys) are those
-    of the tokenizer's BERT normaliser, so `config` is not needed (callers may still pass it).
-    """
+def save_vocab(tokenizer: Tokenizer, out_dir: str | Path) -> None:
+    """Write vocab.txt, tokenizer.json and the transformers config files into `out_dir`, with
+    the casing rules of the tokenizer's BERT normaliser in tokenizer_config.json (which
+    transformers obeys)."""
     out_dir = Path(out_dir)
     vocab = tokenizer.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)

@@ -61,7 +61,7 @@ def data(tmp_path_factory):
     config = VocabConfig(vocab_size=200, min_frequency=1)
     tokenizer = train_tokenizer([documents(40, seed=3)[i] for i in range(40)], config)
     (root / "vocab").mkdir()
-    save_vocab(tokenizer, root / "vocab", config)
+    save_vocab(tokenizer, root / "vocab")
     (root / "params.yaml").write_text("samples:\n  workers: 1\n  dupe_factor: 3\n")
     return root
 
@@ -279,7 +279,7 @@ def test_check_vocab(data, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     config = VocabConfig(vocab_size=100, min_frequency=1)
-    save_vocab(train_tokenizer([WORDS], config), other, config)
+    save_vocab(train_tokenizer([WORDS], config), other)
     with pytest.raises(BertError, match="another vocabulary"):
         check_vocab(tmp_path / "s", other)
 
