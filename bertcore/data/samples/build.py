@@ -137,8 +137,7 @@ def build_split(
 
 def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None:
     """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
-    block of the file), beside its document table; every document that can give an A must
-    have a document outside its neighbourhood to draw a random B from."""
+    block of the file), beside its document table."""
     origins = np.fromfile(table_dir / ORIGINS, np.int64)
     if len(origins) and origins[-1] >= len(entries):
         raise BertError(f"{corpus_file} does not match the parts.json beside it: "
@@ -147,15 +146,8 @@ def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None
     flags.tofile(table_dir / NEIGHBOURS)
     if len(flags) <= NEIGHBOURHOOD:  # a larger split has a document outside any neighbourhood
         with DocTable(table_dir) as table:
-            pairable = np.diff(table.documents(0, table.n_documents)[:, 0]) >= 2
-        excluded = 1 + (flags & 1).astype(np.int64) + (flags >> 1)
-        stuck = np.flatnonzero(pairable & (len(flags) - excluded < 1))
-        if len(stuck):
-            raise BertError(
-                f"{corpus_file}: part {int(stuck[0])} has no other part to draw a random B "
-                "from but its neighbours (parts of the same document next to it): rerun "
-                "`bert corpus`"
-            )
+            documents = table.documents(0, table.n_documents)
+        _check_random_b_sources(corpus_file, documents, flags)
 
 
 def _pair_passes(table_dir: Path, split: str, config: SamplesConfig,
@@ -201,6 +193,20 @@ def _too_few_documents(corpus_file: Path, stats: dict, parts: dict,
         return f"{what}: raise corpus.val_fraction"
     return (f"{what}, and the corpus is too small to cut into parts: add text to "
             "corpus.source (about 8 sentences or more, in documents of two sentences or more)")
+
+
+def _check_random_b_sources(corpus_file: Path, documents: np.ndarray, flags: np.ndarray) -> None:
+    """Every document that can give an A must have a document outside its neighbourhood
+    (`documents`: the document index, rows 0..n; `flags`: the neighbour flags)."""
+    n_docs = len(documents) - 1
+    excluded = 1 + (flags & 1).astype(np.int64) + (flags >> 1)  # int: uint8 overflows past 255
+    pairable = np.diff(documents[:, 0]) >= 2
+    stuck = np.flatnonzero(pairable & (n_docs - excluded < 1))
+    if len(stuck):
+        raise BertError(
+            f"{corpus_file}: part {int(stuck[0])} has no other part to draw a random B from "
+            "but its neighbours (parts of the same document next to it): rerun `bert corpus`"
+        )
 
 
 def build_samples(
