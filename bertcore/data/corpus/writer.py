@@ -198,10 +198,6 @@ class SplitWriter:
         elif train + val >= 2 and train == 0:
             self._move_last("val", "train")
 
-    def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-
     def _move_last(self, source: str, target: str) -> None:
         last = self._last[source]
         assert last is not None
@@ -227,4 +223,5 @@ class SplitWriter:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        for handle in self._files.values():
+            handle.close()

@@ -56,9 +56,8 @@ class DocTableWriter:
         self.sentences = self.tokens = 0  # kept so far
         self.dropped = 0  # sentences that tokenised to nothing
         self.last_doc = -1  # document number of the last kept sentence
-        self.files = {}
-        for name in (SENTENCES, DOCUMENTS, ORIGINS):
-            self.files[name] = open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
+        self.files = {name: open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
+                      for name in (SENTENCES, DOCUMENTS, ORIGINS)}
         np.zeros(1, np.int64).tofile(self.files[SENTENCES])
 
     def __enter__(self) -> DocTableWriter:
@@ -128,16 +127,13 @@ class DocTable:
         self._neighbours = os.open(flags, os.O_RDONLY) if flags.is_file() else None
         self.n_documents = os.fstat(self._documents).st_size // _ROW_BYTES - 1
 
-    def close(self) -> None:
-        for fd in (self._sentences, self._documents, self._neighbours):
-            if fd is not None:
-                os.close(fd)
-
     def __enter__(self) -> DocTable:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        for fd in (self._sentences, self._documents, self._neighbours):
+            if fd is not None:
+                os.close(fd)
 
     def documents(self, first: int, stop: int) -> np.ndarray:
         """Rows first..stop of the document index, (first sentence, first token) each: documents
