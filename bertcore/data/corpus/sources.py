@@ -297,8 +297,6 @@ class HubSource(Source):
                 advance(1)
                 yield from records_with_text(record, self.text_field,
                                              f"{self.name}[{number}]", counts)
-        except BertError:
-            raise
         except Exception as exc:  # network, unknown name, ...: one line for the user
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"cannot read hf:{self.name}: {type(exc).__name__}: {first_line}"

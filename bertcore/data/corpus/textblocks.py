@@ -81,20 +81,16 @@ class TextBlock(_FileLayout):
 class TextStream(_FileLayout):
     """The rest of a UTF-8 file from a run of MAX_BLOCK_BYTES with nowhere to end a block (a
     paragraph or line that long): cleaned in the main process as it is read, so that memory
-    stays bounded (`tasks.clean_in_order`); `head` is what was read of it already."""
+    stays bounded (`tasks.clean_in_order`); `start` is what was read of it already."""
 
-    head: bytes
+    start: bytes
     handle: BinaryIO
     check: Utf8Check
     fmt: str
     advance: Advance
 
-    @property
-    def start(self) -> bytes:
-        return self.head
-
     def parts(self, counts: CorpusCounts) -> Iterator[tuple[Document, bool]]:
-        reader = _Rejoined(self.head, self.handle, self.advance)
+        reader = _Rejoined(self.start, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
         if self.layout == "prose":
             yield Document("", prose_pieces(lines)), True

@@ -96,10 +96,8 @@ class DocTableWriter:
     def counts(self) -> dict:
         """The counts of the table written (once closed): documents, sentences, tokens,
         single-sentence documents and the sentences dropped (tokenised to nothing)."""
-        single = 0
         with DocTable(self.table_dir) as table:
-            for _, rows in table.index_chunks():
-                single += int((np.diff(rows[:, 0]) == 1).sum())
+            single = sum(int((np.diff(rows[:, 0]) == 1).sum()) for _, rows in table.index_chunks())
             documents = table.n_documents
         return {
             "documents": documents,

@@ -77,8 +77,7 @@ def read_tokenizer(path: Path, fallback: CasingRules, fallback_from: str,
     X", "--vocab X"). Raises BertError for an unusable source or missing special tokens."""
     config_file = None
     if path.is_dir():
-        candidates = [path / TOKENIZER_FILE, path / VOCAB_FILE]
-        found = [c for c in candidates if c.is_file()]
+        found = [c for c in (path / TOKENIZER_FILE, path / VOCAB_FILE) if c.is_file()]
         if not found:
             raise BertError(f"{what} holds neither {TOKENIZER_FILE} nor {VOCAB_FILE}: point it "
                             "at a tokenizer or model folder")
