@@ -180,15 +180,15 @@ class Utf8Check:
         self.first: tuple[int, bytes] | None = None  # line number and bytes of the first
         self.first_nul = 0  # the line of the first NUL byte
 
-    def line(self, raw: bytes, text: str) -> int:
-        """Count one line (or piece of one) as read and decoded; return its invalid sequences.
-        Raises BertError once the file reads as another encoding."""
+    def line(self, raw: bytes, text: str) -> None:
+        """Count one line (or piece of one) as read and decoded. Raises BertError once the
+        file reads as another encoding."""
         self.lines += 1
         if b"\0" in raw:  # no text holds one: damage, which cleaning removes
             self.nuls += raw.count(b"\0")
             self.first_nul = self.first_nul or self.lines
         if raw.isascii() and "\ufffd" not in text:
-            return 0
+            return
         replaced = text.count("\ufffd")
         invalid = max(0, replaced - raw.count(_FFFD))
         self.decoded += len(text) - len(text.encode("ascii", "ignore")) - invalid
@@ -198,7 +198,6 @@ class Utf8Check:
             if (self.invalid >= MIN_INVALID and self.invalid > self.decoded
                     and self.invalid * LINES_PER_INVALID >= self.lines):
                 raise BertError(self._not_utf8())
-        return invalid
 
     def block(self, data: bytes, final: bool = False) -> None:
         """Count whole lines as `line` counts them piece by piece: at once when they are valid

@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 from pathlib import Path
 
 from tokenizers import (
@@ -20,8 +19,6 @@ from tokenizers import (
 )
 
 from bertcore.common.errors import BertError
-
-log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The ids of a TRAINED vocabulary; an existing one may have others (BERT's: 0, 100..103), so
