@@ -79,7 +79,6 @@ class NpyAppender:
     HEADER_BYTES = 128  # a multiple of 64, so the data is aligned for memory maps
 
     def __init__(self, path: Path, dtype: np.dtype, columns: int = 1):
-        self.path = path
         self.dtype = np.dtype(dtype)
         self.columns = columns
         self.count = 0  # rows

@@ -3,7 +3,6 @@ evenly spread windows of a large file, so the cost does not grow with the corpus
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -19,8 +18,7 @@ def vocab_coverage(tokenizer: Tokenizer, corpus_file: str | Path,
     them), tokens, [UNK] tokens, their share (`unk_rate`) and tokens per word. A file larger
     than `max_bytes` is measured on evenly spread windows of whole lines of that much in all
     (`sampled_bytes` says how much was read), so the cost does not grow with the corpus."""
-    unk = json.loads(tokenizer.to_str())["model"].get("unk_token", "[UNK]")
-    unk_id = tokenizer.token_to_id(unk)
+    unk_id = tokenizer.token_to_id(tokenizer.model.unk_token)
     raw_lines = list(_sample_lines(Path(corpus_file), max_bytes))  # about max_bytes at most
     texts = [text for raw in raw_lines
              if (text := raw.decode("utf-8", errors="replace").strip())]
