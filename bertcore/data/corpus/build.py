@@ -41,7 +41,6 @@ class CorpusStats:
     blank-line separated blocks of train.txt / val.txt: parts, when `split["by"]` is parts.
     """
 
-    source: str
     train: SplitStats = field(default_factory=SplitStats)
     val: SplitStats = field(default_factory=SplitStats)
     counts: CorpusCounts = field(default_factory=CorpusCounts)  # read, dropped, cleaned
@@ -128,7 +127,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     """
     source = open_source(config.source, config.text_field, config.format)
     counts = CorpusCounts()  # filled by the source, the tasks and the writing below
-    stats = CorpusStats(config.source, counts=counts, made_with=source.made_with())
+    stats = CorpusStats(counts=counts, made_with=source.made_with())
     bar = tqdm(total=source.total, unit=source.unit, unit_scale=True, desc="corpus",
                disable=None if progress else True, leave=False)
 
