@@ -137,9 +137,7 @@ def _glob(pattern: str) -> list[str]:
     base = Path(*parts[:fixed]) if fixed else Path(".")
     if not base.is_dir():
         return []
-    wanted = parts[fixed:]
-    found = [path for relative, path in _tree(base) if _matches(wanted, relative)]
-    return sorted(str(path) for path in found)
+    return sorted(str(path) for relative, path in _tree(base) if _matches(parts[fixed:], relative))
 
 
 def _matches(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:

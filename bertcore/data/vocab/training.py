@@ -14,6 +14,7 @@ rebuilt as a plain WordPiece model whose only special tokens are the real five."
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
@@ -114,14 +115,7 @@ class LineBatches:
         self.path, self.batch_size = Path(path), batch_size
 
     def __iter__(self) -> Iterator[list[str]]:
-        batch: list[str] = []
         with open(self.path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    batch.append(line)
-                    if len(batch) >= self.batch_size:
-                        yield batch
-                        batch = []
-        if batch:
-            yield batch
+            lines = (text for line in handle if (text := line.strip()))
+            while batch := list(itertools.islice(lines, self.batch_size)):
+                yield batch
