@@ -76,7 +76,7 @@ def prepare(root: Path, rows: int) -> None:
                               for cell in line.split("\t")), encoding="utf-8")
     vocab = VocabConfig(vocab_size=400, min_frequency=1)
     (root / "vocab").mkdir()
-    save_vocab(train_tokenizer(LineBatches(text), vocab), root / "vocab", vocab)
+    save_vocab(train_tokenizer(LineBatches(text), vocab), root / "vocab")
     torch.manual_seed(0)
     config = BertConfig.from_preset("tiny", vocab_size=len(read_vocab(root / "vocab")),
                                     hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)

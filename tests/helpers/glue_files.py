@@ -88,7 +88,7 @@ def write_glue_vocab(root: Path, vocab_size: int) -> Path:
     config = VocabConfig(vocab_size=vocab_size, min_frequency=1)
     folder = root / "data" / "vocab"
     folder.mkdir(parents=True)
-    save_vocab(train_tokenizer(LineBatches(text), config), folder, config)
+    save_vocab(train_tokenizer(LineBatches(text), config), folder)
     return folder
 
 

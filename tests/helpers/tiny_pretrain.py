@@ -62,7 +62,7 @@ def build_data(root: Path, *, vocab_size: int = 96, max_seq_length: int = 32,
     vocab_config = VocabConfig(vocab_size=vocab_size, min_frequency=1)
     tokenizer = train_tokenizer(LineBatches(data / "corpus" / "train.txt"), vocab_config)
     (data / "vocab").mkdir(parents=True, exist_ok=True)
-    save_vocab(tokenizer, data / "vocab", vocab_config)
+    save_vocab(tokenizer, data / "vocab")
     samples_config = SamplesConfig(max_seq_length=max_seq_length, dupe_factor=dupe_factor,
                                    workers=1)
     (data / "samples").mkdir(parents=True, exist_ok=True)

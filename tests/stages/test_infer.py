@@ -67,7 +67,7 @@ def export_dir(tmp_path_factory):
     tokenizer = train_tokenizer([DOCUMENT], vocab_config)
     vocab_dir = root / "vocab"
     vocab_dir.mkdir()
-    save_vocab(tokenizer, vocab_dir, vocab_config)
+    save_vocab(tokenizer, vocab_dir)
 
     torch.manual_seed(0)
     rng = random.Random(0)
@@ -197,7 +197,7 @@ def other_vocab(folder, sentences: list[str], size: int):
     """A vocabulary trained on other text: another size, other ids."""
     config = VocabConfig(vocab_size=size, min_frequency=1)
     folder.mkdir()
-    save_vocab(train_tokenizer([sentences], config), folder, config)
+    save_vocab(train_tokenizer([sentences], config), folder)
     return folder
 
 

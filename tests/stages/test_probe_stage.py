@@ -31,7 +31,7 @@ def repo(tmp_path_factory):
     vocab_config = VocabConfig(vocab_size=120, min_frequency=1)
     tokenizer = train_tokenizer(LineBatches(root / "data/corpus/train.txt"), vocab_config)
     (root / "data" / "vocab").mkdir()
-    save_vocab(tokenizer, root / "data" / "vocab", vocab_config)
+    save_vocab(tokenizer, root / "data" / "vocab")
     torch.manual_seed(0)
     save_model(BertPretrainingModel(tiny_config(tokenizer.get_vocab_size(), dropout=0.0)),
                root / "models" / "pretrained")

@@ -222,8 +222,7 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     vocab = tmp_path / "vocab"
     vocab.mkdir()
     config = VocabConfig(vocab_size=90, min_frequency=1)
-    save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab,
-               config)
+    save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab)
     for what, identity in (
         ("samples", phase1_identity(run, data / "vocab", samples, RunLength(0, 8, 8))),
         ("vocab", phase1_identity(run, vocab, data / "samples", RunLength(0, 8, 8))),

@@ -188,7 +188,7 @@ def test_random_b_never_comes_from_its_own_or_a_neighbouring_part(tmp_path):
     tokenizer = train_tokenizer([sentences_of(corpus / "train.txt") + MARKERS], config)
     vocab = tmp_path / "vocab"
     vocab.mkdir()
-    save_vocab(tokenizer, vocab, config)
+    save_vocab(tokenizer, vocab)
     tokenizer = load_tokenizer(vocab)
     key_of = {tokenizer.token_to_id(m): key for key, m in marker.items()}
     assert None not in key_of  # every marker is one token

@@ -40,7 +40,6 @@ class CorpusStats:
     blank-line separated blocks of train.txt / val.txt: parts, when `split["by"]` is parts.
     """
 
-    source: str
     train: SplitStats = field(default_factory=SplitStats)
     val: SplitStats = field(default_factory=SplitStats)
     counts: CorpusCounts = field(default_factory=CorpusCounts)  # read, dropped, cleaned
@@ -127,7 +126,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     """
     source = open_source(config.source, config.text_field, config.format)
     counts = CorpusCounts()  # filled by the source, the tasks and the writing below
-    stats = CorpusStats(config.source, counts=counts, made_with=source.made_with())
+    stats = CorpusStats(counts=counts, made_with=source.made_with())
     bar = tqdm(total=source.total, unit=source.unit, unit_scale=True, desc="corpus",
                disable=None if progress else True, leave=False)
 
@@ -175,9 +174,7 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
     if stats.documents == 0:
         raise BertError(_nothing_left(config, stats))
     if plan is None:
-        warning = _too_small_for_nsp(config, stats, writer)
-        if warning:
-            log.warning(warning)
+        _warn_too_small_for_nsp(config, stats, writer)
     return stats
 
 
@@ -240,8 +237,8 @@ def _part_plan(config: CorpusConfig, writer: SplitWriter) -> PartPlan | None:
     return plan
 
 
-def _too_small_for_nsp(config: CorpusConfig, stats: CorpusStats, writer: SplitWriter) -> str:
-    """A warning when a split (by documents) cannot give NSP pairs, with what to do."""
+def _warn_too_small_for_nsp(config: CorpusConfig, stats: CorpusStats, writer: SplitWriter) -> None:
+    """Warn when a split (by documents) cannot give NSP pairs, with what to do."""
     for split, split_stats in (("train", stats.train), ("val", stats.val)):
         pairable = writer.pairable[split]
         if split_stats.documents >= 2 and pairable >= 1:
@@ -253,9 +250,9 @@ def _too_small_for_nsp(config: CorpusConfig, stats: CorpusStats, writer: SplitWr
         else:
             advice = ("add text (about 8 sentences or more, in documents of two sentences or "
                       "more)")
-        return (
+        log.warning(
             f"corpus too small for NSP pairs: {split} got {split_stats.documents} document(s), "
             f"{pairable} of two sentences or more; `bert samples` needs two in both train and "
             f"val, one of two sentences or more: {advice}"
         )
-    return ""
+        return

@@ -10,8 +10,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
 
-SECTIONS = ("input", "dropped", "cleaning")
-
 
 def _count(section: str | None, default: int | None = 0):
     return field(default=default, metadata={"section": section})

@@ -15,6 +15,8 @@ document, up to a boundary), a `TextBlock` (`textblocks`: raw lines of a UTF-8 f
 
 from __future__ import annotations
 
+import itertools
+import operator
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
 from typing import Protocol
@@ -136,18 +138,8 @@ def document_spans(document: Document | Record, size: int) -> Iterator[Record | 
 
 def prose_pieces(lines: Iterable[Piece]) -> Iterator[Piece]:
     """Prose: lines of a paragraph join with a space; a blank line ends the paragraph."""
-    at_line_start = True
-    for text, complete in lines:
-        if at_line_start and complete and (not text or text.isspace()):
-            yield "", True
-        else:
-            yield (text + " " if complete else text), False
-        at_line_start = complete
-
-
-def record_document(text: str, origin: str) -> Record:
-    """A record's text is one document (see `Record`)."""
-    return Record(origin, text)
+    for text, complete, blank in _mark_blank(lines):
+        yield ("", True) if blank else ((text + " " if complete else text), False)
 
 
 def records_with_text(record, field: str, origin: str, counts: CorpusCounts) -> Iterator[Record]:
@@ -156,36 +148,26 @@ def records_with_text(record, field: str, origin: str, counts: CorpusCounts) -> 
     text = record.get(field) if isinstance(record, dict) else None
     if isinstance(text, str):
         counts.records += 1
-        yield record_document(text, origin)
+        yield Record(origin, text)
     else:
         counts.records_without_text += 1
 
 
 def line_documents(lines: Iterable[Piece], origin: str) -> Iterator[Document]:
-    """One sentence per line, blank lines between documents."""
-    marked = _mark_blank(lines)
-    for text, complete, blank in marked:
-        if blank:
-            continue
-        pieces = _until_blank(marked, (text, complete))
-        yield Document(origin, pieces, split_sentences=False)
-        for _ in pieces:  # the consumer normally read them all
-            pass
+    """One sentence per line, blank lines between documents. (A document's pieces are read
+    on, if its consumer left some, when the next document is asked for.)"""
+    for blank, group in itertools.groupby(_mark_blank(lines), key=operator.itemgetter(2)):
+        if not blank:
+            pieces = ((text, complete) for text, complete, _ in group)
+            yield Document(origin, pieces, split_sentences=False)
 
 
 def _mark_blank(lines: Iterable[Piece]) -> Iterator[tuple[str, bool, bool]]:
+    """(text, complete, whether it is a blank line) per piece."""
     at_line_start = True
     for text, complete in lines:
         yield text, complete, at_line_start and complete and (not text or text.isspace())
         at_line_start = complete
-
-
-def _until_blank(marked: Iterator[tuple[str, bool, bool]], first: Piece) -> Iterator[Piece]:
-    yield first
-    for text, complete, blank in marked:
-        if blank:
-            return
-        yield text, complete
 
 
 def detect_format(sample: str) -> str:

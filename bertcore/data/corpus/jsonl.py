@@ -5,7 +5,7 @@ records costs the main process little more than the read itself.
 Each line is decoded (invalid UTF-8 becomes U+FFFD) and parsed whole, as when the file was
 read a record at a time; the UTF-8 check that stops a file in another encoding runs on the
 blocks as they are read, at the same line (`Utf8Check.whole_lines`), and warns of the invalid
-sequences at the end of the file as for a text file.
+sequences at the end of the file as for a text file (`Utf8Check.report`).
 """
 
 from __future__ import annotations
@@ -38,12 +38,9 @@ class RecordBlock:
     def size(self) -> int:
         return len(self.data)
 
-    def parts(self, counts: CorpusCounts) -> list[tuple[Record, bool]]:
+    def parts(self, counts: CorpusCounts) -> Iterator[tuple[Record, bool]]:
         """Each record with text, a whole document; the records, the records without text
         and the lines that are no JSON are counted in `counts`."""
-        return [(record, True) for record in self.records(counts)]
-
-    def records(self, counts: CorpusCounts) -> Iterator[Record]:
         lines = self.data.split(b"\n")
         if not lines[-1]:  # the block ends with a line's end
             lines.pop()
@@ -56,7 +53,9 @@ class RecordBlock:
                 counts.invalid_json_lines += 1
                 logger.debug("%s:%d: not JSON", self.path, number)
                 continue
-            yield from records_with_text(record, self.field, f"{self.path}:{number}", counts)
+            for document in records_with_text(record, self.field, f"{self.path}:{number}",
+                                              counts):
+                yield document, True
 
 
 def jsonl_blocks(path: Path, field: str, counts: CorpusCounts, advance: Advance,
@@ -72,4 +71,4 @@ def jsonl_blocks(path: Path, field: str, counts: CorpusCounts, advance: Advance,
             check.whole_lines(data)
             yield RecordBlock(data, str(path), first_line, field)
         # no warning of NUL bytes: a raw one is no JSON, and its line is an invalid_json_line
-        check.report_invalid(counts)
+        check.report(counts, nuls=False)

@@ -25,11 +25,12 @@ Parts keep the invariant that no text is in both train and val.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import math
 import os
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -107,15 +108,17 @@ def cut_into_parts(
     """Rewrite `out_dir/{train,val}.txt` (documents split whole; document d in file
     `order[d]`, in corpus order) as parts per `plan`. Returns the stats of each split and,
     per split, [document, part] of each of its parts in file order (for parts.json)."""
-    whole = {}
-    for index, split in enumerate(SPLITS):
-        whole[index] = out_dir / f".{split}.whole.txt"
-        os.replace(out_dir / f"{split}.txt", whole[index])
+    whole = [out_dir / f".{split}.whole.txt" for split in SPLITS]
+    for split, path in zip(SPLITS, whole, strict=True):
+        os.replace(out_dir / f"{split}.txt", path)
     stats = {split: SplitStats() for split in SPLITS}
     entries: dict[str, list[list[int]]] = {split: [] for split in SPLITS}
-    readers = {index: _lines(path) for index, path in whole.items()}
-    outputs = {split: open(out_dir / f"{split}.txt", "wb") for split in SPLITS}  # noqa: SIM115
-    try:
+    with contextlib.ExitStack() as stack:  # closes the files, then removes the whole ones
+        for path in whole:
+            stack.callback(path.unlink)
+        readers = [stack.enter_context(open(path, "rb")) for path in whole]
+        outputs = {split: stack.enter_context(open(out_dir / f"{split}.txt", "wb"))
+                   for split in SPLITS}
         for doc, (source, sizes, splits) in enumerate(
             zip(order, plan.sizes, plan.splits, strict=True)
         ):
@@ -134,19 +137,7 @@ def cut_into_parts(
                 entries[split].append([doc, part])
             separator = next(lines, b"\n")  # the blank line between documents
             assert separator == b"\n", "document sizes do not match the split files"
-    finally:
-        for handle in outputs.values():
-            handle.close()
-        for reader in readers.values():
-            reader.close()
-        for path in whole.values():
-            path.unlink()
     return stats, entries
-
-
-def _lines(path: Path) -> Iterator[bytes]:
-    with open(path, "rb") as handle:
-        yield from handle
 
 
 def write_parts_file(out_dir: Path, info: dict) -> None:

@@ -21,7 +21,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from bertcore.data.corpus.counts import CorpusCounts
-from bertcore.data.corpus.documents import Advance, Document, Source, record_document
+from bertcore.data.corpus.documents import Advance, Record, Source
 
 # Packages that are tests, GUIs, demos or bundled wheels rather than documented library.
 SKIPPED_PACKAGES = frozenset(
@@ -54,17 +54,17 @@ class PythonDocsSource(Source):
         """The interpreter whose documentation the text is."""
         return {"python": platform.python_version()}
 
-    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Document]:
+    def documents(self, counts: CorpusCounts, advance: Advance) -> Iterator[Record]:
         for name, text in self.topics:
             advance(1)
-            yield record_document(readable_prose(text), f"topic:{name}")
+            yield Record(f"topic:{name}", readable_prose(text))
         for name, path in self.modules:
             advance(1)
             text = module_text(path)
             if text is None:
                 counts.unparsable_modules += 1
                 continue
-            yield record_document(text, f"module:{name}")
+            yield Record(f"module:{name}", text)
 
 
 BUILTINS = {"builtin:python-docs": PythonDocsSource}
@@ -153,10 +153,6 @@ def _without_markup(line: str) -> str:
     directive = _DIRECTIVE.match(line)
     if directive:
         indent, name, argument = directive.groups()
-        template = _VERSION_DIRECTIVES.get(name)
-        rest = line[directive.end() :]
-        if template:
-            line = f"{indent}{template.format(argument)}{rest}"
-        else:
-            line = f"{indent}{argument}{rest}"
+        template = _VERSION_DIRECTIVES.get(name, "{}")
+        line = f"{indent}{template.format(argument)}{line[directive.end() :]}"
     return line

@@ -27,26 +27,25 @@ from bertcore.data.corpus.documents import (
     document_spans,
     line_documents,
     prose_pieces,
-    record_document,
     records_with_text,
 )
 from bertcore.data.corpus.jsonl import jsonl_blocks
 from bertcore.data.corpus.pythondocs import BUILTINS
 from bertcore.data.corpus.textblocks import utf8_blocks
 from bertcore.data.corpus.textfile import (
+    SNIFF_BYTES,
     Utf8Check,
     archive_kind,
     binary_kind,
     bom_encoding,
     open_bytes,
-    read_head,
+    read_block,
     wide_lines,
 )
 
 logger = logging.getLogger(__name__)
 
-__all__ = ["Document", "Source", "detect_format", "open_source", "record_document",
-           "resolve_files"]
+__all__ = ["Document", "Source", "detect_format", "open_source", "resolve_files"]
 
 JSONL_SUFFIXES = (".jsonl", ".ndjson")
 PARQUET_SUFFIXES = (".parquet", ".pq")
@@ -138,9 +137,7 @@ def _glob(pattern: str) -> list[str]:
     base = Path(*parts[:fixed]) if fixed else Path(".")
     if not base.is_dir():
         return []
-    wanted = parts[fixed:]
-    found = [path for relative, path in _tree(base) if _matches(wanted, relative)]
-    return sorted(str(path) for path in found)
+    return sorted(str(path) for relative, path in _tree(base) if _matches(parts[fixed:], relative))
 
 
 def _matches(pattern: tuple[str, ...], parts: tuple[str, ...]) -> bool:
@@ -192,7 +189,7 @@ def text_file_spans(
     and UTF-32 as runs of decoded pieces. A binary file is skipped with a warning, or, when it
     is the whole source (`alone`), a BertError naming it."""
     with open_bytes(path, advance) as (handle, progress, tool):
-        head = read_head(handle, path)
+        head = read_block(handle, path, SNIFF_BYTES)  # to tell text from binary, lines from prose
         if not head:
             counts.empty_files += 1
             return
@@ -298,8 +295,6 @@ class HubSource(Source):
                 advance(1)
                 yield from records_with_text(record, self.text_field,
                                              f"{self.name}[{number}]", counts)
-        except BertError:
-            raise
         except Exception as exc:  # network, unknown name, ...: one line for the user
             first_line = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
             message = f"cannot read hf:{self.name}: {type(exc).__name__}: {first_line}"

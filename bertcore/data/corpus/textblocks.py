@@ -29,15 +29,17 @@ MAX_BLOCK_BYTES = 4 << 20  # a block of a file held at most (a longer paragraph:
 
 class _FileLayout:
     """How a span of a text file is read: `fmt` (prose or lines), or auto: detected from the
-    `start` of the span, which holds the file's beginning."""
+    `data` of the span, which holds the file's beginning."""
 
     fmt: str
-    start: bytes
+    data: bytes
 
     @cached_property
     def layout(self) -> str:
-        """prose or lines: `fmt`, or as detected (auto)."""
-        return _format(self.fmt, self.start)
+        """prose or lines: `fmt`, or as detected from the file's first bytes (auto)."""
+        if self.fmt != "auto":
+            return self.fmt
+        return detect_format(self.data[:SNIFF_BYTES].decode("utf-8", "replace"))
 
     @property
     def read_as(self) -> str | None:
@@ -46,7 +48,7 @@ class _FileLayout:
 
     @property
     def size(self) -> int:
-        return len(self.start)
+        return len(self.data)
 
 
 @dataclass
@@ -60,10 +62,6 @@ class TextBlock(_FileLayout):
     ends: bool
     final: bool
     path: str = ""  # its file, for messages
-
-    @property
-    def start(self) -> bytes:
-        return self.data
 
     def parts(self, counts: CorpusCounts) -> list[tuple[Document, bool]]:
         """(document, ends) of what the block holds: the same pieces as a read of the file."""
@@ -79,33 +77,22 @@ class TextBlock(_FileLayout):
 class TextStream(_FileLayout):
     """The rest of a UTF-8 file from a run of MAX_BLOCK_BYTES with nowhere to end a block (a
     paragraph or line that long): cleaned in the main process as it is read, so that memory
-    stays bounded (`tasks.clean_in_order`); `head` is what was read of it already."""
+    stays bounded (`tasks.clean_in_order`); `data` is what was read of it already."""
 
-    head: bytes
+    data: bytes
     handle: BinaryIO
     check: Utf8Check
     fmt: str
     advance: Advance
 
-    @property
-    def start(self) -> bytes:
-        return self.head
-
     def parts(self, counts: CorpusCounts) -> Iterator[tuple[Document, bool]]:
-        reader = _Rejoined(self.head, self.handle, self.advance)
+        reader = _Rejoined(self.data, self.handle, self.advance)
         lines = decoded_lines(reader, self.check.path, self.check, final=True)
         if self.layout == "prose":
             yield Document("", prose_pieces(lines)), True
             return
         for document in line_documents(lines, ""):
             yield document, True
-
-
-def _format(fmt: str, data: bytes) -> str:
-    """prose or lines: `fmt`, or when it is auto, as detected from the file's first bytes."""
-    if fmt != "auto":
-        return fmt
-    return detect_format(data[:SNIFF_BYTES].decode("utf-8", "replace"))
 
 
 class _Rejoined:

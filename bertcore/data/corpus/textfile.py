@@ -36,10 +36,7 @@ import numpy as np
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.counts import CorpusCounts
-from bertcore.data.corpus.documents import (
-    Advance,
-    Piece,
-)
+from bertcore.data.corpus.documents import Advance, Piece
 
 logger = logging.getLogger(__name__)
 
@@ -158,14 +155,6 @@ def bom_encoding(head: bytes) -> str:
     return next((name for bom, name in _BOMS if head.startswith(bom)), "utf-8")
 
 
-def read_head(handle, path: Path) -> bytes:
-    """The first SNIFF_BYTES of a stream (to tell text from binary, and lines from prose)."""
-    try:
-        return handle.read(SNIFF_BYTES)
-    except (UnicodeError, *_DECOMPRESS_ERRORS) as exc:
-        raise _read_error(path, exc) from None
-
-
 def read_line(handle, path: Path, limit: int = LINE_CHUNK_BYTES) -> bytes:
     """The next line, or its next `limit` bytes (-1: the whole line); b"" at the end. (Called
     once a line: a plain try, no context manager.)"""
@@ -191,15 +180,15 @@ class Utf8Check:
         self.first: tuple[int, bytes] | None = None  # line number and bytes of the first
         self.first_nul = 0  # the line of the first NUL byte
 
-    def line(self, raw: bytes, text: str) -> int:
-        """Count one line (or piece of one) as read and decoded; return its invalid sequences.
-        Raises BertError once the file reads as another encoding."""
+    def line(self, raw: bytes, text: str) -> None:
+        """Count one line (or piece of one) as read and decoded. Raises BertError once the
+        file reads as another encoding."""
         self.lines += 1
         if b"\0" in raw:  # no text holds one: damage, which cleaning removes
             self.nuls += raw.count(b"\0")
             self.first_nul = self.first_nul or self.lines
         if raw.isascii() and "\ufffd" not in text:
-            return 0
+            return
         replaced = text.count("\ufffd")
         invalid = max(0, replaced - raw.count(_FFFD))
         self.decoded += len(text) - len(text.encode("ascii", "ignore")) - invalid
@@ -209,7 +198,6 @@ class Utf8Check:
             if (self.invalid >= MIN_INVALID and self.invalid > self.decoded
                     and self.invalid * LINES_PER_INVALID >= self.lines):
                 raise BertError(self._not_utf8())
-        return invalid
 
     def block(self, data: bytes, final: bool = False) -> None:
         """Count whole lines as `line` counts them piece by piece: at once when they are valid
@@ -239,18 +227,14 @@ class Utf8Check:
         if not data.isascii():  # a character past ASCII has one lead byte, 0xC0 or above
             self.decoded += int(np.count_nonzero(np.frombuffer(data, np.uint8) >= 0xC0))
 
-    def report_invalid(self, counts: CorpusCounts) -> None:
-        """At the end of the file: warn of the invalid sequences, and count them."""
+    def report(self, counts: CorpusCounts, nuls: bool = True) -> None:
+        """At the end of the file: warn of the invalid sequences, and count them; and (`nuls`)
+        warn of the NUL bytes, which cleaning removed from a text file."""
         if self.invalid:
             logger.warning("%s: %d invalid UTF-8 sequences replaced by U+FFFD (first on line "
                            "%d)", self.path, self.invalid, self.first[0])
             counts.invalid_utf8_sequences += self.invalid
-
-    def report(self, counts: CorpusCounts) -> None:
-        """At the end of a text file: `report_invalid`, and warn of the NUL bytes (which
-        cleaning removed)."""
-        self.report_invalid(counts)
-        if self.nuls:
+        if nuls and self.nuls:
             logger.warning("%s: %d NUL bytes removed (first on line %d): text holds none, so "
                            "the file may be damaged", self.path, self.nuls, self.first_nul)
 

@@ -42,13 +42,8 @@ class Lines:
     def of(cls, sentences: Iterable[str]) -> Lines:
         sentences = list(sentences)
         data = ("\n".join(sentences) + "\n").encode("utf-8") if sentences else b""
-        return cls(data, len(sentences), sum(map(len, sentences)), content_digest(data))
-
-
-def content_digest(data: bytes) -> bytes:
-    """The 128-bit digest of a document's lines, by which duplicates are found and the split
-    chosen."""
-    return hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
+        digest = hashlib.blake2b(data, digest_size=_DIGEST_BYTES).digest()
+        return cls(data, len(sentences), sum(map(len, sentences)), digest)
 
 
 @dataclass
@@ -203,10 +198,6 @@ class SplitWriter:
         elif train + val >= 2 and train == 0:
             self._move_last("val", "train")
 
-    def close(self) -> None:
-        for handle in self._files.values():
-            handle.close()
-
     def _move_last(self, source: str, target: str) -> None:
         last = self._last[source]
         assert last is not None
@@ -232,4 +223,5 @@ class SplitWriter:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        for handle in self._files.values():
+            handle.close()

@@ -21,10 +21,9 @@ samples folder and its metrics out.
 
 from __future__ import annotations
 
-import dataclasses
 import shutil
 from collections.abc import Callable, Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,19 +33,19 @@ from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner, worker_count
 from bertcore.data.corpus.parts import neighbour_flags, read_parts
+from bertcore.data.corpus.writer import SPLITS
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig
-from bertcore.data.samples.doctable import DocTable, read_origins, write_neighbour_flags
+from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable
 from bertcore.data.samples.pairing import PairTask, pair_shard
 from bertcore.data.samples.store import (
+    META_FILE,
     PHASE1_DIR,
     PHASE2_DIR,
     TOKENS,
     NpyAppender,
     SplitPairsWriter,
-    add_split,
     new_meta,
     token_dtype,
-    write_meta,
 )
 from bertcore.data.samples.tokenizing import (
     LineBatch,
@@ -119,9 +118,8 @@ def build_split(
         shards = list(_shards(table))
     built = {}
     for phase_dir, config in configs.items():
-        pairing = _SplitPairing(table_dir, split, config, shards)
         pairs = SplitPairsWriter(out_dir / phase_dir / split)
-        passes = _pair_passes(pairing, run, pairs, progress)
+        passes = _pair_passes(table_dir, split, config, shards, run, pairs, progress)
         digest = pairs.close(tokens_part)
         if pairs.count == 0:
             raise BertError(
@@ -139,58 +137,37 @@ def build_split(
 def _write_neighbours(corpus_file: Path, table_dir: Path, entries: list) -> None:
     """The neighbour flags of a corpus split by parts (`entries`: the [document, part] of each
     block of the file), beside its document table."""
-    origins = read_origins(table_dir)
+    origins = np.fromfile(table_dir / ORIGINS, np.int64)
     if len(origins) and origins[-1] >= len(entries):
         raise BertError(f"{corpus_file} does not match the parts.json beside it: "
                         "rerun `bert corpus`")
     flags = neighbour_flags(entries, origins)
-    write_neighbour_flags(table_dir, flags)
+    flags.tofile(table_dir / NEIGHBOURS)
     if len(flags) <= NEIGHBOURHOOD:  # a larger split has a document outside any neighbourhood
         with DocTable(table_dir) as table:
             documents = table.documents(0, table.n_documents)
         _check_random_b_sources(corpus_file, documents, flags)
 
 
-@dataclasses.dataclass(frozen=True)
-class _SplitPairing:
-    """What every pairing task of one split at one length shares: its document table, its
-    settings and the shards of its documents."""
-
-    table_dir: Path
-    split: str
-    config: SamplesConfig
-    shards: list[tuple[int, int]]
-
-    @property
-    def passes(self) -> tuple[int, int]:
-        """(dupe_factor, min_pairs): train's passes; val's, until it holds val_pairs (so that
-        NSP accuracy on it means something), or one pass (val_pairs 0)."""
-        if self.split == "train":
-            return self.config.dupe_factor, 0
-        val_pairs = self.config.val_pairs
-        return (VAL_MAX_PASSES if val_pairs else 1), val_pairs
-
-    def tasks(self, dupes: Iterable[int]) -> Iterator[PairTask]:
-        """One task per shard and pass in `dupes`, pass by pass."""
-        config = self.config
-        for dupe in dupes:
-            for lo, hi in self.shards:
-                yield PairTask(str(self.table_dir), self.split, dupe, lo, hi,
-                               config.max_seq_length, config.short_seq_prob, config.random_seed)
-
-
-def _pair_passes(pairing: _SplitPairing, run: Callable, pairs: SplitPairsWriter,
+def _pair_passes(table_dir: Path, split: str, config: SamplesConfig,
+                 shards: list[tuple[int, int]], run: Callable, pairs: SplitPairsWriter,
                  progress: bool) -> int:
-    """Pair the split's passes into `pairs`: every pass at once, or (min_pairs > 0) one at a
-    time until the split holds min_pairs. Returns the passes made."""
-    dupe_factor, min_pairs = pairing.passes
+    """Pair the split's passes into `pairs`, a task per shard and pass: train's dupe_factor
+    passes at once; val's one at a time until it holds val_pairs (so that NSP accuracy on it
+    means something), up to VAL_MAX_PASSES, or one pass (val_pairs 0). Returns the passes
+    made."""
+    min_pairs = 0 if split == "train" else config.val_pairs
+    dupe_factor = (config.dupe_factor if split == "train"
+                   else VAL_MAX_PASSES if min_pairs else 1)
     rounds = [[dupe] for dupe in range(dupe_factor)] if min_pairs else [range(dupe_factor)]
     passes = 0
-    with tqdm(total=len(pairing.shards) * dupe_factor, unit="shard", disable=not progress,
-              desc=f"pair {pairing.split} ({pairing.config.max_seq_length})",
-              leave=False) as bar:
+    with tqdm(total=len(shards) * dupe_factor, unit="shard", disable=not progress,
+              desc=f"pair {split} ({config.max_seq_length})", leave=False) as bar:
         for dupes in rounds:
-            for shard in run(pair_shard, pairing.tasks(dupes)):
+            tasks = (PairTask(str(table_dir), split, dupe, lo, hi, config.max_seq_length,
+                              config.short_seq_prob, config.random_seed)
+                     for dupe in dupes for lo, hi in shards)
+            for shard in run(pair_shard, tasks):
                 pairs.append(shard)
                 bar.update()
             passes += len(dupes)
@@ -258,7 +235,7 @@ def build_samples(
 
     configs = {PHASE1_DIR: config}
     if phase2_length is not None:
-        configs[PHASE2_DIR] = dataclasses.replace(config, max_seq_length=phase2_length)
+        configs[PHASE2_DIR] = replace(config, max_seq_length=phase2_length)
     metas = {phase_dir: new_meta(phase_dir, c, vocab_fingerprint, vocab_size, cls_id, sep_id)
              for phase_dir, c in configs.items()}
     workers = worker_count(config.workers, "samples.workers")
@@ -269,10 +246,11 @@ def build_samples(
             built = build_split(Path(path), split, encode, out_dir, configs, dtype, run,
                                 parts or {}, other_documents=other, progress=progress)
             for phase_dir, (entry, digest) in built.items():
-                add_split(metas[phase_dir], split, entry, digest)
+                metas[phase_dir][split] = entry
+                metas[phase_dir]["arrays_sha256"][split] = digest
     shutil.rmtree(out_dir / ".work", ignore_errors=True)
     for phase_dir, meta in metas.items():
-        write_meta(out_dir / phase_dir, meta)
+        write_json(out_dir / phase_dir / META_FILE, meta)  # last: then the arrays are whole
     return metas
 
 
@@ -283,7 +261,6 @@ def _special_id(tokenizer, token: str) -> int:
     return token_id
 
 
-SPLITS = ("train", "val")
 METRIC_KEYS = ("documents", "split_by", "count", "tokens", "mean_length", "max_length",
                "nsp_random_fraction")
 

@@ -56,9 +56,8 @@ class DocTableWriter:
         self.sentences = self.tokens = 0  # kept so far
         self.dropped = 0  # sentences that tokenised to nothing
         self.last_doc = -1  # document number of the last kept sentence
-        self.files = {}
-        for name in (SENTENCES, DOCUMENTS, ORIGINS):
-            self.files[name] = open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
+        self.files = {name: open(table_dir / name, "wb")  # noqa: SIM115 - closed on exit
+                      for name in (SENTENCES, DOCUMENTS, ORIGINS)}
         np.zeros(1, np.int64).tofile(self.files[SENTENCES])
 
     def __enter__(self) -> DocTableWriter:
@@ -97,10 +96,8 @@ class DocTableWriter:
     def counts(self) -> dict:
         """The counts of the table written (once closed): documents, sentences, tokens,
         single-sentence documents and the sentences dropped (tokenised to nothing)."""
-        single = 0
         with DocTable(self.table_dir) as table:
-            for _, rows in table.index_chunks():
-                single += int((np.diff(rows[:, 0]) == 1).sum())
+            single = sum(int((np.diff(rows[:, 0]) == 1).sum()) for _, rows in table.index_chunks())
             documents = table.n_documents
         return {
             "documents": documents,
@@ -111,25 +108,13 @@ class DocTableWriter:
         }
 
 
-def read_origins(table_dir: Path) -> np.ndarray:
-    """int64 (n_documents,): the block of the corpus file each document of the table came
-    from."""
-    return np.fromfile(table_dir / ORIGINS, np.int64)
-
-
-def write_neighbour_flags(table_dir: Path, flags: np.ndarray) -> None:
-    """The table's neighbour flags (uint8 per document, see `DocTable.neighbour_flags`), for a
-    corpus split by parts; written before the table is opened for reading."""
-    np.asarray(flags, np.uint8).tofile(table_dir / NEIGHBOURS)
-
-
 class DocTable:
     """Random access to a document table written by `DocTableWriter`: its sentences and
     document index, read where needed (nothing held in memory but the open files).
 
-    `neighbour_flags` (from `neighbours.bin`, written by `write_neighbour_flags` when the corpus
-    is split by parts): per document, bit 0 when the document before it is its neighbour, bit 1
-    when the one after it is; neighbours give no random B.
+    `neighbour_flags` (from `neighbours.bin`, which `bertcore.data.samples.build` writes for a
+    corpus split by parts before it opens the table): per document, bit 0 when the document
+    before it is its neighbour, bit 1 when the one after it is; neighbours give no random B.
     """
 
     def __init__(self, table_dir: str | Path):
@@ -140,16 +125,13 @@ class DocTable:
         self._neighbours = os.open(flags, os.O_RDONLY) if flags.is_file() else None
         self.n_documents = os.fstat(self._documents).st_size // _ROW_BYTES - 1
 
-    def close(self) -> None:
-        for fd in (self._sentences, self._documents, self._neighbours):
-            if fd is not None:
-                os.close(fd)
-
     def __enter__(self) -> DocTable:
         return self
 
     def __exit__(self, *exc) -> None:
-        self.close()
+        for fd in (self._sentences, self._documents, self._neighbours):
+            if fd is not None:
+                os.close(fd)
 
     def documents(self, first: int, stop: int) -> np.ndarray:
         """Rows first..stop of the document index, (first sentence, first token) each: documents

@@ -169,18 +169,12 @@ def pair_shard(task: PairTask) -> np.ndarray:
     return np.array(instances, np.int64).reshape(len(instances), 5)
 
 
-def excluded_range(doc: int, flags: int) -> tuple[int, int]:
-    """The documents lo..hi that give `doc` (its neighbour `flags`) no random B: itself, and
-    its neighbouring parts."""
-    return doc - (flags & 1), doc + (flags >> 1)
-
-
 def _random_segments(table: DocTable, doc: int, flags: int):
     """Google's random B for document `doc`: from a random start sentence of another
     document (not a neighbouring part), whole sentences until `min_tokens` are reached (or
     that document ends)."""
     n_docs = table.n_documents
-    lo, hi = excluded_range(doc, flags)
+    lo, hi = doc - (flags & 1), doc + (flags >> 1)  # itself, and its neighbouring parts
     excluded = hi - lo + 1
 
     def random_segment(rng: random.Random, min_tokens: int) -> tuple[int, int]:

@@ -14,7 +14,7 @@ written once, and its NSP pairs as references into it; meta.json beside them
 A and B are each one contiguous run of a document's tokens (whole sentences, then truncated at
 either end), so sample i is `[CLS] A [SEP] B [SEP]`, assembled when it is read (`SampleStore`).
 Written by appending (`NpyAppender`, `SplitPairsWriter`, hashing as they write), meta.json
-last (`new_meta`, `add_split`, `write_meta`); read by memory map (`read_meta`, `SampleStore`).
+last (`new_meta`, its splits added by `build`); read by memory map (`read_meta`, `SampleStore`).
 """
 
 from __future__ import annotations
@@ -22,12 +22,12 @@ from __future__ import annotations
 import hashlib
 import json
 import struct
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
-from bertcore.common.atomic import write_json
 from bertcore.common.errors import BertError
 
 if TYPE_CHECKING:
@@ -79,11 +79,9 @@ class NpyAppender:
     HEADER_BYTES = 128  # a multiple of 64, so the data is aligned for memory maps
 
     def __init__(self, path: Path, dtype: np.dtype, columns: int = 1):
-        self.path = path
         self.dtype = np.dtype(dtype)
         self.columns = columns
         self.count = 0  # rows
-        self.header = b""  # the final .npy header, once closed
         self.data_sha256 = hashlib.sha256()  # of the bytes after the header, as written
         self._file = open(path, "wb")  # noqa: SIM115 - closed in close()
         self._file.write(b"\0" * self.HEADER_BYTES)
@@ -99,11 +97,11 @@ class NpyAppender:
         shape = f"({self.count},)" if self.columns == 1 else f"({self.count}, {self.columns})"
         header = f"{{'descr': '{self.dtype.str}', 'fortran_order': False, 'shape': {shape}, }}"
         header = header.ljust(self.HEADER_BYTES - 10 - 1) + "\n"
-        self.header = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
+        header = b"\x93NUMPY\x01\x00" + struct.pack("<H", len(header)) + header.encode()
         self._file.seek(0)
-        self._file.write(self.header)
+        self._file.write(header)
         self._file.close()
-        return self.header, self.data_sha256.digest()
+        return header, self.data_sha256.digest()
 
 
 class SplitPairsWriter:
@@ -183,7 +181,7 @@ def arrays_sha256(parts: dict[str, tuple[bytes, bytes]]) -> str:
 def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, vocab_size: int,
              cls_id: int, sep_id: int) -> dict:
     """meta.json of one phase's samples (`phase_dir`: PHASE1_DIR or PHASE2_DIR) built with
-    `config` and the vocabulary described, before its splits are added (`add_split`)."""
+    `config` and the vocabulary described, before its splits are added."""
     return {
         "format": FORMAT_VERSION,
         "vocab_fingerprint": vocab_fingerprint,
@@ -201,17 +199,6 @@ def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, voca
     }
 
 
-def add_split(meta: dict, split: str, entry: dict, digest: str) -> None:
-    """A split's entry (`SplitPairsWriter.meta_entry`) and `arrays_sha256` into `meta`."""
-    meta[split] = entry
-    meta["arrays_sha256"][split] = digest
-
-
-def write_meta(samples_dir: str | Path, meta: dict) -> None:
-    """meta.json of a samples folder, written last: once it is there, the arrays are whole."""
-    write_json(Path(samples_dir) / META_FILE, meta)
-
-
 # ---------------------------------------------------------------------------------------------
 # Reading
 
@@ -226,13 +213,6 @@ def file_part(path: Path) -> tuple[bytes, bytes]:
         while size := file.readinto(chunk):
             digest.update(chunk[:size])
     return header, digest.digest()
-
-
-def arrays_sha256_of_files(split_dir: str | Path) -> str:
-    """`arrays_sha256` recomputed by reading the files of a split folder (and its tokens)."""
-    split_dir = Path(split_dir)
-    paths = split_files(split_dir, read_meta(split_dir.parent))
-    return arrays_sha256({name: file_part(path) for name, path in paths.items()})
 
 
 def read_meta(samples_dir: str | Path) -> dict:
@@ -298,7 +278,6 @@ class SampleStore:
         if (self.segment_starts.shape != (n, 2) or self.segment_lengths.shape != (n, 2)
                 or self.tokens.dtype != np.dtype(meta["dtype"])):
             raise BertError(f"samples at {self.split_dir} are inconsistent: rerun `bert samples`")
-        self._lengths = None
 
     def __len__(self) -> int:
         return len(self.is_random_next)
@@ -322,12 +301,10 @@ class SampleStore:
                             "rerun `bert samples`") from None
         return ids, len_a + 2, int(self.is_random_next[i])
 
-    @property
+    @cached_property
     def lengths(self) -> np.ndarray:
         """int64 (n,): every sample's length, [CLS] and [SEP]s included."""
-        if self._lengths is None:
-            self._lengths = self.segment_lengths.sum(axis=1, dtype=np.int64) + 3
-        return self._lengths
+        return self.segment_lengths.sum(axis=1, dtype=np.int64) + 3
 
     @property
     def dtype(self) -> np.dtype:

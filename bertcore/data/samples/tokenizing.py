@@ -33,19 +33,6 @@ if TYPE_CHECKING:
 # Reading the corpus, and the table written (in the main process)
 
 
-def read_line_batches(path: Path, batch_bytes: int, progress: tqdm | None) -> Iterator[list[str]]:
-    """Stream the lines of a UTF-8 file in lists of about `batch_bytes` (invalid bytes replaced)."""
-    with open(path, "rb") as handle:
-        while True:
-            chunk = handle.readlines(batch_bytes)
-            if not chunk:
-                return
-            data = b"".join(chunk)
-            if progress is not None:
-                progress.update(len(data))
-            yield data.decode("utf-8", errors="replace").split("\n")[: len(chunk)]
-
-
 class LineBatch(NamedTuple):
     """Sentences of a corpus file, in order: their text and the document each is in."""
 
@@ -79,7 +66,6 @@ def tokenize_corpus(
     left empty disappear.
     """
     path = Path(path)
-    documents = _LineDocuments()
     bar = tqdm(
         total=path.stat().st_size,
         unit="B",
@@ -89,38 +75,33 @@ def tokenize_corpus(
         leave=False,
     )
     with DocTableWriter(Path(table_dir), tokens) as table, bar:
-        batches = (documents.number(lines) for lines in read_line_batches(path, batch_bytes, bar))
+        batches = _line_batches(path, batch_bytes, bar)
         for sentences in encode(batch for batch in batches if batch.texts):
             table.add(sentences.lengths, sentences.ids, sentences.documents)
         table.finish()
     return table.counts()
 
 
-class _LineDocuments:
-    """Numbers the documents of a stream of lines, batch after batch: blank lines between two
-    lines of text end a document; blank lines before the first text separate nothing."""
-
-    def __init__(self):
-        self.current = 0  # counts blank-line gaps between text seen so far
-        self.gap = False  # a blank line came since the last non-blank line
-        self.seen_text = False
-
-    def number(self, lines: list[str]) -> LineBatch:
-        """The non-blank lines of `lines` (stripped) and the document of each."""
-        texts: list[str] = []
-        numbers: list[int] = []
-        for line in lines:
-            line = line.strip()
-            if not line:
-                self.gap = self.seen_text
-                continue
-            self.seen_text = True
-            if self.gap:
-                self.current += 1
-                self.gap = False
-            texts.append(line)
-            numbers.append(self.current)
-        return LineBatch(texts, numbers)
+def _line_batches(path: Path, batch_bytes: int, progress: tqdm) -> Iterator[LineBatch]:
+    """The non-blank lines (stripped) of a UTF-8 file (invalid bytes replaced), streamed in
+    batches of about `batch_bytes`, and the document of each: blank lines between two lines
+    of text end a document; blank lines before the first text separate nothing."""
+    document, new = -1, True
+    with open(path, "rb") as handle:
+        while chunk := handle.readlines(batch_bytes):
+            data = b"".join(chunk)
+            progress.update(len(data))
+            batch = LineBatch([], [])
+            for line in data.decode("utf-8", errors="replace").split("\n")[: len(chunk)]:
+                line = line.strip()
+                if not line:
+                    new = True
+                    continue
+                if new:
+                    document, new = document + 1, False
+                batch.texts.append(line)
+                batch.documents.append(document)
+            yield batch
 
 
 # ---------------------------------------------------------------------------------------------

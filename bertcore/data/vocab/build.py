@@ -66,7 +66,10 @@ def build_vocab(config: VocabConfig, paths: VocabPaths, progress: bool = False) 
         if config.source == TRAIN:
             tokenizer, origin = _trained(train, config, staging, progress)
         else:
-            tokenizer, origin, files = _from_source(config)
+            source = load_source_vocabulary(config.source, config)
+            tokenizer, files = source.tokenizer, source.files
+            origin = {"source": config.source, "source_sha256": fingerprint_files(files),
+                      "casing_from": source.rules_from}
         coverage = vocab_coverage(tokenizer, train)
         save_vocab(tokenizer, staging)
     rules = casing_rules(tokenizer)
@@ -98,11 +101,3 @@ def _trained(train: Path, config: VocabConfig, scratch_dir: Path, progress: bool
         tokenizer = train_tokenizer(LineBatches(sample.path), config, show_progress=progress)
     return tokenizer, origin
 
-
-def _from_source(config: VocabConfig) -> tuple[Tokenizer, dict, list[Path]]:
-    """The existing vocabulary `vocab.source` names, what metrics/vocab.json says of it, and
-    the files it was read from."""
-    source = load_source_vocabulary(config.source, config)
-    return source.tokenizer, {"source": config.source,
-                              "source_sha256": fingerprint_files(source.files),
-                              "casing_from": source.rules_from}, source.files

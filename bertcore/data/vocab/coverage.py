@@ -3,15 +3,12 @@ evenly spread windows of a large file, so the cost does not grow with the corpus
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterator
 from pathlib import Path
 
 from tokenizers import Tokenizer
 
 COVERAGE_BYTES = 4 << 20  # coverage is measured on at most this much of the train split
-
-
 _COVERAGE_WINDOWS = 16  # ... read as this many windows spread evenly through a larger file
 
 
@@ -21,33 +18,21 @@ def vocab_coverage(tokenizer: Tokenizer, corpus_file: str | Path,
     them), tokens, [UNK] tokens, their share (`unk_rate`) and tokens per word. A file larger
     than `max_bytes` is measured on evenly spread windows of whole lines of that much in all
     (`sampled_bytes` says how much was read), so the cost does not grow with the corpus."""
-    unk = json.loads(tokenizer.to_str())["model"].get("unk_token", "[UNK]")
-    unk_id = tokenizer.token_to_id(unk)
-    lines = words = tokens = unknown = sampled = 0
-    batch: list[str] = []
-
-    def measure(batch: list[str]) -> None:
-        nonlocal words, tokens, unknown
+    unk_id = tokenizer.token_to_id(tokenizer.model.unk_token)
+    raw_lines = list(_sample_lines(Path(corpus_file), max_bytes))  # about max_bytes at most
+    texts = [text for raw in raw_lines
+             if (text := raw.decode("utf-8", errors="replace").strip())]
+    words = tokens = unknown = 0
+    for start in range(0, len(texts), batch_size):
+        batch = texts[start : start + batch_size]
         for encoding in tokenizer.encode_batch(batch, add_special_tokens=False):
             word_ids = [w for w in encoding.word_ids if w is not None]
             words += (max(word_ids) + 1) if word_ids else 0
             tokens += len(encoding.ids)
             unknown += encoding.ids.count(unk_id)
-
-    for raw in _sample_lines(Path(corpus_file), max_bytes):
-        sampled += len(raw)
-        line = raw.decode("utf-8", errors="replace").strip()
-        if line:
-            lines += 1
-            batch.append(line)
-            if len(batch) >= batch_size:
-                measure(batch)
-                batch = []
-    if batch:
-        measure(batch)
     return {
-        "sampled_bytes": sampled,
-        "lines": lines,
+        "sampled_bytes": sum(map(len, raw_lines)),
+        "lines": len(texts),
         "words": words,
         "tokens": tokens,
         "unk_tokens": unknown,

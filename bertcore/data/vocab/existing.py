@@ -10,15 +10,7 @@ import json
 import logging
 from pathlib import Path
 
-from tokenizers import (
-    AddedToken,
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-)
+from tokenizers import Tokenizer, models
 
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import VocabConfig
@@ -28,6 +20,7 @@ from bertcore.data.vocab.files import (
     TOKENIZER_FILE,
     VOCAB_FILE,
     CasingRules,
+    finish_tokenizer,
 )
 
 log = logging.getLogger(__name__)
@@ -84,8 +77,7 @@ def read_tokenizer(path: Path, fallback: CasingRules, fallback_from: str,
     X", "--vocab X"). Raises BertError for an unusable source or missing special tokens."""
     config_file = None
     if path.is_dir():
-        candidates = [path / TOKENIZER_FILE, path / VOCAB_FILE]
-        found = [c for c in candidates if c.is_file()]
+        found = [c for c in (path / TOKENIZER_FILE, path / VOCAB_FILE) if c.is_file()]
         if not found:
             raise BertError(f"{what} holds neither {TOKENIZER_FILE} nor {VOCAB_FILE}: point it "
                             "at a tokenizer or model folder")
@@ -104,7 +96,7 @@ def read_tokenizer(path: Path, fallback: CasingRules, fallback_from: str,
     else:
         rules, rules_from = fallback, fallback_from
     _require_special_tokens(what, tokenizer)
-    _finish(tokenizer, rules)
+    finish_tokenizer(tokenizer, rules)
     return SourceVocabulary(tokenizer, rules, rules_from, files)
 
 
@@ -211,24 +203,3 @@ def _check_special_order(source: str, tokenizer: Tokenizer) -> None:
         log.warning("vocab: %d ordinary tokens (e.g. %r) come before id %d, the last special "
                     "token: masking treats them as special and never masks them", len(ordinary),
                     sorted(ordinary, key=vocab.__getitem__)[0], last)
-
-
-def _finish(tokenizer: Tokenizer, rules: CasingRules) -> None:
-    """BERT's normaliser with `rules`, pre-tokeniser and decoder, the special tokens matched
-    whole, the [CLS] A [SEP] B [SEP] template with this vocabulary's ids, no truncation or
-    padding (the samples stage must see whole sentences)."""
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True, handle_chinese_chars=rules.chinese_chars,
-        strip_accents=rules.strip_accents, lowercase=rules.lowercase)
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
-    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
-                                  for t in SPECIAL_TOKENS])
-    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
-    )
-    tokenizer.no_truncation()
-    tokenizer.no_padding()

@@ -7,17 +7,18 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
-import logging
 from pathlib import Path
 
 from tokenizers import (
+    AddedToken,
     Tokenizer,
+    decoders,
+    normalizers,
+    pre_tokenizers,
+    processors,
 )
 
 from bertcore.common.errors import BertError
-from bertcore.data.vocab.config import VocabConfig
-
-log = logging.getLogger(__name__)
 
 SPECIAL_TOKENS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 # The ids of a TRAINED vocabulary; an existing one may have others (BERT's: 0, 100..103), so
@@ -29,23 +30,10 @@ TOKENIZER_FILE = "tokenizer.json"
 TOKENIZER_CONFIG_FILE = "tokenizer_config.json"
 
 
-
-
-
-
-
-
-
-
-
-
-def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
-               config: VocabConfig | None = None) -> None:
-    """Write vocab.txt, tokenizer.json and the transformers config files into `out_dir`.
-
-    The casing rules written into tokenizer_config.json (which transformers obeys) are those
-    of the tokenizer's BERT normaliser, so `config` is not needed (callers may still pass it).
-    """
+def save_vocab(tokenizer: Tokenizer, out_dir: str | Path) -> None:
+    """Write vocab.txt, tokenizer.json and the transformers config files into `out_dir`, with
+    the casing rules of the tokenizer's BERT normaliser in tokenizer_config.json (which
+    transformers obeys)."""
     out_dir = Path(out_dir)
     vocab = tokenizer.get_vocab()
     tokens = sorted(vocab, key=vocab.__getitem__)
@@ -53,13 +41,7 @@ def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
     (out_dir / VOCAB_FILE).write_text("".join(f"{t}\n" for t in tokens), encoding="utf-8")
     tokenizer.save(str(out_dir / TOKENIZER_FILE))
     rules = casing_rules(tokenizer)
-    special = {
-        "pad_token": "[PAD]",
-        "unk_token": "[UNK]",
-        "cls_token": "[CLS]",
-        "sep_token": "[SEP]",
-        "mask_token": "[MASK]",
-    }
+    special = {f"{token[1:-1].lower()}_token": token for token in SPECIAL_TOKENS}  # pad_token...
     tokenizer_config = {
         "tokenizer_class": "BertTokenizer",
         "do_lower_case": rules.lowercase,
@@ -70,7 +52,7 @@ def save_vocab(tokenizer: Tokenizer, out_dir: str | Path,
         **special,
     }
     for name, data in (
-        ("tokenizer_config.json", tokenizer_config),
+        (TOKENIZER_CONFIG_FILE, tokenizer_config),
         ("special_tokens_map.json", special),
     ):
         (out_dir / name).write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
@@ -141,13 +123,28 @@ def casing_rules(tokenizer: Tokenizer) -> CasingRules:
                        bool(normalizer["handle_chinese_chars"]))
 
 
-# ---------------------------------------------------------------------------------------------
-# Coverage
+def bert_pipeline(tokenizer: Tokenizer, rules: CasingRules) -> Tokenizer:
+    """`tokenizer` with BERT's normaliser (with `rules`), pre-tokeniser and decoder."""
+    tokenizer.normalizer = normalizers.BertNormalizer(
+        clean_text=True, handle_chinese_chars=rules.chinese_chars,
+        strip_accents=rules.strip_accents, lowercase=rules.lowercase)
+    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
+    tokenizer.decoder = decoders.WordPiece(prefix="##")
+    return tokenizer
 
 
-
-
-
-
-
-
+def finish_tokenizer(tokenizer: Tokenizer, rules: CasingRules) -> None:
+    """`bert_pipeline`, the special tokens matched whole, the [CLS] A [SEP] B [SEP] template
+    with this vocabulary's ids, no truncation or padding (the samples stage must see whole
+    sentences): a trained vocabulary and an existing one work exactly as BERT's."""
+    bert_pipeline(tokenizer, rules)
+    tokenizer.add_special_tokens([AddedToken(t, special=True, normalized=False)
+                                  for t in SPECIAL_TOKENS])
+    cls_id, sep_id = tokenizer.token_to_id("[CLS]"), tokenizer.token_to_id("[SEP]")
+    tokenizer.post_processor = processors.TemplateProcessing(
+        single="[CLS] $A [SEP]",
+        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
+        special_tokens=[("[CLS]", cls_id), ("[SEP]", sep_id)],
+    )
+    tokenizer.no_truncation()
+    tokenizer.no_padding()

@@ -76,9 +76,17 @@ def vocab_sample(train: str | Path, sample_bytes: int | None,
         yield VocabSample(train, documents, train_bytes, documents, train_bytes)
         return
     path = Path(scratch_dir) / SAMPLE_FILE
+    threshold = int(share * 2**64)  # the documents whose hash falls below it are kept
+    kept = seen = 0
     try:
         with open(path, "wb") as out:
-            kept, seen = write_sample(train, share, out)
+            for key, pieces in corpus_documents(train):
+                seen += 1
+                if key < threshold:
+                    if kept:
+                        out.write(b"\n")  # a blank line between documents
+                    out.writelines(pieces)
+                    kept += 1
             written = out.tell()
         if kept == 0:
             raise BertError(f"vocab.sample_bytes {sample_bytes} drew none of the {seen} "
@@ -87,22 +95,6 @@ def vocab_sample(train: str | Path, sample_bytes: int | None,
         yield VocabSample(path, kept, written, seen, train_bytes)
     finally:
         path.unlink(missing_ok=True)
-
-
-def write_sample(train: Path, share: float, out: BinaryIO) -> tuple[int, int]:
-    """Copy the documents of `train` whose hash falls below `share` into `out`, a blank line
-    between them; return (documents kept, documents seen)."""
-    threshold = int(share * 2**64)
-    kept = seen = 0
-    for key, pieces in corpus_documents(train):
-        seen += 1
-        if key < threshold:
-            if kept:
-                out.write(b"\n")
-            for piece in pieces:
-                out.write(piece)
-            kept += 1
-    return kept, seen
 
 
 def corpus_documents(path: Path) -> Iterator[tuple[int, Iterable[bytes]]]:

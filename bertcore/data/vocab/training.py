@@ -14,36 +14,28 @@ rebuilt as a plain WordPiece model whose only special tokens are the real five."
 
 from __future__ import annotations
 
+import itertools
 import sys
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 
-from tokenizers import (
-    Tokenizer,
-    decoders,
-    models,
-    normalizers,
-    pre_tokenizers,
-    processors,
-    trainers,
-)
+from tokenizers import Tokenizer, models, trainers
 
 from bertcore.data.vocab.config import AUTO_MIN_COUNT, AUTO_RANGE, VocabConfig
-from bertcore.data.vocab.files import CLS_ID, SEP_ID, SPECIAL_TOKENS
+from bertcore.data.vocab.files import (
+    SPECIAL_TOKENS,
+    CasingRules,
+    bert_pipeline,
+    finish_tokenizer,
+)
 
 
 def new_tokenizer(config: VocabConfig) -> Tokenizer:
-    """An untrained BERT WordPiece tokenizer (normaliser, pre-tokeniser, decoder)."""
-    tokenizer = Tokenizer(models.WordPiece(unk_token="[UNK]", continuing_subword_prefix="##"))
-    tokenizer.normalizer = normalizers.BertNormalizer(
-        clean_text=True,
-        handle_chinese_chars=True,  # every CJK character becomes its own word
-        strip_accents=config.strips_accents,
-        lowercase=config.lowercase,
-    )
-    tokenizer.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    tokenizer.decoder = decoders.WordPiece(prefix="##")
-    return tokenizer
+    """An untrained BERT WordPiece tokenizer (normaliser, pre-tokeniser, decoder); every CJK
+    character becomes its own word."""
+    return bert_pipeline(Tokenizer(models.WordPiece(unk_token="[UNK]",
+                                                    continuing_subword_prefix="##")),
+                         CasingRules(config.lowercase, config.strips_accents))
 
 
 def auto_vocab_size(batches: Iterable[list[str]], config: VocabConfig) -> tuple[int, int]:
@@ -86,17 +78,11 @@ def train_tokenizer(
     trained = new_tokenizer(config)
     trained.train_from_iterator(batches, trainer=_trainer(
         config.vocab_size, config, [*SPECIAL_TOKENS, *alphabet], show_progress))
-    tokenizer = new_tokenizer(config)
-    tokenizer.model = models.WordPiece(vocab=trained.get_vocab(), unk_token="[UNK]",
-                                       continuing_subword_prefix="##")
-    tokenizer.add_special_tokens(list(SPECIAL_TOKENS))
+    tokenizer = Tokenizer(models.WordPiece(vocab=trained.get_vocab(), unk_token="[UNK]",
+                                           continuing_subword_prefix="##"))
+    finish_tokenizer(tokenizer, CasingRules(config.lowercase, config.strips_accents))
     for token_id, token in enumerate(SPECIAL_TOKENS):
         assert tokenizer.token_to_id(token) == token_id, token
-    tokenizer.post_processor = processors.TemplateProcessing(
-        single="[CLS] $A [SEP]",
-        pair="[CLS] $A [SEP] $B:1 [SEP]:1",
-        special_tokens=[("[CLS]", CLS_ID), ("[SEP]", SEP_ID)],
-    )
     return tokenizer
 
 
@@ -129,14 +115,7 @@ class LineBatches:
         self.path, self.batch_size = Path(path), batch_size
 
     def __iter__(self) -> Iterator[list[str]]:
-        batch: list[str] = []
         with open(self.path, encoding="utf-8", errors="replace") as handle:
-            for line in handle:
-                line = line.strip()
-                if line:
-                    batch.append(line)
-                    if len(batch) >= self.batch_size:
-                        yield batch
-                        batch = []
-        if batch:
-            yield batch
+            lines = (text for line in handle if (text := line.strip()))
+            while batch := list(itertools.islice(lines, self.batch_size)):
+                yield batch

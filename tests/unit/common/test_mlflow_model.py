@@ -43,7 +43,7 @@ def model(tmp_path_factory):
     root = tmp_path_factory.mktemp("model")
     config = VocabConfig(vocab_size=60, min_frequency=1)
     (root / "vocab").mkdir()
-    save_vocab(train_tokenizer([SENTENCES], config), root / "vocab", config)
+    save_vocab(train_tokenizer([SENTENCES], config), root / "vocab")
     torch.manual_seed(0)
     bert = BertPretrainingModel(BertConfig(
         vocab_size=len((root / "vocab" / "vocab.txt").read_text().splitlines()),

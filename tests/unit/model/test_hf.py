@@ -60,7 +60,7 @@ def vocab_dir(tmp_path):
     tokenizer = train_tokenizer([SENTENCES], config)
     out = tmp_path / "vocab"
     out.mkdir()
-    save_vocab(tokenizer, out, config)
+    save_vocab(tokenizer, out)
     return out
 
 

@@ -22,7 +22,6 @@ from bertcore.data.samples.store import (
     PHASE1_DIR,
     PHASE2_DIR,
     SampleStore,
-    arrays_sha256_of_files,
     check_vocab,
     read_meta,
 )
@@ -62,7 +61,7 @@ def data(tmp_path_factory):
     config = VocabConfig(vocab_size=200, min_frequency=1)
     tokenizer = train_tokenizer([documents(40, seed=3)[i] for i in range(40)], config)
     (root / "vocab").mkdir()
-    save_vocab(tokenizer, root / "vocab", config)
+    save_vocab(tokenizer, root / "vocab")
     (root / "params.yaml").write_text("samples:\n  workers: 1\n  dupe_factor: 3\n")
     return root
 
@@ -144,15 +143,19 @@ def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
     meta = build(data, out, dupe_factor=2, phase2_length=64)
     assert sample_store.ARRAYS == ("tokens", "segment_starts", "segment_lengths",
                                    "is_random_next")
+
+    def recomputed(folder, split):
+        digest = hashlib.sha256()
+        for name in sample_store.ARRAYS:
+            path = (out if name == "tokens" else folder) / split / f"{name}.npy"
+            raw = path.read_bytes()
+            digest.update(f"{name}.npy\n".encode() + raw[:128]
+                          + hashlib.sha256(raw[128:]).digest())
+        return digest.hexdigest()
+
     for folder in (out, out / PHASE2_DIR):
         for split in ("train", "val"):
-            digest = hashlib.sha256()
-            for name in sample_store.ARRAYS:
-                path = (out if name == "tokens" else folder) / split / f"{name}.npy"
-                raw = path.read_bytes()
-                digest.update(f"{name}.npy\n".encode() + raw[:128]
-                              + hashlib.sha256(raw[128:]).digest())
-            assert read_meta(folder)["arrays_sha256"][split] == digest.hexdigest()
+            assert read_meta(folder)["arrays_sha256"][split] == recomputed(folder, split)
     phase2 = read_meta(out / PHASE2_DIR)
     assert not (out / PHASE2_DIR / "train" / "tokens.npy").exists()  # phase 1's, shared
     assert phase2["tokens_dir"] == ".."
@@ -162,9 +165,9 @@ def test_meta_fingerprints_the_arrays_as_written(data, tmp_path):
     raw = bytearray(ids.read_bytes())
     raw[-1] ^= 1
     ids.write_bytes(bytes(raw))
-    assert arrays_sha256_of_files(out / "train") != meta["arrays_sha256"]["train"]
-    assert arrays_sha256_of_files(out / PHASE2_DIR / "train") != phase2["arrays_sha256"]["train"]
-    assert arrays_sha256_of_files(out / "val") == meta["arrays_sha256"]["val"]
+    assert recomputed(out, "train") != meta["arrays_sha256"]["train"]
+    assert recomputed(out / PHASE2_DIR, "train") != phase2["arrays_sha256"]["train"]
+    assert recomputed(out, "val") == meta["arrays_sha256"]["val"]
 
 
 def test_store_indexing_and_pickling(data, tmp_path):
@@ -276,7 +279,7 @@ def test_check_vocab(data, tmp_path):
     other = tmp_path / "other"
     other.mkdir()
     config = VocabConfig(vocab_size=100, min_frequency=1)
-    save_vocab(train_tokenizer([WORDS], config), other, config)
+    save_vocab(train_tokenizer([WORDS], config), other)
     with pytest.raises(BertError, match="another vocabulary"):
         check_vocab(tmp_path / "s", other)
 

@@ -57,7 +57,7 @@ def trained(tmp_path, **config) -> tuple:
     tokenizer = train_tokenizer([lines[i : i + 50] for i in range(0, len(lines), 50)], config)
     out = tmp_path / "vocab"
     out.mkdir()
-    save_vocab(tokenizer, out, config)
+    save_vocab(tokenizer, out)
     return tokenizer, out
 
 
@@ -153,7 +153,7 @@ def test_vocab_files(tmp_path):
     smaller = VocabConfig(vocab_size=120, min_frequency=1)
     other = tmp_path / "other"
     other.mkdir()
-    save_vocab(train_tokenizer([corpus_lines()], smaller), other, smaller)
+    save_vocab(train_tokenizer([corpus_lines()], smaller), other)
     assert vocab_fingerprint(other) != vocab_fingerprint(out)
 
 

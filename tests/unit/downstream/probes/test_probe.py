@@ -63,7 +63,7 @@ def exported(tmp_path_factory) -> Path:
     vocab_config = VocabConfig(vocab_size=300, min_frequency=1)
     tokenizer = train_tokenizer([lines], vocab_config)
     (root / "vocab").mkdir()
-    save_vocab(tokenizer, root / "vocab", vocab_config)
+    save_vocab(tokenizer, root / "vocab")
     torch.manual_seed(0)
     config = BertConfig(vocab_size=tokenizer.get_vocab_size(), hidden_size=32,
                         num_hidden_layers=2, num_attention_heads=2, intermediate_size=64,
