@@ -54,7 +54,7 @@ import torch
 import torch.nn.functional as F
 from model_step import add_pinning_options, compare_pinning, cpu_config, pinning_worker
 
-from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.config import FinetuneConfig, Recipe, recipe_for
 from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
@@ -201,8 +201,8 @@ class Case:
 
 
 def finetune_config(args: argparse.Namespace, steps: int, hidden_size: int) -> Recipe:
-    return FinetuneConfig(batch_size=args.batch, epochs=1.0, max_steps=steps, seed=SEED,
-                          device="cpu").recipe(hidden_size)
+    return recipe_for(FinetuneConfig(batch_size=args.batch, epochs=1.0, max_steps=steps,
+                                     seed=SEED, device="cpu"), hidden_size)
 
 
 def measure(args: argparse.Namespace, preset: str, shape: str) -> Case:

@@ -50,10 +50,15 @@ LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a numb
 Seed = integer(ge=0, le=2**63 - 1)
 
 
-def auto_learning_rate(hidden_size: int) -> float:
-    """The rate of AUTO_LEARNING_RATES that fits a model of this width."""
-    return next(rate for width, rate in AUTO_LEARNING_RATES
-                if width is None or hidden_size <= width)
+def recipe_for(section: FinetuneConfig | GlueConfig, hidden_size: int) -> Recipe:
+    """The section's recipe for a model of this width, an `auto` learning rate resolved to the
+    rate of AUTO_LEARNING_RATES that fits the width."""
+    rate = (next(rate for width, rate in AUTO_LEARNING_RATES
+                 if width is None or hidden_size <= width)
+            if section.learning_rate == "auto" else float(section.learning_rate))
+    return Recipe(rate, section.batch_size, section.epochs, section.max_steps,
+                  section.warmup_fraction, section.weight_decay, section.max_grad_norm,
+                  section.seed)
 
 
 def require_decay_below_one(*learning_rates: float | str, weight_decay: float) -> None:
@@ -129,13 +134,6 @@ class FinetuneConfig:
                 f"classification or auto: {self.data} is a built-in task of classes")
         return self
 
-    def recipe(self, hidden_size: int) -> Recipe:
-        """The recipe for a model of this width (`auto` learning rate resolved)."""
-        rate = (auto_learning_rate(hidden_size) if self.learning_rate == "auto"
-                else float(self.learning_rate))
-        return Recipe(rate, self.batch_size, self.epochs, self.max_steps, self.warmup_fraction,
-                      self.weight_decay, self.max_grad_norm, self.seed)
-
 
 GLUE_DATA_HF = "hf:glue"
 
@@ -173,10 +171,7 @@ class GlueConfig:
 
     def recipes(self, hidden_size: int) -> list[Recipe]:
         """The recipes to try on a task, each to be run with every seed: one, or the grid's."""
-        rate = (auto_learning_rate(hidden_size) if self.learning_rate == "auto"
-                else float(self.learning_rate))
-        base = Recipe(rate, self.batch_size, self.epochs, self.max_steps, self.warmup_fraction,
-                      self.weight_decay, self.max_grad_norm, self.seed)
+        base = recipe_for(self, hidden_size)
         if not self.grid:
             return [base]
         return [replace(base, learning_rate=lr, batch_size=bs, epochs=GRID_EPOCHS)

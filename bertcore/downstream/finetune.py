@@ -14,17 +14,18 @@ regression tell what they are worth.
 
 from __future__ import annotations
 
-import dataclasses
 import logging
 import math
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
+from functools import partial
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
+from sklearn.metrics import accuracy_score, f1_score
 from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
@@ -34,12 +35,10 @@ from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.cards import finetuned_facts
-from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.config import FinetuneConfig, Recipe, recipe_for
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
 from bertcore.downstream.glue.metrics import correlations
-from bertcore.downstream.tasks import (
-    EncodedExamples,
-)
+from bertcore.downstream.tasks import EncodedExamples
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
@@ -58,9 +57,6 @@ class Scores:
     accuracy: float
     macro_f1: float
 
-    def to_dict(self) -> dict[str, float]:
-        return {"accuracy": self.accuracy, "macro_f1": self.macro_f1}
-
 
 @dataclass
 class Correlations:
@@ -69,22 +65,12 @@ class Correlations:
     pearson: float
     spearman: float
 
-    def to_dict(self) -> dict[str, float]:
-        return {"pearson": self.pearson, "spearman": self.spearman}
 
-
-def scores(predictions: np.ndarray, labels: np.ndarray, num_classes: int) -> Scores:
+def scores(predictions: np.ndarray, labels: np.ndarray) -> Scores:
     """Accuracy, and macro-F1: the mean over classes of 2TP / (2TP + FP + FN), over the classes
-    that occur in the labels or the predictions."""
-    f1s = []
-    for c in range(num_classes):
-        tp = int(np.sum((predictions == c) & (labels == c)))
-        fp = int(np.sum((predictions == c) & (labels != c)))
-        fn = int(np.sum((predictions != c) & (labels == c)))
-        if tp + fp + fn:
-            f1s.append(2 * tp / (2 * tp + fp + fn))
-    accuracy = float(np.mean(predictions == labels)) if len(labels) else 0.0
-    return Scores(accuracy, float(np.mean(f1s)) if f1s else 0.0)
+    that occur in the labels or the predictions (scikit-learn's)."""
+    return Scores(float(accuracy_score(labels, predictions)),
+                  float(f1_score(labels, predictions, average="macro", zero_division=0.0)))
 
 
 @dataclass
@@ -217,25 +203,6 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
     return np.zeros(0, dtype=np.float32 if model.is_regression else np.int64)
 
 
-def finetune_and_score(
-    model: BertForSequenceClassification,
-    train: EncodedExamples,
-    test: EncodedExamples,
-    recipe: Recipe,
-    device: torch.device,
-    pad_id: int,
-    **kwargs,
-) -> FinetuneResult:
-    started = time.perf_counter()
-    steps, loss = train_classifier(model, train, recipe, device, pad_id, **kwargs)
-    predictions = predict(model, test, device, pad_id)
-    result = (Correlations(**correlations(predictions, test.labels,
-                                          kwargs.get("name", "finetune")))
-              if model.is_regression
-              else scores(predictions, np.asarray(test.labels), len(model.labels)))
-    return FinetuneResult(model.cpu(), result, steps, loss, time.perf_counter() - started)
-
-
 @dataclass
 class Comparison:
     pretrained: FinetuneResult
@@ -245,7 +212,7 @@ class Comparison:
 
     def gain(self) -> dict[str, float]:
         """What pretraining bought: pretrained minus scratch, per score."""
-        a, b = self.pretrained.test.to_dict(), self.scratch.test.to_dict()
+        a, b = asdict(self.pretrained.test), asdict(self.scratch.test)
         return {key: a[key] - b[key] for key in a}
 
 
@@ -255,7 +222,7 @@ def run_comparison(
     recipe: Recipe,
     device: torch.device,
     pad_id: int,
-    on_log: Callable[[str, int, float], None] | None = None,
+    on_log: Callable[[str, int, float], None],
 ) -> Comparison:
     """Fine-tune the pretrained encoder and, with the same recipe, data order and seeds, the
     same architecture from random initialisation; score both on the task's test split.
@@ -263,31 +230,26 @@ def run_comparison(
     results = {}
     for which, source in (("pretrained", pretrained), ("scratch", None)):
         model = build_classifier(pretrained.config, task.labels, source, recipe.seed)
-
-        def log_step(step: int, loss: float, which: str = which) -> None:
-            if on_log:
-                on_log(which, step, loss)
-
-        results[which] = finetune_and_score(model, task.train, task.test, recipe, device,
-                                            pad_id, name=f"finetune {which}", on_log=log_step)
+        started = time.perf_counter()
+        steps, loss = train_classifier(model, task.train, recipe, device, pad_id,
+                                       name=f"finetune {which}", on_log=partial(on_log, which))
+        predictions = predict(model, task.test, device, pad_id)
+        test = (Correlations(**correlations(predictions, task.test.labels, f"finetune {which}"))
+                if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
+        results[which] = FinetuneResult(model.cpu(), test, steps, loss,
+                                        time.perf_counter() - started)
         log.info("%s: test %s (%d steps, %.1fs)", which, ", ".join(
-            f"{key} {value:.4f}" for key, value in results[which].test.to_dict().items()),
-                 results[which].steps, results[which].seconds)
+            f"{key} {value:.4f}" for key, value in asdict(test).items()), steps,
+                 results[which].seconds)
     if task.is_regression:  # a constant guess has no correlation: no majority row
         values = bag_of_words_values(task.train, task.test)
         return Comparison(results["pretrained"], results["scratch"], None, Correlations(
             **correlations(values, task.test.labels, "finetune bag of words")))
-    classes = len(task.labels)
-    bag_of_words = scores(bag_of_words_predictions(task.train, task.test, classes),
-                          np.asarray(task.test.labels), classes)
+    golds = np.asarray(task.test.labels)
+    majority = np.bincount(task.train.labels).argmax()  # always the most frequent class
+    words = bag_of_words_predictions(task.train, task.test, len(task.labels))
     return Comparison(results["pretrained"], results["scratch"],
-                      majority_scores(task.train, task.test, classes), bag_of_words)
-
-
-def majority_scores(train: EncodedExamples, test: EncodedExamples, num_classes: int) -> Scores:
-    """Always predicting the most frequent training class."""
-    majority = int(np.bincount(train.labels, minlength=num_classes).argmax())
-    return scores(np.full(len(test), majority), np.asarray(test.labels), num_classes)
+                      scores(np.full(len(golds), majority), golds), scores(words, golds))
 
 
 def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
@@ -296,17 +258,18 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
     they were measured on and against): the one place both are built."""
     metrics = {
         "task": task.name,  # short: a column of `dvc exp show`
-        "pretrained": result.pretrained.test.to_dict(),
-        "scratch": result.scratch.test.to_dict(),
+        "pretrained": asdict(result.pretrained.test),
+        "scratch": asdict(result.scratch.test),
         "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
     }
-    baselines = {"majority_class": result.majority.to_dict()} if result.majority else {}
+    baselines = {"majority_class": asdict(result.majority)} if result.majority else {}
+    values = [*task.train.labels, *task.test.labels]  # a regression task's lowest, highest
     labels = {"problem": task.problem, "problem_from": task.problem_from,
-              "label_range": _label_range(task)} if task.is_regression else {
+              "label_range": [min(values), max(values)]} if task.is_regression else {
         "labels": task.labels}
     details = {
         **baselines,
-        "bag_of_words": result.bag_of_words.to_dict(),
+        "bag_of_words": asdict(result.bag_of_words),
         "data": {
             "description": task.description,
             **labels,
@@ -323,12 +286,6 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
         },  # no seconds: the report is the same bytes on any machine (the log has them)
     }
     return metrics, details
-
-
-def _label_range(task: FinetuneTask) -> list[float]:
-    """The lowest and highest score of a regression task, both splits."""
-    values = [*task.train.labels, *task.test.labels]
-    return [min(values), max(values)]
 
 
 @dataclass(frozen=True)
@@ -381,15 +338,15 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
                          model.config.max_position_embeddings)
     require_readable(*unknown_tokens(tokenizer, task.train.input_ids), paths.vocab_dir,
                      f"the training examples of {task.name}")
-    recipe = config.recipe(model.config.hidden_size)
+    recipe = recipe_for(config, model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
-                              flatten({"finetune": dataclasses.asdict(config)}))
+                              flatten({"finetune": asdict(config)}))
     with runs.failing_on_error():
         result = run_comparison(model, task, recipe, device, tokenizer.token_to_id("[PAD]"),
                                 on_log=runs.log_train_loss)
     metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
     card = finetuned_facts(str(paths.out_dir), metrics, details,
-                           {"finetune": dataclasses.asdict(config)})
+                           {"finetune": asdict(config)})
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.pretrained.model, staging, paths.vocab_dir)
         write_card(staging, card)
