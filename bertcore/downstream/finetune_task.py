@@ -17,6 +17,7 @@ from bertcore.downstream.tasks import (
     label_names,
     read_examples,
     regression_targets,
+    require_fits,
     split_examples,
     task_problem,
 )
@@ -60,9 +61,7 @@ def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
     if problem == REGRESSION:
         regression_targets(train, test)
     labels = [] if problem == REGRESSION else label_names(train, test)
-    if config.max_seq_length > max_positions:
-        raise BertError(f"finetune.max_seq_length={config.max_seq_length} is longer than the "
-                        f"model's max_position_embeddings={max_positions}: lower it")
+    require_fits("finetune", config.max_seq_length, max_positions)
     return FinetuneTask(name, description, problem, why, labels,
                         encode_examples(train, tokenizer, labels, config.max_seq_length),
                         encode_examples(test, tokenizer, labels, config.max_seq_length))

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import copy
 import dataclasses
+import itertools
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -92,18 +93,30 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
                 train: TrainConfig, device: torch.device) -> PruneOutcome:
     """Prune `model` (on `device`) in place and measure it before and after."""
     scoring = _train_batches(data, config.batch_size, config.seed)
-    score_batches = list(_take(scoring, config.batches))  # a seeded subset, fixed masks
+    # a seeded subset, fixed masks: the first single-micro-batch steps, over as many epochs
+    # as it takes
+    stream = (batch for epoch in itertools.count() for (batch,) in scoring.iterate(epoch))
+    score_batches = list(itertools.islice(stream, config.batches))
     val = val_batches(data.val, data.masking, data.vocab, data.eval)
     autocast = resolve_precision("auto", device)
-    seconds = PhaseTimer()
+    seconds: dict[str, float] = {}
+
+    @contextlib.contextmanager
+    def phase(name: str) -> Iterator[None]:
+        """Adds the block's wall time to `seconds[name]`."""
+        started = time.perf_counter()
+        try:
+            yield
+        finally:
+            seconds[name] = round(seconds.get(name, 0.0) + (time.perf_counter() - started), 1)
 
     def val_metrics(m: BertPretrainingModel) -> EvalMetrics:
-        with seconds("val_metrics"):
+        with phase("val_metrics"):
             return evaluate(m, val, device, autocast)
 
     original = copy.deepcopy(model)
     before = val_metrics(model)
-    with seconds("importance_and_pruning"):
+    with phase("importance_and_pruning"):
         steps = prune_by_importance(
             model, lambda m: head_importance(m, score_batches, device), config.fraction,
             config.iterative)
@@ -113,24 +126,24 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
     if not steps.removed:
         # No head to remove: the same model, so the same metrics and speed (timing it twice
         # would measure only the machine's noise), and nothing to recover from.
-        with seconds("throughput"):
+        with phase("throughput"):
             speed = throughput({"before": original}, timed, device, config.throughput_steps)
         speed["after"] = speed["before"]
         return PruneOutcome(original, steps, before, before, None, speed, timed_size,
-                            seconds.totals)
+                            seconds)
     pruned = val_metrics(model)
-    with seconds("throughput"):
+    with phase("throughput"):
         speed = throughput({"before": original, "after": model}, timed, device,
                            config.throughput_steps)
     recovered = None
     if config.recovery_steps:
         recovery = _train_batches(data, config.batch_size, config.seed + 1)
-        with seconds("recovery"):
+        with phase("recovery"):
             recover(model, recovery, train, config.recovery_steps,
                     config.recovery_learning_rate, device, seed=config.seed)
         recovered = val_metrics(model)
     return PruneOutcome(original, steps, before, pruned, recovered, speed, timed_size,
-                        seconds.totals)
+                        seconds)
 
 
 def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: PruneConfig
@@ -278,36 +291,9 @@ TRANSFORMERS_NOTE = ("transformers 5 ignores pruned_heads and loads this model a
                      "bertcore.model.hf.load_model")
 
 
-class PhaseTimer:
-    """`with seconds("name"):` adds the block's wall time to `seconds.totals["name"]`."""
-
-    def __init__(self):
-        self.totals: dict[str, float] = {}
-
-    @contextlib.contextmanager
-    def __call__(self, name: str) -> Iterator[None]:
-        started = time.perf_counter()
-        try:
-            yield
-        finally:
-            elapsed = time.perf_counter() - started
-            self.totals[name] = round(self.totals.get(name, 0.0) + elapsed, 1)
-
-
 def _train_batches(data: PruneData, batch_size: int, seed: int) -> PretrainingBatches:
     """Batches of training sequences, one micro-batch a step, in the order and with the
     masks of `seed`."""
     collator = PretrainingCollator(data.masking, data.vocab, seed=seed)
     return PretrainingBatches(data.train, collator, batch_size, 1, seed=seed)
 
-
-def _take(batches: PretrainingBatches, count: int) -> Iterator[dict]:
-    """The first `count` single-micro-batch steps, over as many epochs as it takes."""
-    taken, epoch = 0, 0
-    while True:
-        for (batch,) in batches.iterate(epoch):
-            if taken == count:
-                return
-            yield batch
-            taken += 1
-        epoch += 1

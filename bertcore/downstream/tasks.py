@@ -271,6 +271,13 @@ def split_examples(
 
 
 # ------------------------------------------------------------------------------- encoding
+def require_fits(section: str, max_seq_length: int, positions: int) -> None:
+    """`<section>.max_seq_length` within the model's positions, before any training."""
+    if max_seq_length > positions:
+        raise BertError(f"{section}.max_seq_length={max_seq_length} is longer than the "
+                        f"model's max_position_embeddings={positions}: lower it")
+
+
 @dataclass
 class EncodedExamples:
     """Token ids (unpadded) and class indices (or a regression task's values);
@@ -287,17 +294,16 @@ class EncodedExamples:
     def batch(self, indices: Sequence[int], pad_id: int) -> dict[str, torch.Tensor]:
         """Padded to the longest of these examples."""
         import torch  # here: the finetune section's check reads this module (bertstages/cli.py)
+        from torch.nn.utils.rnn import pad_sequence
 
-        length = max(len(self.input_ids[i]) for i in indices)
-        ids = torch.full((len(indices), length), pad_id, dtype=torch.long)
-        types = torch.zeros((len(indices), length), dtype=torch.long)
-        mask = torch.zeros((len(indices), length), dtype=torch.long)
-        for row, i in enumerate(indices):
-            n = len(self.input_ids[i])
-            ids[row, :n] = torch.tensor(self.input_ids[i])
-            types[row, :n] = torch.tensor(self.token_type_ids[i])
-            mask[row, :n] = 1
-        return {"input_ids": ids, "token_type_ids": types, "attention_mask": mask,
+        def padded(rows: list[list[int]], value: int = 0) -> torch.Tensor:
+            return pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows],
+                                batch_first=True, padding_value=value)
+
+        ids = [self.input_ids[i] for i in indices]
+        return {"input_ids": padded(ids, pad_id),
+                "token_type_ids": padded([self.token_type_ids[i] for i in indices]),
+                "attention_mask": padded([[1] * len(row) for row in ids]),
                 "labels": torch.tensor([self.labels[i] for i in indices])}
 
 

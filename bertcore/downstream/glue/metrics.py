@@ -30,12 +30,6 @@ def _f1(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
 CONSTANT_SPAN = 1e-3
 
 
-def _correlation(function: Callable) -> Callable[[GlueTask, Sequence, Sequence], float]:
-    def correlation(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
-        return _correlation_of(function, predictions, golds, task.key)
-    return correlation
-
-
 def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
                     what: str) -> float:
     if _span(predictions) < CONSTANT_SPAN or _span(golds) < CONSTANT_SPAN:
@@ -70,8 +64,10 @@ _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
     "matthews": _matthews,
     "accuracy": lambda task, predictions, golds: accuracy_score(golds, predictions),
     "f1": _f1,
-    "pearson": _correlation(stats.pearsonr),
-    "spearman": _correlation(stats.spearmanr),
+    "pearson": lambda task, predictions, golds: _correlation_of(stats.pearsonr, predictions,
+                                                                golds, task.key),
+    "spearman": lambda task, predictions, golds: _correlation_of(stats.spearmanr, predictions,
+                                                                 golds, task.key),
 }
 
 

@@ -36,11 +36,11 @@ from bertcore.downstream.glue.suite import (
     Suite,
     TaskFailure,
     TaskResult,
-    check_length,
     glue_model,
     run_glue,
 )
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
+from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.card import CardFacts, write_card
 from bertcore.model.devices import resolve_device
@@ -236,7 +236,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     tasks = _chosen_tasks(config)
     device = resolve_device(config.device, setting="glue.device")
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
-    check_length(config, model)
+    require_fits("glue", config.max_seq_length, model.encoder.config.max_position_embeddings)
     finished = FinishedRuns(paths.runs_dir)
     # under the pretraining run of the model scored (none for another project's BERT)
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",

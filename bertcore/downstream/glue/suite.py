@@ -15,7 +15,7 @@ import logging
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
-from functools import cached_property
+from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
@@ -99,14 +99,6 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
                         f"{len(missing) - 1} more): is it a BERT encoder?")
     return GlueModel(model, tokenizer, directory, str(Path(config.model)),  # name as written
                      fingerprint_files(hf.weight_files(directory)))
-
-
-def check_length(config: GlueConfig, model: GlueModel) -> None:
-    """`glue.max_seq_length` within the model's positions, before any training."""
-    positions = model.encoder.config.max_position_embeddings
-    if config.max_seq_length > positions:
-        raise BertError(f"glue.max_seq_length={config.max_seq_length} is longer than the "
-                        f"model's max_position_embeddings={positions}: lower it")
 
 
 @dataclass
@@ -234,26 +226,22 @@ class EncodedTask:
         return self.train.truncated + sum(rows.truncated for rows in self.dev.values())
 
 
-def encode(data: TaskData, model: GlueModel, max_length: int) -> EncodedTask:
-    labels = list(data.task.labels)
-    return EncodedTask(
-        encode_examples(data.train, model.tokenizer, labels, max_length),
-        {name: encode_examples(rows, model.tokenizer, labels, max_length)
-         for name, rows in data.dev.items()},
-        {name: encode_examples(rows, model.tokenizer, labels, max_length)
-         for name, rows in data.test.items()})
-
-
+@dataclass
 class TaskInputs:
     """A task's examples, encoded for the model on first use: a task whose fine-tunes are
     all reused is never encoded."""
 
-    def __init__(self, data: TaskData, model: GlueModel, max_length: int):
-        self.data, self.model, self.max_length = data, model, max_length
+    data: TaskData
+    model: GlueModel
+    max_length: int
 
     @cached_property
     def encoded(self) -> EncodedTask:
-        return encode(self.data, self.model, self.max_length)
+        encode = partial(encode_examples, tokenizer=self.model.tokenizer,
+                         labels=list(self.data.task.labels), max_length=self.max_length)
+        return EncodedTask(encode(self.data.train),
+                           {name: encode(rows) for name, rows in self.data.dev.items()},
+                           {name: encode(rows) for name, rows in self.data.test.items()})
 
 
 def fine_tune_once(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
