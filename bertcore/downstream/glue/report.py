@@ -61,25 +61,19 @@ def metric_names(result: TaskResult) -> list[tuple[str, str, str]]:
             for name in task.dev for metric in task.metrics]
 
 
-def glue_metrics(outcomes: Sequence[Outcome]) -> dict:
+def glue_report(outcomes: Sequence[Outcome], results: Sequence[TaskResult],
+                model_name: str | None, seeds: int) -> tuple[dict, dict]:
     """metrics/glue.json: the GLUE score of the tasks' medians (null when no task ran) and per
-    task the median of its score and of each metric, x100."""
-    results = [o for o in outcomes if isinstance(o, TaskResult)]
+    task the median of its score and of each metric, x100; and its details: what the medians
+    are read against."""
     medians = {r.task.key: r.spread().median for r in results}
-    score = 100 * glue_score(medians)[0] if medians else None
-    metrics: dict = {"score": score}
+    score, averaged = glue_score(medians) if medians else (None, [])
+    metrics: dict = {"score": None if score is None else 100 * score}
     for result in results:
         metrics[result.task.key] = {"score": 100 * medians[result.task.key]} | {
             column: 100 * result.spread(name, metric).median
             for column, name, metric in metric_names(result)}
-    return metrics
-
-
-def glue_details(outcomes: Sequence[Outcome], model_name: str | None, seeds: int) -> dict:
-    """metrics/glue_details.json: what the medians are read against."""
-    results = [o for o in outcomes if isinstance(o, TaskResult)]
-    averaged = glue_score({r.task.key: r.spread().median for r in results})[1] if results else []
-    return {
+    return metrics, {
         "model": model_name,
         "averaged": averaged,  # the tasks the GLUE score is the mean of
         "seeds": seeds,
@@ -102,7 +96,7 @@ def _task_details(result: TaskResult) -> dict:
                    "median_score": 100 * median} for recipe, median in result.tried],
         "train_examples": len(result.data.train),
         "dev_examples": {name: len(rows) for name, rows in result.data.dev.items()},
-        "truncated": result.truncated,
+        "truncated": result.runs[0].truncated,  # train and dev examples cut to max_seq_length
         "skipped_rows": result.data.skipped,  # per file: rows that do not parse
     }
 
@@ -118,10 +112,9 @@ def seeds_chart(seeds_file: str | Path) -> Path:
 
 
 def write_seeds_chart(handle: BinaryIO, seeds_file: str | Path,
-                      outcomes: Sequence[Outcome]) -> None:
+                      results: Sequence[TaskResult]) -> None:
     """Every fine-tune's score, one column of points per task (empty without GLUE data), into
     `handle`: the PNG beside `seeds_file` being staged."""
-    results = [o for o in outcomes if isinstance(o, TaskResult)]
     write_chart(seeds_chart(seeds_file), "GLUE dev score of each seed, per task",
                 "task (in the legend's order)", "score (x100)",
                 [Series(result.task.key, [i] * len(result.runs),
@@ -129,22 +122,20 @@ def write_seeds_chart(handle: BinaryIO, seeds_file: str | Path,
                  for i, result in enumerate(results)], into=handle)
 
 
-def write_seed_scores(handle, outcomes: Sequence[Outcome]) -> None:
+def write_seed_scores(handle, results: Sequence[TaskResult]) -> None:
     """One row per fine-tune (task, seed, score x100) for `dvc plots`: the seeds' spread."""
     rows = ["\t".join(SEEDS_HEADER)] + [
         f"{result.task.key}\t{run.recipe.seed}\t{100 * run.score:.4f}"
-        for result in outcomes if isinstance(result, TaskResult) for run in result.runs]
+        for result in results for run in result.runs]
     handle.write("\n".join(rows) + "\n")
 
 
-def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
+def write_predictions(folder: Path, results: Sequence[TaskResult]) -> None:
     """Into a new folder: `<task>_<evaluation>.tsv`, the median seed's dev predictions beside
     the gold labels, and `submission/`, GLUE's leaderboard files of the tasks that have test
     files."""
     folder.mkdir(parents=True, exist_ok=True)
-    for result in outcomes:
-        if not isinstance(result, TaskResult):
-            continue
+    for result in results:
         run, data = result.median_run(), result.data
         for name, rows in data.dev.items():
             write_dev_predictions(folder / f"{result.task.key}_{name}.tsv", result.task, rows,
@@ -155,18 +146,17 @@ def write_predictions(folder: Path, outcomes: Sequence[Outcome]) -> None:
                              run.test_predictions[name], [row.index for row in rows])
 
 
-def write_models(folder: Path, outcomes: Sequence[Outcome],
+def write_models(folder: Path, results: Sequence[TaskResult],
                  cards: Callable[[TaskResult], CardFacts]) -> None:
     """Into a new folder, per task, the median seed's model in Hugging Face's format
     (`BertForSequenceClassification`; STS-B's with `problem_type: regression`), from its
     record (hard links where the disk allows, so that it is stored once), with its model card
     (`cards`)."""
     folder.mkdir(parents=True, exist_ok=True)
-    for result in outcomes:
-        if isinstance(result, TaskResult):
-            shutil.copytree(result.median_run().model_dir, folder / result.task.folder,
-                            copy_function=_link_or_copy)
-            write_card(folder / result.task.folder, cards(result))
+    for result in results:
+        shutil.copytree(result.median_run().model_dir, folder / result.task.folder,
+                        copy_function=_link_or_copy)
+        write_card(folder / result.task.folder, cards(result))
 
 
 def _link_or_copy(source: str, target: str) -> None:
@@ -268,8 +258,9 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
     """Every output, each staged whole (empty where nothing ran), then all put in place
     together: a failure before the last is staged replaces none. The outcome and the
     report's two files."""
-    metrics = glue_metrics(outcomes) | ({} if model_name else {"status": NO_DATA})
-    details = glue_details(outcomes, model_name, config.seeds)
+    results = [o for o in outcomes if isinstance(o, TaskResult)]
+    metrics, details = glue_report(outcomes, results, model_name, config.seeds)
+    metrics |= {} if model_name else {"status": NO_DATA}
     if model_name is not None:
         details[MODEL_KEY] = weights_sha256(Path(model_name).expanduser())
     reproduce = {"glue": dataclasses.asdict(config)}
@@ -278,11 +269,11 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
         for path, report in zip(files, ({"glue": metrics}, details), strict=True):
             dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
                       sort_keys=False)
-        write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), outcomes)
+        write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), results)
         write_seeds_chart(outputs.enter_context(atomic_file(seeds_chart(paths.seeds_file), "wb")),
-                          paths.seeds_file, outcomes)
-        write_predictions(outputs.enter_context(atomic_dir(paths.predictions_dir)), outcomes)
-        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), outcomes,
+                          paths.seeds_file, results)
+        write_predictions(outputs.enter_context(atomic_dir(paths.predictions_dir)), results)
+        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), results,
                      lambda result: glue_task_facts(
                          str(Path(paths.models_dir) / result.task.folder), result.task.key,
                          metrics, details, reproduce))

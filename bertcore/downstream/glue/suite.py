@@ -137,11 +137,6 @@ class TaskResult:
     def task(self) -> GlueTask:
         return self.data.task
 
-    @property
-    def truncated(self) -> int:
-        """The train and dev examples cut to `glue.max_seq_length`."""
-        return self.runs[0].truncated
-
     def spread(self, eval_name: str | None = None, metric: str | None = None) -> Spread:
         """Over seeds: the task's score, or one metric of one evaluation."""
         if metric is None:
@@ -221,10 +216,6 @@ class EncodedTask:
     dev: dict[str, EncodedExamples]
     test: dict[str, EncodedExamples]
 
-    @property
-    def truncated(self) -> int:
-        return self.train.truncated + sum(rows.truncated for rows in self.dev.values())
-
 
 @dataclass
 class TaskInputs:
@@ -260,7 +251,12 @@ def fine_tune_once(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Rec
         steps, _ = train_classifier(
             classifier, encoded.train, recipe, device, model.pad_id, name=run_name,
             on_log=lambda step, loss: run.log_metrics({"train_loss": loss}, step=step))
-        _refuse_diverged(task, recipe, classifier, suite.finished)
+        if (bad := hf.first_nonfinite(classifier.state_dict())) is not None:
+            raise BertError(f"glue: {task.key} diverged with seed {recipe.seed} at learning "
+                            f"rate {recipe.learning_rate:g} (NaN or infinite weights: {bad}); "
+                            "lower glue.learning_rate. No output was written; the fine-tunes "
+                            f"finished so far are in {suite.finished.folder}, and the next run "
+                            "reuses them")
         dev_predictions = {name: predict(classifier, rows, device, model.pad_id)
                            for name, rows in encoded.dev.items()}
         metrics = {name: task_metrics(task, dev_predictions[name], encoded.dev[name].labels)
@@ -275,20 +271,10 @@ def fine_tune_once(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Rec
     run.finish("FINISHED")
     test_predictions = {name: predict(classifier, rows, device, model.pad_id)
                         for name, rows in encoded.test.items()}
-    done = SeedRun(recipe, metrics, score, steps, encoded.truncated, dev_predictions,
-                   test_predictions)
+    truncated = encoded.train.truncated + sum(rows.truncated for rows in encoded.dev.values())
+    done = SeedRun(recipe, metrics, score, steps, truncated, dev_predictions, test_predictions)
     return suite.finished.save(name, done, lambda folder: hf.export_hf_classifier(
         classifier.cpu(), folder, model.tokenizer_dir))
-
-
-def _refuse_diverged(task: GlueTask, recipe: Recipe, classifier: torch.nn.Module,
-                     finished: FinishedRuns) -> None:
-    bad = hf.first_nonfinite(classifier.state_dict())
-    if bad is not None:
-        raise BertError(f"glue: {task.key} diverged with seed {recipe.seed} at learning rate "
-                        f"{recipe.learning_rate:g} (NaN or infinite weights: {bad}); lower "
-                        "glue.learning_rate. No output was written; the fine-tunes finished "
-                        f"so far are in {finished.folder}, and the next run reuses them")
 
 
 def run_task(data: TaskData, suite: Suite) -> TaskResult:
