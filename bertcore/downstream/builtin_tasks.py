@@ -52,13 +52,18 @@ def builtin_task(name: str, corpus_file: str | Path, test_fraction: float,
         n_test = _test_count(len(documents), test_fraction, corpus_file, "documents")
         test = _flatten(task.groups(documents[:n_test], rng))
         train = _flatten(task.groups(documents[n_test:], rng))
+        if not (test and train):
+            usable = sum(len(doc) >= 2 for doc in documents)
+            raise BertError(f"{corpus_file} has too few documents to split by document for "
+                            f"{name}: {len(documents)} ({usable} of two sentences or more), "
+                            "where its test and its train part each need two of two sentences "
+                            "or more; use a corpus of more documents, or set finetune.data to "
+                            "a labelled file")
     else:
         groups = task.groups(documents, rng)
         rng.shuffle(groups)
         n_test = _test_count(len(groups), test_fraction, corpus_file, "sentences")
         test, train = _flatten(groups[:n_test]), _flatten(groups[n_test:])
-    if task.by_document and not (test and train):
-        raise BertError(_too_few_documents(name, corpus_file, documents))
     if len(train) < 10 or len({e.label for e in train}) < 2 or not test:
         raise BertError(f"{corpus_file} gives only {len(train)} training examples for {name}: "
                         "use a larger corpus, or set finetune.data to a labelled file")
@@ -80,15 +85,6 @@ def _test_count(n: int, fraction: float, corpus_file, what: str) -> int:
         raise BertError(f"{corpus_file} has {n} usable {what} for the built-in task: use a "
                         "larger corpus, or set finetune.data to a labelled file")
     return max(1, min(round(n * fraction), n - 1))
-
-
-def _too_few_documents(name: str, corpus_file, documents: list[list[str]]) -> str:
-    """Why a task that splits by document has no test (or no train) examples."""
-    usable = sum(len(doc) >= 2 for doc in documents)
-    return (f"{corpus_file} has too few documents to split by document for {name}: "
-            f"{len(documents)} ({usable} of two sentences or more), where its test and its "
-            "train part each need two of two sentences or more; use a corpus of more "
-            "documents, or set finetune.data to a labelled file")
 
 
 def _flatten(groups: Sequence[Sequence[Example]]) -> list[Example]:

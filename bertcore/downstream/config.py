@@ -177,9 +177,6 @@ class GlueConfig:
         return [replace(base, learning_rate=lr, batch_size=bs, epochs=GRID_EPOCHS)
                 for lr in GRID_LEARNING_RATES for bs in GRID_BATCH_SIZES]
 
-    def seeds_of(self, recipe: Recipe) -> list[Recipe]:
-        return [replace(recipe, seed=self.seed + i) for i in range(self.seeds)]
-
 
 @params_section
 class PruneConfig:

@@ -83,11 +83,6 @@ class PruneOutcome:
         """The val metrics of the model as it ends (recovered, if it was)."""
         return self.recovered or self.pruned
 
-    @property
-    def unchanged(self) -> bool:
-        """No head went (`prune.fraction` asked for fewer than one): the model is the original."""
-        return not self.steps.removed
-
 
 def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfig,
                 train: TrainConfig, device: torch.device) -> PruneOutcome:
@@ -216,7 +211,7 @@ class PruneStageOutcome:
         """The heads, parameters, val MLM accuracy and speed, before and after, in words."""
         outcome, metrics, config = self.outcome, self.metrics, self.config
         heads = metrics["heads_per_layer"]
-        if outcome.unchanged:
+        if not outcome.steps.removed:  # `prune.fraction` asked for fewer than one head
             return (f"prune.fraction {config.fraction} of {metrics['heads']['before']} heads "
                     f"removes none: the model is written unchanged, with no recovery steps")
         before, pruned, recovered = outcome.before, outcome.pruned, outcome.recovered

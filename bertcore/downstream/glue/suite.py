@@ -14,7 +14,7 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
@@ -289,7 +289,8 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
     every: list[SeedRun] = []
     for recipe in suite.config.recipes(suite.model.encoder.config.hidden_size):
         runs = [_finished_or_run(data.task, inputs, suite, seeded, identity)
-                for seeded in suite.config.seeds_of(recipe)]
+                for seeded in (replace(recipe, seed=suite.config.seed + i)
+                               for i in range(suite.config.seeds))]
         every += runs
         median = spread([run.score for run in runs]).median
         tried.append((recipe, median))

@@ -36,10 +36,6 @@ class BuiltinProbes:
     eligible: int  # val sentences that could be drawn
     drawn: int
 
-    def describe(self, source: str) -> dict:
-        return {"from": source, "eligible_sentences": self.eligible,
-                "drawn_sentences": self.drawn}
-
 
 def builtin_probes(val_file: str | Path, lm: MaskedLM, counts: TrainCounts, sentences: int,
                    seed: int) -> BuiltinProbes:

@@ -103,7 +103,8 @@ def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: s
     metrics, details = cloze_report(scored_cloze, counts, lm)
     del details["groups"]  # one group
     built = {"cloze": metrics}
-    about = {**probes.describe(str(val_file)), "seed": config.seed, "cloze": details}
+    about = {"from": str(val_file), "eligible_sentences": probes.eligible,
+             "drawn_sentences": probes.drawn, "seed": config.seed, "cloze": details}
     scored_pairs = score_pairs(lm, probes.pairs, counts, "built-in pairs")
     for group, name in BUILTIN_PAIRS.items():
         built[name], details = pair_report([s for s in scored_pairs if s.pair.group == group])
