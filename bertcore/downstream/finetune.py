@@ -301,11 +301,10 @@ class FinetunePaths:
 
 @dataclass(frozen=True)
 class FinetuneOutcome:
-    """What the finetune stage did: the comparison, the report's two files, and whether the
-    task was classification or regression, and why (finetune.task, or what auto found)."""
+    """What the finetune stage did: the comparison, and whether the task was classification
+    or regression, and why (finetune.task, or what auto found)."""
 
     result: Comparison
-    files: tuple[Path, Path]
     problem: str
     problem_from: str
 
@@ -354,4 +353,4 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     runs.log_model(paths.out_dir, "text-classification")
     runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
                         for key, value in metrics[which].items()}, details)
-    return FinetuneOutcome(result, files, task.problem, task.problem_from)
+    return FinetuneOutcome(result, task.problem, task.problem_from)

@@ -198,14 +198,13 @@ class PrunePaths:
 
 @dataclass(frozen=True)
 class PruneStageOutcome:
-    """What the prune stage did: the pruning, its report (`metrics`, and `timing`, which is
-    not in the files) and the report's two files."""
+    """What the prune stage did: the pruning and its report (`metrics`, and `timing`, which is
+    not in the files)."""
 
     outcome: PruneOutcome
     config: PruneConfig
     metrics: dict[str, Any]
     timing: dict[str, Any]
-    files: tuple[Path, Path]
 
     def summary(self) -> str:
         """The heads, parameters, val MLM accuracy and speed, before and after, in words."""
@@ -256,7 +255,7 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
         write_card(staging, card)
     files = write_report(paths.metrics_file, "prune", metrics, details)
     runs.finish(files, _headline(outcome, timing), {**details, **timing})
-    return PruneStageOutcome(outcome, config, metrics, timing, files)
+    return PruneStageOutcome(outcome, config, metrics, timing)
 
 
 def _prune_samples(paths: PrunePaths, batch_size: int) -> tuple[SampleStore, SampleStore]:

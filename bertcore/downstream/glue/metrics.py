@@ -19,11 +19,6 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask
 log = logging.getLogger(__name__)
 
 
-def _f1(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
-    return f1_score(golds, predictions, pos_label=task.labels.index("1"), average="binary",
-                    zero_division=0.0)
-
-
 # Values that span less than this are one value: the prediction files hold 3 decimals, and a
 # regression head's outputs that differ only by float noise (1e-7 apart) would otherwise
 # correlate with the golds by the noise's chance order, to any score
@@ -63,7 +58,8 @@ def _matthews(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
 _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
     "matthews": _matthews,
     "accuracy": lambda task, predictions, golds: accuracy_score(golds, predictions),
-    "f1": _f1,
+    "f1": lambda task, predictions, golds: f1_score(
+        golds, predictions, pos_label=task.labels.index("1"), average="binary", zero_division=0.0),
     "pearson": lambda task, predictions, golds: _correlation_of(stats.pearsonr, predictions,
                                                                 golds, task.key),
     "spearman": lambda task, predictions, golds: _correlation_of(stats.spearmanr, predictions,

@@ -39,7 +39,7 @@ from bertcore.downstream.glue.suite import (
     glue_model,
     run_glue,
 )
-from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask, tasks_in
+from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.card import CardFacts, write_card
@@ -223,7 +223,9 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
         log.warning("%s, nothing scored; set glue.data to a folder in GLUE's layout or to "
                     "hf:glue (docs/evaluation.md)", NO_DATA)
         return write_glue_outputs([], None, config, paths)[0]
-    tasks = _chosen_tasks(config)
+    # glue.tasks (all when null) of the folder glue.data, or of hf:glue
+    tasks = ([GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)]
+             if config.data == GLUE_DATA_HF else tasks_in(config.data, config.tasks))
     device = resolve_device(config.device, setting="glue.device")
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     require_fits("glue", config.max_seq_length, model.encoder.config.max_position_embeddings)
@@ -234,7 +236,11 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     with runs.failing_on_error():
         suite = Suite(model, config, device, runs.start_child, finished)
         outcomes = run_glue(tasks, suite)
-        _refuse_nothing_scored(outcomes)
+        failed = [o for o in outcomes if isinstance(o, TaskFailure)]
+        if len(failed) == len(outcomes):  # the last good run's outputs stay as they are
+            raise BertError(f"glue: every task left out ({failed[0].reason}"
+                            f"{'; ...' if len(failed) > 1 else ''}); nothing was written, the "
+                            "outputs of the last run are as they were")
         outcome, files = write_glue_outputs(outcomes, model.name, config, paths)
     finished.drop_models_except([o.median_run() for o in outcomes
                                  if isinstance(o, TaskResult)])
@@ -242,15 +248,6 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
                         if isinstance(value, float)}, outcome.details,
                 charts=[path for path in [seeds_chart(paths.seeds_file)] if path.is_file()])
     return outcome
-
-
-def _refuse_nothing_scored(outcomes: Sequence[Outcome]) -> None:
-    """Every task left out: the last good run's outputs stay as they are."""
-    failed = [o for o in outcomes if isinstance(o, TaskFailure)]
-    if len(failed) == len(outcomes):
-        raise BertError(f"glue: every task left out ({failed[0].reason}"
-                        f"{'; ...' if len(failed) > 1 else ''}); nothing was written, the "
-                        "outputs of the last run are as they were")
 
 
 def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, config: GlueConfig,
@@ -278,10 +275,3 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
                          str(Path(paths.models_dir) / result.task.folder), result.task.key,
                          metrics, details, reproduce))
     return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
-
-
-def _chosen_tasks(config: GlueConfig) -> list[GlueTask]:
-    """`glue.tasks` (all when null) of the folder `glue.data`, or of `hf:glue`."""
-    if config.data == GLUE_DATA_HF:
-        return [GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)]
-    return tasks_in(config.data, config.tasks)

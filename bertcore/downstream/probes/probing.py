@@ -137,12 +137,10 @@ class ProbePaths:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """What the probe stage wrote: the scores, what they are read against, the report's two
-    files."""
+    """What the probe stage wrote: the scores and what they are read against."""
 
     metrics: dict
     details: dict
-    files: tuple[Path, Path]
 
     def summary(self) -> list[str]:
         """The console's lines: each probe's figure beside its baseline; a figure over no
@@ -212,4 +210,4 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     write_items(paths.items_dir, report.items)
     files = write_report(paths.out_file, "probe", report.metrics, details)
     log_report_into(tracker, step, files, report.metrics, details, "probe")
-    return ProbeOutcome(report.metrics, details, files)
+    return ProbeOutcome(report.metrics, details)

@@ -370,7 +370,7 @@ def test_a_blimp_score_is_shown_beside_blimps_own_figures(exported, tmp_path):
     paper = report.details["minimal_pairs"]["blimp_paper"]
     assert (paper["5-gram"], paper["LSTM"], paper["GPT-2"], paper["humans"]) == (
         0.612, 0.698, 0.815, 0.886)
-    line, = ProbeOutcome(report.metrics, report.details, (tmp_path, tmp_path)).summary()
+    line, = ProbeOutcome(report.metrics, report.details).summary()
     assert "unigram" in line and "5-gram 0.612" in line and "LSTM 0.698" in line, line
 
 
@@ -424,8 +424,7 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
     assert 0 <= builtin["cloze"]["p_at_10"] <= 1
     written, _ = write_report(tmp_path / "probe.json", "probe", report.metrics, report.details)
     assert json.loads(written.read_text())["probe"]["cloze"] == {"p_at_1": None, "p_at_10": None}
-    builtin_cloze, pairs, cloze = ProbeOutcome(report.metrics, report.details,
-                                               (written, written)).summary()
+    builtin_cloze, pairs, cloze = ProbeOutcome(report.metrics, report.details).summary()
     assert "null" not in builtin_cloze
     assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
     assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze
