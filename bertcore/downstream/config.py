@@ -90,9 +90,6 @@ class Recipe:
         steps = math.ceil(self.epochs * math.ceil(train_examples / self.batch_size))
         return min(steps, self.max_steps) if self.max_steps else steps
 
-    def warmup_steps(self, train_examples: int) -> int:
-        return round(self.warmup_fraction * self.total_steps(train_examples))
-
 
 @params_section
 class FinetuneConfig:

@@ -52,31 +52,18 @@ from bertcore.training.loop.schedule import linear_warmup_decay
 log = logging.getLogger(__name__)
 
 
-@dataclass
-class Scores:
-    accuracy: float
-    macro_f1: float
-
-
-@dataclass
-class Correlations:
-    """A regression task's scores, STS-B's: Pearson's and Spearman's r."""
-
-    pearson: float
-    spearman: float
-
-
-def scores(predictions: np.ndarray, labels: np.ndarray) -> Scores:
+def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Accuracy, and macro-F1: the mean over classes of 2TP / (2TP + FP + FN), over the classes
-    that occur in the labels or the predictions (scikit-learn's)."""
-    return Scores(float(accuracy_score(labels, predictions)),
-                  float(f1_score(labels, predictions, average="macro", zero_division=0.0)))
+    that occur in the labels or the predictions (scikit-learn's). A regression task's scores
+    are STS-B's instead: Pearson's and Spearman's r (`correlations`)."""
+    return {"accuracy": float(accuracy_score(labels, predictions)),
+            "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0.0))}
 
 
 @dataclass
 class FinetuneResult:
     model: BertForSequenceClassification
-    test: Scores | Correlations
+    test: dict[str, float]  # scores, or a regression task's correlations
     steps: int
     final_train_loss: float
     seconds: float
@@ -121,7 +108,7 @@ def train_classifier(
     of the optimisation outlives it: no optimizer state, no gradients."""
     model.to(device).train()
     total = recipe.total_steps(len(train))
-    warmup = recipe.warmup_steps(len(train))
+    warmup = round(recipe.warmup_fraction * total)
     # fused on the CPU too, as pretraining's: torch's default there is its single-tensor
     # AdamW, a fifth of a BERT-tiny step (benchmarks/finetune_step.py)
     optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay),
@@ -207,12 +194,12 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
 class Comparison:
     pretrained: FinetuneResult
     scratch: FinetuneResult
-    majority: Scores | None  # the baselines: always the most frequent class (None: regression),
-    bag_of_words: Scores | Correlations  # and a TF-IDF regression (no model, no pretraining)
+    majority: dict[str, float] | None  # baseline: the most frequent class (None: regression)
+    bag_of_words: dict[str, float]  # baseline: a TF-IDF regression (no model, no pretraining)
 
     def gain(self) -> dict[str, float]:
         """What pretraining bought: pretrained minus scratch, per score."""
-        a, b = asdict(self.pretrained.test), asdict(self.scratch.test)
+        a, b = self.pretrained.test, self.scratch.test
         return {key: a[key] - b[key] for key in a}
 
 
@@ -234,17 +221,17 @@ def run_comparison(
         steps, loss = train_classifier(model, task.train, recipe, device, pad_id,
                                        name=f"finetune {which}", on_log=partial(on_log, which))
         predictions = predict(model, task.test, device, pad_id)
-        test = (Correlations(**correlations(predictions, task.test.labels, f"finetune {which}"))
+        test = (correlations(predictions, task.test.labels, f"finetune {which}")
                 if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
         results[which] = FinetuneResult(model.cpu(), test, steps, loss,
                                         time.perf_counter() - started)
         log.info("%s: test %s (%d steps, %.1fs)", which, ", ".join(
-            f"{key} {value:.4f}" for key, value in asdict(test).items()), steps,
+            f"{key} {value:.4f}" for key, value in test.items()), steps,
                  results[which].seconds)
     if task.is_regression:  # a constant guess has no correlation: no majority row
         values = bag_of_words_values(task.train, task.test)
-        return Comparison(results["pretrained"], results["scratch"], None, Correlations(
-            **correlations(values, task.test.labels, "finetune bag of words")))
+        return Comparison(results["pretrained"], results["scratch"], None,
+                          correlations(values, task.test.labels, "finetune bag of words"))
     golds = np.asarray(task.test.labels)
     majority = np.bincount(task.train.labels).argmax()  # always the most frequent class
     words = bag_of_words_predictions(task.train, task.test, len(task.labels))
@@ -258,18 +245,18 @@ def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
     they were measured on and against): the one place both are built."""
     metrics = {
         "task": task.name,  # short: a column of `dvc exp show`
-        "pretrained": asdict(result.pretrained.test),
-        "scratch": asdict(result.scratch.test),
+        "pretrained": result.pretrained.test,
+        "scratch": result.scratch.test,
         "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
     }
-    baselines = {"majority_class": asdict(result.majority)} if result.majority else {}
+    baselines = {"majority_class": result.majority} if result.majority else {}
     values = [*task.train.labels, *task.test.labels]  # a regression task's lowest, highest
     labels = {"problem": task.problem, "problem_from": task.problem_from,
               "label_range": [min(values), max(values)]} if task.is_regression else {
         "labels": task.labels}
     details = {
         **baselines,
-        "bag_of_words": asdict(result.bag_of_words),
+        "bag_of_words": result.bag_of_words,
         "data": {
             "description": task.description,
             **labels,
@@ -313,16 +300,17 @@ class FinetuneOutcome:
         result, gain = self.result, self.result.gain()
         pretrained, scratch = result.pretrained.test, result.scratch.test
         kind = f"{self.problem} ({self.problem_from})"
-        if isinstance(pretrained, Correlations):
-            return (f"{kind}: test Pearson {pretrained.pearson:.4f} pretrained vs "
-                    f"{scratch.pearson:.4f} from scratch ({gain['pearson']:+.4f}; bag of words "
-                    f"{result.bag_of_words.pearson:.4f}), Spearman {pretrained.spearman:.4f} "
-                    f"vs {scratch.spearman:.4f}")
-        return (f"{kind}: test accuracy {pretrained.accuracy:.4f} pretrained vs "
-                f"{scratch.accuracy:.4f} from scratch ({gain['accuracy']:+.4f}; bag of words "
-                f"{result.bag_of_words.accuracy:.4f}, majority class "
-                f"{result.majority.accuracy:.4f}), macro-F1 {pretrained.macro_f1:.4f} vs "
-                f"{scratch.macro_f1:.4f}")
+        words = result.bag_of_words
+        if "pearson" in pretrained:
+            return (f"{kind}: test Pearson {pretrained['pearson']:.4f} pretrained vs "
+                    f"{scratch['pearson']:.4f} from scratch ({gain['pearson']:+.4f}; bag of "
+                    f"words {words['pearson']:.4f}), Spearman {pretrained['spearman']:.4f} "
+                    f"vs {scratch['spearman']:.4f}")
+        return (f"{kind}: test accuracy {pretrained['accuracy']:.4f} pretrained vs "
+                f"{scratch['accuracy']:.4f} from scratch ({gain['accuracy']:+.4f}; bag of words "
+                f"{words['accuracy']:.4f}, majority class "
+                f"{result.majority['accuracy']:.4f}), macro-F1 {pretrained['macro_f1']:.4f} vs "
+                f"{scratch['macro_f1']:.4f}")
 
 
 def run_finetune(config: FinetuneConfig, paths: FinetunePaths,

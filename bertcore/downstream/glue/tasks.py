@@ -279,7 +279,9 @@ def _positions(path: Path, task: GlueTask, file_name: str, first: tuple[int, lis
     wanted = columns.wanted(labelled)
     missing = [name for name in wanted if name not in header]
     if missing:
-        looks = _looks_like(header)
+        looks = _KNOWN_HEADERS.get(tuple(header))
+        if looks is None and len(header) == _COLA_WIDTH and header[_COLA_LABEL] in BINARY:
+            looks = "CoLA's train/dev file (no header)"
         raise BertError(f"{path}:{number}: the header has {_shown(header)} but GLUE's "
                         f"{task.folder} {file_name} needs the columns {', '.join(wanted)}"
                         + (f"; it looks like {looks}" if looks else ""))
@@ -300,14 +302,6 @@ def _cola_positions(path: Path, first: tuple[int, list[str]]) -> _Positions:
                         f"like {looks}")
     return _Positions(text=_COLA_TEXT, pair=None, label=_COLA_LABEL, index=None,
                       width=_COLA_WIDTH, names="source, label, original label, sentence")
-
-
-def _looks_like(header: list[str]) -> str | None:
-    if tuple(header) in _KNOWN_HEADERS:
-        return _KNOWN_HEADERS[tuple(header)]
-    if len(header) == _COLA_WIDTH and header[_COLA_LABEL] in BINARY:
-        return "CoLA's train/dev file (no header)"
-    return None
 
 
 def _shown(values: list[str], width: int = 30) -> str:

@@ -309,9 +309,9 @@ def test_scores_accuracy_and_macro_f1():
     import numpy as np
 
     result = scores(np.array([0, 0, 1, 1, 2]), np.array([0, 1, 1, 1, 0]))
-    assert result.accuracy == pytest.approx(0.6)
+    assert result["accuracy"] == pytest.approx(0.6)
     # F1: class 0 2/(2+1+1)=0.5, class 1 4/(4+0+1)=0.8, class 2 0/(0+1+0)=0
-    assert result.macro_f1 == pytest.approx((0.5 + 0.8 + 0.0) / 3)
+    assert result["macro_f1"] == pytest.approx((0.5 + 0.8 + 0.0) / 3)
 
 
 # ------------------------------------------------------------------------------ the model
