@@ -109,20 +109,17 @@ class FinishedRuns:
                 "truncated": run.truncated}, sort_keys=False)
         return dataclasses.replace(run, folder=final)
 
-    def keep_models_of(self, kept: list[SeedRun], among: list[SeedRun]) -> None:
-        """Drop the models of the runs `among` that are not `kept` (their scores stay)."""
-        keep = {run.folder for run in kept}
-        for run in among:
-            if run.folder not in keep and run.model_dir is not None:
-                _remove_folder(run.model_dir)
-
-    def drop_models_except(self, kept: list[SeedRun]) -> None:
-        """Once a suite's outputs are written: the models of every other record go (a rerun
+    def drop_models_except(self, kept: list[SeedRun], among: list[SeedRun] | None = None
+                           ) -> None:
+        """Drop the models of the runs `among` that are not `kept` (their scores stay); with
+        no `among`, once a suite's outputs are written, those of every other record (a rerun
         that needs one fine-tunes that seed again)."""
         keep = {run.folder for run in kept}
-        if not self.folder.is_dir():
-            return
-        for folder in self.folder.iterdir():
+        if among is not None:
+            folders = [run.folder for run in among if run.folder is not None]
+        else:
+            folders = list(self.folder.iterdir()) if self.folder.is_dir() else []
+        for folder in folders:
             if folder not in keep and (folder / MODEL).is_dir():
                 _remove_folder(folder / MODEL)
 

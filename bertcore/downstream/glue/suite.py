@@ -176,8 +176,7 @@ class Suite:
 def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
     """Every file of the task that `glue.data` holds; train cut to `glue.max_train_examples`
     by a seeded draw. A BertError (one line) when a file is missing or unusable."""
-    files = {"train.tsv": _read(task, config, "train.tsv")}
-    files |= {name: _read(task, config, name) for name in task.dev.values()}
+    files = {name: _read(task, config, name) for name in ["train.tsv", *task.dev.values()]}
     files |= {name: _read(task, config, name) for name in _test_files(task, config)}
     train = files["train.tsv"].examples
     if config.max_train_examples and len(train) > config.max_train_examples:
@@ -300,7 +299,7 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
                  recipe.learning_rate, recipe.batch_size, median, len(runs))
     result = TaskResult(data, best, tried)
     _with_median_model(result, inputs, suite, identity)
-    suite.finished.keep_models_of([result.median_run()], among=every + result.runs)
+    suite.finished.drop_models_except([result.median_run()], among=every + result.runs)
     reused = suite.finished.reused - reused_before
     if reused:
         log.info("glue: %s: %d of %d fine-tunes reused from %s (finished by an earlier run "
