@@ -169,19 +169,14 @@ def _text(row: dict, field: str, where: str, key: str) -> str:
 
 
 def _label(value, where: str) -> str:
+    """A label as one class: a number written one way (1, 1.0, "1.0", "01" -> "1"; 2.50 ->
+    "2.5"), any other text stripped."""
     if isinstance(value, bool) or not isinstance(value, str | int | float) or (
             isinstance(value, float) and not math.isfinite(value)):
         raise BertError(f"{where}: label {value!r} is neither a string nor a finite number")
-    label = normal_label(value)
-    if not label:
-        raise BertError(f"{where}: the label is empty")
-    return label
-
-
-def normal_label(value: str | int | float) -> str:
-    """A label as one class: a number written one way (1, 1.0, "1.0", "01" -> "1"; 2.50 ->
-    "2.5"), any other text stripped."""
     text = str(value).strip()
+    if not text:
+        raise BertError(f"{where}: the label is empty")
     if isinstance(value, int) or re.fullmatch(r"[+-]?\d+", text):
         return str(int(text))
     number = label_number(text)
