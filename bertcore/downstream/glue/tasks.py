@@ -135,7 +135,11 @@ def tasks_in(folder: str | Path, wanted: Sequence[str] | None) -> list[GlueTask]
     if not folder.is_dir():
         raise BertError(f"GLUE data folder not found: {folder}; {_HOW_TO_GET}")
     found, others = _task_folders(folder)
-    _warn_of_others(folder, others)
+    if others:
+        log.warning("glue: %s in %s %s no GLUE task's folder (%s): passed over",
+                    ", ".join(f"{name}/" for name in others), folder,
+                    "is" if len(others) == 1 else "are",
+                    ", ".join(task.folder for task in GLUE_TASKS.values()))
     present = [task for task in GLUE_TASKS.values() if task.key in found]
     if not present:
         names = ", ".join(task.folder for task in GLUE_TASKS.values())
@@ -177,14 +181,6 @@ def _task_folders(folder: Path) -> tuple[dict[str, Path], list[str]]:
         else:
             found[key] = child
     return found, others
-
-
-def _warn_of_others(folder: Path, others: list[str]) -> None:
-    if others:
-        log.warning("glue: %s in %s %s no GLUE task's folder (%s): passed over",
-                    ", ".join(f"{name}/" for name in others), folder,
-                    "is" if len(others) == 1 else "are",
-                    ", ".join(task.folder for task in GLUE_TASKS.values()))
 
 
 def task_file(folder: str | Path, task: GlueTask, file_name: str) -> Path:
