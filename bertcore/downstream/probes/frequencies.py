@@ -42,10 +42,6 @@ class TrainCounts:
         self._ranked = sorted(self.words, key=lambda w: (-self.words[w], w))
         self._ranks = {w: r for r, w in enumerate(self._ranked)}
 
-    def describe(self, source: str) -> dict:
-        return {"from": source, "bytes_read": self.bytes_read,
-                "tokens": int(self.tokens.sum()), "distinct_words": len(self.words)}
-
     def most_frequent(self, lm: MaskedLM, k: int) -> list[int]:
         """The k most frequent whole-word tokens (ties by id), the frequency baseline's guess."""
         order = np.argsort(-self.tokens[: lm.vocab_size], kind="stable")

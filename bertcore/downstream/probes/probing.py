@@ -15,12 +15,11 @@ from bertcore.common.errors import BertError
 from bertcore.common.report import write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
-from bertcore.downstream.probes.cloze import ClozeItem, cloze_report, read_cloze, score_cloze
+from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.frequencies import count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import (
-    MinimalPair,
     pair_report,
     read_minimal_pairs,
     score_pairs,
@@ -63,7 +62,15 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
     pairs = read_minimal_pairs(config.minimal_pairs) if config.minimal_pairs else None
     cloze = read_cloze(config.cloze) if config.cloze else None
     counts = count_train(train_file, lm)
-    _require_readable(lm, counts, train_file, pairs, cloze, config, tokenizer_dir)
+    # stop before scoring when the tokenizer reads most of the probes' text as [UNK]: the
+    # train split (the built-in probes' corpus) and each of the user's files
+    require_readable(int(counts.tokens[lm.unk_id]) if lm.unk_id is not None else 0,
+                     int(counts.tokens.sum()), tokenizer_dir, f"the train split {train_file}")
+    for texts, key in (([t for p in pairs or () for t in (p.good, p.bad)], "minimal_pairs"),
+                       ([item.text for item in cloze or ()], "cloze")):
+        encoded = (e.ids for e in lm.tokenizer.encode_batch(texts, add_special_tokens=False))
+        require_readable(*unknown_tokens(lm.tokenizer, encoded), tokenizer_dir,
+                         f"probe.{key} {getattr(config, key)}")
     report = ProbeReport()
     if config.builtin_sentences:
         _builtin(report, lm, config, val_file, counts)
@@ -78,22 +85,10 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
         report.metrics["cloze"], details = cloze_report(scored, counts, lm)
         report.details["cloze"] = {"from": config.cloze, **details}
         report.items["cloze.jsonl"] = [s.row(lm) for s in scored]
-    report.details["frequencies"] = counts.describe(str(train_file))
+    report.details["frequencies"] = {"from": str(train_file), "bytes_read": counts.bytes_read,
+                                     "tokens": int(counts.tokens.sum()),
+                                     "distinct_words": len(counts.words)}
     return report
-
-
-def _require_readable(lm: MaskedLM, counts, train_file: str | Path,
-                      pairs: list[MinimalPair] | None, cloze: list[ClozeItem] | None,
-                      config: ProbeConfig, tokenizer_dir: str | Path) -> None:
-    """Stop before scoring when the tokenizer reads most of the probes' text as [UNK]: the
-    train split (the built-in probes' corpus) and each of the user's files."""
-    require_readable(int(counts.tokens[lm.unk_id]) if lm.unk_id is not None else 0,
-                     int(counts.tokens.sum()), tokenizer_dir, f"the train split {train_file}")
-    for texts, key in (([t for p in pairs or () for t in (p.good, p.bad)], "minimal_pairs"),
-                       ([item.text for item in cloze or ()], "cloze")):
-        encoded = (e.ids for e in lm.tokenizer.encode_batch(texts, add_special_tokens=False))
-        require_readable(*unknown_tokens(lm.tokenizer, encoded), tokenizer_dir,
-                         f"probe.{key} {getattr(config, key)}")
 
 
 def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
