@@ -287,9 +287,12 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
     tried: list[tuple[Recipe, float]] = []
     every: list[SeedRun] = []
     for recipe in suite.config.recipes(suite.model.encoder.config.hidden_size):
-        runs = [_finished_or_run(data.task, inputs, suite, seeded, identity)
-                for seeded in (replace(recipe, seed=suite.config.seed + i)
-                               for i in range(suite.config.seeds))]
+        runs = []
+        for i in range(suite.config.seeds):
+            seeded = replace(recipe, seed=suite.config.seed + i)
+            name = suite.finished.name(data.task.key, seeded, identity)
+            runs.append(suite.finished.find(name)
+                        or fine_tune_once(data.task, inputs, suite, seeded, name))
         every += runs
         median = spread([run.score for run in runs]).median
         tried.append((recipe, median))
@@ -298,7 +301,12 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
         log.info("%s: lr %g, batch %d: median score %.4f over %d seeds", data.task.key,
                  recipe.learning_rate, recipe.batch_size, median, len(runs))
     result = TaskResult(data, best, tried)
-    _with_median_model(result, inputs, suite, identity)
+    # a median seed reused without its model (dropped when an earlier run's median was another
+    # seed) is fine-tuned again: the same recipe gives the same model
+    while (median := result.median_run()).model_dir is None:
+        name = suite.finished.name(data.task.key, median.recipe, identity)
+        result.runs[result.runs.index(median)] = fine_tune_once(data.task, inputs, suite,
+                                                                median.recipe, name)
     suite.finished.drop_models_except([result.median_run()], among=every + result.runs)
     reused = suite.finished.reused - reused_before
     if reused:
@@ -322,22 +330,6 @@ def require_readable_task(data: TaskData, model: GlueModel, config: GlueConfig) 
              else str(task_file(config.data, data.task, "train.tsv")))
     require_readable(*unknown_tokens(model.tokenizer, encoded), model.tokenizer_dir,
                      f"{where} (its first {len(rows)} rows)")
-
-
-def _finished_or_run(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
-                     identity: dict) -> SeedRun:
-    name = suite.finished.name(task.key, recipe, identity)
-    return suite.finished.find(name) or fine_tune_once(task, inputs, suite, recipe, name)
-
-
-def _with_median_model(result: TaskResult, inputs: TaskInputs, suite: Suite,
-                       identity: dict) -> None:
-    """A median seed reused without its model (dropped when an earlier run's median was
-    another seed) is fine-tuned again: the same recipe gives the same model."""
-    while (median := result.median_run()).model_dir is None:
-        name = suite.finished.name(result.task.key, median.recipe, identity)
-        result.runs[result.runs.index(median)] = fine_tune_once(result.task, inputs, suite,
-                                                                median.recipe, name)
 
 
 def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailure]:
