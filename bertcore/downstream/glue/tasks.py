@@ -14,7 +14,7 @@ from __future__ import annotations
 import itertools
 import logging
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertcore.common.errors import BertError
@@ -31,9 +31,10 @@ class GlueTask:
     folder: str                   # "CoLA", "SST-2", ...: its sub-folder in GLUE's layout
     labels: tuple[str, ...]       # class names in HF's glue id order; () = regression
     metrics: tuple[str, ...]      # names of `metrics.task_metrics`, GLUE's for the task
-    dev: dict[str, str]           # evaluation name -> file
-    test: dict[str, str]          # evaluation name -> file (no labels)
     pair: bool                    # sentence-pair task
+    # evaluation name -> file (test: without labels)
+    dev: dict[str, str] = field(default_factory=lambda: {"dev": "dev.tsv"})
+    test: dict[str, str] = field(default_factory=lambda: {"test": "test.tsv"})
 
     @property
     def is_regression(self) -> bool:
@@ -43,25 +44,20 @@ class GlueTask:
         return hash(self.key)
 
 
-def _task(key, folder, labels, metrics, pair, dev=None, test=None) -> GlueTask:
-    return GlueTask(key, folder, labels, metrics, dev or {"dev": "dev.tsv"},
-                    test or {"test": "test.tsv"}, pair)
-
-
 BINARY = ("0", "1")
 ENTAILMENT = ("entailment", "not_entailment")
 GLUE_TASKS: dict[str, GlueTask] = {task.key: task for task in (
-    _task("cola", "CoLA", BINARY, ("matthews",), pair=False),
-    _task("sst2", "SST-2", BINARY, ("accuracy",), pair=False),
-    _task("mrpc", "MRPC", BINARY, ("f1", "accuracy"), pair=True),
-    _task("stsb", "STS-B", (), ("pearson", "spearman"), pair=True),
-    _task("qqp", "QQP", BINARY, ("f1", "accuracy"), pair=True),
-    _task("mnli", "MNLI", ("entailment", "neutral", "contradiction"), ("accuracy",), pair=True,
-          dev={"mnli_m": "dev_matched.tsv", "mnli_mm": "dev_mismatched.tsv"},
-          test={"mnli_m": "test_matched.tsv", "mnli_mm": "test_mismatched.tsv"}),
-    _task("qnli", "QNLI", ENTAILMENT, ("accuracy",), pair=True),
-    _task("rte", "RTE", ENTAILMENT, ("accuracy",), pair=True),
-    _task("wnli", "WNLI", BINARY, ("accuracy",), pair=True),
+    GlueTask("cola", "CoLA", BINARY, ("matthews",), pair=False),
+    GlueTask("sst2", "SST-2", BINARY, ("accuracy",), pair=False),
+    GlueTask("mrpc", "MRPC", BINARY, ("f1", "accuracy"), pair=True),
+    GlueTask("stsb", "STS-B", (), ("pearson", "spearman"), pair=True),
+    GlueTask("qqp", "QQP", BINARY, ("f1", "accuracy"), pair=True),
+    GlueTask("mnli", "MNLI", ("entailment", "neutral", "contradiction"), ("accuracy",), pair=True,
+             dev={"mnli_m": "dev_matched.tsv", "mnli_mm": "dev_mismatched.tsv"},
+             test={"mnli_m": "test_matched.tsv", "mnli_mm": "test_mismatched.tsv"}),
+    GlueTask("qnli", "QNLI", ENTAILMENT, ("accuracy",), pair=True),
+    GlueTask("rte", "RTE", ENTAILMENT, ("accuracy",), pair=True),
+    GlueTask("wnli", "WNLI", BINARY, ("accuracy",), pair=True),
 )}
 
 
