@@ -78,11 +78,6 @@ class PruneOutcome:
     throughput_batch: dict[str, int]  # sequences and tokens of the batch timed
     seconds: dict[str, float]
 
-    @property
-    def final(self) -> EvalMetrics:
-        """The val metrics of the model as it ends (recovered, if it was)."""
-        return self.recovered or self.pruned
-
 
 def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfig,
                 train: TrainConfig, device: torch.device) -> PruneOutcome:
@@ -118,20 +113,15 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
     timed = score_batches[0]
     timed_size = {"sequences": int(timed["input_ids"].shape[0]),
                   "tokens": int(timed["attention_mask"].sum())}
-    if not steps.removed:
-        # No head to remove: the same model, so the same metrics and speed (timing it twice
-        # would measure only the machine's noise), and nothing to recover from.
-        with phase("throughput"):
-            speed = throughput({"before": original}, timed, device, config.throughput_steps)
-        speed["after"] = speed["before"]
-        return PruneOutcome(original, steps, before, before, None, speed, timed_size,
-                            seconds)
-    pruned = val_metrics(model)
+    # No head removed: the same model, so the same metrics and speed (timing it twice would
+    # measure only the machine's noise), and nothing to recover from.
+    pruned = val_metrics(model) if steps.removed else before
+    timed_models = {"before": original, "after": model} if steps.removed else {"before": original}
     with phase("throughput"):
-        speed = throughput({"before": original, "after": model}, timed, device,
-                           config.throughput_steps)
+        speed = throughput(timed_models, timed, device, config.throughput_steps)
+    speed.setdefault("after", speed["before"])
     recovered = None
-    if config.recovery_steps:
+    if config.recovery_steps and steps.removed:
         recovery = _train_batches(data, config.batch_size, config.seed + 1)
         with phase("recovery"):
             recover(model, recovery, train, config.recovery_steps,
@@ -273,7 +263,7 @@ def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]
     """The results MLflow gets: the final val metrics and the speedups."""
     throughputs = timing["throughput"]
     return {
-        **{f"val_{key}": getattr(outcome.final, key) for key in VAL_KEYS},
+        **{f"val_{key}": getattr(outcome.recovered or outcome.pruned, key) for key in VAL_KEYS},
         "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
         "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
     }
