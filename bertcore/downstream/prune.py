@@ -226,7 +226,13 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
     settings), measured on the val split (`masking`, `eval_config`), exported, and its report
     written and logged (a child run of the model's pretraining run; none when `target` is
     None)."""
-    train_store, val_store = _prune_samples(paths, config.batch_size)
+    # the train and val splits, checked to fit the vocabulary and to fill a batch
+    samples_dir = Path(paths.samples_dir)
+    SamplesCheck(paths.vocab_dir)(samples_dir)
+    train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
+    if len(train_store) < config.batch_size:
+        raise BertError(f"only {len(train_store)} training samples for prune.batch_size="
+                        f"{config.batch_size}: lower it")
     model, tokens = load_pretrained(paths.model_dir, paths.vocab_dir)
     if model.config.pruned_heads:
         raise BertError(f"the model in {paths.model_dir} is already pruned: prune the "
@@ -246,17 +252,6 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
     files = write_report(paths.metrics_file, "prune", metrics, details)
     runs.finish(files, _headline(outcome, timing), {**details, **timing})
     return PruneStageOutcome(outcome, config, metrics, timing)
-
-
-def _prune_samples(paths: PrunePaths, batch_size: int) -> tuple[SampleStore, SampleStore]:
-    """The train and val splits, checked to fit the vocabulary and to fill a batch."""
-    samples_dir = Path(paths.samples_dir)
-    SamplesCheck(paths.vocab_dir)(samples_dir)
-    train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
-    if len(train_store) < batch_size:
-        raise BertError(f"only {len(train_store)} training samples for prune.batch_size="
-                        f"{batch_size}: lower it")
-    return train_store, val_store
 
 
 def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]:

@@ -291,14 +291,12 @@ class EncodedExamples:
         import torch  # here: the finetune section's check reads this module (bertstages/cli.py)
         from torch.nn.utils.rnn import pad_sequence
 
-        def padded(rows: list[list[int]], value: int = 0) -> torch.Tensor:
-            return pad_sequence([torch.tensor(row, dtype=torch.long) for row in rows],
-                                batch_first=True, padding_value=value)
-
-        ids = [self.input_ids[i] for i in indices]
-        return {"input_ids": padded(ids, pad_id),
-                "token_type_ids": padded([self.token_type_ids[i] for i in indices]),
-                "attention_mask": padded([[1] * len(row) for row in ids]),
+        ids = [torch.tensor(self.input_ids[i], dtype=torch.long) for i in indices]
+        types = [torch.tensor(self.token_type_ids[i], dtype=torch.long) for i in indices]
+        return {"input_ids": pad_sequence(ids, batch_first=True, padding_value=pad_id),
+                "token_type_ids": pad_sequence(types, batch_first=True),
+                "attention_mask": pad_sequence([torch.ones_like(row) for row in ids],
+                                               batch_first=True),
                 "labels": torch.tensor([self.labels[i] for i in indices])}
 
 
