@@ -78,10 +78,6 @@ class _Columns:
     label: str
     index: str = "index"
 
-    def wanted(self, labelled: bool) -> tuple[str, ...]:
-        first = (self.text, self.pair) if self.pair else (self.text,)
-        return (*first, self.label) if labelled else (self.index, *first)
-
 
 _COLUMNS = {
     "cola": _Columns("sentence", None, "label"),  # test.tsv only: train/dev have no header
@@ -268,7 +264,8 @@ def _positions(path: Path, task: GlueTask, file_name: str, first: tuple[int, lis
                labelled: bool) -> _Positions:
     number, header = first
     columns = _COLUMNS[task.key]
-    wanted = columns.wanted(labelled)
+    first = (columns.text, columns.pair) if columns.pair else (columns.text,)
+    wanted = (*first, columns.label) if labelled else (columns.index, *first)
     missing = [name for name in wanted if name not in header]
     if missing:
         looks = _KNOWN_HEADERS.get(tuple(header))
