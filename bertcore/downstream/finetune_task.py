@@ -12,7 +12,6 @@ from bertcore.downstream.config import FinetuneConfig
 from bertcore.downstream.tasks import (
     REGRESSION,
     EncodedExamples,
-    Example,
     encode_examples,
     label_names,
     read_examples,
@@ -56,7 +55,13 @@ def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
         name, description = config.data, BUILTIN_TASKS[config.data].description
         problem, why = task_problem(config.task, train)  # classes (config.py refuses regression)
     else:
-        train, test, problem, why = _file_examples(config)
+        fields = (config.text_field, config.text_pair_field, config.label_field)
+        train = read_examples(config.data, *fields)
+        test = read_examples(config.test_data, *fields) if config.test_data else None
+        problem, why = task_problem(config.task, [*train, *(test or [])])
+        if test is None:  # stratified by class (a regression's scores are no classes)
+            train, test = split_examples(train, config.test_fraction, config.seed,
+                                         stratified=problem != REGRESSION)
         name, description = Path(config.data).name, config.data
     if problem == REGRESSION:
         regression_targets(train, test)
@@ -65,16 +70,3 @@ def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
     return FinetuneTask(name, description, problem, why, labels,
                         encode_examples(train, tokenizer, labels, config.max_seq_length),
                         encode_examples(test, tokenizer, labels, config.max_seq_length))
-
-
-def _file_examples(config: FinetuneConfig) -> tuple[list[Example], list[Example], str, str]:
-    """(train, test, problem, why) of the user's files: `test_data`, or a seeded split of
-    `data` (stratified by class; a regression's scores are no classes)."""
-    fields = (config.text_field, config.text_pair_field, config.label_field)
-    examples = read_examples(config.data, *fields)
-    test_file = read_examples(config.test_data, *fields) if config.test_data else None
-    problem, why = task_problem(config.task, [*examples, *(test_file or [])])
-    if test_file is not None:
-        return examples, test_file, problem, why
-    return (*split_examples(examples, config.test_fraction, config.seed,
-                            stratified=problem != REGRESSION), problem, why)
