@@ -156,11 +156,6 @@ class TaskFailure:
     reason: str
 
 
-# Opens the run a fine-tune is logged in (`name`, `params`): an MLflow run nested under the
-# suite's, or one that logs nothing; it has log_metrics, log_results and finish (Tracker's).
-StartRun = Callable[[str, dict], Any]
-
-
 @dataclass
 class Suite:
     """What every fine-tune of a suite shares: the model, the params, the device, the MLflow
@@ -169,7 +164,9 @@ class Suite:
     model: GlueModel
     config: GlueConfig
     device: torch.device
-    start_run: StartRun
+    # opens the run a fine-tune is logged in (`name`, `params`): an MLflow run nested under
+    # the suite's, or one that logs nothing; it has log_metrics, log_results and finish (Tracker's)
+    start_run: Callable[[str, dict], Any]
     finished: FinishedRuns
 
 
