@@ -283,3 +283,23 @@ def test_rerunning_a_finished_run_writes_its_report_with_the_same_bytes(data, tm
     files[0].unlink()
     bert("pretrain", cwd=tmp_path)
     assert [path.read_bytes() for path in files] == first
+
+
+def test_the_last_checkpoint_holds_the_last_evaluation_and_a_rerun_keeps_its_bytes(data,
+                                                                                    tmp_path):
+    """A run whose checkpoint steps include its last: that checkpoint is written after the
+    final evaluation (its eval log ends with the last step), so rerunning the finished run
+    (`dvc repro` after a code change) leaves every checkpoint the same bytes, and a fresh
+    `dvc repro` gives the checkpoints a rerun gives."""
+    (tmp_path / "data").symlink_to(data)
+    write_params(tmp_path / "params.yaml",
+                 train={"max_steps": 2, "warmup_steps": 1, "log_every": 1, "eval_every": 0,
+                        "checkpoint_every": 1},
+                 tracking={"enabled": False})
+    root = tmp_path / "models" / "checkpoints"
+    bert("pretrain", cwd=tmp_path)
+    first = {path: path.read_bytes() for path in root.rglob("*") if path.is_file()}
+    assert steps_in(root) == [1, 2]
+    assert [row["step"] for row in tsv(root / "step-00000002" / "eval_log.tsv")] == ["2"]
+    bert("pretrain", cwd=tmp_path)
+    assert {path: path.read_bytes() for path in root.rglob("*") if path.is_file()} == first

@@ -34,6 +34,7 @@ import os
 import random
 import re
 import shutil
+import sys
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -164,6 +165,19 @@ class Checkpoint:
         return None
 
 
+def _interned(value: Any) -> Any:
+    """`value` with every string interned: pickle writes a string once per object, so keys
+    read back from a checkpoint (new objects) would give other bytes than the literals of a
+    fresh run; interned, trainer.pt depends on its values alone."""
+    if isinstance(value, str):
+        return sys.intern(value)
+    if isinstance(value, dict):
+        return {_interned(k): _interned(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return type(value)(_interned(v) for v in value)
+    return value
+
+
 class CheckpointDir:
     """The folder of checkpoints of one training run."""
 
@@ -281,7 +295,7 @@ class CheckpointDir:
         final = self.root / f"step-{step:08d}"
         with atomic_dir(final, advice="point --checkpoints elsewhere") as staging:
             save_model(model, staging)  # model.safetensors + config.json: a model dir
-            torch.save(dict(state), staging / STATE_FILE)
+            torch.save(_interned(dict(state)), staging / STATE_FILE)
             for name, text in (texts or {}).items():
                 (staging / name).write_text(text, encoding="utf-8")
             files = {p.name: file_sha256(p) for p in sorted(staging.iterdir()) if p.is_file()}

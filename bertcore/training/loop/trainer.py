@@ -161,7 +161,9 @@ class Trainer:
         step, cfg, end = self.runner.step, self.runner.config, self.length.planned
         log_due = step % cfg.log_every == 0 or step == end
         evaluate = bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != end
-        checkpoint = self.checkpointer.due(step)
+        # The last step's checkpoint comes after the final evaluation (`train`): it then holds
+        # the row that rerunning the finished run evaluates again, and keeps its bytes.
+        checkpoint = self.checkpointer.due(step) and step != end
         stop_after = self.stop_after is not None and step >= self.stop_after  # then end the run
         # One process knows of its own stop request at once; several agree on it at the sync
         # steps they all share.
