@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import subprocess
@@ -98,8 +99,8 @@ def reproduced(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
     output hashes taken right then. A full repro takes minutes, so it is made once: the bytes
     test reads only those hashes, the MLflow test (the one that goes on in the repo) the rest.
     Its stages' `bert` are forked from a preloaded interpreter (helpers/preloaded.py), sharing
-    its string hash seed; `reproduced_again`'s are processes of their own, each with a seed
-    of its own, so output that depends on the seed differs between the two."""
+    its string hash seed; `reproduced_again`'s from one started with another seed, so output
+    that depends on the seed differs between the two."""
     repo, env = new_repo(tmp_path_factory.mktemp("pipeline"))
     env = preloaded.dvc_env(env)
     run([DVC, "repro"], repo, env)
@@ -108,11 +109,14 @@ def reproduced(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def reproduced_again(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
-    """A second fresh repo after its own first `dvc repro`, as `reproduced`: the bytes test
-    compares the two locks; the fresh-clone test commits its results and clones it (so that
-    no third repo runs the pipeline from scratch)."""
+    """A second fresh repo after its own first `dvc repro`, as `reproduced` but forked from an
+    interpreter of another string hash seed: the bytes test compares the two locks; the
+    fresh-clone test commits its results and clones it (so that no third repo runs the
+    pipeline from scratch), its commands in the environment returned, as a user's: every
+    `bert` a process of its own."""
     repo, env = new_repo(tmp_path_factory.mktemp("pipeline-again"), "second")
-    run([DVC, "repro"], repo, env)
+    seed = str(random.SystemRandom().randrange(1, 2**32))  # `reproduced`'s is random too
+    run([DVC, "repro"], repo, preloaded.dvc_env({**env, "PYTHONHASHSEED": seed}))
     return repo, env, lock_outs(repo)
 
 
