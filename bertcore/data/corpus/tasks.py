@@ -81,27 +81,33 @@ def group_spans(spans: Iterable[Span], normalization: str, max_sentence_chars: i
 Run = Callable[[Callable, Iterable], Iterator]  # a TaskRunner's: func(task) for each, in order
 
 
+class _UntilStreamed:
+    """The tasks of `tasks` up to the next streamed one, which it keeps as `streamed` (None
+    when `tasks` ended first)."""
+
+    def __init__(self, tasks: Iterator[CleanTask]):
+        self.tasks, self.streamed = tasks, None
+
+    def __iter__(self) -> Iterator[CleanTask]:
+        for task in self.tasks:
+            if task.streamed:
+                self.streamed = task
+                return
+            yield task
+
+
 def clean_in_order(run: Run, tasks: Iterable[CleanTask]) -> Iterator[TaskResult]:
     """`clean_task` of each task, in order: the tasks between two streamed ones through
     `run` (in workers), a streamed task here once the results before it are taken. The task
     after it is taken only once its parts are read, as the source reads on in its file
     only then."""
     tasks = iter(tasks)
-    streamed: list[CleanTask] = []
-
-    def until_streamed() -> Iterator[CleanTask]:
-        """The tasks up to the next streamed one, which goes into `streamed`."""
-        for task in tasks:
-            if task.streamed:
-                streamed.append(task)
-                return
-            yield task
-
     while True:
-        yield from run(clean_task, until_streamed())
-        if not streamed:
+        stretch = _UntilStreamed(tasks)
+        yield from run(clean_task, iter(stretch))
+        if stretch.streamed is None:
             return
-        yield clean_task(streamed.pop())
+        yield clean_task(stretch.streamed)
 
 
 def clean_task(task: CleanTask) -> TaskResult:
