@@ -103,6 +103,7 @@ def start_command(request, fds):
         sys.path[1:1] = [p for p in paths if p not in sys.path]
         for fd, source in zip((0, 1, 2), fds):
             os.dup2(source, fd)
+            os.close(source)
         sys.argv = ["-m", *request["args"]]
         exit_as_python_does(command_exit_code())
     for source in fds:
@@ -168,7 +169,8 @@ while True:
 """
 
 _servers: dict[tuple, subprocess.Popen] = {}
-_shims: dict[tuple, dict] = {}  # a dvc command's environment, by the one it was made from
+# a dvc command's environment and its interpreter, by the environment it was made from
+_shims: dict[tuple, tuple[dict, subprocess.Popen]] = {}
 _shim_folders: list[str] = []
 
 # `bert` for the stages dvc starts: handed to the preloaded interpreter listening at
@@ -224,14 +226,14 @@ def dvc_env(env: dict) -> dict:
     """`env` for a `dvc` command whose stages' `bert` are forked as `run` forks them: a `bert`
     shim first on PATH hands each to an interpreter preloaded under this environment (one per
     pytest worker and environment). Its commands share that interpreter's string hash seed:
-    a test that catches output depending on it compares with a run under plain `env`.
-    `TESTS_REAL_PROCESSES=1` gives `env` as it is."""
+    a test that catches output depending on it compares with a run under another seed
+    (`PYTHONHASHSEED` in `env`: another interpreter). `TESTS_REAL_PROCESSES=1` gives `env`
+    as it is."""
     if os.environ.get("TESTS_REAL_PROCESSES"):
         return env
     key = _load_time_key(env)
-    if key in _shims and _servers[_load_time_key(_shims[key]), _shims[key][
-            "TESTS_PRELOADED_SOCKET"]].poll() is None:
-        return _shims[key]
+    if key in _shims and _shims[key][1].poll() is None:
+        return _shims[key][0]
     folder = tempfile.mkdtemp(prefix="bert-shim-")
     _shim_folders.append(folder)
     shim = Path(folder, "bert")
@@ -239,15 +241,16 @@ def dvc_env(env: dict) -> dict:
     shim.chmod(0o755)
     forking = {**env, "PATH": f"{folder}{os.pathsep}{env['PATH']}",
                "TESTS_PRELOADED_SOCKET": str(Path(folder, "socket"))}
-    assert _reply(_server(forking, forking["TESTS_PRELOADED_SOCKET"]), 120) == {"listening": True}
-    _shims[key] = forking
+    server = _server(forking, forking["TESTS_PRELOADED_SOCKET"])
+    assert _reply(server, 120) == {"listening": True}
+    _shims[key] = forking, server
     return forking
 
 
 def forked_by_shims(env: dict) -> int:
     """How many commands the shim of `dvc_env(env)` has had forked so far."""
-    forking = dvc_env(env)
-    server = _servers[_load_time_key(forking), forking["TESTS_PRELOADED_SOCKET"]]
+    dvc_env(env)
+    server = _shims[_load_time_key(env)][1]
     server.stdin.write("forked\n")
     server.stdin.flush()
     return _reply(server, 60)["forked"]
