@@ -8,8 +8,15 @@ r"""What a stage reports, in two files side by side:
 - `metrics/<stage>_details.json`: what those numbers are read against (baselines, counts,
   settings, timings). A plain output: in git, but no columns in `dvc exp show`.
 
-In MLflow the same split holds: results are metrics (one point each), details are tags, and
-both files are uploaded as JSON artifacts under `metrics/`.
+- `metrics/<stage>_items.json`: what the model got on each item behind those numbers
+  (`bertcore.common.outcomes`), from which each figure has its 95% interval: in the metrics
+  file as `<name>_ci95: [low, high]` beside the figure, which is rounded to the precision the
+  interval supports. DVC shows no list in `dvc exp show` or `dvc metrics diff`, so the
+  intervals add no column there; `bert compare` shows them, and the interval of a difference.
+
+In MLflow the same split holds: results are metrics (one point each; an interval's ends as
+`<name>_ci95_low` and `_high`), details are tags, and the files are uploaded as JSON artifacts
+under `metrics/`.
 """
 
 from __future__ import annotations
@@ -21,6 +28,8 @@ from typing import Any
 
 from bertcore.common.atomic import write_json
 from bertcore.common.dotted import flatten
+from bertcore.common.intervals import CONFIDENCE, Estimate
+from bertcore.common.outcomes import StageItems, items_file, write_items
 
 
 def details_file(metrics_file: str | os.PathLike) -> Path:
@@ -37,22 +46,74 @@ def write_metrics(metrics_file: str | os.PathLike, group: str,
 
 
 def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[str, Any],
-                 details: Mapping[str, Any]) -> tuple[Path, Path]:
+                 details: Mapping[str, Any], items: StageItems | None = None
+                 ) -> tuple[Path, ...]:
     """Write `metrics` under `group` and, beside it, `details` (both in their dicts' order:
-    headline first); returns both paths."""
-    files = Path(metrics_file), details_file(metrics_file)
+    headline first) and the per-item outcomes `items`, if any; returns the paths."""
+    files = [Path(metrics_file), details_file(metrics_file)]
     write_metrics(files[0], group, metrics)
     write_json(files[1], details, sort_keys=False)
-    return files
+    if items is not None:
+        files.append(write_items(items_file(metrics_file), items))
+    return tuple(files)
 
 
-def track_report(tracker: Any, files: tuple[Path, Path], results: Mapping[str, float],
+def with_items(metrics: Mapping[str, Any], details: Mapping[str, Any], items: StageItems
+               ) -> tuple[dict[str, Any], dict[str, Any], dict[str, Estimate]]:
+    """The report of figures measured item by item: `metrics` with each figure's interval
+    (`with_intervals`), `details` with `intervals` (each figure's interval as text, over how
+    many items and runs), and the estimates, for the summary's lines."""
+    estimates = items.estimates()
+    described = {"confidence": CONFIDENCE}
+    for name, figure in items.figures.items():
+        n_items = items.sets[figure.items].items
+        runs = len(figure.run_labels)
+        described[name] = (f"{estimates[name].text()} over {n_items} "
+                           f"{items.sets[figure.items].unit}s"
+                           + (f" and {runs} runs" if runs > 1 else ""))
+    return (with_intervals(metrics, estimates), {**details, "intervals": described},
+            estimates)
+
+
+def track_report(tracker: Any, files: tuple[Path, ...], results: Mapping[str, float],
                  details: Mapping[str, Any], step: int, tag_prefix: str = "") -> None:
     """Log a report into an MLflow run (a `bertcore.common.tracking.Tracker`): `results` as
     one-point metrics, the numbers and strings of `details` as tags under dotted names (lists
-    and nulls stay in the JSON artifact), both files as artifacts."""
+    and nulls stay in the JSON artifact), the files as artifacts."""
     tracker.log_results(results, step=step)
     tracker.set_tags({name: value for name, value in flatten(details, tag_prefix).items()
                       if isinstance(value, int | float | str | bool)})
     for path in files:
         tracker.log_artifact(path, "metrics")
+
+
+def with_intervals(metrics: Mapping[str, Any], estimates: Mapping[str, Any]) -> dict[str, Any]:
+    """`metrics` (nested, headline first) with each figure named in `estimates` (dotted names
+    under the group -> `intervals.Estimate`) rounded to the precision its interval supports,
+    and its 95% interval beside it as `<name>_ci95: [low, high]`."""
+    out: dict[str, Any] = {}
+    for key, value in metrics.items():
+        inner = {name[len(key) + 1:]: e for name, e in estimates.items()
+                 if name.startswith(key + ".")}
+        if isinstance(value, Mapping):
+            out[key] = with_intervals(value, inner)
+        elif key in estimates and isinstance(value, int | float) and value is not None:
+            found = estimates[key]
+            out[key] = round(value, found.decimals)
+            out[f"{key}_ci95"] = found.interval()
+        else:
+            out[key] = value
+    return out
+
+
+def result_values(metrics: Mapping[str, Any], prefix: str = "") -> dict[str, float]:
+    """The numbers of `metrics` as MLflow results: dotted names joined by `_` after `prefix`,
+    and each `_ci95` interval's ends as `<name>_ci95_low` and `<name>_ci95_high`."""
+    results = {}
+    for name, value in flatten(metrics).items():
+        key = f"{prefix}{name}".replace(".", "_")
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            results[key] = value
+        elif name.endswith("_ci95") and isinstance(value, list) and len(value) == 2:
+            results[f"{key}_low"], results[f"{key}_high"] = value
+    return results

@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.common.digests import file_sha256
-from bertcore.common.dotted import flatten
 from bertcore.common.null_tracker import NullTracker
-from bertcore.common.report import details_file, track_report
+from bertcore.common.outcomes import items_file
+from bertcore.common.report import details_file, result_values, track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.model_run import pretraining_run
@@ -37,8 +37,8 @@ def weights_sha256(model_dir: str | Path) -> str | None:
     return file_sha256(weights) if weights.is_file() else None
 
 
-def report_digest(files: tuple[Path, Path]) -> str:
-    """One sha256 over a report's two files (metrics, details)."""
+def report_digest(files: tuple[Path, ...]) -> str:
+    """One sha256 over a report's files (metrics, details and the per-item outcomes)."""
     digest = hashlib.sha256()
     for path in files:
         digest.update(hashlib.sha256(Path(path).read_bytes()).digest())
@@ -57,7 +57,7 @@ def report_run(target: TrackingTarget | None, model_dir: str | Path, out_file: s
     return run or NullTracker(), step
 
 
-def log_report_into(tracker: Any, step: int, files: tuple[Path, Path],
+def log_report_into(tracker: Any, step: int, files: tuple[Path, ...],
                     metrics: Mapping[str, Any], details: Mapping[str, Any], prefix: str) -> bool:
     """A stage's report in the model's pretraining run at its last `step`: each metric as the
     result `<prefix>_<name>`, the details as tags `<prefix>.<name>`, both files as artifacts
@@ -66,8 +66,7 @@ def log_report_into(tracker: Any, step: int, files: tuple[Path, Path],
     tag, digest = f"{prefix}.{REPORT_TAG}", report_digest(files)
     if tracker.tags().get(tag) == digest:
         return False
-    results = {f"{prefix}_{k}".replace(".", "_"): v for k, v in flatten(metrics).items()
-               if isinstance(v, int | float) and not isinstance(v, bool)}
+    results = result_values(metrics, f"{prefix}_")
     track_report(tracker, files, results, details, step=step, tag_prefix=f"{prefix}.")
     tracker.set_tags({tag: digest})
     return True
@@ -83,6 +82,8 @@ def carry_reports(tracker: Any, step: int, weights: str, reports: Mapping[str, P
         files = (Path(metrics_file), details_file(metrics_file))
         if not all(path.is_file() for path in files):
             continue
+        if items_file(metrics_file).is_file():
+            files += (items_file(metrics_file),)
         details = json.loads(files[1].read_text(encoding="utf-8"))
         metrics = json.loads(files[0].read_text(encoding="utf-8")).get(prefix)
         if details.get(MODEL_KEY) != weights or not isinstance(metrics, dict):
