@@ -4,8 +4,10 @@
 the tasks' medians. The model is the pipeline's (`--model`, `--vocab`) or any Hugging Face BERT
 folder (`glue.model`), so Google's BERT-tiny is scored beside yours by the same code.
 
-Writes `metrics/glue.json` (the score and each task's medians: `dvc exp show`),
-`metrics/glue_details.json` (every seed, min and max, recipes, data), `metrics/glue_seeds.tsv`
+Writes `metrics/glue.json` (the score and each task's medians: `dvc exp show`, with their
+95% intervals over seeds and dev examples), `metrics/glue_details.json` (every seed, min and
+max, the intervals, recipes, data), `metrics/glue_items.json` (every seed's prediction of every
+dev example: the intervals' items), `metrics/glue_seeds.tsv`
 (`dvc plots`: the seeds' spread), `metrics/glue/` (dev predictions beside the gold labels, and
 GLUE's leaderboard files where the folder has test files) and `models/glue/` (each task's
 median-seed model), all replaced together by a run that scored a task. Each fine-tune is saved

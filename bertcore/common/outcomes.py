@@ -20,7 +20,8 @@ format's one owner: its writer and its reader.
   split). A comparison pairs items only then.
 - Each column holds one list per run of the stage (`runs`: fine-tune seeds; one run
   elsewhere), each with one value per item; `statistic` (`intervals.STATISTICS`) turns the
-  columns into the figure, `over_runs` combines the runs.
+  columns into the figure, `over_runs` combines the runs, and `scale` (absent: 1) is what the
+  metrics file multiplies it by (GLUE's figures are x100).
 """
 
 from __future__ import annotations
@@ -72,9 +73,13 @@ class Figure:
     runs: Runs
     higher_is_better: bool = True
     run_labels: tuple[str, ...] = ("1",)
+    scale: float = 1.0  # the metrics file reports the statistic times this (GLUE's x100)
 
     def estimate(self) -> Estimate:
-        return estimate(self.runs)
+        found = estimate(self.runs)
+        if self.scale == 1:
+            return found
+        return Estimate(*(self.scale * v for v in (found.value, found.low, found.high)))
 
 
 @dataclass
@@ -99,7 +104,14 @@ def _plain(column: np.ndarray) -> list:
 
 
 def write_items(path: str | os.PathLike, items: StageItems) -> Path:
-    """Write `items` whole: the structure indented, each column on one line."""
+    """Write `items` whole (`items_text`)."""
+    with atomic_file(path) as handle:
+        handle.write(items_text(items))
+    return Path(path)
+
+
+def items_text(items: StageItems) -> str:
+    """The file of `items`: the structure indented, each column on one line."""
     columns: list[str] = []
 
     def placeholder(column: np.ndarray) -> str:
@@ -110,6 +122,7 @@ def write_items(path: str | os.PathLike, items: StageItems) -> Path:
         name: {"set": figure.items, "statistic": figure.runs.statistic,
                "better": "higher" if figure.higher_is_better else "lower",
                "over_runs": figure.runs.over_runs, "runs": list(figure.run_labels),
+               **({"scale": figure.scale} if figure.scale != 1 else {}),
                "columns": {key: placeholder(column)
                            for key, column in figure.runs.columns.items()}}
         for name, figure in items.figures.items()
@@ -119,9 +132,7 @@ def write_items(path: str | os.PathLike, items: StageItems) -> Path:
     text = json.dumps(data, indent=1, sort_keys=False)
     for i, column in enumerate(columns):
         text = text.replace(f'"@column{i}@"', column, 1)
-    with atomic_file(path) as handle:
-        handle.write(text + "\n")
-    return Path(path)
+    return text + "\n"
 
 
 def read_items(path: str | os.PathLike) -> StageItems:
@@ -149,7 +160,8 @@ def _parsed(data: Mapping[str, Any]) -> StageItems:
             raise ValueError(f"figure {name}: statistic {f['statistic']!r}, set {f['set']!r}")
         columns = {key: np.asarray(runs)[None] for key, runs in f["columns"].items()}
         figures[name] = Figure(f["set"], Runs(f["statistic"], columns, f["over_runs"]),
-                               f["better"] == "higher", tuple(f["runs"]))
+                               f["better"] == "higher", tuple(f["runs"]),
+                               float(f.get("scale", 1.0)))
     return StageItems(data["stage"], sets, figures)
 
 

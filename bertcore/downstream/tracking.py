@@ -70,12 +70,12 @@ class DownstreamTracking:
         self.run.log_transformers_model(folder, task, "model", card.read_text(
             encoding="utf-8") if card.is_file() else None)
 
-    def finish(self, files: tuple[Path, Path], results: Mapping[str, float],
+    def finish(self, files: tuple[Path, ...], results: Mapping[str, float],
                details: Mapping[str, Any], charts: Sequence[Path] = ()) -> None:
-        """Log the report (`files`: the metrics and details files just written): the child run
-        gets `results` as metrics, the scalars of `details` as tags and both files as
-        artifacts; the pretraining run gets `results`, named `<stage>_<result>`, at its last
-        step."""
+        """Log the report (`files`: the metrics and details files just written, and the
+        per-item outcomes where the stage has them): the child run gets `results` as metrics,
+        the scalars of `details` as tags and the files as artifacts; the pretraining run gets
+        `results`, named `<stage>_<result>`, at its last step."""
         track_report(self.run, files, results, details, step=0)
         for chart in charts:
             self.run.log_artifact(chart, "plots")

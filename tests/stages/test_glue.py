@@ -25,6 +25,8 @@ from huggingface_hub import ModelCard
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bertcore.common.digests import file_sha256
+from bertcore.common.dotted import flatten
+from bertcore.common.outcomes import read_items
 from bertcore.common.tracking import Tracker, sqlite_uri
 from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.finetune import task_loss
@@ -95,18 +97,24 @@ def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
     metrics = json.loads((glue_workdir / "metrics" / "glue.json").read_text())["glue"]
     details = json.loads((glue_workdir / "metrics" / "glue_details.json").read_text())
     assert list(metrics) == ["score", *TASKS]
-    assert set(metrics["mrpc"]) == {"score", "f1", "accuracy"}
-    assert set(metrics["stsb"]) == {"score", "pearson", "spearman"}
-    assert set(metrics["mnli"]) == {"score", "mnli_m_accuracy", "mnli_mm_accuracy"}
+    assert set(metrics["mrpc"]) == {"score", "f1", "accuracy", "f1_ci95", "accuracy_ci95"}
+    assert set(metrics["stsb"]) == {"score", "pearson", "spearman", "pearson_ci95",
+                                    "spearman_ci95"}
+    assert set(metrics["mnli"]) == {"score", "mnli_m_accuracy", "mnli_mm_accuracy",
+                                    "mnli_m_accuracy_ci95", "mnli_mm_accuracy_ci95"}
     assert details["averaged"] == TASKS
+    # glue.json rounds a median to the precision its interval supports; the details hold it
+    estimates = read_items(glue_workdir / "metrics" / "glue_items.json").estimates()
     assert metrics["score"] == pytest.approx(statistics.fmean(
-        metrics[key]["score"] for key in TASKS))
+        details["tasks"][key]["score"]["median"] for key in TASKS))
     for key in TASKS:
         spread = details["tasks"][key]["score"]
         assert len(spread["values"]) == SEEDS
         assert spread["median"] == pytest.approx(statistics.median(spread["values"]))
         assert spread["min"] == min(spread["values"]) and spread["max"] == max(spread["values"])
-        assert metrics[key]["score"] == pytest.approx(spread["median"])
+        found = estimates.get(f"{key}.score")  # cola's: rounded as its interval supports
+        assert metrics[key]["score"] == pytest.approx(
+            round(spread["median"], found.decimals) if found else spread["median"])
         assert details["tasks"][key]["seeds"] == [42, 43, 44]
         assert details["tasks"][key]["steps"] == 3
     assert "glue: score" in proc.stderr and "glue stsb:" in proc.stderr
@@ -121,7 +129,8 @@ def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
     cola = read_tsv(predictions / "cola_dev.tsv")
     assert len(cola) == 8 and {"index", "text", "gold", "prediction"} <= set(cola[0])
     assert 100 * matthews_corrcoef([r["gold"] for r in cola], [r["prediction"] for r in cola]
-                                   ) == pytest.approx(metrics["cola"]["matthews"], abs=1e-6)
+                                   ) == pytest.approx(
+        details["tasks"]["cola"]["metrics"]["matthews"]["median"], abs=1e-6)
     assert {p.name for p in predictions.glob("mnli_*.tsv")} == {"mnli_mnli_m.tsv",
                                                                  "mnli_mnli_mm.tsv"}
     # each task's model folder carries its card: the task's medians, read back by the Hub's code
@@ -255,6 +264,8 @@ def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
     assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {"glue": {
         "score": None, "status": "no GLUE data (glue.data is null)"}}
     assert (tmp_path / "metrics" / "glue_seeds.tsv").read_text() == "task\tseed\tscore\n"
+    items = read_items(tmp_path / "metrics" / "glue_items.json")  # valid, and empty
+    assert (items.stage, items.sets, items.figures) == ("glue", {}, {})
     assert not any((tmp_path / "metrics" / "glue").iterdir())
     assert not any((tmp_path / "models" / "glue").iterdir())
 
@@ -370,6 +381,44 @@ def output_digests(out: Path) -> dict[str, str]:
         if path.is_file() and "runs" not in path.relative_to(out).parts}
 
 
+@pytest.mark.slow
+def test_each_median_has_its_interval_over_seeds_and_dev_examples(glue_workdir, tmp_path):
+    """glue_items.json holds every seed's prediction of every dev example: each figure of
+    glue.json again from it, with the 95% interval beside it; the same bytes when every
+    fine-tune is reused from its record."""
+    args = glue_args(tmp_path, "glue.tasks=[cola, mrpc, stsb, mnli]", "glue.seeds=2")
+    proc = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    metrics = json.loads((tmp_path / "glue.json").read_text())["glue"]
+    details = json.loads((tmp_path / "glue_details.json").read_text())
+    items = read_items(tmp_path / "glue_items.json")
+    assert set(items.figures) == {
+        "cola.matthews", "cola.score", "mrpc.f1", "mrpc.accuracy", "stsb.pearson",
+        "stsb.spearman", "mnli.mnli_m_accuracy", "mnli.mnli_mm_accuracy"}
+    assert set(items.sets) == {"cola_dev", "mrpc_dev", "stsb_dev", "mnli_mnli_m",
+                               "mnli_mnli_mm"}
+    for name, figure in items.figures.items():
+        task, column = name.split(".")
+        spread = details["tasks"][task][column if column == "score" else "metrics"]
+        spread = spread if column == "score" else spread[column]
+        found = figure.estimate()
+        # the figure from the items is the median over seeds of the official metric, x100
+        assert found.value == pytest.approx(spread["median"], abs=1e-4), name
+        assert figure.run_labels == ("42", "43") and figure.runs.shape == (1, 2, 8)
+        assert metrics[task][column] == round(spread["median"], found.decimals)
+        assert metrics[task][f"{column}_ci95"] == found.interval()
+        assert found.contains(found.value), name
+        assert details["intervals"][name].startswith(found.text())
+    assert "mrpc.score_ci95" not in flatten(metrics) and "score_ci95" not in metrics
+    assert details["intervals"]["mrpc.score"].startswith("none drawn")
+    cola = items.estimates()["cola.score"]
+    assert f"glue cola: {cola.text()} (95% interval over seeds and dev examples;" in proc.stderr
+
+    before = (tmp_path / "glue_items.json").read_bytes()
+    again = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    assert "glue: mnli: 2 of 2 fine-tunes reused" in again.stderr
+    assert (tmp_path / "glue_items.json").read_bytes() == before
+
+
 def test_a_max_seq_length_beyond_the_models_positions_is_refused_before_training(
         glue_workdir, tmp_path):
     proc = run_bert(*glue_args(tmp_path, "glue.max_seq_length=65"), cwd=glue_workdir,
@@ -403,6 +452,7 @@ def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_
     resumed = output_digests(tmp_path / "resumed")
     assert resumed == output_digests(tmp_path / "fresh")  # the same bytes, models included
     assert "models/CoLA/model.safetensors" in resumed and "predictions/mrpc_dev.tsv" in resumed
+    assert "glue_items.json" in resumed  # every seed's dev predictions, reused or not
 
 
 @pytest.mark.slow

@@ -1,7 +1,9 @@
 """What the GLUE stage writes of a suite's outcome: metrics/glue.json (the GLUE score and
-each task's medians: `dvc exp show` columns), its details (every seed, min and max, the
-recipes tried, the data, the tasks that failed), a TSV of every seed's score (`dvc plots`),
-each task's dev predictions and leaderboard files, and the median seed's model per task.
+each task's medians: `dvc exp show` columns, each with its 95% interval over seeds and dev
+examples where it has one), its details (every seed, min and max, the intervals, the recipes
+tried, the data, the tasks that failed), each seed's prediction on each dev example
+(metrics/glue_items.json: `outcomes`), a TSV of every seed's score (`dvc plots`), each task's
+dev predictions and leaderboard files, and the median seed's model per task.
 
 Scores are GLUE's scale, x100, as the papers and the leaderboard print them. `score_glue` is
 the whole stage: the suite run, every output written, the report logged. The outputs are
@@ -25,11 +27,14 @@ from bertcore.common.atomic import atomic_dir, atomic_file, dump_json
 from bertcore.common.charts import Series, write_chart
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import details_file
+from bertcore.common.intervals import Estimate
+from bertcore.common.outcomes import items_file, items_text
+from bertcore.common.report import details_file, with_items
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.metrics import glue_score
+from bertcore.downstream.glue.outcomes import glue_items, no_interval
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
 from bertcore.downstream.glue.records import FinishedRuns
 from bertcore.downstream.glue.suite import (
@@ -53,14 +58,6 @@ SEEDS_HEADER = ("task", "seed", "score")
 NO_DATA = "no GLUE data (glue.data is null)"
 
 
-def metric_names(result: TaskResult) -> list[tuple[str, str, str]]:
-    """(column, evaluation, metric) of a task: `matthews`, or `mnli_m_accuracy` where a task
-    has several evaluations."""
-    task = result.task
-    return [(metric if len(task.dev) == 1 else f"{name}_{metric}", name, metric)
-            for name in task.dev for metric in task.metrics]
-
-
 def glue_report(outcomes: Sequence[Outcome], results: Sequence[TaskResult],
                 model_name: str | None, seeds: int) -> tuple[dict, dict]:
     """metrics/glue.json: the GLUE score of the tasks' medians (null when no task ran) and per
@@ -72,7 +69,7 @@ def glue_report(outcomes: Sequence[Outcome], results: Sequence[TaskResult],
     for result in results:
         metrics[result.task.key] = {"score": 100 * medians[result.task.key]} | {
             column: 100 * result.spread(name, metric).median
-            for column, name, metric in metric_names(result)}
+            for column, name, metric in result.task.columns()}
     return metrics, {
         "model": model_name,
         "averaged": averaged,  # the tasks the GLUE score is the mean of
@@ -87,7 +84,7 @@ def _task_details(result: TaskResult) -> dict:
     return {
         "score": _scaled(result.spread()),
         "metrics": {column: _scaled(result.spread(name, metric))
-                    for column, name, metric in metric_names(result)},
+                    for column, name, metric in result.task.columns()},
         "recipe": {key: value for key, value in dataclasses.asdict(chosen).items()
                    if key != "seed"},
         "seeds": [run.recipe.seed for run in result.runs],
@@ -187,17 +184,21 @@ class GlueOutcome:
     metrics: dict
     details: dict
     metrics_file: str
+    estimates: dict[str, Estimate] = dataclasses.field(default_factory=dict)
 
     def summary(self) -> list[str]:
-        """A line per task (median and spread over seeds), then the GLUE score and what it
-        averaged."""
+        """A line per task (median and spread over seeds, and the median's 95% interval
+        where it has one), then the GLUE score and what it averaged."""
         lines = []
         for result in self.outcomes:
             if isinstance(result, TaskResult):
-                spread = self.details["tasks"][result.task.key]["score"]
-                lines.append(f"glue {result.task.key}: {spread['median']:.1f} (min "
-                             f"{spread['min']:.1f}, max {spread['max']:.1f}, "
-                             f"{len(result.runs)} seeds)")
+                key = result.task.key
+                spread = self.details["tasks"][key]["score"]
+                found = self.estimates.get(f"{key}.score")
+                median = (f"{found.text()} (95% interval over seeds and dev examples;"
+                          if found else f"{spread['median']:.1f} (")
+                lines.append(f"glue {key}: {median} min {spread['min']:.1f}, max "
+                             f"{spread['max']:.1f}, {len(result.runs)} seeds)")
         if self.metrics["score"] is not None:
             averaged = self.details["averaged"]
             lines.append(f"glue: score {self.metrics['score']:.1f}, the mean of "
@@ -244,28 +245,45 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
         outcome, files = write_glue_outputs(outcomes, model.name, config, paths)
     finished.drop_models_except([o.median_run() for o in outcomes
                                  if isinstance(o, TaskResult)])
-    runs.finish(files, {key: value for key, value in flatten(outcome.metrics).items()
-                        if isinstance(value, float)}, outcome.details,
+    runs.finish(files, tracked_results(outcome.metrics), outcome.details,
                 charts=[path for path in [seeds_chart(paths.seeds_file)] if path.is_file()])
     return outcome
 
 
+def tracked_results(metrics: dict) -> dict[str, float]:
+    """The numbers of glue.json as MLflow results under their dotted names, and each interval's
+    ends as `<name>_ci95_low` and `<name>_ci95_high`."""
+    results = {}
+    for name, value in flatten(metrics).items():
+        if isinstance(value, float):
+            results[name] = value
+        elif name.endswith("_ci95") and isinstance(value, list):
+            results[f"{name}_low"], results[f"{name}_high"] = value
+    return results
+
+
 def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, config: GlueConfig,
-                       paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path]]:
+                       paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path, Path]]:
     """Every output, each staged whole (empty where nothing ran), then all put in place
     together: a failure before the last is staged replaces none. The outcome and the
-    report's two files."""
+    report's three files (metrics, details, per-item outcomes)."""
     results = [o for o in outcomes if isinstance(o, TaskResult)]
     metrics, details = glue_report(outcomes, results, model_name, config.seeds)
     metrics |= {} if model_name else {"status": NO_DATA}
     if model_name is not None:
         details[MODEL_KEY] = weights_sha256(Path(model_name).expanduser())
+    items, missing = glue_items(results, config.max_seq_length)
+    metrics, details, estimates = with_items(metrics, details, items)
+    details["intervals"] |= no_interval(results, missing)
     reproduce = {"glue": dataclasses.asdict(config)}
-    files = (Path(paths.metrics_file), details_file(paths.metrics_file))
+    files = (Path(paths.metrics_file), details_file(paths.metrics_file),
+             items_file(paths.metrics_file))
     with contextlib.ExitStack() as outputs:  # each replaces its output as the stack closes
-        for path, report in zip(files, ({"glue": metrics}, details), strict=True):
+        for path, report in zip(files[:2], ({"glue": metrics}, details), strict=True):
             dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
                       sort_keys=False)
+        outputs.enter_context(atomic_file(files[2], "w", encoding="utf-8")).write(
+            items_text(items))
         write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), results)
         write_seeds_chart(outputs.enter_context(atomic_file(seeds_chart(paths.seeds_file), "wb")),
                           paths.seeds_file, results)
@@ -274,4 +292,4 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
                      lambda result: glue_task_facts(
                          str(Path(paths.models_dir) / result.task.folder), result.task.key,
                          metrics, details, reproduce))
-    return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file), files
+    return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file, estimates), files

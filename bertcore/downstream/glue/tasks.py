@@ -40,6 +40,12 @@ class GlueTask:
     def is_regression(self) -> bool:
         return not self.labels
 
+    def columns(self) -> list[tuple[str, str, str]]:
+        """(column, evaluation, metric) of each figure the report gives the task: `matthews`,
+        or `mnli_m_accuracy` where a task has several evaluations."""
+        return [(metric if len(self.dev) == 1 else f"{name}_{metric}", name, metric)
+                for name in self.dev for metric in self.metrics]
+
     def __hash__(self) -> int:  # its dicts are not hashable; the key names it
         return hash(self.key)
 
