@@ -37,9 +37,9 @@ class Source:
     commit: str | None = None  # the commit (of an MLflow run: its mlflow.source.git.commit)
 
     def describe(self) -> str:
-        """`git 1a2b3c4`, `mlflow 0123abcd`, `folder /path`."""
-        short = self.resolved[:8] if self.kind != "folder" else self.resolved
-        return f"{self.kind} {short}"
+        """`git 1a2b3c4d`, `mlflow 0123abcd`, `folder` (its name is the path typed; the JSON
+        holds it resolved)."""
+        return self.kind if self.kind == "folder" else f"{self.kind} {self.resolved[:8]}"
 
 
 def resolve_source(text: str, repo: Path | None, tracking_uri: str) -> Source:
