@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[1]
 TRAINING = ("training.config", "training.length", "training.hardware", "training.data",
             "training.checkpoints", "training.evaluation", "training.loop", "training.run")
 ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", *TRAINING,
-         "downstream")
+         "downstream", "compare")
 
 
 def module_file(name: str) -> Path | None:

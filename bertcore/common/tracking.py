@@ -248,6 +248,38 @@ class Tracker:
                       "experiment ends it", self.run_id, _first_line(exc))
 
 
+@dataclass(frozen=True)
+class RunRecord:
+    """What a finished run holds that a later reader needs: its params and tags."""
+
+    run_id: str
+    params: Mapping[str, str]
+    tags: Mapping[str, str]
+
+
+def download_run(uri: str, run_id: str, artifact_path: str,
+                 dst: str | os.PathLike) -> RunRecord | None:
+    """Run `run_id`'s artifacts under `artifact_path`, downloaded into `dst`, and its params
+    and tags; None when the store has no such run (a SQLite store that does not exist has
+    none, and is not created). A store that fails is one BertError."""
+    database = sqlite_path(uri)
+    if database is not None and not database.exists():
+        return None
+    from mlflow.exceptions import MlflowException
+
+    with _store_errors(uri):
+        client = _client(uri)
+        try:
+            run = client.get_run(run_id)
+        except MlflowException as exc:
+            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
+                return None
+            raise
+        if client.list_artifacts(run_id, artifact_path):
+            client.download_artifacts(run_id, artifact_path, str(dst))
+    return RunRecord(run_id, dict(run.data.params), dict(run.data.tags))
+
+
 @contextlib.contextmanager
 def _store_errors(uri: str) -> Iterator[None]:
     """Around the calls that open a run: a failure of the store is one BertError, and what

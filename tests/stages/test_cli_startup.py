@@ -45,6 +45,8 @@ CASES = [
      "glue.seeds: 'x' is not allowed; expected a valid integer"),
     (["fill-mask", "--help"], ""),
     (["nsp", "--help"], ""),
+    (["compare", "--help"], ""),
+    (["compare", "a"], "bert compare needs two sides or more"),
 ]
 
 # Each command in turn in one interpreter, in-process: what it said, and which of the heavy
