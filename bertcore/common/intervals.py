@@ -159,6 +159,10 @@ class Estimate:
         d, sign = self.decimals, "+" if signed else ""
         return f"{self.value:{sign}.{d}f} [{self.low:{sign}.{d}f}, {self.high:{sign}.{d}f}]"
 
+    def scaled(self, factor: float) -> Estimate:
+        """The same figure in other units (GLUE's x100)."""
+        return Estimate(self.value * factor, self.low * factor, self.high * factor)
+
     def contains(self, value: float) -> bool:
         return self.low <= value <= self.high
 

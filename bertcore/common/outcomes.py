@@ -76,10 +76,7 @@ class Figure:
     scale: float = 1.0  # the metrics file reports the statistic times this (GLUE's x100)
 
     def estimate(self) -> Estimate:
-        found = estimate(self.runs)
-        if self.scale == 1:
-            return found
-        return Estimate(*(self.scale * v for v in (found.value, found.low, found.high)))
+        return estimate(self.runs).scaled(self.scale)
 
 
 @dataclass

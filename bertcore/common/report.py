@@ -24,12 +24,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from bertcore.common.atomic import write_json
 from bertcore.common.dotted import flatten
-from bertcore.common.intervals import CONFIDENCE, Estimate
-from bertcore.common.outcomes import StageItems, items_file, write_items
+
+if TYPE_CHECKING:  # numpy and scipy behind them: imported where a report has items
+    from bertcore.common.intervals import Estimate
+    from bertcore.common.outcomes import StageItems
 
 
 def details_file(metrics_file: str | os.PathLike) -> Path:
@@ -54,6 +56,8 @@ def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[s
     write_metrics(files[0], group, metrics)
     write_json(files[1], details, sort_keys=False)
     if items is not None:
+        from bertcore.common.outcomes import items_file, write_items
+
         files.append(write_items(items_file(metrics_file), items))
     return tuple(files)
 
@@ -63,6 +67,8 @@ def with_items(metrics: Mapping[str, Any], details: Mapping[str, Any], items: St
     """The report of figures measured item by item: `metrics` with each figure's interval
     (`with_intervals`), `details` with `intervals` (each figure's interval as text, over how
     many items and runs), and the estimates, for the summary's lines."""
+    from bertcore.common.intervals import CONFIDENCE
+
     estimates = items.estimates()
     described = {"confidence": CONFIDENCE}
     for name, figure in items.figures.items():

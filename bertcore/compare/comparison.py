@@ -63,12 +63,13 @@ def same_seeds(a: Side, b: Side) -> bool:
 
 def _cell(figure: SideFigure) -> Cell:
     seeds, _, items = figure.runs.shape
-    return Cell(estimate(figure.runs), seeds, items, figure.items.digest)
+    return Cell(estimate(figure.runs).scaled(figure.scale), seeds, items, figure.items.digest)
 
 
 def _delta(a: SideFigure, b: SideFigure, seeds_paired: bool) -> Delta:
     paired = a.items.digest == b.items.digest
-    diff = difference(a.runs, b.runs, same_items=paired, same_seeds=seeds_paired)
+    diff = difference(a.runs, b.runs, same_items=paired, same_seeds=seeds_paired).scaled(
+        a.scale)
     return Delta(diff, verdict(diff, a.higher_is_better), paired, seeds_paired)
 
 

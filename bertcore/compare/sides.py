@@ -22,6 +22,7 @@ class SideFigure:
     items: ItemSet
     runs: Runs
     higher_is_better: bool
+    scale: float = 1.0  # what the metrics file multiplies the statistic by (GLUE's x100)
 
     @property
     def key(self) -> str:
@@ -52,7 +53,7 @@ def _seed_figure(source: Source, key: str) -> tuple[SideFigure, str]:
     item_set = stage_items.sets[figure.items]
     agree = f"{item_set.digest} {figure.runs.statistic} {figure.runs.shape[1:]}"
     return SideFigure(stage, name, figure.items, item_set, figure.runs,
-                      figure.higher_is_better), agree
+                      figure.higher_is_better, figure.scale), agree
 
 
 def make_side(label: str, sources: list[Source], seeds: list[int | None]) -> Side:
@@ -76,5 +77,5 @@ def make_side(label: str, sources: list[Source], seeds: list[int | None]) -> Sid
         first = per_seed[0][0]
         runs = Runs.of_seeds([figure.runs for figure, _ in per_seed])
         figures[key] = SideFigure(first.stage, first.name, first.set_name, first.items, runs,
-                                  first.higher_is_better)
+                                  first.higher_is_better, first.scale)
     return Side(label, tuple(sources), tuple(seeds), figures)
