@@ -5,9 +5,11 @@ The built-in probes come from the held-out val split (cloze of held-out words; s
 against the same with two adjacent words swapped, or a word replaced by one of close
 frequency), read against what the train split's frequencies alone predict; `probe.minimal_pairs`
 (BLiMP) and `probe.cloze` (LAMA) add the user's files. Writes `metrics/probe.json` (the
-scores: `dvc exp show`), `metrics/probe_details.json` (baselines, counts, answers not counted)
-and `metrics/probe/` (each item's scores), and logs the scores into the MLflow run that
-trained the model, as `evaluate` does (`probe_<name>` results, `probe.` tags).
+scores, each with its 95% interval over the probe's items: `dvc exp show`),
+`metrics/probe_details.json` (baselines, counts, answers not counted),
+`metrics/probe_items.json` (each item's outcome behind each score) and `metrics/probe/` (each
+item's scores), and logs the scores into the MLflow run that trained the model, as `evaluate`
+does (`probe_<name>` results, `probe.` tags).
 """
 
 from __future__ import annotations
@@ -42,7 +44,7 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
 @corpus_option
 @file_option("--out", "out_file", "metrics/probe.json",
              "Where the scores go (dvc metrics); baselines and counts go beside it, in "
-             "NAME_details.json.")
+             "NAME_details.json, and each item's outcome in NAME_items.json.")
 @folder_option("--items", "items_dir", "metrics/probe",
                "Where each probe's items go with their scores (JSON Lines).")
 @device_option
@@ -55,6 +57,7 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
                         "probe.cloze": config.cloze})
     # torch, once the params are read (cli.py)
+    from bertcore.common.outcomes import items_file
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
     from bertcore.training.hardware.cpu import pin_cpu
 
@@ -66,4 +69,4 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     outcome = probe_model(sections["probe"], paths, device, target)
     for line in outcome.summary():
         click.echo(line, err=True)
-    click.echo(f"probe: -> {out_file}, {items_dir}/", err=True)
+    click.echo(f"probe: -> {out_file}, {items_file(out_file)}, {items_dir}/", err=True)

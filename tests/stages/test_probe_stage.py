@@ -1,4 +1,4 @@
-"""`bert probe` as DVC runs it, on a tiny model saved as `bert pretrain` saves one: its three
+"""`bert probe` as DVC runs it, on a tiny model saved as `bert pretrain` saves one: its four
 outputs, its results in the MLflow run that trained the model, a bad probe file's one line."""
 
 from __future__ import annotations
@@ -13,6 +13,7 @@ from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import tiny_config, write_corpus
 
 from bertcore.common.digests import file_sha256
+from bertcore.common.outcomes import read_items
 from bertcore.common.tracking import Tracker, sqlite_uri
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
@@ -58,12 +59,25 @@ def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
     assert len(rows) == (details["builtin"]["swapped_pairs"]["pairs"]
                          + details["builtin"]["replaced_pairs"]["pairs"])
     assert "held-out word cloze" in proc.stderr and "unigram" in proc.stderr
+    outcomes = read_items(repo / "metrics/probe_items.json")
+    assert set(outcomes.figures) == {"builtin.cloze.p_at_1", "builtin.cloze.p_at_10",
+                                     "builtin.swapped_pairs.accuracy",
+                                     "builtin.replaced_pairs.accuracy"}
+    swapped = outcomes.figures["builtin.swapped_pairs.accuracy"].estimate()
+    assert swapped.interval() == metrics["builtin"]["swapped_pairs"]["accuracy_ci95"]
+    assert f"words swapped {swapped.text()} (unigram" in proc.stderr
 
     from mlflow.tracking import MlflowClient
 
     run = MlflowClient(sqlite_uri(repo / "mlflow.db")).get_run((repo / "run_id").read_text())
     assert run.data.metrics["probe_builtin_cloze_p_at_1"] == metrics["builtin"]["cloze"]["p_at_1"]
     assert run.data.tags["probe.builtin.drawn_sentences"] == "40"
+    low, high = metrics["builtin"]["cloze"]["p_at_10_ci95"]
+    assert (run.data.metrics["probe_builtin_cloze_p_at_10_ci95_low"],
+            run.data.metrics["probe_builtin_cloze_p_at_10_ci95_high"]) == (low, high)
+    artifacts = MlflowClient(sqlite_uri(repo / "mlflow.db")).list_artifacts(run.info.run_id,
+                                                                            "metrics")
+    assert "metrics/probe_items.json" in {a.path for a in artifacts}
 
 
 def test_a_bad_probe_file_is_one_line_and_leaves_the_outputs(repo):

@@ -8,5 +8,6 @@ read without fine-tuning.
 - `frequencies.py`: token and word counts of the train split, the baselines they give;
 - `builtin.py`: such probes made from any corpus's held-out val split;
 - `probe_files.py`: reading the user's JSON Lines files, one line's error at a time;
+- `probe_items.py`: what the model got on each item behind each figure, for the intervals;
 - `probing.py`: all of them over one model, into one report (`run_probes`).
 """

@@ -103,15 +103,24 @@ def _encoded(lm: MaskedLM, item: ClozeItem) -> list[int]:
     return ids
 
 
+def counted(scored: Sequence[ScoredCloze]) -> list[ScoredCloze]:
+    """The items whose answer is one whole-word token: the ones a precision counts."""
+    return [s for s in scored if s.answer_id is not None]
+
+
+def hits(scored: Sequence[ScoredCloze], k: int, guess: Sequence[int] | None = None
+         ) -> list[int]:
+    """For each counted item, 1 when its answer is among the model's top k (or among one
+    `guess`'s first k, for all), else 0: the outcomes P@k is the mean of."""
+    return [int(s.answer_id in (s.top if guess is None else guess)[:k]) for s in counted(scored)]
+
+
 def precision(scored: Sequence[ScoredCloze], k: int, guess: Sequence[int] | None = None
               ) -> float | None:
     """P@k over the counted items: of the model's top k, or of one `guess` for all; None
     when no item is counted."""
-    counted = [s for s in scored if s.answer_id is not None]
-    if not counted:
-        return None
-    hits = sum(s.answer_id in (s.top if guess is None else guess)[:k] for s in counted)
-    return hits / len(counted)
+    outcomes = hits(scored, k, guess)
+    return sum(outcomes) / len(outcomes) if outcomes else None
 
 
 def cloze_report(scored: Sequence[ScoredCloze], counts: TrainCounts, lm: MaskedLM

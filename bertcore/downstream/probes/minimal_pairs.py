@@ -76,12 +76,18 @@ def score_pairs(lm: MaskedLM, pairs: Sequence[MinimalPair], counts: TrainCounts,
             for i, pair in enumerate(pairs)]
 
 
+def outcomes(wins: Sequence[tuple[float, float]]) -> list[float]:
+    """Each pair's outcome from its (good, bad) scores: 1 with good above bad, 0 below, a tie
+    half (as a coin would): the outcomes an accuracy is the mean of."""
+    return [1.0 if g > b else 0.5 if g == b else 0.0 for g, b in wins]
+
+
 def accuracy(wins: Sequence[tuple[float, float]]) -> float | None:
-    """Share of (good, bad) scores with good above bad, a tie counting half (as a coin
-    would): a score that cannot tell a pair apart gets 0.5. None for no pair."""
+    """Share of (good, bad) scores with good above bad, a tie counting half: a score that
+    cannot tell a pair apart gets 0.5. None for no pair."""
     if not wins:
         return None
-    return sum(1.0 if g > b else 0.5 if g == b else 0.0 for g, b in wins) / len(wins)
+    return sum(outcomes(wins)) / len(wins)
 
 
 def pair_report(scored: Sequence[ScoredPair]) -> tuple[dict, dict]:

@@ -1,7 +1,9 @@
 """All the probes of `probe:` over one model, into one report: the numbers runs are compared
-on (metrics), what they are read against (details: baselines, counts, answers not counted)
-and each item's scores (one JSON Lines file per probe, so that a user sees which fail).
-`probe_model` is the whole stage: it also logs the report into the model's pretraining run."""
+on (metrics, each with its 95% interval over the probe's items), what they are read against
+(details: baselines, counts, answers not counted), each item's outcome behind each figure
+(`probe_items.py`: metrics/probe_items.json) and each item's scores (one JSON Lines file per
+probe, so that a user sees which fail). `probe_model` is the whole stage: it also logs the
+report into the model's pretraining run."""
 
 from __future__ import annotations
 
@@ -9,10 +11,13 @@ import json
 import logging
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.errors import BertError
-from bertcore.common.report import write_report
+from bertcore.common.intervals import Estimate
+from bertcore.common.outcomes import StageItems
+from bertcore.common.report import with_items, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.probes.builtin import REPLACED, SWAPPED, builtin_probes
 from bertcore.downstream.probes.cloze import cloze_report, read_cloze, score_cloze
@@ -24,6 +29,7 @@ from bertcore.downstream.probes.minimal_pairs import (
     read_minimal_pairs,
     score_pairs,
 )
+from bertcore.downstream.probes.probe_items import add_cloze, add_pairs
 from bertcore.model.devices import resolve_device
 from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.model.tokenizer import (
@@ -48,6 +54,7 @@ class ProbeReport:
     metrics: dict = field(default_factory=dict)
     details: dict = field(default_factory=dict)
     items: dict[str, list[dict]] = field(default_factory=dict)  # file name -> rows
+    outcomes: StageItems = field(default_factory=lambda: StageItems("probe"))  # per figure
 
 
 def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
@@ -80,11 +87,13 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
         report.details["minimal_pairs"] = {"from": config.minimal_pairs, **details,
                                            "blimp_paper": BLIMP_PAPER}
         report.items["minimal_pairs.jsonl"] = [s.row() for s in scored]
+        add_pairs(report.outcomes, "minimal_pairs", scored, "minimal pair")
     if cloze is not None:
         scored = score_cloze(lm, cloze)
         report.metrics["cloze"], details = cloze_report(scored, counts, lm)
         report.details["cloze"] = {"from": config.cloze, **details}
         report.items["cloze.jsonl"] = [s.row(lm) for s in scored]
+        add_cloze(report.outcomes, "cloze", scored, "cloze item")
     report.details["frequencies"] = {"from": str(train_file), "bytes_read": counts.bytes_read,
                                      "tokens": int(counts.tokens.sum()),
                                      "distinct_words": len(counts.words)}
@@ -98,12 +107,17 @@ def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: s
     metrics, details = cloze_report(scored_cloze, counts, lm)
     del details["groups"]  # one group
     built = {"cloze": metrics}
+    chosen_by = {"builtin_sentences": config.builtin_sentences, "seed": config.seed}
+    add_cloze(report.outcomes, "builtin.cloze", scored_cloze, "held-out word cloze item",
+              chosen_by)
     about = {"from": str(val_file), "eligible_sentences": probes.eligible,
              "drawn_sentences": probes.drawn, "seed": config.seed, "cloze": details}
     scored_pairs = score_pairs(lm, probes.pairs, counts, "built-in pairs")
     for group, name in BUILTIN_PAIRS.items():
-        built[name], details = pair_report([s for s in scored_pairs if s.pair.group == group])
+        of_group = [s for s in scored_pairs if s.pair.group == group]
+        built[name], details = pair_report(of_group)
         del details["groups"]
+        add_pairs(report.outcomes, f"builtin.{name}", of_group, f"{group} pair", chosen_by)
         about[name] = details
     report.metrics["builtin"], report.details["builtin"] = built, about
     report.items["builtin_cloze.jsonl"] = [s.row(lm) for s in scored_cloze]
@@ -132,48 +146,68 @@ class ProbePaths:
 
 @dataclass(frozen=True)
 class ProbeOutcome:
-    """What the probe stage wrote: the scores and what they are read against."""
+    """What the probe stage wrote: the scores, what they are read against and each score's
+    95% interval (dotted name under `probe` -> its estimate)."""
 
     metrics: dict
     details: dict
+    estimates: dict[str, Estimate] = field(default_factory=dict)
 
     def summary(self) -> list[str]:
-        """The console's lines: each probe's figure beside its baseline; a figure over no
-        item reads null, as metrics/probe.json holds it."""
+        """The console's lines: each probe's figure with its interval, beside its baseline
+        (to the figure's precision); a figure over no item reads null, as
+        metrics/probe.json holds it."""
         metrics, details = self.metrics, self.details
         lines = []
         if "builtin" in metrics:
-            scores, about = metrics["builtin"], details["builtin"]
-            cloze, base = scores["cloze"], about["cloze"]["frequency_baseline"]
-            lines.append(
-                f"probe: held-out word cloze ({about['cloze']['items']} items): P@1 "
-                f"{_figure(cloze['p_at_1'])}, P@10 {_figure(cloze['p_at_10'])} (word frequency "
-                f"{_figure(base['p_at_1'])}, {_figure(base['p_at_10'])})")
+            about = details["builtin"]
+            lines.append(f"probe: held-out word cloze ({about['cloze']['items']} items): "
+                         f"{self._cloze('builtin.cloze', about['cloze'])}")
             lines.append(
                 "probe: held-out sentences by PLL, against two adjacent words swapped "
-                f"{_pairs(scores, about, 'swapped_pairs')}; against a word of close frequency "
-                f"{_pairs(scores, about, 'replaced_pairs')}")
+                f"{self._pairs('builtin.swapped_pairs', about['swapped_pairs'])}; against a "
+                f"word of close frequency "
+                f"{self._pairs('builtin.replaced_pairs', about['replaced_pairs'])}")
         if "minimal_pairs" in metrics:
             paper = ", ".join(f"{name} {value}" for name, value in BLIMP_PAPER.items()
                               if name != "source")
-            lines.append(f"probe: minimal pairs {_pairs(metrics, details, 'minimal_pairs')}, "
-                         f"{len(details['minimal_pairs']['groups'])} groups (on all of BLiMP, "
-                         f"its paper: {paper})")
+            about = details["minimal_pairs"]
+            lines.append(f"probe: minimal pairs {self._pairs('minimal_pairs', about)}, "
+                         f"{len(about['groups'])} groups (on all of BLiMP, its paper: {paper})")
         if "cloze" in metrics:
-            cloze, about = metrics["cloze"], details["cloze"]
-            base = about["frequency_baseline"]
+            about = details["cloze"]
             lines.append(
                 f"probe: cloze ({about['items']} items, {about['not_counted']['count']} answers "
-                f"not one token, not counted): P@1 {_figure(cloze['p_at_1'])}, P@10 "
-                f"{_figure(cloze['p_at_10'])} (word frequency {_figure(base['p_at_1'])}, "
-                f"{_figure(base['p_at_10'])})")
+                f"not one token, not counted): {self._cloze('cloze', about)}")
         return [f"{line}; {NULL_MEANS}" if NULL in line else line for line in lines]
 
+    def _cloze(self, probe: str, about: dict) -> str:
+        base = about["frequency_baseline"]
+        one, ten = f"{probe}.p_at_1", f"{probe}.p_at_10"
+        return (f"P@1 {self._with_interval(one)}, P@10 {self._with_interval(ten)} (word frequency "
+                f"{self._beside(one, base['p_at_1'])}, {self._beside(ten, base['p_at_10'])})")
 
-def _pairs(metrics: dict, details: dict, name: str) -> str:
-    about = details[name]
-    return (f"{_figure(metrics[name]['accuracy'])} (unigram "
-            f"{_figure(about['unigram_baseline']['accuracy'])}, {about['pairs']} pairs)")
+    def _pairs(self, probe: str, about: dict) -> str:
+        name = f"{probe}.accuracy"
+        return (f"{self._with_interval(name)} (unigram "
+                f"{self._beside(name, about['unigram_baseline']['accuracy'])}, "
+                f"{about['pairs']} pairs)")
+
+    def _with_interval(self, name: str) -> str:
+        """The figure `name` (dotted, under `probe`) with its interval, to the precision the
+        interval supports; without one (a report of no items), to four places."""
+        if name in self.estimates:
+            return self.estimates[name].text()
+        value: Any = self.metrics
+        for key in name.split("."):
+            value = value[key]
+        return _figure(value)
+
+    def _beside(self, name: str, value: float | None) -> str:
+        """A baseline beside the figure `name`, to that figure's precision."""
+        if value is None or name not in self.estimates:
+            return _figure(value)
+        return f"{value:.{self.estimates[name].decimals}f}"
 
 
 NULL = "null"
@@ -202,7 +236,8 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     folder = tokenizer_folder(Path(model_dir), Path(vocab_dir) if vocab_dir else None)
     report = run_probes(lm, config, paths.val_file, paths.train_file, folder)
     details = {"model": str(model_dir), MODEL_KEY: weights_sha256(model_dir), **report.details}
+    metrics, details, estimates = with_items(report.metrics, details, report.outcomes)
     write_items(paths.items_dir, report.items)
-    files = write_report(paths.out_file, "probe", report.metrics, details)
-    log_report_into(tracker, step, files, report.metrics, details, "probe")
-    return ProbeOutcome(report.metrics, details)
+    files = write_report(paths.out_file, "probe", metrics, details, report.outcomes)
+    log_report_into(tracker, step, files, metrics, details, "probe")
+    return ProbeOutcome(metrics, details, estimates)

@@ -428,3 +428,152 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
     assert "null" not in builtin_cloze
     assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
     assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze
+
+    # with their intervals: none for a figure over no item, which has no outcomes either
+    from bertcore.common.outcomes import read_items
+    from bertcore.common.report import with_items
+
+    metrics, details, estimates = with_items(report.metrics, report.details, report.outcomes)
+    assert metrics["cloze"] == {"p_at_1": None, "p_at_10": None}
+    assert metrics["builtin"]["replaced_pairs"] == {"accuracy": None}
+    assert "accuracy_ci95" in metrics["builtin"]["swapped_pairs"]
+    files = write_report(tmp_path / "probe.json", "probe", metrics, details, report.outcomes)
+    outcomes = read_items(files[2])
+    assert set(outcomes.sets) == {"builtin.cloze", "builtin.swapped_pairs"}
+    assert set(details["intervals"]) == {"confidence", *outcomes.figures} == {
+        "confidence", "builtin.cloze.p_at_1", "builtin.cloze.p_at_10",
+        "builtin.swapped_pairs.accuracy"}
+    builtin_cloze, pairs, cloze = ProbeOutcome(metrics, details, estimates).summary()
+    assert f"P@10 {estimates['builtin.cloze.p_at_10'].text()} (word frequency" in builtin_cloze
+    assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
+    assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze
+
+
+
+# ------------------------------------------------- per-item outcomes and their intervals
+def probed(lm: MaskedLM, tmp_path: Path, val: Path, train: Path, **params):
+    """run_probes' report written with its intervals and outcomes, as the stage writes it:
+    (report, probe.json's group, the outcomes read back, the details)."""
+    from bertcore.common.outcomes import items_file, read_items
+    from bertcore.common.report import with_items
+
+    report = run_probes(lm, ProbeConfig(**params), val, train)
+    metrics, details, _ = with_items(report.metrics, report.details, report.outcomes)
+    files = write_report(tmp_path / "probe.json", "probe", metrics, details, report.outcomes)
+    assert files[2] == items_file(files[0]) == tmp_path / "probe_items.json"
+    written = json.loads(files[0].read_text())["probe"]
+    return report, written, read_items(files[2]), json.loads(files[1].read_text())
+
+
+def lama_and_blimp(exported: Path, tmp_path: Path) -> dict:
+    """probe.cloze with an answer of several tokens (not counted) and probe.minimal_pairs."""
+    lm = masked_lm(exported)
+    rare = lm.tokenizer.id_to_token(lm.vocab_size - 1).lstrip("#") or "x"
+    lama = write_lines(tmp_path / "lama.jsonl", [
+        {"masked_sentences": ["[MASK] is the capital of france ."], "obj_label": "paris"},
+        {"masked_sentences": ["[MASK] is the capital of italy ."], "obj_label": "rome"},
+        {"masked_sentences": ["[MASK] cat sat on the mat ."], "obj_label": "the"},
+        {"masked_sentences": ["the [MASK] sat ."], "obj_label": rare},
+        {"masked_sentences": ["the cat sat on the [MASK] ."], "obj_label": "Xyzzyqqvv"},
+    ])
+    blimp = write_lines(tmp_path / "blimp.jsonl", BLIMP)
+    return {"cloze": str(lama), "minimal_pairs": str(blimp)}
+
+
+def favour_frequent_words(exported: Path, monkeypatch) -> None:
+    """The tiny model with its train split's 10 most frequent words made likelier at every
+    slot, so that its cloze figures are neither all 0 nor all 1."""
+    lm = masked_lm(exported)
+    frequent = count_train(exported / "corpus" / "train.txt", lm).most_frequent(lm, 10)
+    original = MaskedLM.log_probs_at
+
+    def favoured(self, blocks, positions):
+        scores = original(self, blocks, positions).clone()
+        scores[:, frequent] += 5.0
+        return scores
+
+    monkeypatch.setattr(MaskedLM, "log_probs_at", favoured)
+
+
+def test_each_figure_is_the_mean_of_its_items_outcomes_with_its_interval_beside_it(
+        exported, tmp_path, monkeypatch):
+    """Every figure of probe.json (built-in cloze P@1 and P@10, both kinds of pairs, the
+    user's BLiMP and LAMA) is the mean of its items' outcomes in probe_items.json, to the
+    digit (rounded to the precision its interval supports), and its `_ci95` holds it."""
+    from bertcore.common.dotted import flatten
+    from bertcore.common.intervals import estimate
+
+    favour_frequent_words(exported, monkeypatch)
+    corpus = exported / "corpus"
+    report, written, outcomes, details = probed(
+        masked_lm(exported, 16), tmp_path, corpus / "val.txt", corpus / "train.txt",
+        builtin_sentences=40, seed=3, **lama_and_blimp(exported, tmp_path))
+    figures = {name: value for name, value in flatten(written).items()
+               if not name.endswith("_ci95")}
+    assert set(outcomes.figures) == set(figures) == {
+        "builtin.cloze.p_at_1", "builtin.cloze.p_at_10", "builtin.swapped_pairs.accuracy",
+        "builtin.replaced_pairs.accuracy", "minimal_pairs.accuracy", "cloze.p_at_1",
+        "cloze.p_at_10"}
+    unrounded = flatten(report.metrics)
+    for name, figure in outcomes.figures.items():
+        found = estimate(figure.runs)
+        assert figure.runs.value() == unrounded[name], name  # today's number, exactly
+        assert figures[name] == round(unrounded[name], found.decimals), name
+        low, high = flatten(written)[f"{name}_ci95"]
+        assert low <= figures[name] <= high and [low, high] == found.interval(), name
+        assert details["intervals"][name].startswith(found.text()), name
+    sets = outcomes.sets
+    assert sets["cloze"].items == details["cloze"]["items"] == 4  # the 5th answer not counted
+    assert sets["minimal_pairs"].items == 4
+    assert sets["builtin.swapped_pairs"].items == details["builtin"]["swapped_pairs"]["pairs"]
+    assert len({s.digest for s in sets.values()}) == len(sets) == 5
+
+
+def test_a_tied_pair_counts_half_in_its_outcome_as_in_the_accuracy():
+    """(good, bad) PLLs right, wrong, tied, right: the outcomes 1, 0, 0.5, 1, whose mean is
+    the accuracy, 0.625; without a tie the column is of integers 0 and 1."""
+    from bertcore.common.outcomes import StageItems
+    from bertcore.downstream.probes.minimal_pairs import ScoredPair
+    from bertcore.downstream.probes.probe_items import add_pairs
+
+    plls = [(-1.0, -2.0), (-3.0, -1.0), (-2.5, -2.5), (-4.0, -6.0)]
+    scored = [ScoredPair(MinimalPair(f"good {i} .", f"bad {i} .", "g", "w"), g, b, 0.0, 0.0)
+              for i, (g, b) in enumerate(plls)]
+    items = StageItems("probe")
+    add_pairs(items, "minimal_pairs", scored, "minimal pair")
+    figure = items.figures["minimal_pairs.accuracy"]
+    assert figure.runs.columns["x"].tolist() == [[[1.0, 0.0, 0.5, 1.0]]]
+    assert figure.runs.value() == pair_report(scored)[0]["accuracy"] == 0.625
+    add_pairs(items, "minimal_pairs", scored[:2], "minimal pair")
+    column = items.figures["minimal_pairs.accuracy"].runs.columns["x"]
+    assert column.dtype.kind == "i" and column.tolist() == [[[1, 0]]]
+
+
+def test_the_items_digest_names_the_items_not_the_model(exported, tmp_path, monkeypatch):
+    """Twice the same params: the same digests and the same bytes. Another model on the same
+    items (the scores changed): the same digests, other outcomes. Another probe.seed, or
+    another val file: other digests for every built-in probe."""
+    corpus = exported / "corpus"
+    other_val = tmp_path / "other"
+    write_corpus(other_val, train_docs=2, val_docs=8, seed=7)
+    runs = {}
+    for name, seed, val in (("first", 3, corpus / "val.txt"), ("again", 3, corpus / "val.txt"),
+                            ("seed", 4, corpus / "val.txt"), ("val", 3, other_val / "val.txt")):
+        (tmp_path / name).mkdir()
+        runs[name] = probed(masked_lm(exported, 16), tmp_path / name, val,
+                            corpus / "train.txt", builtin_sentences=40, seed=seed)[2]
+    favour_frequent_words(exported, monkeypatch)
+    (tmp_path / "model").mkdir()
+    runs["model"] = probed(masked_lm(exported, 16), tmp_path / "model", corpus / "val.txt",
+                           corpus / "train.txt", builtin_sentences=40, seed=3)[2]
+    digests = {name: {k: s.digest for k, s in items.sets.items()} for name, items in runs.items()}
+    assert set(digests["first"]) == {"builtin.cloze", "builtin.swapped_pairs",
+                                     "builtin.replaced_pairs"}
+    assert digests["again"] == digests["model"] == digests["first"]
+    assert ((tmp_path / "first/probe_items.json").read_bytes()
+            == (tmp_path / "again/probe_items.json").read_bytes())
+    outcomes = {name: items.figures["builtin.cloze.p_at_10"].runs.columns["x"].tolist()
+                for name, items in runs.items()}
+    assert outcomes["model"] != outcomes["first"]
+    for other in ("seed", "val"):
+        assert all(digests[other][k] != digests["first"][k] for k in digests["first"]), other
