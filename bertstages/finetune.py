@@ -1,13 +1,15 @@
 """`bert finetune`: does the pretraining help a task? Fine-tunes the pretrained encoder as a
 sequence classifier (or, `finetune.task`, a regressor as STS-B's) and, as a control, the same
 architecture from random initialisation with the same budget; reports accuracy and macro-F1
-(Pearson and Spearman) on the test split for both.
+(Pearson and Spearman) on the test split for both, once per seed (`finetune.seeds`): the
+medians, with their 95% intervals over seeds and test items.
 
 Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` (both models'
-test scores and the gain), `metrics/finetune_details.json` (the majority-class baseline, the
-data and the training) and `models/finetuned/` (the fine-tuned pretrained model, loadable by
-transformers' `BertForSequenceClassification`), and logs a child run of the pretraining run
-in MLflow.
+test scores and the gain), `metrics/finetune_details.json` (each seed's, their spread, the
+baselines, the data and the training), `metrics/finetune_items.json` (each seed's predictions
+per test example) and `models/finetuned/` (the median seed's fine-tuned pretrained model,
+loadable by transformers' `BertForSequenceClassification`), and logs a child run of the
+pretraining run in MLflow.
 """
 
 from __future__ import annotations
@@ -60,4 +62,4 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
                           metrics_file)
     target = tracking_target(sections["tracking"], "finetune")
     outcome = run_finetune(sections["finetune"], paths, target)
-    click.echo(f"finetune: {outcome.summary()} -> {out_dir}", err=True)
+    click.echo(f"{outcome.summary()} -> {out_dir}", err=True)

@@ -108,6 +108,14 @@ def _spearman(c):
     return _pearson_of(_ranks(c["label"].astype(float)), _ranks(c["pred"].astype(float)))
 
 
+def _pearson_gain(c):
+    return _pearson(c) - _pearson({"label": c["label"], "pred": c["base"]})
+
+
+def _spearman_gain(c):
+    return _spearman(c) - _spearman({"label": c["label"], "pred": c["base"]})
+
+
 # name -> (the columns it reads, the statistic of columns [..., items] -> [...])
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, np.ndarray]], np.ndarray]]]
 STATISTICS = {
@@ -120,6 +128,8 @@ STATISTICS = {
     "mcc": (("label", "pred"), _mcc),  # Matthews (GLUE's CoLA)
     "pearson": (("label", "pred"), _pearson),
     "spearman": (("label", "pred"), _spearman),
+    "pearson_gain": (("label", "pred", "base"), _pearson_gain),  # pred's r minus base's
+    "spearman_gain": (("label", "pred", "base"), _spearman_gain),
 }
 AGGREGATES = {"mean": np.mean, "median": np.median}
 
