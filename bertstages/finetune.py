@@ -44,8 +44,9 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 @folder_option("--out", "out_dir", "models/finetuned",
                "Where the fine-tuned model goes (Hugging Face format).")
 @file_option("--metrics", "metrics_file", "metrics/finetune.json",
-             "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
-             "data and training go beside it, in NAME_details.json.")
+             "Test scores of the pretrained and the scratch model (dvc metrics); each seed's, "
+             "the baselines, data and training go beside it, in NAME_details.json, and each "
+             "test example's predictions in NAME_items.json.")
 @stage_options
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification or regression task, against a
