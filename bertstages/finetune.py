@@ -1,13 +1,15 @@
 """`bert finetune`: does the pretraining help a task? Fine-tunes the pretrained encoder as a
 sequence classifier (or, `finetune.task`, a regressor as STS-B's) and, as a control, the same
 architecture from random initialisation with the same budget; reports accuracy and macro-F1
-(Pearson and Spearman) on the test split for both.
+(Pearson and Spearman) on the test split for both, once per seed (`finetune.seeds`): the
+medians, with their 95% intervals over seeds and test items.
 
 Reads the `finetune` and `tracking` sections. Writes `metrics/finetune.json` (both models'
-test scores and the gain), `metrics/finetune_details.json` (the majority-class baseline, the
-data and the training) and `models/finetuned/` (the fine-tuned pretrained model, loadable by
-transformers' `BertForSequenceClassification`), and logs a child run of the pretraining run
-in MLflow.
+test scores and the gain), `metrics/finetune_details.json` (each seed's, their spread, the
+baselines, the data and the training), `metrics/finetune_items.json` (each seed's predictions
+per test example) and `models/finetuned/` (the median seed's fine-tuned pretrained model,
+loadable by transformers' `BertForSequenceClassification`), and logs a child run of the
+pretraining run in MLflow.
 """
 
 from __future__ import annotations
@@ -42,8 +44,9 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 @folder_option("--out", "out_dir", "models/finetuned",
                "Where the fine-tuned model goes (Hugging Face format).")
 @file_option("--metrics", "metrics_file", "metrics/finetune.json",
-             "Test scores of the pretrained and the scratch model (dvc metrics); the baseline, "
-             "data and training go beside it, in NAME_details.json.")
+             "Test scores of the pretrained and the scratch model (dvc metrics); each seed's, "
+             "the baselines, data and training go beside it, in NAME_details.json, and each "
+             "test example's predictions in NAME_items.json.")
 @stage_options
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification or regression task, against a
@@ -60,4 +63,4 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
                           metrics_file)
     target = tracking_target(sections["tracking"], "finetune")
     outcome = run_finetune(sections["finetune"], paths, target)
-    click.echo(f"finetune: {outcome.summary()} -> {out_dir}", err=True)
+    click.echo(f"{outcome.summary()} -> {out_dir}", err=True)

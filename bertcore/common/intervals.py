@@ -53,18 +53,19 @@ def _macro_f1_of(label, pred, classes):
     return np.mean(scores, axis=0)
 
 
-def _classes(c):
-    return np.unique(c["label"])
+def _classes(label, pred):
+    # scikit-learn's: the classes among the labels or the predictions
+    return np.union1d(np.unique(label), np.unique(pred))
 
 
 def _macro_f1(c):
-    return _macro_f1_of(c["label"], c["pred"], _classes(c))
+    return _macro_f1_of(c["label"], c["pred"], _classes(c["label"], c["pred"]))
 
 
 def _macro_f1_gain(c):
-    classes = _classes(c)
-    return _macro_f1_of(c["label"], c["pred"], classes) - _macro_f1_of(c["label"], c["base"],
-                                                                        classes)
+    label, pred, base = c["label"], c["pred"], c["base"]
+    return (_macro_f1_of(label, pred, _classes(label, pred))
+            - _macro_f1_of(label, base, _classes(label, base)))
 
 
 def _binary_f1(c):
@@ -108,6 +109,14 @@ def _spearman(c):
     return _pearson_of(_ranks(c["label"].astype(float)), _ranks(c["pred"].astype(float)))
 
 
+def _pearson_gain(c):
+    return _pearson(c) - _pearson({"label": c["label"], "pred": c["base"]})
+
+
+def _spearman_gain(c):
+    return _spearman(c) - _spearman({"label": c["label"], "pred": c["base"]})
+
+
 # name -> (the columns it reads, the statistic of columns [..., items] -> [...])
 STATISTICS: dict[str, tuple[tuple[str, ...], Callable[[Mapping[str, np.ndarray]], np.ndarray]]]
 STATISTICS = {
@@ -120,6 +129,8 @@ STATISTICS = {
     "mcc": (("label", "pred"), _mcc),  # Matthews (GLUE's CoLA)
     "pearson": (("label", "pred"), _pearson),
     "spearman": (("label", "pred"), _spearman),
+    "pearson_gain": (("label", "pred", "base"), _pearson_gain),  # pred's r minus base's
+    "spearman_gain": (("label", "pred", "base"), _spearman_gain),
 }
 AGGREGATES = {"mean": np.mean, "median": np.median}
 

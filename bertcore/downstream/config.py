@@ -118,6 +118,9 @@ class FinetuneConfig:
     weight_decay: number(ge=0) = 0.01
     max_grad_norm: number(gt=0) = 1.0
     seed: Seed = 42
+    # fine-tunes of each model (seeds seed, seed + 1, ...), all on the one test split of `seed`:
+    # the median, its interval over seeds and items, the spread (params.yaml: why this count)
+    seeds: integer(ge=1) = 3
     device: Device = "auto"
 
     @model_validator(mode="after")
@@ -130,6 +133,11 @@ class FinetuneConfig:
         require(self.task != "regression" or self.data not in BUILTIN_TASKS, "task", self.task,
                 f"classification or auto: {self.data} is a built-in task of classes")
         return self
+
+    def recipes(self, hidden_size: int) -> list[Recipe]:
+        """One recipe per seed (seed, seed + 1, ...), the same but for the seed."""
+        base = recipe_for(self, hidden_size)
+        return [replace(base, seed=self.seed + i) for i in range(self.seeds)]
 
 
 GLUE_DATA_HF = "hf:glue"

@@ -6,7 +6,9 @@ linear decay, gradient clipping, a step cap so a CPU run stays short; the loss i
 for classes, mean squared error for a regression head (one output, as transformers'
 `problem_type="regression"`). `glue` runs it per task and seed. `run_comparison` fine-tunes two
 copies of `BertForSequenceClassification` with the same recipe, data order and seeds: one whose
-encoder comes from the pretrained model, one from random initialisation (the control).
+encoder comes from the pretrained model, one from random initialisation (the control); it does
+so once per seed (`finetune.seeds`), every seed on the one test split, tokenised once
+(`finetune_report.py` makes the report over the seeds).
 Accuracy and macro-F1 on the test split (a regression task: Pearson's and Spearman's r, as
 GLUE scores STS-B) tell what pretraining bought; the majority class and a bag-of-words
 regression tell what they are worth.
@@ -30,12 +32,14 @@ from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
-from bertcore.common.report import write_report
+from bertcore.common.report import result_values, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.cards import finetuned_facts
-from bertcore.downstream.config import FinetuneConfig, Recipe, recipe_for
+from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
+from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
 from bertcore.downstream.glue.metrics import correlations
 from bertcore.downstream.tasks import EncodedExamples
@@ -58,15 +62,6 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     are STS-B's instead: Pearson's and Spearman's r (`correlations`)."""
     return {"accuracy": float(accuracy_score(labels, predictions)),
             "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0.0))}
-
-
-@dataclass
-class FinetuneResult:
-    model: BertForSequenceClassification
-    test: dict[str, float]  # scores, or a regression task's correlations
-    steps: int
-    final_train_loss: float
-    seconds: float
 
 
 def build_classifier(
@@ -190,89 +185,52 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
     return np.zeros(0, dtype=np.float32 if model.is_regression else np.int64)
 
 
-@dataclass
-class Comparison:
-    pretrained: FinetuneResult
-    scratch: FinetuneResult
-    majority: dict[str, float] | None  # baseline: the most frequent class (None: regression)
-    bag_of_words: dict[str, float]  # baseline: a TF-IDF regression (no model, no pretraining)
-
-    def gain(self) -> dict[str, float]:
-        """What pretraining bought: pretrained minus scratch, per score."""
-        a, b = self.pretrained.test, self.scratch.test
-        return {key: a[key] - b[key] for key in a}
+def fine_tune_both(pretrained: BertPretrainingModel, task: FinetuneTask, recipe: Recipe,
+                   device: torch.device, pad_id: int,
+                   on_log: Callable[[str, int, float], None]) -> SeedRun:
+    """Fine-tune the pretrained encoder and, with the same recipe, data order and seed, the
+    same architecture from random initialisation; score both on the task's test split. Only
+    the pretrained fine-tune keeps its model (the one that may be written)."""
+    results = {}
+    for which, source in (("pretrained", pretrained), ("scratch", None)):
+        model = build_classifier(pretrained.config, task.labels, source, recipe.seed)
+        started = time.perf_counter()
+        steps, loss = train_classifier(
+            model, task.train, recipe, device, pad_id,
+            name=f"finetune {which} (seed {recipe.seed})",
+            on_log=partial(on_log, f"seed_{recipe.seed}/{which}"))
+        predictions = predict(model, task.test, device, pad_id)
+        test = (correlations(predictions, task.test.labels, f"finetune {which}")
+                if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
+        results[which] = FinetuneResult(model.cpu() if source else None, test, steps, loss,
+                                        time.perf_counter() - started, predictions)
+        log.info("seed %d, %s: test %s (%d steps, %.1fs)", recipe.seed, which, ", ".join(
+            f"{key} {value:.4f}" for key, value in test.items()), steps,
+                 results[which].seconds)
+    return SeedRun(recipe.seed, results["pretrained"], results["scratch"])
 
 
 def run_comparison(
     pretrained: BertPretrainingModel,
     task: FinetuneTask,
-    recipe: Recipe,
+    recipes: list[Recipe],
     device: torch.device,
     pad_id: int,
     on_log: Callable[[str, int, float], None],
 ) -> Comparison:
-    """Fine-tune the pretrained encoder and, with the same recipe, data order and seeds, the
-    same architecture from random initialisation; score both on the task's test split.
-    `on_log(which, step, train_loss)` with which = "pretrained" or "scratch"."""
-    results = {}
-    for which, source in (("pretrained", pretrained), ("scratch", None)):
-        model = build_classifier(pretrained.config, task.labels, source, recipe.seed)
-        started = time.perf_counter()
-        steps, loss = train_classifier(model, task.train, recipe, device, pad_id,
-                                       name=f"finetune {which}", on_log=partial(on_log, which))
-        predictions = predict(model, task.test, device, pad_id)
-        test = (correlations(predictions, task.test.labels, f"finetune {which}")
-                if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
-        results[which] = FinetuneResult(model.cpu(), test, steps, loss,
-                                        time.perf_counter() - started)
-        log.info("%s: test %s (%d steps, %.1fs)", which, ", ".join(
-            f"{key} {value:.4f}" for key, value in test.items()), steps,
-                 results[which].seconds)
+    """Both models fine-tuned with each recipe (one per seed) on the one encoded task, and the
+    baselines, made once. `on_log(curve, step, train_loss)`, the curve named by the model and
+    the seed (`seed_42/pretrained`)."""
+    runs = [fine_tune_both(pretrained, task, recipe, device, pad_id, on_log)
+            for recipe in recipes]
     if task.is_regression:  # a constant guess has no correlation: no majority row
         values = bag_of_words_values(task.train, task.test)
-        return Comparison(results["pretrained"], results["scratch"], None,
+        return Comparison(runs, None,
                           correlations(values, task.test.labels, "finetune bag of words"))
     golds = np.asarray(task.test.labels)
     majority = np.bincount(task.train.labels).argmax()  # always the most frequent class
     words = bag_of_words_predictions(task.train, task.test, len(task.labels))
-    return Comparison(results["pretrained"], results["scratch"],
-                      scores(np.full(len(golds), majority), golds), scores(words, golds))
-
-
-def finetune_report(task: FinetuneTask, result: Comparison, recipe: Recipe,
-                    max_seq_length: int) -> tuple[dict, dict]:
-    """metrics/finetune.json (the test scores, compared across runs) and its details (what
-    they were measured on and against): the one place both are built."""
-    metrics = {
-        "task": task.name,  # short: a column of `dvc exp show`
-        "pretrained": result.pretrained.test,
-        "scratch": result.scratch.test,
-        "gain": result.gain(),  # pretrained minus scratch: what pretraining bought
-    }
-    baselines = {"majority_class": result.majority} if result.majority else {}
-    values = [*task.train.labels, *task.test.labels]  # a regression task's lowest, highest
-    labels = {"problem": task.problem, "problem_from": task.problem_from,
-              "label_range": [min(values), max(values)]} if task.is_regression else {
-        "labels": task.labels}
-    details = {
-        **baselines,
-        "bag_of_words": result.bag_of_words,
-        "data": {
-            "description": task.description,
-            **labels,
-            "train_examples": len(task.train),
-            "test_examples": len(task.test),
-            "truncated": {"train": task.train.truncated, "test": task.test.truncated},
-            "max_seq_length": max_seq_length,
-        },
-        "training": {
-            "learning_rate": recipe.learning_rate,
-            "steps": result.pretrained.steps,
-            "final_train_loss": {"pretrained": result.pretrained.final_train_loss,
-                                 "scratch": result.scratch.final_train_loss},
-        },  # no seconds: the report is the same bytes on any machine (the log has them)
-    }
-    return metrics, details
+    return Comparison(runs, scores(np.full(len(golds), majority), golds), scores(words, golds))
 
 
 @dataclass(frozen=True)
@@ -286,59 +244,33 @@ class FinetunePaths:
     metrics_file: str | Path  # the report; its details go beside it
 
 
-@dataclass(frozen=True)
-class FinetuneOutcome:
-    """What the finetune stage did: the comparison, and whether the task was classification
-    or regression, and why (finetune.task, or what auto found)."""
-
-    result: Comparison
-    problem: str
-    problem_from: str
-
-    def summary(self) -> str:
-        """Pretrained against scratch and the baselines, in one line."""
-        result, gain = self.result, self.result.gain()
-        pretrained, scratch = result.pretrained.test, result.scratch.test
-        kind = f"{self.problem} ({self.problem_from})"
-        words = result.bag_of_words
-        if "pearson" in pretrained:
-            return (f"{kind}: test Pearson {pretrained['pearson']:.4f} pretrained vs "
-                    f"{scratch['pearson']:.4f} from scratch ({gain['pearson']:+.4f}; bag of "
-                    f"words {words['pearson']:.4f}), Spearman {pretrained['spearman']:.4f} "
-                    f"vs {scratch['spearman']:.4f}")
-        return (f"{kind}: test accuracy {pretrained['accuracy']:.4f} pretrained vs "
-                f"{scratch['accuracy']:.4f} from scratch ({gain['accuracy']:+.4f}; bag of words "
-                f"{words['accuracy']:.4f}, majority class "
-                f"{result.majority['accuracy']:.4f}), macro-F1 {pretrained['macro_f1']:.4f} vs "
-                f"{scratch['macro_f1']:.4f}")
-
-
 def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
                  target: TrackingTarget | None) -> FinetuneOutcome:
-    """The finetune stage: the pretrained model against its scratch control on the task, the
-    fine-tuned pretrained model exported, the report written and logged (a child run of the
-    model's pretraining run; none when `target` is None)."""
+    """The finetune stage: the pretrained model against its scratch control on the task, once
+    per seed, the median seed's fine-tuned pretrained model exported, the report written and
+    logged (a child run of the model's pretraining run; none when `target` is None)."""
     device = resolve_device(config.device, setting="finetune.device")
     model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
     tokenizer = load_tokenizer(paths.vocab_dir)
-    task = finetune_task(config, paths.corpus_file, tokenizer,
+    task = finetune_task(config, paths.corpus_file, tokenizer,  # tokenised once for all seeds
                          model.config.max_position_embeddings)
     require_readable(*unknown_tokens(tokenizer, task.train.input_ids), paths.vocab_dir,
                      f"the training examples of {task.name}")
-    recipe = recipe_for(config, model.config.hidden_size)
+    recipes = config.recipes(model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": asdict(config)}))
     with runs.failing_on_error():
-        result = run_comparison(model, task, recipe, device, tokenizer.token_to_id("[PAD]"),
+        result = run_comparison(model, task, recipes, device, tokenizer.token_to_id("[PAD]"),
                                 on_log=runs.log_train_loss)
-    metrics, details = finetune_report(task, result, recipe, config.max_seq_length)
-    card = finetuned_facts(str(paths.out_dir), metrics, details,
+    report = finetune_report(task, result, recipes[0], config.max_seq_length)
+    card = finetuned_facts(str(paths.out_dir), report.metrics, report.details,
                            {"finetune": asdict(config)})
     with atomic_dir(paths.out_dir) as staging:
-        export_hf_classifier(result.pretrained.model, staging, paths.vocab_dir)
+        export_hf_classifier(result.median_run().pretrained.model, staging, paths.vocab_dir)
         write_card(staging, card)
-    files = write_report(paths.metrics_file, "finetune", metrics, details)
+    files = write_report(paths.metrics_file, "finetune", report.metrics, report.details,
+                         report.items)
     runs.log_model(paths.out_dir, "text-classification")
-    runs.finish(files, {f"{which}_{key}": value for which in ("pretrained", "scratch", "gain")
-                        for key, value in metrics[which].items()}, details)
-    return FinetuneOutcome(result, task.problem, task.problem_from)
+    runs.finish(files, result_values({which: report.metrics[which] for which in MODELS}),
+                report.details)
+    return FinetuneOutcome(result, report, task.problem, task.problem_from)

@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.common.outcomes import items_digest
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS, builtin_task
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.downstream.tasks import (
@@ -25,8 +26,9 @@ from bertcore.downstream.tasks import (
 @dataclass
 class FinetuneTask:
     """A labelled task, encoded: its name (a column of `dvc exp show`), where it came from,
-    classification or regression and why, the class names ([] for regression) and both
-    splits."""
+    classification or regression and why, the class names ([] for regression), both splits,
+    and the test split's identity (`items_digest` of its texts and labels: two runs with the
+    same digest scored the same items)."""
 
     name: str
     description: str
@@ -35,6 +37,7 @@ class FinetuneTask:
     labels: list[str]
     train: EncodedExamples
     test: EncodedExamples
+    test_digest: str
 
     @property
     def is_regression(self) -> bool:
@@ -69,4 +72,5 @@ def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
     require_fits("finetune", config.max_seq_length, max_positions)
     return FinetuneTask(name, description, problem, why, labels,
                         encode_examples(train, tokenizer, labels, config.max_seq_length),
-                        encode_examples(test, tokenizer, labels, config.max_seq_length))
+                        encode_examples(test, tokenizer, labels, config.max_seq_length),
+                        items_digest([[e.text, e.pair, e.label] for e in test]))
