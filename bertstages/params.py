@@ -32,8 +32,8 @@ SECTIONS = ("corpus", "vocab", "samples", "model", "masking", "train", "phase2",
 RECIPES = Path("params") / "recipes"
 NO_RECIPE = "none"
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a recipe's name: a file's, no path
-# The sections a recipe may set: the model and its optimisation, which pretrain and export
-# read; dvc.yaml lists the recipe file under each stage that reads one of them
+# The sections a recipe may set: the model and its optimisation (pretrain, export and prune
+# read them); dvc.yaml lists the recipe file under each stage that reads one of them
 # (tests/test_stage_params.py)
 RECIPE_SECTIONS = ("model", "train")
 
