@@ -112,6 +112,7 @@ def bench_size(megabytes: float, root: Path) -> dict:
     work = root / f"{megabytes:g}MB"
     work.mkdir(parents=True)
     shutil.copy(REPO / "params.yaml", work / "params.yaml")
+    shutil.copytree(REPO / "params", work / "params")  # the recipe params.yaml names
     raw = work / "raw.txt"
     write_corpus(raw, megabytes)
     stages = {

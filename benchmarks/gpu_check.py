@@ -260,6 +260,8 @@ def main() -> int:
             record.plan(["device", *(p.name for p in parts)])
             os.chdir(workdir)
             shutil.copy(REPO / "params.yaml", workdir / "params.yaml")
+            # the recipe params.yaml names
+            shutil.copytree(REPO / "params", workdir / "params", dirs_exist_ok=True)
             run_parts([Part("device", check.device, lambda: check.sizes.estimate["device"])],
                       record, signals)
             if record.parts["device"].status == "ok":

@@ -29,7 +29,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-BEFORE = ("model.recipe=false", "eval.probe_sentences=0")
+BEFORE = ("model.recipe=none", "eval.probe_sentences=0")
 MODELS = ("before", "recipe")
 
 

@@ -1,6 +1,8 @@
-"""params.yaml at the edge: load it, apply `--set key=value` overrides, and turn one section
-into its config class (validated by pydantic: `bertcore.common.validation`). Everything the
-user can get wrong is a ConfigError naming the dotted key as written in params.yaml.
+"""params.yaml at the edge: load it, apply `--set key=value` overrides, merge the recipe it
+names under them (`model.recipe`: a params file of its own, params/recipes/NAME.yaml), and turn
+one section into its config class (validated by pydantic: `bertcore.common.validation`), which
+then holds plain values. Everything the user can get wrong is a ConfigError naming the dotted
+key as written in params.yaml.
 
 Kept of our own rather than OmegaConf's `from_dotlist` + `merge`: those read `--set x=1e-4` as
 YAML 1.2 (a float, where params.yaml's own 1e-4 is YAML 1.1's string, logged and carded as
@@ -10,6 +12,7 @@ OmegaConf's loader refuses a duplicate key without naming its dotted path or fir
 from __future__ import annotations
 
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,25 +20,31 @@ from typing import Any, TypeVar
 
 import yaml
 
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, ConfigError, yaml_text
 
 T = TypeVar("T")
 
 SECTIONS = ("corpus", "vocab", "samples", "model", "masking", "train", "phase2", "eval", "export",
             "finetune", "glue", "prune", "probe", "cpu", "tracking")
+# A recipe is a params file, params/recipes/NAME.yaml beside params.yaml (docs/recipe.md),
+# chosen by `model.recipe: NAME`; `none`: no recipe, the values of params.yaml and the code.
+RECIPES = Path("params") / "recipes"
+NO_RECIPE = "none"
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a recipe's name: a file's, no path
+# The sections a recipe may set: the model and its optimisation (pretrain, export and prune
+# read them); dvc.yaml lists the recipe file under each stage that reads one of them
+# (tests/test_stage_params.py)
+RECIPE_SECTIONS = ("model", "train")
 
 
 def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ()) -> dict:
-    """Read params.yaml and apply `section.key=value` overrides (values parsed as YAML)."""
+    """Read params.yaml, apply `section.key=value` overrides (values parsed as YAML), and merge
+    the recipe that `model.recipe` names under them (`with_recipe`)."""
     path = Path(path)
     if not path.is_file():
         raise BertError(f"params file not found: {path} (run from the repo root or pass --params)")
-    try:
-        params = _read_yaml(path)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        where = f" at line {mark.line + 1}" if mark else ""
-        raise BertError(f"{path} is not valid YAML{where}: fix the file") from None
+    params = _load_yaml(path)
     if params is None:  # empty or comments only: most likely the wrong file, or a lost one
         raise BertError(f"{path} holds no settings: write the sections to set, or {{}} to run "
                         "with every built-in default")
@@ -45,30 +54,107 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
     if unknown:
         raise ConfigError(unknown[0], f"unknown section; expected one of {', '.join(SECTIONS)}")
     for item in overrides:
-        key, sep, raw = item.partition("=")
-        if not sep or "." not in key:
-            raise ConfigError(item, "overrides are written section.key=value")
-        section, _, field = key.partition(".")
-        if section not in SECTIONS:
-            raise ConfigError(section, f"unknown section; expected one of {', '.join(SECTIONS)}")
-        try:
-            value = yaml.safe_load(raw) if raw.strip() else None
-        except yaml.YAMLError:
-            value = raw
-        target = params.setdefault(section, {}) or {}
+        _override(params, item)
+    return with_recipe(params, path.parent)
+
+
+def _override(params: dict, item: str) -> None:
+    """Set the value of one `section.key=value` (`--set`) in `params`."""
+    key, sep, raw = item.partition("=")
+    if not sep or "." not in key:
+        raise ConfigError(item, "overrides are written section.key=value")
+    section, _, field = key.partition(".")
+    if section not in SECTIONS:
+        raise ConfigError(section, f"unknown section; expected one of {', '.join(SECTIONS)}")
+    try:
+        value = yaml.safe_load(raw) if raw.strip() else None
+    except yaml.YAMLError:
+        value = raw
+    target = params.setdefault(section, {}) or {}
+    if not isinstance(target, dict):
+        raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(target)}: fix "
+                                   f"params.yaml before overriding {key}")
+    params[section] = target
+    *parents, leaf = field.split(".")
+    for depth, part in enumerate(parents, start=1):
+        target = target.setdefault(part, {})
         if not isinstance(target, dict):
-            raise ConfigError(section, f"must be a mapping of keys, got {yaml_text(target)}: fix "
-                                       f"params.yaml before overriding {key}")
-        params[section] = target
-        *parents, leaf = field.split(".")
-        for depth, part in enumerate(parents, start=1):
-            target = target.setdefault(part, {})
-            if not isinstance(target, dict):
-                where = ".".join([section, *parents[:depth]])
-                raise ConfigError(key, f"{where} is {yaml_text(target)}, not a mapping: write "
-                                       f"--set {where}=VALUE")
-        target[leaf] = value
-    return params
+            where = ".".join([section, *parents[:depth]])
+            raise ConfigError(key, f"{where} is {yaml_text(target)}, not a mapping: write "
+                                   f"--set {where}=VALUE")
+    target[leaf] = value
+
+
+def with_recipe(params: dict, root: Path) -> dict:
+    """`params` with the recipe that `model.recipe` names (`root`/params/recipes/NAME.yaml)
+    merged under them: a key the recipe sets takes its value unless params (params.yaml with
+    `--set`) set it themselves; `none` (the default): no recipe. The recipe was measured for
+    one preset (its `model.preset`), from random init: with another preset, or with
+    `model.init_from`, it is a ConfigError."""
+    model = params.get("model")
+    name = model.get("recipe", NO_RECIPE) if isinstance(model, dict) else NO_RECIPE
+    if name == NO_RECIPE:
+        return params
+    path, recipe = read_recipe(root, name)
+    merged = dict(params)
+    for section, values in recipe.items():
+        mine = params.get(section) or {}
+        if not isinstance(mine, dict):
+            continue  # parse_section refuses it, in one line
+        nulled = next((key for key in values if key in mine and mine[key] is None), None)
+        if nulled is not None:  # null meant "the recipe's" before recipe files
+            raise ConfigError(f"{section}.{nulled}", f"null would replace the recipe's "
+                                                     f"{yaml_text(values[nulled])} ({path}): "
+                                                     "remove the key to train with it, or "
+                                                     "write a value")
+        merged[section] = {**mine, **{k: v for k, v in values.items() if k not in mine}}
+    _refuse_another_model(merged["model"], name, recipe["model"]["preset"], path)
+    return merged
+
+
+def read_recipe(root: Path, name: Any) -> tuple[Path, dict]:
+    """The recipe file `name` names in `root`/params/recipes, with what it sets: sections of
+    RECIPE_SECTIONS, `model.preset` among them."""
+    files = sorted(found.stem for found in (root / RECIPES).glob("*.yaml"))
+    if isinstance(name, bool):  # model.recipe: true/false, the params before recipe files
+        raise ConfigError("model.recipe", f"{yaml_text(name)} is the old spelling: name the "
+                                          f"recipe ({', '.join(files)}: {RECIPES}/NAME.yaml); none "
+                                          "is what false gave, and true on a preset without one")
+    path = root / RECIPES / f"{name}.yaml"
+    if not (isinstance(name, str) and NAME.fullmatch(name) and path.is_file()):
+        raise ConfigError("model.recipe", f"{yaml_text(name)} is no recipe in {root / RECIPES} "
+                                          f"(one of: {', '.join([*files, NO_RECIPE])})")
+    recipe = _load_yaml(path)
+    if not (isinstance(recipe, dict) and set(recipe) <= set(RECIPE_SECTIONS)
+            and all(isinstance(values, dict) for values in recipe.values())):
+        raise BertError(f"{path}: a recipe is a mapping of sections of "
+                        f"{', '.join(RECIPE_SECTIONS)}, each a mapping of keys")
+    if not isinstance(recipe.get("model", {}).get("preset"), str):
+        raise BertError(f"{path}: a recipe names the preset it was measured for (model.preset)")
+    return path, recipe
+
+
+def _refuse_another_model(model: dict, name: str, preset: str, path: Path) -> None:
+    """ConfigError unless `model` (the section, recipe merged) is the recipe's preset from
+    random init."""
+    if model.get("init_from"):
+        raise ConfigError("model.recipe", f"{name} ({path}) trains a {preset} from random init; "
+                                          "with model.init_from the model is the folder's: set "
+                                          "model.recipe: none")
+    if model.get("preset") != preset:
+        raise ConfigError("model.recipe", f"{name} ({path}) was measured for model.preset "
+                                          f"{preset}, not {model.get('preset')}: set "
+                                          "model.recipe: none, or a recipe for that preset")
+
+
+def _load_yaml(path: Path) -> Any:
+    """`_read_yaml`, a BertError naming the line where the YAML is not valid."""
+    try:
+        return _read_yaml(path)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        where = f" at line {mark.line + 1}" if mark else ""
+        raise BertError(f"{path} is not valid YAML{where}: fix the file") from None
 
 
 def _read_yaml(path: Path) -> Any:
@@ -147,6 +233,15 @@ class Keys:
 # A stage module's PARAMS; read_params reads exactly it, and its dvc.yaml `params:` list it
 # (tests/test_stage_params.py compares the two).
 StageParams = Mapping[str, "type | Keys"]
+
+
+def run_params(params: Mapping[str, Any], sections: Mapping[str, Any]) -> dict[str, Any]:
+    """A run's params (MLflow's), under their dotted names: each section of `sections` (what
+    the stage read: `read_params`) as its config class resolved it, every key with the value
+    it trains with (the user's, the recipe's or the default); the other sections of `params`
+    (the data's, ...) as written."""
+    resolved = {name: dataclasses.asdict(config) for name, config in sections.items()}
+    return flatten({**params, **resolved})
 
 
 def read_params(params: Mapping[str, Any], wanted: StageParams) -> dict[str, Any]:

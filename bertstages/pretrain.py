@@ -28,7 +28,6 @@ from typing import TYPE_CHECKING
 
 import click
 
-from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.report import details_file
@@ -53,7 +52,7 @@ from bertstages.options import (
     samples_option,
     vocab_option,
 )
-from bertstages.params import load_params, read_params
+from bertstages.params import load_params, read_params, run_params
 from bertstages.repo import experiment_name, source_tags, tracking_uri
 
 if TYPE_CHECKING:
@@ -93,8 +92,9 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
     params = load_params(params_file, overrides)
     sections = read_params(params, PARAMS)
-    cpu = sections.pop("cpu")
-    config = PretrainConfig(**sections)
+    cpu = sections["cpu"]
+    config = PretrainConfig(**{name: section for name, section in sections.items()
+                               if name != "cpu"})
     keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
@@ -116,16 +116,13 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                           reports={group: Path(path) for group, path in REPORTS.items()})
     labels = None
     if config.tracking.enabled:
-        run_params = flatten(params)
-        # what null params resolve to: the preset's recipe (docs/recipe.md) and its betas
-        run_params.update(flatten({"recipe_values": config.model.recipe_values()}, "model."))
-        run_params["train.adam_betas"] = config.train.adam_betas
+        logged = run_params(params, sections)  # as resolved: the recipe's values, defaults
         if (Path(vocab_dir) / VOCAB_FILE).is_file():  # the size vocab_size: auto chose
-            run_params["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
+            logged["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
         labels = RunLabels(
             tracking_uri=tracking_uri(config.tracking),
             run_name=experiment_name(),  # else named by its params (PretrainingRun.name)
-            params=run_params,
+            params=logged,
             tags={**source_tags("pretrain"),
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},

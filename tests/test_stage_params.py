@@ -1,4 +1,5 @@
-"""Each stage's `params:` in dvc.yaml list exactly what the stage reads of params.yaml.
+"""Each stage's `params:` in dvc.yaml list exactly what the stage reads of params.yaml, and the
+recipe file params.yaml names (`model.recipe`) where the stage reads a section a recipe sets.
 
 DVC reruns a stage when a value it lists changes, and only then: a section the stage reads but
 dvc.yaml does not list leaves a stale output after a change; one listed but not read reruns the
@@ -19,21 +20,40 @@ import yaml
 from helpers.bert import REPO
 
 from bertstages.cli import COMMANDS
-from bertstages.params import Keys, StageParams
+from bertstages.params import NO_RECIPE, RECIPE_SECTIONS, RECIPES, Keys, StageParams
 
 DVC_YAML = REPO / "dvc.yaml"
 
 
-def dvc_params(wanted: StageParams) -> list[str]:
+def recipe_file(params_file: Path = REPO / "params.yaml") -> str | None:
+    """The recipe file params.yaml names (`model.recipe`), as dvc.yaml lists it (a path from
+    the repo's root); None for none."""
+    model = yaml.safe_load(params_file.read_text(encoding="utf-8")).get("model") or {}
+    name = model.get("recipe", NO_RECIPE)
+    return None if name == NO_RECIPE else str(RECIPES / f"{name}.yaml")
+
+
+def dvc_params(wanted: StageParams, recipe: str | None = None) -> list[str]:
     """The entries of a stage's `params:` in dvc.yaml for what it reads: a whole section by
-    its name, some keys by theirs (section.key)."""
+    its name, some keys by theirs (section.key), and the whole `recipe` file when it reads a
+    section a recipe may set (the edge merges the recipe into it)."""
     names = []
     for section, kind in wanted.items():
         if isinstance(kind, Keys):
             names += [f"{section}.{field.name}" for field in dataclasses.fields(kind.cls)]
         else:
             names.append(section)
+    if recipe and set(wanted) & set(RECIPE_SECTIONS):
+        names.append(recipe)
     return names
+
+
+def listed(entry: str | dict) -> str:
+    """A `params:` entry of dvc.yaml by name: a section (or section.key) of params.yaml, or
+    `FILE` for a whole other params file (`- FILE:`; `FILE: [keys]` for some of its keys)."""
+    if isinstance(entry, str):
+        return entry
+    return ", ".join(file if keys is None else f"{file}: {keys}" for file, keys in entry.items())
 
 
 def stage_modules(dvc_file: Path = DVC_YAML) -> dict[str, tuple[str, list[str]]]:
@@ -44,17 +64,17 @@ def stage_modules(dvc_file: Path = DVC_YAML) -> dict[str, tuple[str, list[str]]]
         words = stage["cmd"].split()
         assert words[0] == "bert", f"{name}: a stage runs a bert command"
         module = COMMANDS[words[1]].partition(":")[0]
-        found[name] = (module, [str(entry) for entry in stage.get("params", [])])
+        found[name] = (module, [listed(entry) for entry in stage.get("params", [])])
     return found
 
 
 def mismatches(dvc_file: Path = DVC_YAML) -> dict[str, dict[str, list[str]]]:
     """Per stage, what it reads but dvc.yaml does not list, and what is listed but not read."""
     wrong = {}
-    for name, (module, listed) in stage_modules(dvc_file).items():
-        read = dvc_params(importlib.import_module(module).PARAMS)
-        unlisted = [entry for entry in read if entry not in listed]
-        unread = [entry for entry in listed if entry not in read]
+    for name, (module, entries) in stage_modules(dvc_file).items():
+        read = dvc_params(importlib.import_module(module).PARAMS, recipe_file())
+        unlisted = [entry for entry in read if entry not in entries]
+        unread = [entry for entry in entries if entry not in read]
         if unlisted or unread:
             wrong[name] = {"read, not listed": unlisted, "listed, not read": unread}
     return wrong
@@ -64,18 +84,33 @@ def test_each_stage_lists_exactly_the_params_it_reads():
     assert not mismatches(), mismatches()
 
 
+def test_the_stages_that_read_the_model_list_the_recipe_params_yaml_names():
+    """So that `dvc params diff` shows a recipe change and `dvc repro` reruns them for it."""
+    recipe = recipe_file()
+    assert recipe == "params/recipes/tiny.yaml" and (REPO / recipe).is_file()
+    assert [name for name, (_, entries) in stage_modules().items()
+            if recipe in entries] == ["pretrain", "export", "prune"]
+
+
 def test_a_section_left_out_of_dvc_yaml_or_listed_too_many_is_found(tmp_path):
-    """The check itself: a dvc.yaml that forgets a section, or lists one the stage never
-    reads, fails it."""
+    """The check itself: a dvc.yaml that forgets a section or the recipe, lists one the stage
+    never reads, or only some keys of the recipe, fails it."""
     stages = yaml.safe_load(DVC_YAML.read_text(encoding="utf-8"))
     stages["stages"]["evaluate"]["params"].remove("tracking")
     stages["stages"]["export"]["params"].append("glue")
     stages["stages"]["samples"]["params"].remove("phase2.enabled")
+    stages["stages"]["pretrain"]["params"].remove({"params/recipes/tiny.yaml": None})
+    stages["stages"]["evaluate"]["params"].append({"params/recipes/tiny.yaml": None})
+    stages["stages"]["export"]["params"].remove({"params/recipes/tiny.yaml": None})
+    stages["stages"]["export"]["params"].append({"params/recipes/tiny.yaml": ["model"]})
     planted = tmp_path / "dvc.yaml"
     planted.write_text(yaml.safe_dump(stages), encoding="utf-8")
     assert mismatches(planted) == {
-        "evaluate": {"read, not listed": ["tracking"], "listed, not read": []},
-        "export": {"read, not listed": [], "listed, not read": ["glue"]},
+        "evaluate": {"read, not listed": ["tracking"],
+                     "listed, not read": ["params/recipes/tiny.yaml"]},
+        "export": {"read, not listed": ["params/recipes/tiny.yaml"],
+                   "listed, not read": ["glue", "params/recipes/tiny.yaml: ['model']"]},
+        "pretrain": {"read, not listed": ["params/recipes/tiny.yaml"], "listed, not read": []},
         "samples": {"read, not listed": ["phase2.enabled"], "listed, not read": []},
     }
 

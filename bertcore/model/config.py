@@ -143,19 +143,6 @@ PRESETS: dict[str, dict] = {
 }
 
 
-# The pretraining recipe measured for a preset (docs/recipe.md: on BERT-tiny, the built-in
-# corpus and three others): its heads, how many of them start on a neighbour (the local
-# attention init) in how many of the first layers while the others keep BERT's init, and
-# AdamW's betas (train.adam_betas: null). A preset not listed keeps BERT's own init, heads
-# and betas: nobody measured another at its scale. (Lists, not tuples: a checkpoint records
-# what the recipe gave as JSON, and compares it with the run's.)
-RECIPES: dict[str, dict[str, Any]] = {
-    "tiny": {"num_attention_heads": 4, "local_attention_heads": 2, "local_attention_layers": 1,
-             "adam_betas": [0.9, 0.98]},
-}
-BERT_ADAM_BETAS = (0.9, 0.999)  # BERT's, and every preset's without a recipe
-
-
 @params_section
 class ModelConfig:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
@@ -167,13 +154,15 @@ class ModelConfig:
     preset: str = "tiny"
     # null: random init; or a BERT folder in Hugging Face format
     init_from: text(pattern=r"\S", allowed="null or the path of a BERT folder") | None = None
-    # The preset's measured recipe (RECIPES), where it has one; false: the preset as published
-    recipe: Bool = True
+    # The recipe merged under this section and `train` by the edge (bertstages/params.py:
+    # params/recipes/NAME.yaml, docs/recipe.md); here its name, recorded with the run. none:
+    # no recipe
+    recipe: text(pattern=r"^[A-Za-z0-9][A-Za-z0-9_.-]*$",
+                 allowed="none or the name of a recipe file (params/recipes/NAME.yaml)") = "none"
     # Random init only: heads start on their neighbours (bertcore.model.local_init), the first
-    # `local_attention_heads` of each of the first `local_attention_layers` layers; the others
-    # keep BERT's init, a global view, with which NSP still learns. null: the recipe's
-    # (without one: BERT's init; all heads; every layer)
-    local_attention_init: Bool | None = None
+    # `local_attention_heads` of each of the first `local_attention_layers` layers (null: all);
+    # the others keep BERT's init, a global view, with which NSP still learns
+    local_attention_init: Bool = False
     local_attention_heads: integer(ge=1, allowed="null or an integer >= 1") | None = None
     local_attention_layers: integer(ge=1, allowed="null or an integer >= 1") | None = None
     hidden_size: Int | None = None
@@ -204,34 +193,16 @@ class ModelConfig:
                 f"at most num_hidden_layers ({config.num_hidden_layers})")
         return self
 
-    def recipe_values(self) -> dict[str, Any]:
-        """The preset's measured recipe, when `recipe` is on, the model starts from random
-        weights (with init_from the architecture is the folder's) and its heads are the
-        recipe's (another num_attention_heads leaves the measured combination); {} otherwise."""
-        if not self.recipe or self.init_from or self.num_attention_heads is not None:
-            return {}
-        return RECIPES.get(self.preset, {})
-
     def local_heads(self, num_attention_heads: int) -> int:
         """How many heads of each layer start on a neighbour (the local attention init); 0:
         BERT's init on every head."""
-        recipe = self.recipe_values()
-        on = self.local_attention_init
-        if on is None:
-            on = "local_attention_heads" in recipe
-        if not on or self.init_from:
+        if not self.local_attention_init or self.init_from:
             return 0
-        return self.local_attention_heads or recipe.get("local_attention_heads",
-                                                        num_attention_heads)
+        return self.local_attention_heads or num_attention_heads
 
     def local_layers(self, num_hidden_layers: int) -> int:
         """How many of the first layers have local heads (when `local_heads` is not 0)."""
-        return self.local_attention_layers or self.recipe_values().get(
-            "local_attention_layers", num_hidden_layers)
-
-    def adam_betas(self) -> tuple[float, float]:
-        """AdamW's betas for `train.adam_betas: null`: the recipe's, else BERT's."""
-        return tuple(self.recipe_values().get("adam_betas", BERT_ADAM_BETAS))
+        return self.local_attention_layers or num_hidden_layers
 
     def overrides(self) -> dict:
         """The BertConfig fields set explicitly in the section."""
@@ -243,11 +214,8 @@ class ModelConfig:
         }
 
     def to_config(self, vocab_size: int) -> BertConfig:
-        """The preset, its recipe's heads (unless num_attention_heads is set), the overrides."""
-        heads = self.recipe_values().get("num_attention_heads")
-        recipe = {"num_attention_heads": heads} if heads else {}
-        return BertConfig.from_preset(self.preset, vocab_size=vocab_size,
-                                      **recipe, **self.overrides())
+        """The preset with the overrides."""
+        return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **self.overrides())
 
 
 @params_section

@@ -5,7 +5,8 @@ all of them checked against each other.
 Nothing here imports torch: a stage parses its params, and refuses a bad one, before it
 imports what computes. The code that uses them: `bertcore.training.loop.trainer` (with
 `bertcore.training.loop.step` for one step), `masking`, `evaluation`, `phases`, `cpu`, `pretrain`;
-the defaults here are those of the shipped params.yaml.
+the defaults here are those of the shipped params.yaml without its recipe (`model.recipe: none`:
+the edge merges a recipe's values into the sections before they reach these classes).
 """
 
 from __future__ import annotations
@@ -70,9 +71,9 @@ class TrainConfig:
     learning_rate: LearningRate = 0.002  # peak, after the warmup
     warmup_steps: WarmupSteps = 150
     weight_decay: number(ge=0) = 0.01  # not on biases and LayerNorm
-    # null: the model's recipe's (model.recipe), else BERT's (0.9, 0.999); PretrainConfig
-    # fills it in
-    adam_betas: AdamBetas | None = None
+    # BERT's; a recipe may set others (params/recipes/tiny.yaml: beta2 0.98). A list: a
+    # checkpoint records it as JSON and compares it with the run's
+    adam_betas: AdamBetas = field(default_factory=lambda: [0.9, 0.999])
     adam_epsilon: number(gt=0) = 1e-6
     max_grad_norm: number(gt=0) = 1.0
     mlm_weight: number(ge=0) = 1.0
@@ -187,15 +188,6 @@ class PretrainConfig:
     eval: EvalConfig
     tracking: TrackingConfig
     phase2: Phase2Config = field(default_factory=Phase2Config)
-
-    @model_validator(mode="after")
-    def _the_recipes_adam_betas(self) -> PretrainConfig:
-        # train.adam_betas: null is the model's recipe's, resolved once here so that the
-        # optimizer, the run's fingerprint and its record all see the betas it trains with
-        if self.train.adam_betas is None:
-            train = dataclasses.replace(self.train, adam_betas=list(self.model.adam_betas()))
-            object.__setattr__(self, "train", train)
-        return self
 
     @model_validator(mode="after")
     def _phase2_after_a_fixed_phase1(self) -> PretrainConfig:

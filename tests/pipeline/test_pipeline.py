@@ -52,11 +52,12 @@ def run(cmd: list[str], cwd: Path, env: dict) -> subprocess.CompletedProcess:
 
 
 def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
-    """A fresh git + DVC repo holding the pipeline (code, dvc.yaml, tiny params, a corpus);
+    """A fresh git + DVC repo holding the pipeline (code, dvc.yaml, tiny params with no recipe,
+    the recipe files, a corpus);
     returns it with the environment its commands run in."""
     repo = tmp_path / name
     repo.mkdir()
-    for folder in ("bertcore", "bertstages"):
+    for folder in ("bertcore", "bertstages", "params"):  # params: the recipes dvc.yaml lists
         shutil.copytree(REPO / folder, repo / folder,
                         ignore=shutil.ignore_patterns("__pycache__"))
     shutil.copy(REPO / "dvc.yaml", repo / "dvc.yaml")

@@ -28,7 +28,7 @@ from bertcore.training.config import (
     Phase2Config,
     TrainConfig,
 )
-from bertstages.params import load_params, parse_section
+from bertstages.params import load_params, parse_section, with_recipe
 
 
 @params_section(frozen=True)
@@ -121,14 +121,16 @@ SECTIONS_WITHOUT_KEYS = {"export"}
 
 
 def test_the_shipped_params_are_the_code_defaults():
-    """One source of truth: a params file of `{}` runs the stages as the shipped one does."""
+    """One source of truth: a params file of `{}` with the shipped recipe (`model.recipe`:
+    the code holds none) runs the stages as the shipped one does."""
     shipped = load_params(REPO / "params.yaml")
     assert set(shipped) == set(SECTION_CONFIGS) | SECTIONS_WITHOUT_KEYS, "a section's class?"
     assert all(not shipped[name] for name in SECTIONS_WITHOUT_KEYS)
+    defaults = with_recipe({"model": {"recipe": shipped["model"]["recipe"]}}, REPO)
     differ = {}
     for section, cls in SECTION_CONFIGS.items():
         from_file = dataclasses.asdict(parse_section(shipped, section, cls))
-        default = dataclasses.asdict(cls())
+        default = dataclasses.asdict(parse_section(defaults, section, cls))
         differ.update({f"{section}.{key}": (value, default[key])
                        for key, value in from_file.items() if default[key] != value})
     assert not differ, differ

@@ -5,6 +5,7 @@ hashes; the torchrun relaunch passes the stage's own options through."""
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 import signal
@@ -12,9 +13,10 @@ from pathlib import Path
 
 import pytest
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
-from helpers.tiny_pretrain import build_data, tiny_config, write_params
+from helpers.tiny_pretrain import TINY_MODEL, build_data, tiny_config, write_params
 
 from bertcore.common.digests import file_sha256, fingerprint_files
+from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import TrackingConfig, sqlite_uri
 from bertcore.data.samples.build import build_samples
@@ -27,12 +29,14 @@ from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.checkpoints.identity import phase1_identity, samples_fingerprint
 from bertcore.training.checkpoints.resume import plan_resume
-from bertcore.training.config import PretrainConfig, TrainConfig
+from bertcore.training.config import CpuConfig, Phase2Config, PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
 from bertcore.training.length import RunLength
 from bertcore.training.loop.schedule import learning_rate
 from bertstages.pretrain import torchrun_command
+
+TINY_RECIPELESS = {k: v for k, v in TINY_MODEL.items() if k != "preset"}
 
 
 @pytest.fixture(scope="module")
@@ -54,9 +58,13 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
     (tmp_path / "data").symlink_to(data)
     mlflow_db(tmp_path)
     write_params(tmp_path / "params.yaml",
+                 model={"recipe": "mine"},
                  train={"max_steps": 4, "warmup_steps": 1, "learning_rate": 0.003,
                         "log_every": 2, "eval_every": 0, "checkpoint_every": 2, "keep_last": 2},
                  tracking={"experiment": "extend"})
+    (tmp_path / "params" / "recipes").mkdir(parents=True)
+    (tmp_path / "params" / "recipes" / "mine.yaml").write_text(
+        "model: {preset: tiny}\ntrain: {adam_betas: [0.9, 0.95], warmup_steps: 3}\n")
     log = tmp_path / "metrics" / "pretrain_log.tsv"
     bert("pretrain", cwd=tmp_path)
     first_rows = tsv(log)
@@ -89,8 +97,20 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
                                        order_by=["attributes.start_time"])
     assert first.info.status == second.info.status == "FINISHED"
     assert first.data.params["train.max_steps"] == "4"
-    # null or absent params as they resolved (BERT's betas: TINY_MODEL's 2 heads leave the recipe)
-    assert first.data.params["train.adam_betas"] == "[0.9, 0.999]"
+    # the params as they resolved: every key of the sections pretraining reads, the recipe's
+    # (its betas; warmup_steps written in params.yaml wins) and the defaults included
+    sections = {"model": ModelConfig(preset="tiny", recipe="mine", **TINY_RECIPELESS),
+                "train": TrainConfig(max_steps=4, warmup_steps=1, learning_rate=0.003,
+                                     log_every=2, eval_every=0, checkpoint_every=2, keep_last=2,
+                                     batch_size=8, seed=7, adam_betas=[0.9, 0.95]),
+                "masking": MaskingConfig(mlm_probability=0.15, max_predictions_per_seq=5),
+                "eval": EvalConfig(batch_size=16, seed=3), "cpu": CpuConfig(),
+                "phase2": Phase2Config(),
+                "tracking": TrackingConfig(uri=None, experiment="extend", log_checkpoints="last")}
+    resolved = flatten({name: dataclasses.asdict(config) for name, config in sections.items()})
+    assert {key: first.data.params.get(key) for key in resolved} == \
+        {key: "null" if value is None else str(value) for key, value in resolved.items()}
+    assert "model.recipe_values" not in first.data.params
     assert second.data.params["train.max_steps"] == "8"
     assert second.data.tags["extends_run"] == first.info.run_id
     assert second.data.tags["extended_at_step"] == "4"

@@ -233,6 +233,7 @@ def default_params(source: str) -> dict:
     tiny["model"]["max_position_embeddings"] = params["samples"]["max_seq_length"]
     for section in ("model", "masking", "train", "eval", "tracking"):
         params[section] = {**(params.get(section) or {}), **tiny[section]}
+    params["model"]["recipe"] = "none"  # the shipped one is BERT-tiny's, not this tiny model's
     return params
 
 

@@ -162,12 +162,10 @@ def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | Non
 
 
 def optimisation_params(config: PretrainConfig) -> dict[str, Any]:
-    """What defines the optimisation of phase 1 (recorded). Not `model.init_from`, a path:
-    the content of the model there is fingerprinted (INIT_MODEL). The preset's recipe is code
-    (RECIPES), so what it gives is recorded too: a run under another recipe starts fresh."""
-    model = {**_without(dataclasses.asdict(config.model), ("init_from",)),
-             "recipe_values": config.model.recipe_values()}
-    return {"model": model,
+    """What defines the optimisation of phase 1 (recorded): the resolved params (a recipe's
+    values merged in by the edge). Not `model.init_from`, a path: the content of the model
+    there is fingerprinted (INIT_MODEL)."""
+    return {"model": _without(dataclasses.asdict(config.model), ("init_from",)),
             "masking": dataclasses.asdict(config.masking),
             "train": _without(dataclasses.asdict(config.train), TRAIN_BOOKKEEPING)}
 

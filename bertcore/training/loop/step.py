@@ -30,7 +30,6 @@ import torch
 from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
-from bertcore.model.config import BERT_ADAM_BETAS
 from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
@@ -154,8 +153,7 @@ class StepRunner:
         self.optimizer = torch.optim.AdamW(
             self.raw_model.param_groups(config.weight_decay),
             lr=config.learning_rate,
-            # None: a TrainConfig outside a PretrainConfig (which fills in the recipe's)
-            betas=tuple(config.adam_betas or BERT_ADAM_BETAS),
+            betas=tuple(config.adam_betas),
             eps=config.adam_epsilon,
             fused=True,
         )

@@ -34,10 +34,9 @@ from bertcore.common.report import write_metrics
 from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.config import RECIPES
 from bertcore.model.devices import device_name, resolve_device
 from bertcore.model.hf import save_model
-from bertcore.model.local_init import init_local_attention
+from bertcore.model.local_init import MEASURED_ON, init_local_attention
 from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.identity import in_phase1, phase1_identity, phase2_identity
@@ -133,7 +132,7 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
     if inputs.init is not None and dist.is_main:
         log.info("model.init_from: starting from %s (%s); model.preset is not used",
                  inputs.init.path, inputs.init.describe())
-    elif config.model.local_attention_init and config.model.preset not in RECIPES and \
+    elif config.model.local_attention_init and config.model.preset not in MEASURED_ON and \
             dist.is_main:
         log.warning("model.local_attention_init: true was measured on BERT-tiny alone "
                     "(docs/recipe.md), not on the %s preset", config.model.preset)

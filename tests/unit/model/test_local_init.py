@@ -4,11 +4,13 @@ that is what makes a small model learn from neighbours quickly."""
 from __future__ import annotations
 
 import json
+import shutil
 
 import pytest
 import torch
-from helpers.bert import ONE_THREAD, run_bert
-from helpers.tiny_pretrain import build_data, write_params
+import yaml
+from helpers.bert import ONE_THREAD, REPO, run_bert
+from helpers.tiny_pretrain import build_data, tiny_params, write_params
 from safetensors.torch import load_file
 
 from bertcore.common.errors import ConfigError
@@ -192,21 +194,26 @@ def saved_local_init(folder) -> tuple[bool, list[list[bool]]]:
 
 
 @pytest.mark.parametrize("recipe,betas,expected", [
-    (True, None, (0.9, 0.98)), (False, None, (0.9, 0.999)), (True, [0.8, 0.95], (0.8, 0.95))])
+    ("tiny", None, (0.9, 0.98)), ("none", None, (0.9, 0.999)),
+    ("tiny", [0.8, 0.95], (0.8, 0.95))])
 def test_the_pretrain_stage_trains_tinys_recipe(tmp_path, recipe, betas, expected):
-    """The default params on BERT-tiny train its recipe: 4 heads, the first 2 of the first
-    layer local and every other head BERT's, AdamW's beta2 0.98 (train.adam_betas: null);
-    recipe: false is BERT-tiny as published, beta2 0.999; the user's betas win."""
+    """The shipped recipe (params/recipes/tiny.yaml) on BERT-tiny trains 4 heads, the first 2 of
+    the first layer local and every other head BERT's, AdamW's beta2 0.98; recipe: none is
+    BERT-tiny as published, beta2 0.999; the user's betas win."""
     build_data(tmp_path)
-    write_params(tmp_path / "params.yaml",
-                 model={"recipe": recipe, "num_attention_heads": None, "num_hidden_layers": 2},
-                 train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
-                        "eval_every": 0, "checkpoint_every": 0, "adam_betas": betas},
-                 tracking={"enabled": False})
+    shutil.copytree(REPO / "params", tmp_path / "params")
+    params = tiny_params(model={"recipe": recipe, "num_hidden_layers": 2},
+                         train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
+                                "eval_every": 0, "checkpoint_every": 0},
+                         tracking={"enabled": False})
+    del params["model"]["num_attention_heads"]  # the recipe's, or the preset's
+    if betas:
+        params["train"]["adam_betas"] = betas
+    (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr
     sinusoidal, local_rows = saved_local_init(tmp_path / "models" / "pretrained")
-    if recipe:
+    if recipe == "tiny":
         assert sinusoidal and local_rows == [[True, True, False, False], [False] * 4]
     else:
         assert not sinusoidal and local_rows == [[False, False], [False, False]]
@@ -215,35 +222,25 @@ def test_the_pretrain_stage_trains_tinys_recipe(tmp_path, recipe, betas, expecte
     assert {tuple(group["betas"]) for group in state["optimizer"]["param_groups"]} == {expected}
 
 
-def test_the_recipe_is_tinys_alone_and_yields_to_what_the_user_sets():
-    """`model.recipe`: BERT-tiny gets 4 heads, 2 of the first layer local, AdamW's beta2 0.98;
-    no other preset has a recipe (BERT's heads, init and betas); another number of heads,
-    recipe: false or init_from leave it; the user's local_attention_* values override it,
-    each its own part."""
+def test_the_local_init_takes_the_heads_and_layers_it_is_given():
+    """`model.local_attention_init` (off by default: BERT's init) on the first
+    `local_attention_heads` heads of the first `local_attention_layers` layers, all when null;
+    never with init_from, whose weights are the folder's."""
     def heads_and_local(**params) -> tuple[int, int, int]:
         model = ModelConfig(**params)
         config = model.to_config(vocab_size=100)
         heads, layers = config.num_attention_heads, config.num_hidden_layers
         return heads, model.local_heads(heads), model.local_layers(layers)
 
-    assert heads_and_local() == (4, 2, 1)
-    assert heads_and_local(recipe=False) == (2, 0, 2)
-    assert heads_and_local(preset="mini") == (4, 0, 4)
-    assert heads_and_local(preset="base") == (12, 0, 12)
-    assert heads_and_local(num_attention_heads=8) == (8, 0, 2)
-    assert heads_and_local(local_attention_heads=1) == (4, 1, 1)
-    assert heads_and_local(local_attention_layers=2) == (4, 2, 2)
-    assert heads_and_local(local_attention_init=False)[:2] == (4, 0)
-    assert heads_and_local(recipe=False, local_attention_init=True) == (2, 2, 2)
+    assert heads_and_local() == (2, 0, 2)
+    assert heads_and_local(local_attention_init=True) == (2, 2, 2)
+    assert heads_and_local(local_attention_init=True, num_attention_heads=4,
+                           local_attention_heads=2, local_attention_layers=1) == (4, 2, 1)
     assert heads_and_local(preset="mini", local_attention_init=True,
                            local_attention_heads=2, local_attention_layers=3) == (4, 2, 3)
-    assert ModelConfig().adam_betas() == (0.9, 0.98)
-    for leaves_it in ({"recipe": False}, {"preset": "mini"}, {"num_attention_heads": 8},
-                      {"init_from": "some/bert"}):
-        assert ModelConfig(**leaves_it).adam_betas() == (0.9, 0.999), leaves_it
-    assert ModelConfig(init_from="some/bert").local_heads(4) == 0
+    assert heads_and_local(local_attention_heads=1)[:2] == (2, 0)
     assert ModelConfig(init_from="some/bert", local_attention_init=True).local_heads(4) == 0
     with pytest.raises(ConfigError, match=r"local_attention_heads: 5 .* at most"):
-        ModelConfig(local_attention_heads=5)
+        ModelConfig(local_attention_init=True, local_attention_heads=5)
     with pytest.raises(ConfigError, match=r"local_attention_layers: 3 .* at most"):
         ModelConfig(local_attention_layers=3)
