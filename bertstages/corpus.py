@@ -22,7 +22,7 @@ PARAMS = {"corpus": CorpusConfig}
 def command(out: str, metrics_path: str, params_file: str, overrides: tuple[str, ...]) -> None:
     """Clean the text of `corpus.source` into one-sentence-per-line documents, split into
     train and val by document (by parts of documents when they are few)."""
-    config = read_params(load_params(params_file, overrides), PARAMS)["corpus"]
+    config = read_params(load_params(params_file, overrides, PARAMS), PARAMS)["corpus"]
     keep_outputs_apart({"corpus.source": config.source})
     from bertcore.data.corpus.build import build_corpus  # once the params are read (cli.py)
     with atomic_dir(out) as staging:

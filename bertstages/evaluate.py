@@ -44,7 +44,7 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):
     """Score the model on the val split: MLM loss/accuracy/perplexity, NSP loss/accuracy."""
-    sections = read_params(load_params(params_file, overrides), PARAMS)
+    sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu

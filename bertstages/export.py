@@ -33,7 +33,7 @@ PARAMS = {"export": ExportConfig, "corpus": CorpusConfig, "vocab": VocabConfig,
 @stage_options
 def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
     """Export to Hugging Face format: config.json, model.safetensors, tokenizer files, README.md."""
-    params = load_params(params_file, overrides)
+    params = load_params(params_file, overrides, PARAMS)
     sections = read_params(params, PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)

@@ -51,7 +51,7 @@ PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConf
 def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file, overrides):
     """Fine-tune the pretrained model on a classification or regression task, against a
     scratch control."""
-    sections = read_params(load_params(params_file, overrides), PARAMS)
+    sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
     # torch, once the params are read (cli.py)

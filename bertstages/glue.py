@@ -59,7 +59,7 @@ PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
 def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, models_dir,
             runs_dir, params_file, overrides):
     """Fine-tune and score the model on GLUE's tasks (median, min and max over seeds)."""
-    sections = read_params(load_params(params_file, overrides), PARAMS)
+    sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     config = sections["glue"]
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
     # torch, once the params are read (cli.py)

@@ -38,9 +38,11 @@ NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]*")  # a recipe's name: a file's, n
 RECIPE_SECTIONS = ("model", "train")
 
 
-def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ()) -> dict:
-    """Read params.yaml, apply `section.key=value` overrides (values parsed as YAML), and merge
-    the recipe that `model.recipe` names under them (`with_recipe`)."""
+def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = (),
+                reads: Sequence[str] = SECTIONS) -> dict:
+    """Read params.yaml, apply `section.key=value` overrides (values parsed as YAML), and, for
+    a stage that `reads` a section a recipe sets, merge the recipe that `model.recipe` names
+    under them (`with_recipe`): the other stages never open it."""
     path = Path(path)
     if not path.is_file():
         raise BertError(f"params file not found: {path} (run from the repo root or pass --params)")
@@ -55,6 +57,8 @@ def load_params(path: str | Path = "params.yaml", overrides: Sequence[str] = ())
         raise ConfigError(unknown[0], f"unknown section; expected one of {', '.join(SECTIONS)}")
     for item in overrides:
         _override(params, item)
+    if not set(reads) & set(RECIPE_SECTIONS):
+        return params
     return with_recipe(params, path.parent)
 
 

@@ -90,7 +90,7 @@ PARAMS = {"model": ModelConfig, "masking": MaskingConfig, "train": TrainConfig,
 def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics_file, log_file,
             eval_log_file, params_file, overrides) -> None:
     """Pretrain BERT (MLM + NSP) on the samples; resumes from the latest matching checkpoint."""
-    params = load_params(params_file, overrides)
+    params = load_params(params_file, overrides, PARAMS)
     sections = read_params(params, PARAMS)
     cpu = sections["cpu"]
     config = PretrainConfig(**{name: section for name, section in sections.items()

@@ -52,7 +52,7 @@ PARAMS = {"probe": ProbeConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
 def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, params_file,
             overrides):
     """Zero-shot probes: cloze P@1/P@10 and minimal pairs by pseudo-log-likelihood."""
-    sections = read_params(load_params(params_file, overrides), PARAMS)
+    sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     config = sections["probe"]
     keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
                         "probe.cloze": config.cloze})

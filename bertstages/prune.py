@@ -46,7 +46,7 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""
-    sections = read_params(load_params(params_file, overrides), PARAMS)
+    sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
     from bertcore.downstream.prune import PrunePaths, prune_pretrained

@@ -37,7 +37,7 @@ PARAMS = {"samples": SamplesConfig, "phase2": Keys(Phase2Samples)}
 def command(corpus_dir: str, vocab_dir: str, out_dir: str, metrics_file: str,
             params_file: str, overrides: tuple[str, ...]) -> None:
     """Build NSP pairs as in Google's create_pretraining_data.py (masking happens in training)."""
-    sections = SamplesParams(**read_params(load_params(params_file, overrides), PARAMS))
+    sections = SamplesParams(**read_params(load_params(params_file, overrides, PARAMS), PARAMS))
     keep_outputs_apart()
     # what computes (numpy), once the params are read (cli.py)
     from bertcore.data.samples.build import SamplesPaths, build_samples_from_corpus

@@ -28,7 +28,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
             overrides: tuple[str, ...]) -> None:
     """Train a WordPiece vocabulary (vocab.txt + tokenizer.json) on the train split, or write
     the one `vocab.source` points at in the same form."""
-    config = read_params(load_params(params_file, overrides), PARAMS)["vocab"]
+    config = read_params(load_params(params_file, overrides, PARAMS), PARAMS)["vocab"]
     keep_outputs_apart({"vocab.source": None if config.source == TRAIN else config.source},
                        warn_deps=False)  # the files it reads, once read: below
     from bertcore.data.vocab.build import VocabPaths, build_vocab  # once the params are read

@@ -70,6 +70,7 @@ print(json.dumps(seen))
 
 def test_help_and_a_bad_value_import_no_torch_numpy_or_mlflow(tmp_path):
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    shutil.copytree(REPO / "params", tmp_path / "params")  # the recipe params.yaml names
     proc = subprocess.run(
         [sys.executable, "-c", IN_ONE_PROCESS, ",".join(HEAVY),
          json.dumps([args for args, _ in CASES])],
