@@ -101,8 +101,9 @@ BLIMP = [
      True),  # sit ##s
     ({"sentence_good": "the cat sat on the mat .", "sentence_bad": "the cat sat the on mat .",
       "UID": "order"}, False),
-    ({"sentence_good": "the unbelievable cat ran .", "sentence_bad": "the unbelievable cat run .",
-      "UID": "past"}, False),  # in pieces, but not where the pair differs
+    ({"sentence_good": "the unbelievable dog ran on the unbelievable mat .",
+      "sentence_bad": "the unbelievable dog run on the unbelievable mat .", "UID": "past"},
+     False),  # in pieces before and after where the pair differs, not there
     ({"sentence_good": "the unbelievable cat sat .", "sentence_bad": "unbelievable the cat sat .",
       "UID": "order"}, True),  # two words swapped, one of them in pieces
 ]
