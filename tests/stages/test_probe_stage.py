@@ -60,9 +60,9 @@ def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
                          + details["builtin"]["replaced_pairs"]["pairs"])
     assert "held-out word cloze" in proc.stderr and "unigram" in proc.stderr
     outcomes = read_items(repo / "metrics/probe_items.json")
-    assert set(outcomes.figures) == {"builtin.cloze.p_at_1", "builtin.cloze.p_at_10",
-                                     "builtin.swapped_pairs.accuracy",
-                                     "builtin.replaced_pairs.accuracy"}
+    assert set(outcomes.figures) == {"builtin.cloze.p_at_1", "builtin.cloze.p_at_10", *(
+        f"builtin.{pairs}.{accuracy}" for pairs in ("swapped_pairs", "replaced_pairs")
+        for accuracy in ("accuracy", "accuracy_pll", "accuracy_pll_word_l2r"))}
     swapped = outcomes.figures["builtin.swapped_pairs.accuracy"].estimate()
     assert swapped.interval() == metrics["builtin"]["swapped_pairs"]["accuracy_ci95"]
     assert f"words swapped {swapped.text()} (unigram" in proc.stderr

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Literal
+
 from bertcore.common.validation import Int, integer, params_section, text
 
 PathText = text(allowed="a path", min_length=1)
@@ -19,3 +21,7 @@ class ProbeConfig:
     builtin_sentences: integer(ge=0) = 500  # held-out val sentences probed (0: none)
     seed: Int = 12345  # which val sentences, which word of each, which replacement
     batch_size: integer(ge=1) = 256  # masked copies per forward pass
+    # which score tells a minimal pair apart in each probe's `accuracy` (both are scored and
+    # reported: `accuracy_pll`, `accuracy_pll_word_l2r`): pll_word_l2r (Kauf & Ivanova 2023)
+    # masks the rest of a word with each of its pieces; pll (Salazar et al. 2020) one token
+    scoring: Literal["pll_word_l2r", "pll"] = "pll_word_l2r"

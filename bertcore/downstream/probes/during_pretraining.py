@@ -4,7 +4,9 @@ held-out word cloze (P@1, P@10) and the swapped and close-frequency pairs (by PL
 metrics/pretrain_eval.tsv and the MLflow run, so that a user sees the frequency plateau and
 the step the model leaves it. The probes are drawn once (seeded by `eval.seed`) and scored by
 the same code as the probe stage's (`builtin.py`, `cloze.py`, `minimal_pairs.py`), on fewer
-sentences: the probe stage's figures are the ones to compare runs by.
+sentences: the probe stage's figures are the ones to compare runs by. The pairs are scored by
+PLL alone (`pll.py`), as before PLL-word-l2r came: the curves of earlier runs stay comparable,
+and the cost of an evaluation does not grow.
 
 The pretraining stage builds a `ProbeDraw` (what to draw from; training never imports this
 package) and training calls `prepare(model)` once, then the result at every evaluation.
@@ -25,6 +27,7 @@ from bertcore.downstream.probes.cloze import TOP_K, precision, score_cloze
 from bertcore.downstream.probes.frequencies import TrainCounts, count_train
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.minimal_pairs import pair_report, score_pairs
+from bertcore.downstream.probes.pll import PLL
 from bertcore.model.bert import BertPretrainingModel
 
 log = logging.getLogger("bert.pretrain")
@@ -75,11 +78,12 @@ class PretrainingProbes:
         model.eval()
         try:
             cloze = score_cloze(lm, self.probes.cloze, progress=False)
-            pairs = score_pairs(lm, self.probes.pairs, self.counts, progress=False)
+            pairs = score_pairs(lm, self.probes.pairs, self.counts, progress=False,
+                                word_l2r=False)
         finally:
             model.train(was_training)
         swapped, replaced = ([s for s in pairs if s.pair.group == group]
                              for group in (SWAPPED, REPLACED))
         return {"cloze_p_at_1": precision(cloze, 1), "cloze_p_at_10": precision(cloze, TOP_K),
-                "swapped_pairs": pair_report(swapped)[0]["accuracy"],
-                "replaced_pairs": pair_report(replaced)[0]["accuracy"]}
+                "swapped_pairs": pair_report(swapped, PLL)[0]["accuracy"],
+                "replaced_pairs": pair_report(replaced, PLL)[0]["accuracy"]}

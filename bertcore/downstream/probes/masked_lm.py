@@ -1,6 +1,7 @@
 """A masked language model and its tokenizer as one thing that scores masked positions: text
-to ids (with [CLS] and [SEP], checked to fit the model), and the log-probabilities over the
-vocabulary at given positions of padded batches, in eval mode and without gradients."""
+to ids (with [CLS] and [SEP], checked to fit the model; with the words its tokens make up, a
+`TokenizedSentence`), and the log-probabilities over the vocabulary at given positions of
+padded batches, in eval mode and without gradients."""
 
 from __future__ import annotations
 
@@ -15,6 +16,20 @@ from bertcore.common.errors import BertError
 from bertcore.model.bert import BertPretrainingModel
 
 MASK, CLS, SEP, PAD, UNK = "[MASK]", "[CLS]", "[SEP]", "[PAD]", "[UNK]"
+
+
+@dataclass(frozen=True)
+class TokenizedSentence:
+    """A sentence's ids, [CLS] first and [SEP] last, and its words: a word is the tokens
+    `ids[start:end]` the tokenizer made of one pre-tokenized word (BERT's: a token and its
+    `##` continuations; a punctuation mark is a word of its own), [CLS] and [SEP] in none."""
+
+    ids: tuple[int, ...]
+    words: tuple[tuple[int, int], ...]  # (start, end) of each word, in order
+
+    def word_tokens(self) -> list[tuple[int, ...]]:
+        """Each word's ids, in order."""
+        return [self.ids[start:end] for start, end in self.words]
 
 
 @dataclass
@@ -58,7 +73,22 @@ class MaskedLM:
 
     def encode(self, text: str) -> list[int]:
         """[CLS] text [SEP] as ids; a BertError (the caller says where) when too long."""
-        ids = [self.cls_id, *self.word_ids(text), self.sep_id]
+        return self._fitting([self.cls_id, *self.word_ids(text), self.sep_id])
+
+    def tokenize(self, text: str) -> TokenizedSentence:
+        """[CLS] text [SEP] as ids (as `encode`) with the words its tokens make up: the
+        tokenizer's word ids, a run of tokens with the same one a word."""
+        encoding = self.tokenizer.encode(text, add_special_tokens=False)
+        ids = self._fitting([self.cls_id, *encoding.ids, self.sep_id])
+        words: list[tuple[int, int]] = []
+        for position, word in enumerate(encoding.word_ids, start=1):
+            if words and word is not None and word == encoding.word_ids[words[-1][0] - 1]:
+                words[-1] = (words[-1][0], position + 1)
+            else:
+                words.append((position, position + 1))
+        return TokenizedSentence(tuple(ids), tuple(words))
+
+    def _fitting(self, ids: list[int]) -> list[int]:
         if len(ids) > self.max_tokens:
             raise BertError(f"it has {len(ids)} tokens, the model takes at most "
                             f"{self.max_tokens}")

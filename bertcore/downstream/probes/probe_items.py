@@ -5,8 +5,9 @@ items compare paired (`bert compare`):
 
 - a cloze item (counted: its answer one whole-word token): 1 when the answer is among the
   model's top k, else 0 (`<probe>.p_at_1`, `<probe>.p_at_10`);
-- a minimal pair: 1 when the good sentence has the higher PLL, 0 when the lower, a tie half,
-  as the accuracy counts it (`<probe>.accuracy`).
+- a minimal pair: 1 when the good sentence scores the higher, 0 the lower, a tie half, as the
+  accuracy counts it: by `probe.scoring` (`<probe>.accuracy`), and by each scoring
+  (`<probe>.accuracy_pll`, `<probe>.accuracy_pll_word_l2r`).
 
 Each probe's items are one set, named as its figures are (`builtin.cloze`, `minimal_pairs`),
 whose digest is made of the items themselves (a cloze's masked sentence, which says where the
@@ -26,6 +27,7 @@ import numpy as np
 from bertcore.common.outcomes import ItemSet, StageItems, items_digest, one_run
 from bertcore.downstream.probes.cloze import TOP_K, ScoredCloze, counted, hits
 from bertcore.downstream.probes.minimal_pairs import ScoredPair, outcomes
+from bertcore.downstream.probes.pll import SCORINGS
 
 PRECISIONS = (("p_at_1", 1), ("p_at_10", TOP_K))
 
@@ -46,16 +48,20 @@ def add_cloze(items: StageItems, probe: str, scored: Sequence[ScoredCloze], unit
 
 
 def add_pairs(items: StageItems, probe: str, scored: Sequence[ScoredPair], unit: str,
-              chosen_by: Mapping[str, Any] | None = None) -> None:
-    """The pairs of `scored` as the set `probe` of `items`, and the outcomes of its figure
-    `<probe>.accuracy`; nothing when there is no pair."""
+              scoring: str, chosen_by: Mapping[str, Any] | None = None) -> None:
+    """The pairs of `scored` as the set `probe` of `items`, and the outcomes of its figures
+    `<probe>.accuracy` (by `scoring`) and `<probe>.accuracy_<scoring>` (by each scoring the
+    pairs have); nothing when there is no pair."""
     if not scored:
         return
     rows = [[s.pair.good, s.pair.bad, s.pair.group] for s in scored]
     items.sets[probe] = ItemSet(items_digest(probe, dict(chosen_by or {}), rows), len(scored),
                                 unit)
-    column = _column(outcomes([(s.good, s.bad) for s in scored]))
-    items.figures[f"{probe}.accuracy"] = one_run("mean", probe, x=column)
+    figures = {"accuracy": scoring, **{f"accuracy_{name}": name for name in SCORINGS
+                                        if all(s.scores(name) is not None for s in scored)}}
+    for figure, name in figures.items():
+        column = _column(outcomes([s.scores(name) for s in scored]))
+        items.figures[f"{probe}.{figure}"] = one_run("mean", probe, x=column)
 
 
 def _column(values: list[float]) -> np.ndarray:

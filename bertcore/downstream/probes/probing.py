@@ -29,6 +29,7 @@ from bertcore.downstream.probes.minimal_pairs import (
     read_minimal_pairs,
     score_pairs,
 )
+from bertcore.downstream.probes.pll import NAMES, SCORINGS
 from bertcore.downstream.probes.probe_items import add_cloze, add_pairs
 from bertcore.model.devices import resolve_device
 from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
@@ -83,17 +84,18 @@ def run_probes(lm: MaskedLM, config: ProbeConfig, val_file: str | Path,
         _builtin(report, lm, config, val_file, counts)
     if pairs is not None:
         scored = score_pairs(lm, pairs, counts)
-        report.metrics["minimal_pairs"], details = pair_report(scored)
+        report.metrics["minimal_pairs"], details = pair_report(scored, config.scoring)
         report.details["minimal_pairs"] = {"from": config.minimal_pairs, **details,
                                            "blimp_paper": BLIMP_PAPER}
-        report.items["minimal_pairs.jsonl"] = [s.row() for s in scored]
-        add_pairs(report.outcomes, "minimal_pairs", scored, "minimal pair")
+        report.items["minimal_pairs.jsonl"] = [s.row(config.scoring) for s in scored]
+        add_pairs(report.outcomes, "minimal_pairs", scored, "minimal pair", config.scoring)
     if cloze is not None:
         scored = score_cloze(lm, cloze)
         report.metrics["cloze"], details = cloze_report(scored, counts, lm)
         report.details["cloze"] = {"from": config.cloze, **details}
         report.items["cloze.jsonl"] = [s.row(lm) for s in scored]
         add_cloze(report.outcomes, "cloze", scored, "cloze item")
+    report.details["scoring"] = config.scoring  # the pairs' headline `accuracy`
     report.details["frequencies"] = {"from": str(train_file), "bytes_read": counts.bytes_read,
                                      "tokens": int(counts.tokens.sum()),
                                      "distinct_words": len(counts.words)}
@@ -115,13 +117,14 @@ def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: s
     scored_pairs = score_pairs(lm, probes.pairs, counts, "built-in pairs")
     for group, name in BUILTIN_PAIRS.items():
         of_group = [s for s in scored_pairs if s.pair.group == group]
-        built[name], details = pair_report(of_group)
+        built[name], details = pair_report(of_group, config.scoring)
         del details["groups"]
-        add_pairs(report.outcomes, f"builtin.{name}", of_group, f"{group} pair", chosen_by)
+        add_pairs(report.outcomes, f"builtin.{name}", of_group, f"{group} pair",
+                  config.scoring, chosen_by)
         about[name] = details
     report.metrics["builtin"], report.details["builtin"] = built, about
     report.items["builtin_cloze.jsonl"] = [s.row(lm) for s in scored_cloze]
-    report.items["builtin_pairs.jsonl"] = [s.row() for s in scored_pairs]
+    report.items["builtin_pairs.jsonl"] = [s.row(config.scoring) for s in scored_pairs]
 
 
 def write_items(folder: str | Path, items: dict[str, list[dict]]) -> None:
@@ -164,7 +167,8 @@ class ProbeOutcome:
             lines.append(f"probe: held-out word cloze ({about['cloze']['items']} items): "
                          f"{self._cloze('builtin.cloze', about['cloze'])}")
             lines.append(
-                "probe: held-out sentences by PLL, against two adjacent words swapped "
+                f"probe: held-out sentences by {NAMES[details['scoring']]}, against two "
+                "adjacent words swapped "
                 f"{self._pairs('builtin.swapped_pairs', about['swapped_pairs'])}; against a "
                 f"word of close frequency "
                 f"{self._pairs('builtin.replaced_pairs', about['replaced_pairs'])}")
@@ -188,10 +192,16 @@ class ProbeOutcome:
                 f"{self._beside(one, base['p_at_1'])}, {self._beside(ten, base['p_at_10'])})")
 
     def _pairs(self, probe: str, about: dict) -> str:
+        """The headline accuracy with its interval, its baseline and, over some pairs, the
+        share that differ in a word split into pieces and the other scoring's accuracy."""
         name = f"{probe}.accuracy"
+        other = next(s for s in SCORINGS if s != self.details["scoring"])
+        more = "" if not about["pairs"] else (
+            f", {about['split_word']['share']:.0%} differing in a word split into pieces; "
+            f"by {NAMES[other]} {self._with_interval(f'{probe}.accuracy_{other}')}")
         return (f"{self._with_interval(name)} (unigram "
                 f"{self._beside(name, about['unigram_baseline']['accuracy'])}, "
-                f"{about['pairs']} pairs)")
+                f"{about['pairs']} pairs{more})")
 
     def _with_interval(self, name: str) -> str:
         """The figure `name` (dotted, under `probe`) with its interval, to the precision the

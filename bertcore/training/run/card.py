@@ -94,9 +94,11 @@ def _probe(metrics: dict, details: dict) -> list[Figure]:
                           frequency.get("p_at_1"), "word frequency", dataset="built-in probes"),
                *figure_of("cloze P@10 (built-in probe)", cloze.get("p_at_10"),
                           frequency.get("p_at_10"), "word frequency", dataset="built-in probes")]
+    # the pairs' scoring, as `bert probe` names it (pll.NAMES); reports before it: PLL
+    scoring = {"pll_word_l2r": "PLL-word-l2r"}.get(details.get("scoring", "pll"), "PLL")
     for pairs in ("swapped_pairs", "replaced_pairs"):
         unigram = (about.get(pairs) or {}).get("unigram_baseline") or {}
-        figures += figure_of(f"{pairs.replace('_', ' ')} PLL accuracy (built-in probe)",
+        figures += figure_of(f"{pairs.replace('_', ' ')} {scoring} accuracy (built-in probe)",
                              (builtin.get(pairs) or {}).get("accuracy"),
                              unigram.get("accuracy"), "unigram", dataset="built-in probes")
     return figures

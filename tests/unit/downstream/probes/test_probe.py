@@ -34,7 +34,7 @@ from bertcore.downstream.probes.minimal_pairs import (
     read_minimal_pairs,
     score_pairs,
 )
-from bertcore.downstream.probes.pll import pseudo_log_likelihoods
+from bertcore.downstream.probes.pll import PLL, WORD_L2R, SentenceScores, pseudo_log_likelihoods
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import export_hf
@@ -130,22 +130,26 @@ def test_minimal_pairs_accuracy_per_group_and_overall(exported, tmp_path, monkey
     pairs = read_minimal_pairs(path)
     assert [(p.group, p.where) for p in pairs][1] == ("order", f"{path} line 2")
     fixed = [-1.0, -2.0, -3.0, -1.0, -1.0, -1.5, -4.0, -5.0]  # good, bad per pair
-    monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods",
-                        lambda lm, sentences, what, progress: fixed)
+    other = [-2.0, -1.0, -3.0, -1.0, -1.0, -1.5, -4.0, -5.0]  # pair 1 wrong too
+    monkeypatch.setattr(minimal_pairs_module, "sentence_scores",
+                        lambda lm, sentences, what, progress, l2r: SentenceScores(fixed, other))
     lm = masked_lm(exported)
     counts = count_train(exported / "corpus" / "train.txt", lm)
     scored = score_pairs(lm, pairs, counts)
-    metrics, details = pair_report(scored)
-    assert metrics == {"accuracy": 0.75}
+    metrics, details = pair_report(scored, PLL)
+    assert metrics == {"accuracy": 0.75, "accuracy_pll": 0.75, "accuracy_pll_word_l2r": 0.5}
+    assert pair_report(scored, WORD_L2R)[0]["accuracy"] == 0.5
     assert details["groups"]["order"]["accuracy"] == 0.5
-    assert details["groups"]["agreement"] == {"pairs": 2, "accuracy": 1.0,
-                                              "unigram_baseline": pytest.approx(
-                                                  details["groups"]["agreement"]
-                                                  ["unigram_baseline"])}
-    assert [s.row()["correct"] for s in scored] == [True, False, True, True]
-    monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods",
-                        lambda lm, sentences, what, progress: [-1.0] * 8)
-    assert pair_report(score_pairs(lm, pairs, counts))[0] == {"accuracy": 0.5}
+    assert details["groups"]["agreement"] == {
+        "pairs": 2, "accuracy": 1.0, "accuracy_pll": 1.0, "accuracy_pll_word_l2r": 1.0,
+        "split_word_pairs": scored[2].split_word + scored[3].split_word,
+        "unigram_baseline": pytest.approx(
+            details["groups"]["agreement"]["unigram_baseline"])}
+    assert [s.row(PLL)["correct"] for s in scored] == [True, False, True, True]
+    monkeypatch.setattr(minimal_pairs_module, "sentence_scores",
+                        lambda lm, sentences, what, progress, l2r: SentenceScores([-1.0] * 8,
+                                                                                  [-1.0] * 8))
+    assert pair_report(score_pairs(lm, pairs, counts), PLL)[0]["accuracy"] == 0.5
 
 
 def test_a_sentence_two_pairs_share_is_scored_once(exported, monkeypatch):
@@ -153,11 +157,11 @@ def test_a_sentence_two_pairs_share_is_scored_once(exported, monkeypatch):
     once and given to both pairs."""
     seen = []
 
-    def plls(lm, sentences, what, progress):
+    def plls(lm, sentences, what, progress, l2r):
         seen.extend(sentences)
-        return [-float(len(s)) for s in sentences]
+        return SentenceScores(*[[-float(len(s.ids)) for s in sentences]] * 2)
 
-    monkeypatch.setattr(minimal_pairs_module, "pseudo_log_likelihoods", plls)
+    monkeypatch.setattr(minimal_pairs_module, "sentence_scores", plls)
     lm = masked_lm(exported)
     counts = count_train(exported / "corpus" / "train.txt", lm)
     good = "the cat sat on the mat ."
@@ -165,8 +169,8 @@ def test_a_sentence_two_pairs_share_is_scored_once(exported, monkeypatch):
              MinimalPair(good, "the cat sat on the rug near .", REPLACED, "s")]
     scored = score_pairs(lm, pairs, counts)
     assert len(seen) == 3 and len(set(seen)) == 3
-    assert scored[0].good == scored[1].good == -len(lm.encode(good))
-    assert scored[1].bad == -len(lm.encode(pairs[1].bad))
+    assert scored[0].pll[0] == scored[1].pll[0] == -len(lm.encode(good))
+    assert scored[1].pll[1] == -len(lm.encode(pairs[1].bad))
 
 
 def test_a_pair_without_uid_is_grouped_by_its_file(tmp_path):
@@ -417,7 +421,8 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
     assert report.details["cloze"]["frequency_baseline"]["p_at_1"] is None
     assert report.details["cloze"]["groups"]["lama"]["p_at_10"] is None
     builtin = report.metrics["builtin"]
-    assert builtin["replaced_pairs"] == {"accuracy": None}
+    assert builtin["replaced_pairs"] == {"accuracy": None, "accuracy_pll": None,
+                                         "accuracy_pll_word_l2r": None}
     assert report.details["builtin"]["replaced_pairs"]["pairs"] == 0
     assert report.details["builtin"]["replaced_pairs"]["unigram_baseline"]["accuracy"] is None
     assert 0 <= builtin["swapped_pairs"]["accuracy"] <= 1  # pairs there: a figure
@@ -435,14 +440,16 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
 
     metrics, details, estimates = with_items(report.metrics, report.details, report.outcomes)
     assert metrics["cloze"] == {"p_at_1": None, "p_at_10": None}
-    assert metrics["builtin"]["replaced_pairs"] == {"accuracy": None}
+    assert metrics["builtin"]["replaced_pairs"] == {"accuracy": None, "accuracy_pll": None,
+                                                    "accuracy_pll_word_l2r": None}
     assert "accuracy_ci95" in metrics["builtin"]["swapped_pairs"]
     files = write_report(tmp_path / "probe.json", "probe", metrics, details, report.outcomes)
     outcomes = read_items(files[2])
     assert set(outcomes.sets) == {"builtin.cloze", "builtin.swapped_pairs"}
     assert set(details["intervals"]) == {"confidence", *outcomes.figures} == {
         "confidence", "builtin.cloze.p_at_1", "builtin.cloze.p_at_10",
-        "builtin.swapped_pairs.accuracy"}
+        "builtin.swapped_pairs.accuracy", "builtin.swapped_pairs.accuracy_pll",
+        "builtin.swapped_pairs.accuracy_pll_word_l2r"}
     builtin_cloze, pairs, cloze = ProbeOutcome(metrics, details, estimates).summary()
     assert f"P@10 {estimates['builtin.cloze.p_at_10'].text()} (word frequency" in builtin_cloze
     assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
@@ -511,9 +518,10 @@ def test_each_figure_is_the_mean_of_its_items_outcomes_with_its_interval_beside_
     figures = {name: value for name, value in flatten(written).items()
                if not name.endswith("_ci95")}
     assert set(outcomes.figures) == set(figures) == {
-        "builtin.cloze.p_at_1", "builtin.cloze.p_at_10", "builtin.swapped_pairs.accuracy",
-        "builtin.replaced_pairs.accuracy", "minimal_pairs.accuracy", "cloze.p_at_1",
-        "cloze.p_at_10"}
+        "builtin.cloze.p_at_1", "builtin.cloze.p_at_10", "cloze.p_at_1", "cloze.p_at_10",
+        *(f"{pairs}.{accuracy}" for pairs in ("builtin.swapped_pairs", "builtin.replaced_pairs",
+                                              "minimal_pairs")
+          for accuracy in ("accuracy", "accuracy_pll", "accuracy_pll_word_l2r"))}
     unrounded = flatten(report.metrics)
     for name, figure in outcomes.figures.items():
         found = estimate(figure.runs)
@@ -537,14 +545,15 @@ def test_a_tied_pair_counts_half_in_its_outcome_as_in_the_accuracy():
     from bertcore.downstream.probes.probe_items import add_pairs
 
     plls = [(-1.0, -2.0), (-3.0, -1.0), (-2.5, -2.5), (-4.0, -6.0)]
-    scored = [ScoredPair(MinimalPair(f"good {i} .", f"bad {i} .", "g", "w"), g, b, 0.0, 0.0)
+    scored = [ScoredPair(MinimalPair(f"good {i} .", f"bad {i} .", "g", "w"), (g, b), (g, b),
+                         (0.0, 0.0), False)
               for i, (g, b) in enumerate(plls)]
     items = StageItems("probe")
-    add_pairs(items, "minimal_pairs", scored, "minimal pair")
+    add_pairs(items, "minimal_pairs", scored, "minimal pair", PLL)
     figure = items.figures["minimal_pairs.accuracy"]
     assert figure.runs.columns["x"].tolist() == [[[1.0, 0.0, 0.5, 1.0]]]
-    assert figure.runs.value() == pair_report(scored)[0]["accuracy"] == 0.625
-    add_pairs(items, "minimal_pairs", scored[:2], "minimal pair")
+    assert figure.runs.value() == pair_report(scored, PLL)[0]["accuracy"] == 0.625
+    add_pairs(items, "minimal_pairs", scored[:2], "minimal pair", PLL)
     column = items.figures["minimal_pairs.accuracy"].runs.columns["x"]
     assert column.dtype.kind == "i" and column.tolist() == [[[1, 0]]]
 
