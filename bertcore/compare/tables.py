@@ -38,6 +38,12 @@ def abbreviate(name: str, width: int) -> str:
     return text if len(text) <= width else text[:max(width - 1, 0)] + "…"
 
 
+def in_set(row: Row) -> str:
+    """The figure's name under its set's heading: `builtin.cloze.p_at_1` under
+    `builtin.cloze` is `p_at_1`."""
+    return row.name.removeprefix(row.set_name + ".")
+
+
 def compact(estimate: Estimate) -> str:
     """`0.261 [0.255,0.267]`: the value and its interval, to the precision it supports."""
     d = estimate.decimals
@@ -95,7 +101,7 @@ def two_sides(comparison: Comparison) -> list[str]:
         table = [["  figure", "A", "B", "B − A", "verdict"]]
         for row in rows:
             delta = row.deltas[0]
-            table.append(["  " + row.name, row.cells[0].estimate.text(),
+            table.append(["  " + in_set(row), row.cells[0].estimate.text(),
                           row.cells[1].estimate.text(), delta.estimate.text(signed=True),
                           delta.verdict])
         lines += ["", f"{stage} · {set_name}: {rested_on} (seeds × items)"]
