@@ -202,8 +202,8 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
         baselines["mlm_baseline_accuracy"], rel=1e-5)
     assert {a.path for a in client.list_artifacts(runs[1].info.run_id, "metrics")} == {
-        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
-        "metrics/probe_details.json", "metrics/probe_items.json"}
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/eval_items.json",
+        "metrics/probe.json", "metrics/probe_details.json", "metrics/probe_items.json"}
     assert runs[0].data.tags["mlflow.source.git.commit"] == commit
     assert runs[0].data.tags["mlflow.source.name"] == "dvc.yaml:pretrain"
     assert_the_models_are_mlflow_models(client, runs[0], everything, commit, repo, env)
@@ -313,8 +313,9 @@ def test_a_fresh_clone_s_mlflow_run_holds_the_reports_dvc_skips(reproduced_again
     assert float(pretraining.data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
         details["mlm_baseline_accuracy"], rel=1e-5)
     assert {a.path for a in client.list_artifacts(pretraining.info.run_id, "metrics")} == {
-        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
-        "metrics/probe_details.json", "metrics/probe_items.json"}
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/eval_items.json",
+        "metrics/probe.json", "metrics/probe_details.json", "metrics/probe_items.json"}
+    assert results["eval_mlm_accuracy_ci95_low"] == evaluation["mlm_accuracy_ci95"][0]
 
     run([DVC, "repro", "-f", "-s", "evaluate"], clone, env)  # the same report, logged again
     history = client.get_metric_history(pretraining.info.run_id, "eval_mlm_accuracy")
