@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bertcore.model.card import CardFacts, figure_of
+from bertcore.model.card import CardFacts, figure_at, figure_of, interval_text
 
 CLASSIFIER_LOAD = """\
 from transformers import pipeline
@@ -86,26 +86,49 @@ def _finetuned_seeds(details: Mapping[str, Any], key: str) -> dict[str, str]:
 
 def pruned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
                  reproduce: Mapping[str, Any]) -> CardFacts:
-    """The card of the prune stage's model: its val figures beside the unpruned model's, and
-    how to get its saving."""
+    """The card of the prune stage's model: its val figures (with their intervals, where the
+    report has them) beside the unpruned model's, what pruning changed (the paired interval
+    of the difference, where the details have it), and how to get its saving."""
     val, heads = metrics.get("val") or {}, metrics.get("heads") or {}
     parameters = metrics.get("parameters") or {}
     figures = []
     for key, name in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy")):
         scores = val.get(key) or {}
-        final = scores.get("recovered", scores.get("pruned"))
-        figures += figure_of(name, final, scores.get("before"), "before pruning")
+        final = "recovered" if "recovered" in scores else "pruned"
+        figures += figure_at(name, scores, final, scores.get("before"), "before pruning")
     saving = (f"{heads.get('removed')} of {heads.get('before')} attention heads removed "
               f"(Michel et al. 2019: the least important by their gate's gradient); "
               f"parameters {parameters.get('before'):,} before, {parameters.get('after'):,} "
               "after" if isinstance(parameters.get("after"), int) else "")
+    changes = _pruning_changes(details.get("differences"))
     return CardFacts(
         name="pruned", title="BERT with attention heads pruned",
         summary=("The pipeline's pretrained BERT with its least important attention heads "
                  "removed, then trained a few steps to recover (the prune stage)."),
         pipeline_tag="fill-mask", figures=figures,
-        sections={"Pruning": saving, "Getting the saving (transformers 5)": PRUNED_NOTE},
+        sections={"Pruning": saving + (f"\n\n{changes}" if changes else ""),
+                  "Getting the saving (transformers 5)": PRUNED_NOTE},
         load=PRUNED_LOAD.format(folder=folder), reproduce=reproduce)
+
+
+def _pruning_changes(differences: Any) -> str:
+    """What pruning changed on the val split, each difference with its paired 95% interval
+    (prune_details.json's `differences`); "" without them."""
+    if not isinstance(differences, Mapping):
+        return ""
+    lines = []
+    for key, name in (("mlm_accuracy", "MLM accuracy"), ("nsp_accuracy", "NSP accuracy")):
+        for phase, change in (differences.get(key) or {}).items():
+            found = change if isinstance(change, Mapping) else {}
+            figure = figure_of(name, found.get("difference"), interval=found.get("ci95"))
+            if figure and figure[0].interval is not None:
+                lines.append(f"- val {name}, {phase} minus before: "
+                             f"{interval_text(figure[0].value, *figure[0].interval, signed=True)}"
+                             f" ({found.get('verdict')})")
+    if not lines:
+        return ""
+    return ("What pruning changed, each difference with its 95% interval over the same val "
+            "pairs resampled together (paired):\n\n" + "\n".join(lines))
 
 
 def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
