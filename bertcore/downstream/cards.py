@@ -1,7 +1,8 @@
 """What the model cards of the downstream stages' folders say (`model/card.py` writes them):
 the fine-tuned classifier (models/finetuned), the pruned model (models/pruned) and each GLUE
 task's median-seed model (models/glue/<Task>), each with its own figures beside their
-baselines, built from the report the stage writes beside it."""
+baselines (with their 95% intervals where the report has them, `<name>_ci95`), built from the
+report the stage writes beside it."""
 
 from __future__ import annotations
 
@@ -42,16 +43,16 @@ def finetuned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[st
     words = details.get("bag_of_words") or {}
     pretrained, scratch = metrics.get("pretrained") or {}, metrics.get("scratch") or {}
     task = metrics.get("task", "")
-    figures = [*figure_of("test accuracy", pretrained.get("accuracy"), majority.get("accuracy"),
+    figures = [*figure_at("test accuracy", pretrained, "accuracy", majority.get("accuracy"),
                           "majority class", dataset=task),
-               *figure_of("test macro-F1", pretrained.get("macro_f1"), majority.get("macro_f1"),
+               *figure_at("test macro-F1", pretrained, "macro_f1", majority.get("macro_f1"),
                           "majority class", metric_type="f1", dataset=task),
-               *figure_of("test accuracy, same model from random init", scratch.get("accuracy"),
+               *figure_at("test accuracy, same model from random init", scratch, "accuracy",
                           words.get("accuracy"), "TF-IDF bag of words", dataset=task)]
     for key in ("pearson", "spearman"):  # a regression task (finetune.task)
-        figures += [*figure_of(f"test {key}", pretrained.get(key), words.get(key),
+        figures += [*figure_at(f"test {key}", pretrained, key, words.get(key),
                                "bag-of-words regression", metric_type=key, dataset=task),
-                    *figure_of(f"test {key}, same model from random init", scratch.get(key),
+                    *figure_at(f"test {key}, same model from random init", scratch, key,
                                metric_type=key, dataset=task)]
     labels = (f"scores from {data['label_range'][0]:g} to {data['label_range'][1]:g}"
               if "label_range" in data else
@@ -137,9 +138,9 @@ def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
     scores = metrics.get(task) or {}
     about = details.get("tasks", {}).get(task) or {}
     seeds = about.get("seeds", [])
-    figures = [figure for column, value in scores.items()
-               for figure in figure_of(f"{task} {column} (dev, median of {len(seeds)} seeds, "
-                                       "x100)", value, metric_type=column,
+    figures = [figure for column in scores if not column.endswith("_ci95")
+               for figure in figure_at(f"{task} {column} (dev, median of {len(seeds)} seeds, "
+                                       "x100)", scores, column, metric_type=column,
                                        dataset=f"GLUE {task} dev")]
     spread = about.get("score") or {}
     sections = {"Seeds": f"Seeds {seeds}: score min {spread.get('min')}, median "

@@ -170,6 +170,43 @@ def test_the_card_shows_each_figure_with_its_interval_where_the_report_has_one(m
     assert figures["cloze P@1 (built-in probe)"] == 0.275
 
 
+def test_the_downstream_cards_show_the_intervals_their_reports_have():
+    """The fine-tuned, pruned and GLUE task cards: each figure with `<name>_ci95` beside it
+    shown with its interval; pruning's paired differences in words; none where there are
+    none."""
+    from bertcore.downstream.cards import finetuned_facts, glue_task_facts, pruned_facts
+    from bertcore.model.card import card_text
+
+    finetuned = card_text(finetuned_facts(
+        "f", {"task": "t", "pretrained": {"accuracy": 0.79, "accuracy_ci95": [0.75, 0.83],
+                                          "macro_f1": 0.78},
+              "scratch": {"accuracy": 0.5, "accuracy_ci95": [0.45, 0.55]}},
+        {"majority_class": {"accuracy": 0.5, "macro_f1": 0.33}}, {}))
+    assert "| test accuracy | 0.79 [0.75, 0.83] | 0.50 (majority class) |" in finetuned
+    assert "| test macro-F1 | 0.7800 | 0.3300 (majority class) |" in finetuned
+    assert "| test accuracy, same model from random init | 0.50 [0.45, 0.55] |  |" in finetuned
+    glue = card_text(glue_task_facts(
+        "g", "CoLA", {"CoLA": {"score": 20.1, "mcc": 20.1, "mcc_ci95": [15.0, 25.3]}},
+        {"tasks": {"CoLA": {"seeds": [1, 2, 3]}}}, {}))
+    assert "| CoLA mcc (dev, median of 3 seeds, x100) | 20.1 [15.0, 25.3] |  |" in glue
+    assert "| CoLA score (dev, median of 3 seeds, x100) | 20.1000 |  |" in glue
+    assert "CoLA mcc_ci95" not in glue
+    pruned = card_text(pruned_facts(
+        "p", {"val": {"mlm_accuracy": {"before": 0.261, "before_ci95": [0.255, 0.267],
+                                       "pruned": 0.236, "pruned_ci95": [0.23, 0.242]}},
+              "heads": {"before": 8, "removed": 4}, "parameters": {"before": 9, "after": 8}},
+        {"differences": {"mlm_accuracy": {"pruned": {"difference": -0.025,
+                                                     "ci95": [-0.029, -0.021],
+                                                     "verdict": "worse"}}}}, {}))
+    assert "| val MLM accuracy | 0.236 [0.230, 0.242] | 0.261 (before pruning) |" in pruned
+    assert ("- val MLM accuracy, pruned minus before: -0.025 [-0.029, -0.021] (worse)"
+            in pruned)
+    plain = card_text(pruned_facts("p", {"val": {"mlm_accuracy": {"before": 0.2608,
+                                                                  "pruned": 0.2362}}}, {}, {}))
+    assert "| val MLM accuracy | 0.2362 | 0.2608 (before pruning) |" in plain
+    assert "In brackets" not in plain and "What pruning changed" not in plain
+
+
 def test_a_report_is_carried_into_a_run_of_its_weights_once_never_twice(model, tmp_path):
     """Pretraining that wrote the weights a report scored logs it into its new run (DVC skips
     that stage); the stage run anyway afterwards adds no second point."""
