@@ -57,6 +57,19 @@ class Pairs:
         return self.pairs[i]
 
 
+def at_least(low: int):
+    """argparse's type for an integer >= `low` (a bad value: argparse's one-line error)."""
+
+    def integer(text: str) -> int:
+        value = int(text)
+        if value < low:
+            raise argparse.ArgumentTypeError(f"{text} is not an integer >= {low}")
+        return value
+
+    integer.__name__ = f"integer >= {low}"  # how argparse names it for a non-integer
+    return integer
+
+
 def timed(work) -> tuple[float, float, object]:
     wall, cpu = time.perf_counter(), time.process_time()
     result = work()
@@ -65,8 +78,8 @@ def timed(work) -> tuple[float, float, object]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--pairs", type=int, default=1172)
-    parser.add_argument("--passes", type=int, default=5)
+    parser.add_argument("--pairs", type=at_least(2), default=1172)
+    parser.add_argument("--passes", type=at_least(1), default=5)
     args = parser.parse_args()
     from bertcore.training.hardware.cpu import pin_cpu
 
