@@ -138,8 +138,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     commit = run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
     evaluation = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
-    assert list(evaluation) == ["mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy",
-                                "nsp_loss"]
+    assert list(evaluation) == [key for name in ("mlm_accuracy", "mlm_loss", "perplexity",
+                                                 "nsp_accuracy", "nsp_loss")
+                                for key in (name, f"{name}_ci95")]  # each with its interval
     baselines = json.loads((repo / "metrics" / "eval_details.json").read_text())
     assert 0 < baselines["mlm_baseline_accuracy"] < 1 and baselines["sequences"] > 0
     assert (repo / "models" / "hf" / "tokenizer.json").is_file()
