@@ -2,12 +2,14 @@
 With BERT's second phase on (samples in `phase2/` of the samples folder), it scores the
 model at both lengths: at the second under `length_<N>` in both files.
 
-Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`) and, beside it,
-`metrics/eval_details.json` (the baselines they are read against, and how much was scored),
-and logs both into the MLflow run that trained the model (found by the sha256 of its weights,
-the run's tag `model.sha256`: see `bertcore/model/model_run.py`): the scores as results
-at the model's last step (`eval_mlm_accuracy`, ...), the details as tags
-(`eval.mlm_baseline_accuracy`, ...), both files as artifacts.
+Writes `metrics/eval.json` (the scores: `dvc metrics`, `dvc exp show`, each with its 95%
+interval beside it, `mlm_accuracy_ci95`) and, beside it, `metrics/eval_details.json` (the
+baselines they are read against, and how much was scored) and `metrics/eval_items.json` (what
+the model got on each val pair, which the intervals are drawn from), and logs them into the
+MLflow run that trained the model (found by the sha256 of its weights, the run's tag
+`model.sha256`: see `bertcore/model/model_run.py`): the scores as results at the model's last
+step (`eval_mlm_accuracy`, `eval_mlm_accuracy_ci95_low`, ...), the details as tags
+(`eval.mlm_baseline_accuracy`, ...), the files as artifacts.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ PARAMS = {"masking": MaskingConfig, "eval": EvalConfig, "cpu": CpuConfig,
 @vocab_option
 @file_option("--out", "out_file", "metrics/eval.json",
              "Where the scores go (dvc metrics); baselines and counts go beside it, in "
-             "NAME_details.json.")
+             "NAME_details.json, and each val pair's outcomes in NAME_items.json.")
 @device_option
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, overrides):

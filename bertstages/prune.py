@@ -4,9 +4,11 @@ pretrain the pruned model a little more, and measure what it cost and what it sa
 Reads the sections prune, masking, eval (the val metrics' batch size and masks), train (the
 optimizer settings of the recovery steps) and tracking. Writes `models/pruned/` (Hugging Face
 format: full shapes with the pruned heads zeroed, `pruned_heads` in config.json; bertcore
-loads it back as the smaller model), `metrics/prune.json` (heads, val metrics and parameters,
-before and after) and `metrics/prune_details.json` (which heads went, their importance, the
-settings), and logs a child run of the pretraining run in MLflow, with the throughput before
+loads it back as the smaller model), `metrics/prune.json` (heads, val metrics with their 95%
+intervals, and parameters, before and after), `metrics/prune_details.json` (which heads went,
+their importance, the settings, what pruning changed on the val split with the paired
+interval of each difference) and `metrics/prune_items.json` (each val pair's outcomes), and
+logs a child run of the pretraining run in MLflow, with the throughput before
 and after and the seconds of each phase (measurements of the machine: not in the files).
 """
 
@@ -42,7 +44,8 @@ PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
                "Where the pruned model goes (Hugging Face format, pruned heads zeroed).")
 @file_option("--metrics", "metrics_file", "metrics/prune.json",
              "Heads, parameters, val metrics and throughput before/after (dvc metrics); the "
-             "pruned heads, importance and settings go beside it, in NAME_details.json.")
+             "pruned heads, importance and settings go beside it, in NAME_details.json, and "
+             "each val pair's outcomes in NAME_items.json.")
 @stage_options
 def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_file, overrides):
     """Prune the least important attention heads of the pretrained model."""

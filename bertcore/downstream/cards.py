@@ -1,14 +1,15 @@
 """What the model cards of the downstream stages' folders say (`model/card.py` writes them):
 the fine-tuned classifier (models/finetuned), the pruned model (models/pruned) and each GLUE
 task's median-seed model (models/glue/<Task>), each with its own figures beside their
-baselines, built from the report the stage writes beside it."""
+baselines (with their 95% intervals where the report has them, `<name>_ci95`), built from the
+report the stage writes beside it."""
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from typing import Any
 
-from bertcore.model.card import CardFacts, figure_of
+from bertcore.model.card import CardFacts, figure_at, figure_of, interval_text
 
 CLASSIFIER_LOAD = """\
 from transformers import pipeline
@@ -42,16 +43,16 @@ def finetuned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[st
     words = details.get("bag_of_words") or {}
     pretrained, scratch = metrics.get("pretrained") or {}, metrics.get("scratch") or {}
     task = metrics.get("task", "")
-    figures = [*figure_of("test accuracy", pretrained.get("accuracy"), majority.get("accuracy"),
+    figures = [*figure_at("test accuracy", pretrained, "accuracy", majority.get("accuracy"),
                           "majority class", dataset=task),
-               *figure_of("test macro-F1", pretrained.get("macro_f1"), majority.get("macro_f1"),
+               *figure_at("test macro-F1", pretrained, "macro_f1", majority.get("macro_f1"),
                           "majority class", metric_type="f1", dataset=task),
-               *figure_of("test accuracy, same model from random init", scratch.get("accuracy"),
+               *figure_at("test accuracy, same model from random init", scratch, "accuracy",
                           words.get("accuracy"), "TF-IDF bag of words", dataset=task)]
     for key in ("pearson", "spearman"):  # a regression task (finetune.task)
-        figures += [*figure_of(f"test {key}", pretrained.get(key), words.get(key),
+        figures += [*figure_at(f"test {key}", pretrained, key, words.get(key),
                                "bag-of-words regression", metric_type=key, dataset=task),
-                    *figure_of(f"test {key}, same model from random init", scratch.get(key),
+                    *figure_at(f"test {key}, same model from random init", scratch, key,
                                metric_type=key, dataset=task)]
     labels = (f"scores from {data['label_range'][0]:g} to {data['label_range'][1]:g}"
               if "label_range" in data else
@@ -86,26 +87,49 @@ def _finetuned_seeds(details: Mapping[str, Any], key: str) -> dict[str, str]:
 
 def pruned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
                  reproduce: Mapping[str, Any]) -> CardFacts:
-    """The card of the prune stage's model: its val figures beside the unpruned model's, and
-    how to get its saving."""
+    """The card of the prune stage's model: its val figures (with their intervals, where the
+    report has them) beside the unpruned model's, what pruning changed (the paired interval
+    of the difference, where the details have it), and how to get its saving."""
     val, heads = metrics.get("val") or {}, metrics.get("heads") or {}
     parameters = metrics.get("parameters") or {}
     figures = []
     for key, name in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy")):
         scores = val.get(key) or {}
-        final = scores.get("recovered", scores.get("pruned"))
-        figures += figure_of(name, final, scores.get("before"), "before pruning")
+        final = "recovered" if "recovered" in scores else "pruned"
+        figures += figure_at(name, scores, final, scores.get("before"), "before pruning")
     saving = (f"{heads.get('removed')} of {heads.get('before')} attention heads removed "
               f"(Michel et al. 2019: the least important by their gate's gradient); "
               f"parameters {parameters.get('before'):,} before, {parameters.get('after'):,} "
               "after" if isinstance(parameters.get("after"), int) else "")
+    changes = _pruning_changes(details.get("differences"))
     return CardFacts(
         name="pruned", title="BERT with attention heads pruned",
         summary=("The pipeline's pretrained BERT with its least important attention heads "
                  "removed, then trained a few steps to recover (the prune stage)."),
         pipeline_tag="fill-mask", figures=figures,
-        sections={"Pruning": saving, "Getting the saving (transformers 5)": PRUNED_NOTE},
+        sections={"Pruning": saving + (f"\n\n{changes}" if changes else ""),
+                  "Getting the saving (transformers 5)": PRUNED_NOTE},
         load=PRUNED_LOAD.format(folder=folder), reproduce=reproduce)
+
+
+def _pruning_changes(differences: Any) -> str:
+    """What pruning changed on the val split, each difference with its paired 95% interval
+    (prune_details.json's `differences`); "" without them."""
+    if not isinstance(differences, Mapping):
+        return ""
+    lines = []
+    for key, name in (("mlm_accuracy", "MLM accuracy"), ("nsp_accuracy", "NSP accuracy")):
+        for phase, change in (differences.get(key) or {}).items():
+            found = change if isinstance(change, Mapping) else {}
+            figure = figure_of(name, found.get("difference"), interval=found.get("ci95"))
+            if figure and figure[0].interval is not None:
+                lines.append(f"- val {name}, {phase} minus before: "
+                             f"{interval_text(figure[0].value, *figure[0].interval, signed=True)}"
+                             f" ({found.get('verdict')})")
+    if not lines:
+        return ""
+    return ("What pruning changed, each difference with its 95% interval over the same val "
+            "pairs resampled together (paired):\n\n" + "\n".join(lines))
 
 
 def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
@@ -114,9 +138,9 @@ def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
     scores = metrics.get(task) or {}
     about = details.get("tasks", {}).get(task) or {}
     seeds = about.get("seeds", [])
-    figures = [figure for column, value in scores.items()
-               for figure in figure_of(f"{task} {column} (dev, median of {len(seeds)} seeds, "
-                                       "x100)", value, metric_type=column,
+    figures = [figure for column in scores if not column.endswith("_ci95")
+               for figure in figure_at(f"{task} {column} (dev, median of {len(seeds)} seeds, "
+                                       "x100)", scores, column, metric_type=column,
                                        dataset=f"GLUE {task} dev")]
     spread = about.get("score") or {}
     sections = {"Seeds": f"Seeds {seeds}: score min {spread.get('min')}, median "

@@ -2,6 +2,11 @@
 prune, measure what it cost (val metrics) and saved (throughput), optionally recover with a
 few pretraining steps, and build the stage's report (`prune_pretrained`: the whole stage). The
 pruning itself is `bertcore.downstream.heads`.
+
+The val figures are measured val pair by val pair (metrics/prune_items.json), on the item set
+of the evaluate stage (`val_item_set`: the same pairs and masks), so each has its interval,
+and what pruning cost (pruned - before, recovered - before) its paired interval: the same
+pairs before and after, resampled together.
 """
 
 from __future__ import annotations
@@ -16,12 +21,15 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
-from bertcore.common.report import write_report
+from bertcore.common.intervals import Estimate, difference, verdict
+from bertcore.common.outcomes import ItemSet, StageItems
+from bertcore.common.report import with_items, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.samples.verify import SamplesCheck
@@ -44,8 +52,16 @@ from bertcore.model.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
-from bertcore.training.evaluation.metrics import EvalConfig, EvalMetrics, evaluate, val_batches
-from bertcore.training.run.heldout import val_split
+from bertcore.training.evaluation.metrics import (
+    SCORE_STATISTICS,
+    EvalConfig,
+    EvalMetrics,
+    SequenceOutcomes,
+    evaluate,
+    score_figure,
+    val_batches,
+)
+from bertcore.training.run.heldout import val_item_set, val_split
 
 VAL_KEYS = ("mlm_accuracy", "mlm_loss", "nsp_accuracy")
 
@@ -63,11 +79,14 @@ class PruneData:
     vocab: VocabSpec
     masking: MaskingConfig
     eval: EvalConfig
+    val_items: ItemSet  # the val split's item set with the masks of `eval.seed`
 
 
 @dataclass
 class PruneOutcome:
-    """What a pruning run did and measured; the model itself was pruned in place."""
+    """What a pruning run did and measured; the model itself was pruned in place. `outcomes`:
+    what each model measured (before, pruned, recovered) got on each val pair
+    (`SequenceOutcomes.columns`)."""
 
     original: BertPretrainingModel  # a copy from before
     steps: PruneSteps
@@ -77,6 +96,13 @@ class PruneOutcome:
     speed: dict[str, dict[str, list[float]]]  # model -> kind -> sequences/s per round
     throughput_batch: dict[str, int]  # sequences and tokens of the batch timed
     seconds: dict[str, float]
+    outcomes: dict[str, dict[str, np.ndarray]]
+    val_items: ItemSet
+
+    def phases(self) -> dict[str, EvalMetrics]:
+        """The models measured, by phase: before, pruned and, when it ran, recovered."""
+        phases = {"before": self.before, "pruned": self.pruned, "recovered": self.recovered}
+        return {phase: metrics for phase, metrics in phases.items() if metrics is not None}
 
 
 def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfig,
@@ -100,12 +126,18 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
         finally:
             seconds[name] = round(seconds.get(name, 0.0) + (time.perf_counter() - started), 1)
 
-    def val_metrics(m: BertPretrainingModel) -> EvalMetrics:
+    outcomes: dict[str, dict[str, np.ndarray]] = {}
+
+    def val_metrics(m: BertPretrainingModel, measured: str) -> EvalMetrics:
+        """`m`'s val metrics, and what it got on each val pair as `outcomes[measured]`."""
         with phase("val_metrics"):
-            return evaluate(m, val, device, autocast)
+            items = SequenceOutcomes()
+            metrics = evaluate(m, val, device, autocast, items=items)
+            outcomes[measured] = items.columns()
+            return metrics
 
     original = copy.deepcopy(model)
-    before = val_metrics(model)
+    before = val_metrics(model, "before")
     with phase("importance_and_pruning"):
         steps = prune_by_importance(
             model, lambda m: head_importance(m, score_batches, device), config.fraction,
@@ -115,7 +147,8 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
                   "tokens": int(timed["attention_mask"].sum())}
     # No head removed: the same model, so the same metrics and speed (timing it twice would
     # measure only the machine's noise), and nothing to recover from.
-    pruned = val_metrics(model) if steps.removed else before
+    pruned = val_metrics(model, "pruned") if steps.removed else before
+    outcomes.setdefault("pruned", outcomes["before"])
     timed_models = {"before": original, "after": model} if steps.removed else {"before": original}
     with phase("throughput"):
         speed = throughput(timed_models, timed, device, config.throughput_steps)
@@ -126,9 +159,9 @@ def run_pruning(model: BertPretrainingModel, data: PruneData, config: PruneConfi
         with phase("recovery"):
             recover(model, recovery, train, config.recovery_steps,
                     config.recovery_learning_rate, device, seed=config.seed)
-        recovered = val_metrics(model)
+        recovered = val_metrics(model, "recovered")
     return PruneOutcome(original, steps, before, pruned, recovered, speed, timed_size,
-                        seconds)
+                        seconds, outcomes, data.val_items)
 
 
 def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: PruneConfig
@@ -140,11 +173,11 @@ def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: Pru
     bytes for the same params and data."""
     original = outcome.original
     total, after = sum(original.config.heads_per_layer), sum(model.config.heads_per_layer)
-    phases = {"before": outcome.before, "pruned": outcome.pruned, "recovered": outcome.recovered}
+    phases = outcome.phases()
     metrics = {
         "heads": {"before": total, "after": after, "removed": total - after,
                   "removed_fraction": (total - after) / total},
-        "val": {key: {phase: getattr(m, key) for phase, m in phases.items() if m is not None}
+        "val": {key: {phase: getattr(m, key) for phase, m in phases.items()}
                 for key in VAL_KEYS},
         "parameters": {"before": original.num_parameters(), "after": model.num_parameters()},
         "heads_per_layer": {"before": original.config.heads_per_layer,
@@ -175,6 +208,45 @@ def prune_report(outcome: PruneOutcome, model: BertPretrainingModel, config: Pru
     return metrics, details, timing
 
 
+def prune_items(outcome: PruneOutcome) -> StageItems:
+    """metrics/prune_items.json: each val figure of prune.json (`val.mlm_accuracy.before`,
+    ...) as a figure of the val pairs, all on the one set `val` (evaluate's)."""
+    items = StageItems("prune", sets={"val": outcome.val_items})
+    for key in VAL_KEYS:
+        for phase in outcome.phases():
+            items.figures[f"val.{key}.{phase}"] = score_figure(key, "val",
+                                                               outcome.outcomes[phase])
+    return items
+
+
+def val_differences(items: StageItems) -> dict[str, dict[str, Estimate]]:
+    """What pruning (and recovering) changed: each val figure of `items` after minus before,
+    with the interval of the difference paired over the same val pairs -> key -> phase."""
+    changes: dict[str, dict[str, Estimate]] = {}
+    for key in VAL_KEYS:
+        before = items.figures[f"val.{key}.before"].runs
+        changes[key] = {phase: difference(before, items.figures[f"val.{key}.{phase}"].runs,
+                                          same_items=True)
+                        for phase in ("pruned", "recovered") if f"val.{key}.{phase}" in
+                        items.figures}
+    return changes
+
+
+def differences_report(changes: dict[str, dict[str, Estimate]]) -> dict[str, Any]:
+    """prune_details.json's `differences`: each change to the precision its interval
+    supports, with the interval and whether it is beyond the noise (`worse`, `better`: the
+    interval excludes 0) or `within noise`."""
+    return {key: {phase: {"difference": found.rounded().value, "ci95": found.interval(),
+                          "verdict": _verdict(key, found)}
+                  for phase, found in by_phase.items()}
+            for key, by_phase in changes.items()}
+
+
+def _verdict(key: str, change: Estimate) -> str:
+    """`worse`, `better` (the change's interval excludes 0) or `within noise`."""
+    return verdict(change, SCORE_STATISTICS[key][2]).removeprefix("B ")
+
+
 @dataclass(frozen=True)
 class PrunePaths:
     """What the prune stage reads and writes."""
@@ -189,34 +261,50 @@ class PrunePaths:
 @dataclass(frozen=True)
 class PruneStageOutcome:
     """What the prune stage did: the pruning and its report (`metrics`, and `timing`, which is
-    not in the files)."""
+    not in the files), each val figure with its interval (`estimates`: `val.mlm_accuracy.before`,
+    ...) and what pruning changed (`changes`: `val_differences`)."""
 
     outcome: PruneOutcome
     config: PruneConfig
     metrics: dict[str, Any]
     timing: dict[str, Any]
+    estimates: dict[str, Estimate]
+    changes: dict[str, dict[str, Estimate]]
 
     def summary(self) -> str:
-        """The heads, parameters, val MLM accuracy and speed, before and after, in words."""
+        """The heads, parameters, val MLM and NSP accuracy with their intervals and the paired
+        interval of what pruning changed, and the speed, before and after, in words."""
         outcome, metrics, config = self.outcome, self.metrics, self.config
         heads = metrics["heads_per_layer"]
         if not outcome.steps.removed:  # `prune.fraction` asked for fewer than one head
             return (f"prune.fraction {config.fraction} of {metrics['heads']['before']} heads "
                     f"removes none: the model is written unchanged, with no recovery steps")
-        before, pruned, recovered = outcome.before, outcome.pruned, outcome.recovered
         speed = self.timing["throughput"]["train_step_sequences_per_s"]
         noise = (f" (within noise: x{speed['low']:.2f} to x{speed['high']:.2f} over rounds "
                  "timed side by side)" if speed["within_noise"] else "")
+        measured = " -> ".join(self.outcome.phases())
+        if self.outcome.recovered:
+            measured += f" after {config.recovery_steps} steps"
         return (
             f"heads per layer {heads['before']} -> {heads['after']}, "
             f"{metrics['parameters']['before']:,} -> {metrics['parameters']['after']:,} "
-            f"parameters; val MLM accuracy {before.mlm_accuracy:.4f} -> "
-            f"{pruned.mlm_accuracy:.4f}"
-            + (f" -> {recovered.mlm_accuracy:.4f} after {config.recovery_steps} recovery steps"
-               if recovered else "")
+            f"parameters; val ({measured}) {self._val('MLM accuracy', 'mlm_accuracy')}, "
+            f"{self._val('NSP accuracy', 'nsp_accuracy')}"
             + f"; train step x{speed['speedup']:.2f}{noise}. " + TRANSFORMERS_NOTE.format(
                 **metrics["parameters"])
         )
+
+    def _val(self, name: str, key: str) -> str:
+        """`MLM accuracy 0.261 [0.255, 0.267] -> 0.236 [...] -> 0.243 [...] (pruned - before
+        -0.025 [-0.029, -0.020], worse; recovered - before ...)`."""
+        values = []
+        for phase, measured in self.outcome.phases().items():
+            found = self.estimates[f"val.{key}.{phase}"]
+            values.append(Estimate(getattr(measured, key), found.low, found.high).text())
+        changes = "; ".join(f"{phase} - before {change.text(signed=True)}, "
+                            f"{_verdict(key, change)}"
+                            for phase, change in self.changes[key].items())
+        return f"{name} {' -> '.join(values)} ({changes})"
 
 
 def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: EvalConfig,
@@ -228,7 +316,7 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
     None)."""
     # the train and val splits, checked to fit the vocabulary and to fill a batch
     samples_dir = Path(paths.samples_dir)
-    SamplesCheck(paths.vocab_dir)(samples_dir)
+    meta = SamplesCheck(paths.vocab_dir)(samples_dir)
     train_store, val_store = SampleStore(samples_dir / "train"), val_split(samples_dir)
     if len(train_store) < config.batch_size:
         raise BertError(f"only {len(train_store)} training samples for prune.batch_size="
@@ -239,29 +327,42 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
                         "pretrained model")
     device = resolve_device(config.device, setting="prune.device")
     model.to(device)
-    data = PruneData(train_store, val_store, VocabSpec.from_tokens(tokens), masking, eval_config)
+    vocab = VocabSpec.from_tokens(tokens)
+    val_items = val_item_set(val_store, meta["arrays_sha256"]["val"], masking, eval_config,
+                             meta["max_seq_length"])
+    data = PruneData(train_store, val_store, vocab, masking, eval_config, val_items)
     runs = DownstreamTracking(target, paths.model_dir, "prune",
                               flatten({"prune": dataclasses.asdict(config)}))
     with runs.failing_on_error():
         outcome = run_pruning(model, data, config, train, device)
     metrics, details, timing = prune_report(outcome, model, config)
+    items = prune_items(outcome)
+    changes = val_differences(items)
+    details["differences"] = differences_report(changes)
+    metrics, details, estimates = with_items(metrics, details, items)
     card = pruned_facts(str(paths.out_dir), metrics, details, {"prune": dataclasses.asdict(config)})
     with atomic_dir(paths.out_dir) as staging:
         export_hf(model.cpu(), staging, paths.vocab_dir)
         write_card(staging, card)
-    files = write_report(paths.metrics_file, "prune", metrics, details)
-    runs.finish(files, _headline(outcome, timing), {**details, **timing})
-    return PruneStageOutcome(outcome, config, metrics, timing)
+    files = write_report(paths.metrics_file, "prune", metrics, details, items)
+    runs.finish(files, _headline(outcome, metrics, timing), {**details, **timing})
+    return PruneStageOutcome(outcome, config, metrics, timing, estimates, changes)
 
 
-def _headline(outcome: PruneOutcome, timing: dict[str, Any]) -> dict[str, float]:
-    """The results MLflow gets: the final val metrics and the speedups."""
+def _headline(outcome: PruneOutcome, metrics: dict[str, Any], timing: dict[str, Any]
+              ) -> dict[str, float]:
+    """The results MLflow gets: the final val metrics with their intervals' ends
+    (`val_mlm_accuracy_ci95_low`, ...) and the speedups."""
+    final = "recovered" if outcome.recovered else "pruned"
+    results = {}
+    for key in VAL_KEYS:
+        scores = metrics["val"][key]
+        results[f"val_{key}"] = scores[final]
+        results[f"val_{key}_ci95_low"], results[f"val_{key}_ci95_high"] = scores[f"{final}_ci95"]
     throughputs = timing["throughput"]
-    return {
-        **{f"val_{key}": getattr(outcome.recovered or outcome.pruned, key) for key in VAL_KEYS},
-        "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
-        "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"],
-    }
+    return {**results,
+            "forward_speedup": throughputs["forward_sequences_per_s"]["speedup"],
+            "train_step_speedup": throughputs["train_step_sequences_per_s"]["speedup"]}
 
 
 # transformers 5 has no head pruning: measured (docs/prune.md), it loads the folder's zeroed heads

@@ -1,13 +1,16 @@
 """A Hugging Face model card (README.md) for a model folder the pipeline writes: the metadata
 block the Hub reads (library, pipeline tag, language, the results as its `model-index`), then
-what the model is, what it was trained on, its figures beside their baselines, how to load
-it and what reproduces it. Only facts that are the same for the same params go into it (no
+what the model is, what it was trained on, its figures beside their baselines (each with its
+95% interval where the report has one: `<name>_ci95` beside the figure), how to load it and
+what reproduces it. Only facts that are the same for the same params go into it (no
 date, no machine, no run id), so the folder stays the same bytes for the same params; the
 git commit goes only into the copy logged to MLflow (`with_commit`)."""
 
 from __future__ import annotations
 
+import decimal
 import json
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -16,8 +19,11 @@ from typing import Any
 import yaml
 
 from bertcore.common.atomic import atomic_file
+from bertcore.common.intervals import Estimate
 
 CARD_NAME = "README.md"
+INTERVALS_NOTE = ("In brackets: the 95% interval of the figure over the items it was measured "
+                  "on (the bootstrap), each figure to the precision its interval supports.")
 
 
 @dataclass(frozen=True)
@@ -30,6 +36,47 @@ class Figure:
     baseline_name: str = ""  # "most frequent token"
     metric_type: str = "accuracy"  # the Hub's metric type (accuracy, f1, ...)
     dataset: str = "held-out val split"
+    interval: tuple[float, float] | None = None  # its 95% interval, where the report has one
+
+    def value_text(self) -> str:
+        """`0.2608`, or with an interval `0.261 [0.255, 0.267]` (the precision it supports)."""
+        if self.interval is None:
+            return f"{self.value:.4f}"
+        return interval_text(self.value, *self.interval)
+
+    def baseline_text(self) -> str:
+        """The baseline to the figure's precision, and what it is; "" without one."""
+        if self.baseline is None:
+            return ""
+        decimals = 4 if self.interval is None else written_decimals(self.value, *self.interval)
+        return f"{self.baseline:.{decimals}f} ({self.baseline_name})"
+
+
+def interval_text(value: float, low: float, high: float, signed: bool = False) -> str:
+    """A figure and its interval as a report wrote them, shown as the stage showed them:
+    `0.261 [0.255, 0.267]`, to the decimals they were written with (`written_decimals`)."""
+    decimals, sign = written_decimals(value, low, high), "+" if signed else ""
+    return (f"{value:{sign}.{decimals}f} [{low:{sign}.{decimals}f}, "
+            f"{high:{sign}.{decimals}f}]")
+
+
+def written_decimals(value: float, low: float, high: float) -> int:
+    """The decimals a report rounded a figure and its interval to (`Estimate.rounded`: those
+    its interval supported), from the numbers as written. Recomputed from the rounded ends,
+    the half-width can cross a power of ten (a decimal more or fewer than written); the
+    numbers as JSON writes them drop trailing zeros (fewer): the more of the two, but at most
+    one less than recomputed, is what was written, unless all three ended in 0."""
+    recomputed = Estimate(value, low, high).decimals
+    if not high > low:  # no width: nothing was rounded to it
+        return recomputed
+    shown = max(_decimals_shown(number) for number in (value, low, high))
+    return max(shown, recomputed - 1)
+
+
+def _decimals_shown(number: float) -> int:
+    """The decimals of `number` as JSON writes it (the shortest repr): 0.26 -> 2, 81.0 -> 0."""
+    exponent = decimal.Decimal(repr(float(number))).normalize().as_tuple().exponent
+    return max(0, -int(exponent))
 
 
 @dataclass(frozen=True)
@@ -61,10 +108,10 @@ def card_text(facts: CardFacts, commit: str | None = None) -> str:
     body = [f"# {facts.title}", "", facts.summary, ""]
     if facts.figures:
         body += ["## Results", "", "| figure | value | baseline |", "| --- | --- | --- |"]
-        body += [f"| {f.name} | {f.value:.4f} | " + (
-            f"{f.baseline:.4f} ({f.baseline_name})" if f.baseline is not None else "") + " |"
-            for f in facts.figures]
+        body += [f"| {f.name} | {f.value_text()} | {f.baseline_text()} |" for f in facts.figures]
         body.append("")
+        if any(f.interval is not None for f in facts.figures):
+            body += [INTERVALS_NOTE, ""]
     for title, text in facts.sections.items():
         body += [f"## {title}", "", text, ""]
     if facts.load:
@@ -90,9 +137,28 @@ def write_card(folder: str | Path, facts: CardFacts) -> Path:
 
 
 def figure_of(name: str, value: Any, baseline: Any = None, baseline_name: str = "",
-              **more: Any) -> list[Figure]:
-    """[Figure] when `value` is a number, [] when the report has none."""
-    if not isinstance(value, int | float) or isinstance(value, bool):
+              interval: Any = None, **more: Any) -> list[Figure]:
+    """[Figure] when `value` is a number, [] when the report has none; `interval` kept when it
+    is two numbers ([low, high], as a report's `<name>_ci95`)."""
+    if not _number(value):
         return []
     base = baseline if isinstance(baseline, int | float) else None
-    return [Figure(name, float(value), base, baseline_name if base is not None else "", **more)]
+    ends = (tuple(float(end) for end in interval)
+            if isinstance(interval, list | tuple) and len(interval) == 2
+            and all(_number(end) and math.isfinite(end) for end in interval) else None)
+    return [Figure(name, float(value), base, baseline_name if base is not None else "",
+                   interval=ends, **more)]
+
+
+def figure_at(name: str, scores: Any, key: str, baseline: Any = None, baseline_name: str = "",
+              **more: Any) -> list[Figure]:
+    """`figure_of` the report's `scores[key]`, with its interval `scores[key + "_ci95"]` when
+    the report has one beside it; [] when `scores` is no mapping or has no such number."""
+    if not isinstance(scores, Mapping):
+        return []
+    return figure_of(name, scores.get(key), baseline, baseline_name,
+                     scores.get(f"{key}_ci95"), **more)
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)

@@ -12,6 +12,8 @@ from helpers.bert import REPO
 @pytest.mark.parametrize("script, args, said", [
     ("epoch_order.py", ["--samples", "0"], "argument --samples: 0 is not an integer >= 1"),
     ("epoch_order.py", ["--samples", "10"], "--samples 10 is fewer than --batch-size 256"),
+    ("eval_items.py", ["--pairs", "1"], "argument --pairs: 1 is not an integer >= 2"),
+    ("eval_items.py", ["--passes", "x"], "argument --passes: invalid integer >= 1 value: 'x'"),
     ("scale.py", ["--gb", "0"], "argument --gb: 0 is not a number > 0"),
     ("scale.py", ["--workers", "0"], "argument --workers: 0 is not an integer >= 1"),
     ("scale.py", ["--workers", "abc"], "argument --workers: 'abc' is not a comma-separated "

@@ -20,6 +20,8 @@ from helpers import preloaded
 from helpers.bert import _PAUSE_AT
 from test_pipeline import DVC, VENV_BIN, new_repo, run, tiny_pipeline_params
 
+from bertcore.model.card import written_decimals
+
 pytestmark = [pytest.mark.skipif(DVC is None, reason="dvc is not installed"), pytest.mark.slow]
 
 PHASE2 = {"enabled": True, "max_seq_length": 64, "max_steps": 6, "batch_size": 4,
@@ -55,15 +57,18 @@ def test_a_two_phase_repro_evaluates_at_both_lengths(straight):
     assert json.loads((repo / "data/samples/phase2/meta.json").read_text())[
         "max_seq_length"] == 64
     scores = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
-    assert set(scores["length_64"]) == {"mlm_accuracy", "mlm_loss", "perplexity",
-                                        "nsp_accuracy", "nsp_loss"}
+    names = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
+    assert set(scores["length_64"]) == {*names, *(f"{name}_ci95" for name in names)}
     # the MLM slots grow with the length: 5 at 32 tokens, 10 at 64 (30% of ~60 tokens: 18)
     details = json.loads((repo / "metrics" / "eval_details.json").read_text())["length_64"]
     assert details["mlm_predictions"] > 5 * details["sequences"]
     # the same slots in the periodic evaluation of phase 2: its last is the model's score
     last = (repo / "metrics" / "pretrain_eval.tsv").read_text().splitlines()[-1].split("\t")
     assert int(last[0]) == 12
-    assert float(last[1]) == pytest.approx(scores["length_64"]["mlm_loss"], rel=1e-6)
+    # (eval.json's to the precision its interval supports)
+    loss = scores["length_64"]["mlm_loss"]
+    assert round(float(last[1]), written_decimals(
+        loss, *scores["length_64"]["mlm_loss_ci95"])) == pytest.approx(loss, abs=1e-12)
     assert json.loads((repo / "metrics" / "pretrain.json").read_text())["pretrain"]["steps"] == 12
     assert json.loads((repo / "models/hf/config.json").read_text())[
         "max_position_embeddings"] == 64

@@ -138,8 +138,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     commit = run(["git", "rev-parse", "HEAD"], repo, env).stdout.strip()
 
     evaluation = json.loads((repo / "metrics" / "eval.json").read_text())["eval"]
-    assert list(evaluation) == ["mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy",
-                                "nsp_loss"]
+    assert list(evaluation) == [key for name in ("mlm_accuracy", "mlm_loss", "perplexity",
+                                                 "nsp_accuracy", "nsp_loss")
+                                for key in (name, f"{name}_ci95")]  # each with its interval
     baselines = json.loads((repo / "metrics" / "eval_details.json").read_text())
     assert 0 < baselines["mlm_baseline_accuracy"] < 1 and baselines["sequences"] > 0
     assert (repo / "models" / "hf" / "tokenizer.json").is_file()
@@ -192,18 +193,19 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
         assert {a.path for a in client.list_artifacts(r.info.run_id, "plots")} == {
             "plots/pretrain_loss.png", "plots/pretrain_accuracy.png", "plots/pretrain_probes.png"}
     # pretraining: 8 train/ columns, lr, epoch, tokens_per_s_per_process, 5 val/ curves and
-    # the 4 of the probes (eval.probe_sentences); prune trains no curve; finetune two
+    # the 4 of the probes (eval.probe_sentences); prune trains no curve; finetune two per seed
     # (pretrained, scratch)
+    seeds = tiny_pipeline_params()["finetune"]["seeds"]
     for r in everything:
         stage = r.info.run_name.partition("-")[0] if "mlflow.parentRunId" in r.data.tags else ""
-        curves = {"prune": 0, "finetune": 2}.get(stage, 20)
+        curves = {"prune": 0, "finetune": 2 * seeds}.get(stage, 20)
         assert_metrics_are_curves_or_results(client, r, curves)
     # the evaluation's baselines and counts: tags of the run, and a JSON artifact
     assert float(runs[1].data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
         baselines["mlm_baseline_accuracy"], rel=1e-5)
     assert {a.path for a in client.list_artifacts(runs[1].info.run_id, "metrics")} == {
-        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
-        "metrics/probe_details.json", "metrics/probe_items.json"}
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/eval_items.json",
+        "metrics/probe.json", "metrics/probe_details.json", "metrics/probe_items.json"}
     assert runs[0].data.tags["mlflow.source.git.commit"] == commit
     assert runs[0].data.tags["mlflow.source.name"] == "dvc.yaml:pretrain"
     assert_the_models_are_mlflow_models(client, runs[0], everything, commit, repo, env)
@@ -313,8 +315,9 @@ def test_a_fresh_clone_s_mlflow_run_holds_the_reports_dvc_skips(reproduced_again
     assert float(pretraining.data.tags["eval.mlm_baseline_accuracy"]) == pytest.approx(
         details["mlm_baseline_accuracy"], rel=1e-5)
     assert {a.path for a in client.list_artifacts(pretraining.info.run_id, "metrics")} == {
-        "metrics/eval.json", "metrics/eval_details.json", "metrics/probe.json",
-        "metrics/probe_details.json", "metrics/probe_items.json"}
+        "metrics/eval.json", "metrics/eval_details.json", "metrics/eval_items.json",
+        "metrics/probe.json", "metrics/probe_details.json", "metrics/probe_items.json"}
+    assert results["eval_mlm_accuracy_ci95_low"] == evaluation["mlm_accuracy_ci95"][0]
 
     run([DVC, "repro", "-f", "-s", "evaluate"], clone, env)  # the same report, logged again
     history = client.get_metric_history(pretraining.info.run_id, "eval_mlm_accuracy")

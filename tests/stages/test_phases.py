@@ -26,8 +26,10 @@ from helpers.tiny_pretrain import build_data, write_params
 from safetensors.torch import load_file
 
 from bertcore.common.digests import file_sha256
+from bertcore.common.outcomes import read_items
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore, read_meta
+from bertcore.model.card import interval_text
 from bertcore.model.hf import load_model
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.loop.schedule import learning_rate
@@ -291,8 +293,12 @@ def test_evaluate_names_the_length_of_each_score(straight, tmp_path):
     assert first.startswith("evaluate (length 32): MLM accuracy ")
     assert second.startswith("evaluate (length 64): MLM accuracy ")
     scores = json.loads((tmp_path / "eval.json").read_text())["eval"]
-    assert f"MLM accuracy {scores['mlm_accuracy']:.4f}" in first
-    assert f"MLM accuracy {scores['length_64']['mlm_accuracy']:.4f}" in second
+    # each with its interval, to the precision the interval supports
+    for line, written in ((first, scores), (second, scores["length_64"])):
+        mlm = interval_text(written["mlm_accuracy"], *written["mlm_accuracy_ci95"])
+        assert f"MLM accuracy {mlm}" in line
+    items = read_items(tmp_path / "eval_items.json")
+    assert list(items.sets) == ["val", "val_length_64"]
 
 
 def test_the_samples_stage_builds_phase_2s_beside_phase_1s_untouched(data, tmp_path):

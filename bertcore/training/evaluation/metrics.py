@@ -5,6 +5,10 @@ two evaluations differ only because the model did. Sums and counts are accumulat
 all batches (and all processes) before dividing, so the result does not depend on the batch
 size. Two baselines tell whether the model learned anything: always predicting the most
 frequent masked token, and always predicting the more frequent NSP class.
+
+Asked for (`evaluate(..., items=SequenceOutcomes())`: the evaluate and prune stages), it also
+records what the model got on each sequence, from which each score has its interval
+(`bertcore.common.intervals`): the sums above are these, added up.
 """
 
 from __future__ import annotations
@@ -15,9 +19,12 @@ from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Protocol
 
+import numpy as np
 import torch
+import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from bertcore.common.outcomes import Figure, one_run
 from bertcore.model.bert import IGNORE_INDEX
 from bertcore.model.devices import autocast
 from bertcore.training.config import EvalConfig, MaskingConfig
@@ -55,6 +62,15 @@ class EvalMetrics:
 
 
 SCORES = ("mlm_accuracy", "mlm_loss", "perplexity", "nsp_accuracy", "nsp_loss")
+# each score as a statistic of the per-sequence columns of `SequenceOutcomes`
+# (`intervals.STATISTICS`): (statistic, {its column: ours}, higher is better)
+SCORE_STATISTICS = {
+    "mlm_accuracy": ("ratio", {"num": "mlm_correct", "den": "mlm_predicted"}, True),
+    "mlm_loss": ("ratio", {"num": "mlm_loss_sum", "den": "mlm_predicted"}, False),
+    "perplexity": ("exp_ratio", {"num": "mlm_loss_sum", "den": "mlm_predicted"}, False),
+    "nsp_accuracy": ("mean", {"x": "nsp_right"}, True),
+    "nsp_loss": ("mean", {"x": "nsp_loss"}, False),
+}
 CONTEXT = ("mlm_baseline_accuracy", "nsp_baseline_accuracy", "mlm_predictions", "sequences")
 
 
@@ -126,6 +142,58 @@ class EvalSums:
         )
 
 
+class SequenceOutcomes:
+    """What the model got on each sequence it scored, in the order of the batches: its MLM
+    predictions right (`mlm_correct`), made (`mlm_predicted`) and their summed loss
+    (`mlm_loss_sum`), whether its NSP was right (`nsp_right`, 0/1) and its NSP loss
+    (`nsp_loss`). `add` keeps a batch's on the device, as `EvalSums` does (no host read);
+    `columns` reads them once. Batches with MLM slots (`mlm_targets` [B, P], the logits
+    [B, P, V]), as `val_batches` gives them."""
+
+    COLUMNS = ("mlm_correct", "mlm_predicted", "mlm_loss_sum", "nsp_right", "nsp_loss")
+
+    def __init__(self) -> None:
+        self._batches: list[torch.Tensor] = []  # each [B, len(COLUMNS)], float64
+
+    def add(self, out, batch: dict[str, torch.Tensor]) -> None:
+        """Add one batch's model output (`out`: the logits) and labels."""
+        targets, logits = batch["mlm_targets"], out.mlm_logits  # [B, P], [B, P, V]
+        labelled = targets != IGNORE_INDEX
+        # as the model's summed losses: the loss in float32, the prediction on the logits as
+        # they are (max's index: argmax's, the first of a tie, at half its cost on the CPU)
+        mlm_loss = F.cross_entropy(logits.float().flatten(0, -2), targets.flatten(),
+                                   ignore_index=IGNORE_INDEX, reduction="none")
+        predicted = logits.max(dim=-1).indices
+        nsp_logits, nsp_labels = out.nsp_logits, batch["nsp_labels"]
+        self._batches.append(torch.stack([
+            ((predicted == targets) & labelled).sum(dim=-1).double(),
+            labelled.sum(dim=-1).double(),
+            mlm_loss.view_as(targets).double().sum(dim=-1),
+            (nsp_logits.argmax(dim=-1) == nsp_labels).double(),
+            F.cross_entropy(nsp_logits.float(), nsp_labels, reduction="none").double(),
+        ], dim=1))
+
+    def columns(self) -> dict[str, np.ndarray]:
+        """Each column over all sequences scored (the host waits for the device here): the
+        counts as integers, the losses to the 7 significant digits the items file keeps
+        (`bertcore.common.outcomes`), so an interval drawn now is the one its reader draws."""
+        table = (torch.cat(self._batches).cpu().numpy() if self._batches
+                 else np.zeros((0, len(self.COLUMNS))))
+        columns = dict(zip(self.COLUMNS, table.T, strict=True))
+        for name in ("mlm_correct", "mlm_predicted", "nsp_right"):
+            columns[name] = columns[name].astype(np.int64)
+        for name in ("mlm_loss_sum", "nsp_loss"):
+            columns[name] = np.array([float(f"{v:.7g}") for v in columns[name].tolist()])
+        return columns
+
+
+def score_figure(score: str, items: str, columns: dict[str, np.ndarray]) -> Figure:
+    """`score` (one of `SCORES`) as the figure of the per-sequence `columns`
+    (`SequenceOutcomes.columns`) on the item set `items`."""
+    statistic, reads, higher = SCORE_STATISTICS[score]
+    return one_run(statistic, items, higher, **{key: columns[name] for key, name in reads.items()})
+
+
 @torch.no_grad()
 def evaluate(
     model: torch.nn.Module,
@@ -135,11 +203,13 @@ def evaluate(
     dist: Distributed | None = None,
     max_batches: int | None = None,
     probes: Probes | None = None,
+    items: SequenceOutcomes | None = None,
 ) -> EvalMetrics:
     """Score `model` (our BertPretrainingModel) on `batches`, and with `probes` probe it (this
     process alone); the model is left as it was (train or eval mode). With `dist`, each
-    process scores its share of the batches and the sums are added. The device is read once,
-    at the end."""
+    process scores its share of the batches and the sums are added. With `items`, what the
+    model got on each sequence is added to it too (this process's sequences). The device is
+    read once, at the end."""
     device = torch.device(device)
     dist = dist or Distributed()
     was_training = model.training
@@ -151,6 +221,8 @@ def evaluate(
             with autocast(device, autocast_dtype):
                 out = model(**batch)
             sums.add(out, batch)
+            if items is not None:
+                items.add(out, batch)
     finally:
         model.train(was_training)
     metrics = sums.read(dist)

@@ -1,6 +1,7 @@
 """What the model card of a pretrained model says (`model/card.py` writes it): its shape, what
 it was trained on and how long, the figures of evaluate, probe and GLUE beside their
-baselines, and how to load it. It reads the reports as the stages wrote them (their metrics
+baselines (each with its 95% interval where the report has one beside it, `<name>_ci95`), and
+how to load it. It reads the reports as the stages wrote them (their metrics
 under the stage's group, their details beside), and only those made from the weights the card
 goes with (the details' `model_sha256`), so a card never shows another model's figures."""
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.common.report import details_file
-from bertcore.model.card import CardFacts, Figure, figure_of
+from bertcore.model.card import CardFacts, Figure, figure_at
 from bertcore.model.config import BertConfig
 from bertcore.model.run_reports import MODEL_KEY
 
@@ -78,11 +79,11 @@ def _training(metrics: dict, details: dict) -> str:
 
 
 def _eval(metrics: dict, details: dict) -> list[Figure]:
-    return [*figure_of("MLM accuracy (val split)", metrics.get("mlm_accuracy"),
+    return [*figure_at("MLM accuracy (val split)", metrics, "mlm_accuracy",
                        details.get("mlm_baseline_accuracy"), "most frequent token"),
-            *figure_of("MLM perplexity (val split)", metrics.get("perplexity"),
+            *figure_at("MLM perplexity (val split)", metrics, "perplexity",
                        metric_type="perplexity"),
-            *figure_of("NSP accuracy (val split)", metrics.get("nsp_accuracy"),
+            *figure_at("NSP accuracy (val split)", metrics, "nsp_accuracy",
                        details.get("nsp_baseline_accuracy"), "majority class")]
 
 
@@ -90,26 +91,26 @@ def _probe(metrics: dict, details: dict) -> list[Figure]:
     builtin, about = metrics.get("builtin") or {}, details.get("builtin") or {}
     cloze, cloze_about = builtin.get("cloze") or {}, about.get("cloze") or {}
     frequency = cloze_about.get("frequency_baseline") or {}
-    figures = [*figure_of("cloze P@1 (built-in probe)", cloze.get("p_at_1"),
+    figures = [*figure_at("cloze P@1 (built-in probe)", cloze, "p_at_1",
                           frequency.get("p_at_1"), "word frequency", dataset="built-in probes"),
-               *figure_of("cloze P@10 (built-in probe)", cloze.get("p_at_10"),
+               *figure_at("cloze P@10 (built-in probe)", cloze, "p_at_10",
                           frequency.get("p_at_10"), "word frequency", dataset="built-in probes")]
     # the pairs' scoring, as `bert probe` names it (pll.NAMES); reports before it: PLL
     scoring = {"pll_word_l2r": "PLL-word-l2r"}.get(details.get("scoring", "pll"), "PLL")
     for pairs in ("swapped_pairs", "replaced_pairs"):
         unigram = (about.get(pairs) or {}).get("unigram_baseline") or {}
-        figures += figure_of(f"{pairs.replace('_', ' ')} {scoring} accuracy (built-in probe)",
-                             (builtin.get(pairs) or {}).get("accuracy"),
-                             unigram.get("accuracy"), "unigram", dataset="built-in probes")
+        figures += figure_at(f"{pairs.replace('_', ' ')} {scoring} accuracy (built-in probe)",
+                             builtin.get(pairs), "accuracy", unigram.get("accuracy"), "unigram",
+                             dataset="built-in probes")
     return figures
 
 
 def _glue(metrics: dict, details: dict) -> list[Figure]:
     seeds = details.get("seeds")
-    figures = figure_of(f"GLUE score (dev, median of {seeds} seeds, x100)", metrics.get("score"),
+    figures = figure_at(f"GLUE score (dev, median of {seeds} seeds, x100)", metrics, "score",
                         metric_type="glue", dataset="GLUE dev")
     for task, scores in metrics.items():
         if isinstance(scores, dict):
-            figures += figure_of(f"{task} (dev, median, x100)", scores.get("score"),
+            figures += figure_at(f"{task} (dev, median, x100)", scores, "score",
                                  metric_type=task, dataset=f"GLUE {task} dev")
     return figures

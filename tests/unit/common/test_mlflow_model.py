@@ -119,12 +119,92 @@ def test_the_export_s_model_card_reads_back_with_the_figures_of_these_weights_on
     assert figures == {"MLM accuracy (val split)": 0.25, "MLM perplexity (val split)": 80.0,
                        "NSP accuracy (val split)": 0.6}
     assert "| MLM accuracy (val split) | 0.2500 | 0.0500 (most frequent token) |" in card.text
+    assert "In brackets" not in card.text  # no interval in these reports: none on the card
     assert "tokens seen: 1,234" in card.text and "preset: tiny" in card.text
     assert "cloze" not in card.text
     # the card is a file beside the weights: their bytes are the export's without it
     assert sha256(out / WEIGHTS_NAME) == sha256(root / "hf" / WEIGHTS_NAME)
     assert sorted(p.name for p in out.iterdir()) == sorted(
         [CARD_NAME, *(p.name for p in (root / "hf").iterdir())])
+
+
+def test_the_card_shows_each_figure_with_its_interval_where_the_report_has_one(model,
+                                                                             tmp_path):
+    """A figure with `<name>_ci95` beside it in its report (eval's, probe's, GLUE's: any) is
+    shown with its interval, to the precision the interval supports, its baseline to the
+    same; the model-index keeps the figure; the card is the same bytes for the same reports."""
+    root, _ = model
+    weights = sha256(root / "pretrained" / WEIGHTS_NAME)
+    write_report(tmp_path / "eval.json", "eval",
+                 {"mlm_accuracy": 0.261, "mlm_accuracy_ci95": [0.255, 0.267],
+                  "perplexity": 81.0, "perplexity_ci95": [78.0, 84.0],
+                  "nsp_accuracy": 0.68, "nsp_accuracy_ci95": [0.65, 0.7]},
+                 {"mlm_baseline_accuracy": 0.05528, "nsp_baseline_accuracy": 0.5077,
+                  MODEL_KEY: weights})
+    write_report(tmp_path / "probe.json", "probe",
+                 {"builtin": {"cloze": {"p_at_1": 0.275, "p_at_1_ci95": [0.235, 0.315],
+                                        "p_at_10": 0.6},
+                              "swapped_pairs": {"accuracy": 0.7,
+                                                "accuracy_ci95": [0.66, 0.74]}}},
+                 {"builtin": {"cloze": {"frequency_baseline": {"p_at_1": 0.1,
+                                                               "p_at_10": 0.3}}},
+                  MODEL_KEY: weights})
+    cards = []
+    for _ in range(2):
+        export_pretrained(root / "pretrained", root / "vocab", tmp_path / "hf", tmp_path,
+                          {"model": {"preset": "tiny"}}, None)
+        cards.append((tmp_path / "hf" / CARD_NAME).read_bytes())
+    assert cards[0] == cards[1]
+    card = ModelCard.load(tmp_path / "hf" / CARD_NAME)
+    rows = [line for line in card.text.splitlines() if line.startswith("| ")][2:]
+    assert rows == [
+        "| MLM accuracy (val split) | 0.261 [0.255, 0.267] | 0.055 (most frequent token) |",
+        "| MLM perplexity (val split) | 81 [78, 84] |  |",
+        "| NSP accuracy (val split) | 0.68 [0.65, 0.70] | 0.51 (majority class) |",
+        "| cloze P@1 (built-in probe) | 0.275 [0.235, 0.315] | 0.100 (word frequency) |",
+        "| cloze P@10 (built-in probe) | 0.6000 | 0.3000 (word frequency) |",
+        "| swapped pairs PLL accuracy (built-in probe) | 0.70 [0.66, 0.74] |  |"]
+    assert "In brackets: the 95% interval" in card.text
+    figures = {r.metric_name: r.metric_value for r in card.data.eval_results}
+    assert figures["MLM accuracy (val split)"] == 0.261
+    assert figures["cloze P@1 (built-in probe)"] == 0.275
+
+
+def test_the_downstream_cards_show_the_intervals_their_reports_have():
+    """The fine-tuned, pruned and GLUE task cards: each figure with `<name>_ci95` beside it
+    shown with its interval; pruning's paired differences in words; none where there are
+    none."""
+    from bertcore.downstream.cards import finetuned_facts, glue_task_facts, pruned_facts
+    from bertcore.model.card import card_text
+
+    finetuned = card_text(finetuned_facts(
+        "f", {"task": "t", "pretrained": {"accuracy": 0.79, "accuracy_ci95": [0.75, 0.83],
+                                          "macro_f1": 0.78},
+              "scratch": {"accuracy": 0.5, "accuracy_ci95": [0.45, 0.55]}},
+        {"majority_class": {"accuracy": 0.5, "macro_f1": 0.33}}, {}))
+    assert "| test accuracy | 0.79 [0.75, 0.83] | 0.50 (majority class) |" in finetuned
+    assert "| test macro-F1 | 0.7800 | 0.3300 (majority class) |" in finetuned
+    assert "| test accuracy, same model from random init | 0.50 [0.45, 0.55] |  |" in finetuned
+    glue = card_text(glue_task_facts(
+        "g", "CoLA", {"CoLA": {"score": 20.1, "mcc": 20.1, "mcc_ci95": [15.0, 25.3]}},
+        {"tasks": {"CoLA": {"seeds": [1, 2, 3]}}}, {}))
+    assert "| CoLA mcc (dev, median of 3 seeds, x100) | 20.1 [15.0, 25.3] |  |" in glue
+    assert "| CoLA score (dev, median of 3 seeds, x100) | 20.1000 |  |" in glue
+    assert "CoLA mcc_ci95" not in glue
+    pruned = card_text(pruned_facts(
+        "p", {"val": {"mlm_accuracy": {"before": 0.261, "before_ci95": [0.255, 0.267],
+                                       "pruned": 0.236, "pruned_ci95": [0.23, 0.242]}},
+              "heads": {"before": 8, "removed": 4}, "parameters": {"before": 9, "after": 8}},
+        {"differences": {"mlm_accuracy": {"pruned": {"difference": -0.025,
+                                                     "ci95": [-0.029, -0.021],
+                                                     "verdict": "worse"}}}}, {}))
+    assert "| val MLM accuracy | 0.236 [0.230, 0.242] | 0.261 (before pruning) |" in pruned
+    assert ("- val MLM accuracy, pruned minus before: -0.025 [-0.029, -0.021] (worse)"
+            in pruned)
+    plain = card_text(pruned_facts("p", {"val": {"mlm_accuracy": {"before": 0.2608,
+                                                                  "pruned": 0.2362}}}, {}, {}))
+    assert "| val MLM accuracy | 0.2362 | 0.2608 (before pruning) |" in plain
+    assert "In brackets" not in plain and "What pruning changed" not in plain
 
 
 def test_a_report_is_carried_into_a_run_of_its_weights_once_never_twice(model, tmp_path):

@@ -20,6 +20,7 @@ from huggingface_hub import ModelCard
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError, ConfigError
+from bertcore.common.intervals import difference
 from bertcore.common.outcomes import read_items
 from bertcore.common.tracking import Tracker, sqlite_uri
 from bertcore.data.samples.store import SampleStore
@@ -39,14 +40,16 @@ from bertcore.downstream.tasks import (
     task_problem,
 )
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.card import interval_text
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
 from bertcore.model.model_run import MODEL_TAG
-from bertcore.training.config import TrainConfig
+from bertcore.training.config import EvalConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import Trainer
+from bertcore.training.run.heldout import heldout_splits
 
 transformers = pytest.importorskip("transformers")
 
@@ -477,13 +480,16 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert list(metrics) == ["heads", "val", "parameters", "heads_per_layer"]  # no timing
     assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
     details = json.loads((workdir / "metrics" / "prune_details.json").read_text())
-    assert list(details) == ["pruned_heads", "requested_heads", "importance", "settings"]
+    assert list(details) == ["pruned_heads", "requested_heads", "importance", "settings",
+                             "differences", "intervals"]
     assert sum(len(heads) for heads in details["pruned_heads"].values()) == 2
     assert metrics["heads_per_layer"] == {"before": [2, 2], "after": [1, 1]}
     assert metrics["parameters"]["before"] - metrics["parameters"]["after"] == 2 * (4 * 64 * 32
                                                                                     + 3 * 32)
     for key in ("mlm_accuracy", "mlm_loss", "nsp_accuracy"):
-        assert set(metrics["val"][key]) == {"before", "pruned", "recovered"}
+        assert set(metrics["val"][key]) == {"before", "pruned", "recovered", "before_ci95",
+                                            "pruned_ci95", "recovered_ci95"}
+    assert_prune_items(workdir, metrics, details, proc.stderr)
 
     folder = workdir / "models" / "pruned"
     ours = load_model(folder).eval()
@@ -526,6 +532,64 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert child.data.tags["settings.recovery_steps"] == "5"
     assert client.get_run(parent_id).data.metrics["prune_val_mlm_accuracy"] == pytest.approx(
         metrics["val"]["mlm_accuracy"]["recovered"])
+    # the final val figures' intervals, in the child run and the pretraining run, and the
+    # outcomes they are drawn from as an artifact
+    for key in ("mlm_accuracy", "mlm_loss", "nsp_accuracy"):
+        low, high = metrics["val"][key]["recovered_ci95"]
+        for run, prefix in ((child, ""), (client.get_run(parent_id), "prune_")):
+            assert run.data.metrics[f"{prefix}val_{key}_ci95_low"] == low
+            assert run.data.metrics[f"{prefix}val_{key}_ci95_high"] == high
+    assert saved["prune_items.json"] == json.loads(
+        (workdir / "metrics" / "prune_items.json").read_text())
+    assert child.data.tags["differences.mlm_accuracy.pruned.verdict"] == (
+        details["differences"]["mlm_accuracy"]["pruned"]["verdict"])
+
+
+def assert_prune_items(workdir: Path, metrics: dict, details: dict, said: str) -> None:
+    """prune_items.json: each val figure of prune.json, on the val pairs of the evaluate
+    stage's set, with the value and interval prune.json has; the differences pruned - before
+    and recovered - before with their paired interval, in the details and the summary."""
+    items = read_items(workdir / "metrics" / "prune_items.json")
+    # the same val pairs with the same masks as `bert evaluate` scores (masking, eval.seed)
+    (split, *_) = heldout_splits(workdir / "data" / "samples", workdir / "data" / "vocab",
+                                 MaskingConfig(max_predictions_per_seq=5))
+    assert items.sets == {"val": split.item_set(EvalConfig(batch_size=32))}
+    assert items.sets["val"].items == len(SampleStore(workdir / "data" / "samples" / "val"))
+    estimates = items.estimates()
+    for key in ("mlm_accuracy", "mlm_loss", "nsp_accuracy"):
+        scores = metrics["val"][key]
+        for phase in ("before", "pruned", "recovered"):
+            found = estimates[f"val.{key}.{phase}"]
+            assert round(found.value, found.decimals) == pytest.approx(scores[phase], abs=1e-12)
+            assert found.interval() == scores[f"{phase}_ci95"]
+            assert found.low <= found.value <= found.high and found.low < found.high
+        before = items.figures[f"val.{key}.before"].runs
+        for phase in ("pruned", "recovered"):
+            after = items.figures[f"val.{key}.{phase}"].runs
+            paired = difference(before, after, same_items=True)
+            written = details["differences"][key][phase]
+            assert written["difference"] == paired.rounded().value
+            assert written["ci95"] == paired.interval()
+            assert paired.value == pytest.approx(estimates[f"val.{key}.{phase}"].value
+                                                 - estimates[f"val.{key}.before"].value)
+            # the same pairs before and after: far narrower than two independent samples
+            unpaired = difference(before, after, same_items=False)
+            assert paired.high - paired.low < 0.8 * (unpaired.high - unpaired.low), key
+            verdict = ("within noise" if paired.low <= 0 <= paired.high else
+                       "better" if (paired.low > 0) == (key != "mlm_loss") else "worse")
+            assert written["verdict"] == verdict
+    change = details["differences"]["mlm_accuracy"]["pruned"]
+    assert (f"pruned - before {interval_text(change['difference'], *change['ci95'], signed=True)}, "
+            f"{change['verdict']}") in said
+    before = metrics["val"]["mlm_accuracy"]
+    assert "val (before -> pruned -> recovered after 5 steps) MLM accuracy " in said
+    assert f"MLM accuracy {interval_text(before['before'], *before['before_ci95'])} -> " in said
+    # the card: each val figure with its interval, and what pruning changed
+    card = (workdir / "models" / "pruned" / "README.md").read_text()
+    final = metrics["val"]["nsp_accuracy"]
+    assert (f"| val NSP accuracy | {interval_text(final['recovered'], *final['recovered_ci95'])}"
+            f" |") in card
+    assert "val MLM accuracy, pruned minus before: " in card
 
 
 def _latest_prune_run(client, parent_id: str):
@@ -548,7 +612,11 @@ def test_prune_with_no_head_to_remove_writes_the_model_unchanged(workdir, tmp_pa
     metrics = json.loads(metrics_file.read_text())["prune"]
     details = json.loads((tmp_path / "prune_details.json").read_text())
     assert metrics["heads"]["removed"] == 0 and details["pruned_heads"] == {}
-    assert set(metrics["val"]["mlm_accuracy"]) == {"before", "pruned"}  # nothing recovered
+    # nothing recovered; the pruned model is the model before: no change, not even noise
+    assert set(metrics["val"]["mlm_accuracy"]) == {"before", "pruned", "before_ci95",
+                                                   "pruned_ci95"}
+    assert details["differences"]["mlm_accuracy"] == {
+        "pruned": {"difference": 0.0, "ci95": [0.0, 0.0], "verdict": "within noise"}}
     assert details["settings"]["recovery_steps"] == 0
     from mlflow.tracking import MlflowClient
 

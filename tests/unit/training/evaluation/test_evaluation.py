@@ -21,7 +21,13 @@ from bertcore.training.data.masking import (
     PretrainingCollator,
     VocabSpec,
 )
-from bertcore.training.evaluation.metrics import EvalSums, evaluate
+from bertcore.training.evaluation.metrics import (
+    SCORES,
+    EvalSums,
+    SequenceOutcomes,
+    evaluate,
+    score_figure,
+)
 from bertcore.training.hardware.distributed import Distributed
 
 VOCAB = 48
@@ -147,10 +153,11 @@ def test_scoring_a_batch_never_reads_the_device(model):
     batch = next(iter(batches(8)))
     with torch.no_grad(), FakeTensorMode(allow_non_fake_inputs=True) as fake:
         fake_batch = {k: fake.from_tensor(v) for k, v in batch.items()}
-        sums = EvalSums(VOCAB, torch.device("cpu"))
+        sums, items = EvalSums(VOCAB, torch.device("cpu")), SequenceOutcomes()
         out = model(**fake_batch)
         sums.add(out, fake_batch)
         sums.add(out, fake_batch)
+        items.add(out, fake_batch)  # nor does recording each sequence's outcomes
     # and the same code on real tensors gives the numbers evaluate reads
     real = EvalSums(VOCAB, torch.device("cpu"))
     with torch.no_grad():
@@ -158,6 +165,77 @@ def test_scoring_a_batch_never_reads_the_device(model):
     model.train()
     expected = evaluate(model, [batch]).to_dict()
     assert real.read(Distributed()).to_dict() == pytest.approx(expected, rel=1e-6)
+
+
+def test_each_sequence_s_outcomes_add_up_to_the_sums(model):
+    """What `evaluate` records per sequence, asked to, is what its sums add up: the MLM
+    counts exactly, the losses to float round-off; each sequence's against the logits of the
+    whole sequence, by hand; the same columns whatever the batch size, and the same sums
+    as without them."""
+    items = SequenceOutcomes()
+    got = evaluate(model, batches(8), items=items)
+    assert got == evaluate(model, batches(8))  # the sums untouched
+    columns = items.columns()
+    assert list(columns) == ["mlm_correct", "mlm_predicted", "mlm_loss_sum", "nsp_right",
+                             "nsp_loss"]
+    assert {len(column) for column in columns.values()} == {got.sequences}
+    assert columns["mlm_predicted"].sum() == got.mlm_predictions
+    assert columns["mlm_correct"].sum() / columns["mlm_predicted"].sum() == got.mlm_accuracy
+    assert columns["nsp_right"].sum() / got.sequences == got.nsp_accuracy
+    assert columns["mlm_loss_sum"].sum() / got.mlm_predictions == pytest.approx(got.mlm_loss,
+                                                                                 rel=1e-6)
+    assert columns["nsp_loss"].mean() == pytest.approx(got.nsp_loss, rel=1e-6)
+    assert len(set(columns["mlm_predicted"].tolist())) > 2  # sequences of several lengths
+    assert 0 < columns["mlm_correct"].sum() < columns["mlm_predicted"].sum()
+
+    # each sequence by hand, from the MLM head on every position
+    model.eval()
+    row = 0
+    for batch in batches(8):
+        with torch.no_grad():
+            out = model(batch["input_ids"], batch["token_type_ids"], batch["attention_mask"])
+        for i in range(len(batch["input_ids"])):
+            used = batch["mlm_targets"][i] != IGNORE_INDEX
+            logits = out.mlm_logits[i, batch["mlm_positions"][i][used]].double()
+            targets = batch["mlm_targets"][i][used]
+            assert columns["mlm_predicted"][row] == int(used.sum())
+            assert columns["mlm_correct"][row] == int((logits.argmax(-1) == targets).sum())
+            assert columns["mlm_loss_sum"][row] == pytest.approx(
+                float(F.cross_entropy(logits, targets, reduction="sum")), rel=1e-5, abs=1e-6)
+            nsp = out.nsp_logits[i].double()
+            label = batch["nsp_labels"][i]
+            assert columns["nsp_right"][row] == int(nsp.argmax() == label)
+            assert columns["nsp_loss"][row] == pytest.approx(
+                float(F.cross_entropy(nsp[None], label[None])), rel=1e-5, abs=1e-6)
+            row += 1
+    assert row == got.sequences
+    one_batch = SequenceOutcomes()
+    evaluate(model, batches(37), items=one_batch)
+    for name, column in one_batch.columns().items():
+        np.testing.assert_allclose(column, columns[name], rtol=1e-6, err_msg=name)
+
+    # each score as a statistic of the columns: the value the sums give, inside its interval
+    for score in SCORES:
+        found = score_figure(score, "val", columns).estimate()
+        assert found.value == pytest.approx(getattr(got, score), rel=1e-6), score
+        assert found.low <= getattr(got, score) <= found.high and found.low < found.high, score
+
+
+def test_an_interval_shrinks_as_the_val_pairs_grow(model):
+    """Of the same model and masks, more val pairs: a narrower interval, about 1/sqrt(n)."""
+    items = SequenceOutcomes()
+    collator = PretrainingCollator(MaskingConfig(max_predictions_per_seq=5), VocabSpec(VOCAB),
+                                   seed=3)
+    evaluate(model, eval_batches(Samples(400), collator, 64), items=items)
+    columns = items.columns()
+    for score in ("mlm_accuracy", "mlm_loss", "nsp_accuracy"):
+        widths = []
+        for n in (25, 100, 400):
+            found = score_figure(score, "val", {k: v[:n] for k, v in columns.items()}).estimate()
+            assert found.low <= found.value <= found.high
+            widths.append(found.high - found.low)
+        assert widths[0] > widths[1] > widths[2] > 0, (score, widths)
+        assert widths[0] / widths[2] == pytest.approx(4, rel=0.5), (score, widths)
 
 
 class PairSamples:
