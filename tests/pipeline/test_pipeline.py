@@ -40,7 +40,8 @@ def tiny_pipeline_params() -> dict:
                            log_every=2, eval_every=3, checkpoint_every=3)
     params["eval"].update(batch_size=16)
     params["tracking"].update(uri=None, experiment="e2e", log_checkpoints="last")
-    params["finetune"].update(learning_rate=1e-3, epochs=1, max_seq_length=32)
+    # two fine-tune seeds: the median, spread and interval over seeds, at 2/3 of the default's cost
+    params["finetune"].update(learning_rate=1e-3, epochs=1, max_seq_length=32, seeds=2)
     params["prune"].update(batches=2, batch_size=8, recovery_steps=2, throughput_steps=1)
     return params
 
