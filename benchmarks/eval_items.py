@@ -22,6 +22,7 @@ import time
 
 import numpy as np
 import torch
+from epoch_order import at_least  # the sibling script's argparse type
 
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
@@ -55,19 +56,6 @@ class Pairs:
 
     def __getitem__(self, i):
         return self.pairs[i]
-
-
-def at_least(low: int):
-    """argparse's type for an integer >= `low` (a bad value: argparse's one-line error)."""
-
-    def integer(text: str) -> int:
-        value = int(text)
-        if value < low:
-            raise argparse.ArgumentTypeError(f"{text} is not an integer >= {low}")
-        return value
-
-    integer.__name__ = f"integer >= {low}"  # how argparse names it for a non-integer
-    return integer
 
 
 def timed(work) -> tuple[float, float, object]:

@@ -164,6 +164,7 @@ def _parsed(data: Mapping[str, Any]) -> StageItems:
 
 def one_run(statistic: str, items: str, higher_is_better: bool = True,
             **columns: Iterable) -> Figure:
-    """A figure of one run: each column one value per item."""
-    return Figure(items, Runs.of_one(statistic, **{k: np.asarray(list(v) if not isinstance(
-        v, np.ndarray) else v) for k, v in columns.items()}), higher_is_better)
+    """A figure of one run: each column one value per item (an array, or any iterable)."""
+    arrays = {k: v if isinstance(v, np.ndarray) else np.asarray(list(v))
+              for k, v in columns.items()}
+    return Figure(items, Runs.of_one(statistic, **arrays), higher_is_better)

@@ -103,7 +103,7 @@ def with_intervals(metrics: Mapping[str, Any], estimates: Mapping[str, Any]) -> 
                  if name.startswith(key + ".")}
         if isinstance(value, Mapping):
             out[key] = with_intervals(value, inner)
-        elif key in estimates and isinstance(value, int | float) and value is not None:
+        elif key in estimates and isinstance(value, int | float):
             found = estimates[key]
             out[key] = round(value, found.decimals)
             out[f"{key}_ci95"] = found.interval()

@@ -15,6 +15,7 @@ import pytest
 import torch
 import yaml
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.classifiers import transformers_accuracy
 from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 from huggingface_hub import ModelCard
 
@@ -421,17 +422,10 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
 
     # transformers, given only models/finetuned, reproduces the median seed's test accuracy
     folder = workdir / "models" / "finetuned"
-    model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
     _, test = builtin_task("builtin:word-order", workdir / "data" / "corpus" / "val.txt", 0.2,
                            seed=42)
-    inputs = tokenizer([e.text for e in test], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        predicted = model(**inputs).logits.argmax(-1).tolist()
-    correct = sum(model.config.id2label[p] == e.label for p, e in zip(predicted, test,
-                                                                       strict=True))
     median = details["seeds"][str(details["median_seed"])]["pretrained"]["accuracy"]
-    assert correct / len(test) == pytest.approx(median)
+    assert transformers_accuracy(folder, test) == pytest.approx(median)
     # 3 seeds: the middle one's, to the precision its interval supports
     assert metrics["pretrained"]["accuracy"] == pytest.approx(median, abs=0.005)
 

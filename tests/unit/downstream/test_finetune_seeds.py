@@ -15,6 +15,7 @@ import numpy as np
 import pytest
 import torch
 from helpers.bert import REPO, assert_one_line_error, run_bert
+from helpers.classifiers import transformers_accuracy
 from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 from scipy import stats
 
@@ -167,21 +168,14 @@ def test_the_items_file_gives_the_figures_and_intervals_of_finetune_json(root):
 
 def test_the_model_written_is_the_median_seeds(root):
     """transformers, given only the folder, scores the median seed's pretrained accuracy."""
-    transformers = pytest.importorskip("transformers")
+    pytest.importorskip("transformers")
     _, details = _report(root, 3)
     seed = details["median_seed"]
     folder = root / "out3" / "finetuned"
-    model = transformers.BertForSequenceClassification.from_pretrained(folder).eval()
-    tokenizer = transformers.BertTokenizerFast.from_pretrained(folder)
     _, test = split_examples(read_examples(root / "topics.jsonl", "text", None, "label"), 0.2,
                              seed=42)
-    inputs = tokenizer([e.text for e in test], padding=True, return_tensors="pt")
-    with torch.no_grad():
-        predicted = model(**inputs).logits.argmax(-1).tolist()
-    correct = sum(model.config.id2label[p] == e.label for p, e in zip(predicted, test,
-                                                                       strict=True))
-    assert correct / len(test) == pytest.approx(details["seeds"][str(seed)]["pretrained"][
-        "accuracy"])
+    assert transformers_accuracy(folder, test) == pytest.approx(
+        details["seeds"][str(seed)]["pretrained"]["accuracy"])
     card = (folder / "README.md").read_text()
     assert f"seed {seed}" in card
 
