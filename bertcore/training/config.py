@@ -31,6 +31,7 @@ from bertcore.common.validation import (
 )
 from bertcore.data.samples.config import Phase2Samples
 from bertcore.model.config import Device, ModelConfig, Precision
+from bertcore.training.loop.schedule import Schedule
 
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).
@@ -70,6 +71,10 @@ class TrainConfig:
     length_bin_width: LengthBinWidth | None = None  # null: a step's samples of any length
     learning_rate: LearningRate = 0.002  # peak, after the warmup
     warmup_steps: WarmupSteps = 150
+    # after the warmup: linear (BERT's: decay to 0 at the end) | wsd (the peak held, then
+    # decay to 0 over the last decay_fraction of the steps); training/loop/schedule.py
+    schedule: Schedule = "linear"
+    decay_fraction: number(gt=0, le=1) = 0.2  # wsd only
     weight_decay: number(ge=0) = 0.01  # not on biases and LayerNorm
     # BERT's; a recipe may set others (params/recipes/tiny.yaml: beta2 0.98). A list: a
     # checkpoint records it as JSON and compares it with the run's

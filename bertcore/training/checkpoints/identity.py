@@ -32,7 +32,7 @@ from bertcore.training.checkpoints.checkpoint import Checkpoint
 from bertcore.training.length import RunLength
 
 if TYPE_CHECKING:
-    from bertcore.training.config import Phase2Config, PretrainConfig
+    from bertcore.training.config import Phase2Config, PretrainConfig, TrainConfig
 
 LENGTH = "length"  # the fingerprint that may change without starting fresh
 INIT_MODEL = "init_model"  # present only for runs that start from an existing model
@@ -49,6 +49,8 @@ TRAIN_BOOKKEEPING = ("device", "log_every", "eval_every", "checkpoint_every", "k
                      "max_restarts")
 # Fields of `train` that set the run's length: recorded, not fingerprinted (see LENGTH).
 TRAIN_LENGTH = ("max_steps", "epochs", "max_minutes")
+# Fields of `train` left out of a run with BERT's linear schedule (the default): see _bookkeeping.
+LINEAR_SCHEDULE = ("schedule", "decay_fraction")
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,13 @@ def optimisation_params(config: PretrainConfig) -> dict[str, Any]:
     there is fingerprinted (INIT_MODEL)."""
     return {"model": _without(dataclasses.asdict(config.model), ("init_from",)),
             "masking": dataclasses.asdict(config.masking),
-            "train": _without(dataclasses.asdict(config.train), TRAIN_BOOKKEEPING)}
+            "train": _without(dataclasses.asdict(config.train), _bookkeeping(config.train))}
+
+
+def _bookkeeping(train: TrainConfig) -> tuple[str, ...]:
+    """TRAIN_BOOKKEEPING, and BERT's linear schedule's unused keys: a linear run is recorded
+    as it was before `train.schedule` existed, so a checkpoint made then is still resumed."""
+    return TRAIN_BOOKKEEPING + (LINEAR_SCHEDULE if train.schedule == "linear" else ())
 
 
 def resumable_params(config: PretrainConfig) -> dict[str, Any]:

@@ -1,4 +1,10 @@
-"""The learning-rate schedule of BERT: linear warmup, then linear decay to zero at the end.
+"""The learning-rate schedules of pretraining (`train.schedule`), a multiplier of the peak rate:
+
+- `linear` (BERT's): linear warmup, then linear decay to zero at the end;
+- `wsd` (warmup-stable-decay, as MiniCPM, Hu et al. 2024): linear warmup, the peak held, then
+  linear decay to zero over the last `decay_fraction` of the steps. Held high past the first
+  few hundred steps, the rate carries the model off the frequency plateau on prose
+  (docs/recipe.md), where BERT's would already have lowered it.
 
 The rate of a step is a function of the step number and the planned end alone, so a resumed
 run whose end moved (`train.max_steps` or `train.epochs` raised) simply follows the new line
@@ -6,6 +12,10 @@ from where it stands, as transformers' Trainer does.
 """
 
 from __future__ import annotations
+
+from typing import Literal
+
+Schedule = Literal["linear", "wsd"]
 
 
 def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
@@ -16,6 +26,21 @@ def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float
     return max(0.0, (total_steps - step) / max(1, total_steps - warmup_steps))
 
 
-def learning_rate(peak: float, step: int, warmup_steps: int, total_steps: int) -> float:
-    """The learning rate of optimizer step `step` (0-based)."""
+def warmup_stable_decay(step: int, warmup_steps: int, total_steps: int,
+                        decay_fraction: float) -> float:
+    """LR multiplier at `step` (0-based): 0 → 1 over the warmup, 1 until the last
+    `decay_fraction` of `total_steps` (never before the warmup's end), then 1 → 0 at
+    `total_steps`."""
+    decay_start = max(warmup_steps, total_steps - round(decay_fraction * total_steps))
+    if step < decay_start:
+        return linear_warmup_decay(step, warmup_steps, total_steps) if step < warmup_steps \
+            else 1.0
+    return linear_warmup_decay(step, decay_start, total_steps)
+
+
+def learning_rate(peak: float, step: int, warmup_steps: int, total_steps: int,
+                  schedule: Schedule = "linear", decay_fraction: float = 0.2) -> float:
+    """The learning rate of optimizer step `step` (0-based) on `schedule`."""
+    if schedule == "wsd":
+        return peak * warmup_stable_decay(step, warmup_steps, total_steps, decay_fraction)
     return peak * linear_warmup_decay(step, warmup_steps, total_steps)

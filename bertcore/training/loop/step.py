@@ -103,7 +103,7 @@ class PhaseSteps:
         where `length` is planned to end."""
         cfg = self.config
         return scheduled_rate(cfg.learning_rate, step - length.start, cfg.warmup_steps,
-                              length.planned - length.start)
+                              length.planned - length.start, cfg.schedule, cfg.decay_fraction)
 
 
 def compile_model(model: torch.nn.Module, mode: CompileMode,
