@@ -140,6 +140,8 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
         + f" -> {out_dir}",
         err=True,
     )
+    if "plateau" in report.details:
+        click.echo(f"pretrain: warning: {report.details['plateau']}", err=True)
 
 
 def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path) -> ProbeDraw | None:

@@ -512,6 +512,8 @@ def assert_each_model_folder_has_its_card(repo: Path) -> None:
             assert figures["MLM accuracy (val split)"] == pytest.approx(
                 evaluation["mlm_accuracy"], abs=1e-6)
             assert "cloze P@1 (built-in probe)" in figures
+            # 6 steps know no word order: the card says so (training/evaluation/plateau.py)
+            assert "- **Warning**: the model ends on the frequency plateau at step" in card.text
     assert "transformers 5" in (repo / "models" / "pruned" / "README.md").read_text()
 
 

@@ -4,6 +4,7 @@ metrics/pretrain_eval.tsv and in the MLflow run's curves, and nothing when they 
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -20,6 +21,7 @@ from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.tokenizer import BERT_DEFAULT_RULES
+from bertcore.training.loop.records import EVAL_COLUMNS
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROBES = ("cloze_p_at_1", "cloze_p_at_10", "swapped_pairs", "replaced_pairs")
@@ -45,12 +47,15 @@ def test_the_periodic_probes_are_the_probe_stages_figures_on_the_same_draw(data)
     figures = probes(model)
     assert model.training
 
-    stage = run_probes(MaskedLM(model, tokenizer), ProbeConfig(builtin_sentences=60, seed=5),
-                       val, train).metrics["builtin"]
+    report = run_probes(MaskedLM(model, tokenizer), ProbeConfig(builtin_sentences=60, seed=5),
+                        val, train)
+    stage, about = report.metrics["builtin"], report.details["builtin"]
     assert figures == {"cloze_p_at_1": stage["cloze"]["p_at_1"],
                        "cloze_p_at_10": stage["cloze"]["p_at_10"],
                        "swapped_pairs": stage["swapped_pairs"]["accuracy_pll"],
-                       "replaced_pairs": stage["replaced_pairs"]["accuracy_pll"]}
+                       "replaced_pairs": stage["replaced_pairs"]["accuracy_pll"],
+                       "cloze_frequency_p_at_1": about["cloze"]["frequency_baseline"]["p_at_1"],
+                       "swapped_pairs_n": about["swapped_pairs"]["pairs"]}
     assert len(set(figures.values())) > 1 and 0 < figures["swapped_pairs"] < 1
 
 
@@ -84,11 +89,18 @@ def test_each_evaluation_logs_the_probes_to_the_tsv_and_mlflow(data, tmp_path, m
     write_params(tmp_path / "params.yaml", eval={"batch_size": 16, "seed": 3,
                                                  "probe_sentences": 30},
                  tracking={"uri": uri, "experiment": "probes"})
-    run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), cwd=root, check=True)
+    proc = run_bert("pretrain", "--params", str(tmp_path / "params.yaml"), cwd=root,
+                    check=True)
     rows = eval_rows(root)
     assert [row["step"] for row in rows] == ["4", "8"]
     for row in rows:
         assert all(0.0 <= float(row[name]) <= 1.0 for name in PROBES), row
+    assert list(rows[0]) == list(EVAL_COLUMNS)  # the judge's figures are not logged
+    # 8 steps know no word order: the summary and the details say it is on the plateau
+    notice = json.loads((root / "metrics" / "pretrain_details.json").read_text())["plateau"]
+    assert notice.startswith("the model ends on the frequency plateau at step 8: ")
+    assert f"swapped pairs {float(rows[-1]['swapped_pairs']):.3f}" in notice
+    assert f"pretrain: warning: {notice}" in proc.stderr.splitlines()
 
     client = MlflowClient(tracking_uri=uri)
     run = client.search_runs([client.get_experiment_by_name("probes").experiment_id])[0]
@@ -110,6 +122,8 @@ def test_no_probes_leaves_their_columns_empty(data, tmp_path):
     values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
     assert len(values) == 2 and all(float(row["mlm_accuracy"]) > 0 for row in values)
     assert all(row[name] == "" for row in values for name in PROBES)
+    details = json.loads((root / "metrics" / "pretrain_details.json").read_text())
+    assert "plateau" not in details  # no probes, no verdict
 
 
 def test_without_a_corpus_to_draw_from_pretraining_says_so_and_trains(data, tmp_path):

@@ -84,6 +84,10 @@ class PretrainingProbes:
             model.train(was_training)
         swapped, replaced = ([s for s in pairs if s.pair.group == group]
                              for group in (SWAPPED, REPLACED))
+        guess = self.counts.most_frequent(lm, 1)
         return {"cloze_p_at_1": precision(cloze, 1), "cloze_p_at_10": precision(cloze, TOP_K),
                 "swapped_pairs": pair_report(swapped, PLL)[0]["accuracy"],
-                "replaced_pairs": pair_report(replaced, PLL)[0]["accuracy"]}
+                "replaced_pairs": pair_report(replaced, PLL)[0]["accuracy"],
+                # not logged: what training/evaluation/plateau.py judges the plateau by
+                "cloze_frequency_p_at_1": precision(cloze, 1, guess),
+                "swapped_pairs_n": len(swapped)}

@@ -75,6 +75,8 @@ def _training(metrics: dict, details: dict) -> str:
     train = metrics.get("train") or {}
     if "loss" in train:
         lines.append(f"- final train loss: {train['loss']:.4f}")
+    if details.get("plateau"):
+        lines.append(f"- **Warning**: {details['plateau']}")
     return "\n".join(lines)
 
 

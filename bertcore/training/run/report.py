@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.training.evaluation.plateau import plateau_notice
 from bertcore.training.loop.records import as_logged
 from bertcore.training.loop.trainer import TrainResult
 from bertcore.training.run.phases import Phase
@@ -58,5 +59,8 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     details["computed_with"] = computed_with
+    notice = plateau_notice(result.last_eval.probes, result.steps) if result.last_eval else None
+    if notice is not None:  # only then: a run off the plateau has the file it always had
+        details["plateau"] = notice
     val = result.last_eval.to_dict() if result.last_eval else {}
     return PretrainReport(metrics, details, val, max_seq_length)

@@ -76,3 +76,18 @@ OLD_DEFAULT_MODEL = {
     "preset": "tiny", "recipe": True, "recipe_values": {
         "adam_betas": [0.9, 0.98], "local_attention_heads": 2, "local_attention_layers": 1,
         "num_attention_heads": 4}, "type_vocab_size": None}
+
+
+def test_a_linear_run_is_recorded_as_before_the_schedule_keys_so_it_resumes():
+    """BERT's linear schedule leaves `schedule` and `decay_fraction` out of what is recorded
+    and fingerprinted (a checkpoint made before they existed still resumes); wsd records both,
+    and a change of either starts fresh."""
+    linear = pretrain_config(**TINY_RECIPE)
+    assert not {"schedule", "decay_fraction"} & set(optimisation_params(linear)["train"])
+    wsd = dataclasses.replace(linear, train=TrainConfig(adam_betas=[0.9, 0.98], schedule="wsd"))
+    assert optimisation_params(wsd)["train"] | {"schedule": "x"} == {
+        **optimisation_params(linear)["train"], "schedule": "x", "decay_fraction": 0.2}
+    fingerprints = {fingerprint_params(resumable_params(config)) for config in (
+        linear, wsd, dataclasses.replace(wsd, train=dataclasses.replace(wsd.train,
+                                                                        decay_fraction=0.1)))}
+    assert len(fingerprints) == 3

@@ -25,7 +25,7 @@ from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation.metrics import EvalMetrics
 from bertcore.training.loop.checkpointer import Checkpointer
-from bertcore.training.loop.schedule import linear_warmup_decay
+from bertcore.training.loop.schedule import learning_rate, linear_warmup_decay
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 
 # One thread: these models are tiny, and two cores are shared with other test processes.
@@ -49,6 +49,18 @@ def test_schedule_warms_up_then_decays_to_zero():
     assert lrs[4:] == pytest.approx([(12 - s) / 8 for s in range(4, 13)])
     assert lrs[-1] == 0.0
     assert linear_warmup_decay(0, 0, 10) == 1.0
+
+
+def test_wsd_holds_the_peak_then_decays_over_the_last_fraction():
+    rates = [learning_rate(2.0, s, 4, 20, "wsd", 0.25) for s in range(21)]
+    assert rates[:5] == [0.0, 0.5, 1.0, 1.5, 2.0]  # the same warmup as linear's
+    assert rates[4:15] == [2.0] * 11  # the peak until step 15 = 20 - 0.25 * 20
+    assert rates[15:] == pytest.approx([2.0 * (20 - s) / 5 for s in range(15, 21)])
+    # decaying over all the steps after the warmup is BERT's linear schedule
+    assert [learning_rate(1.0, s, 4, 20, "wsd", 1.0) for s in range(21)] == [
+        learning_rate(1.0, s, 4, 20) for s in range(21)]
+    # a decay longer than what follows the warmup starts at the warmup's end
+    assert learning_rate(1.0, 5, 4, 20, "wsd", 0.9) == learning_rate(1.0, 5, 4, 20)
 
 
 def test_config_is_checked():
