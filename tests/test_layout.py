@@ -164,3 +164,16 @@ def test_no_import_cycle_between_modules():
                 seen.add(name)
                 todo.extend(graph.get(name, ()))
     assert not cycles, f"modules in an import cycle: {cycles}"
+
+
+def test_architecture_names_every_module_that_imports_mlflow():
+    """ARCHITECTURE.md says where MLflow is reached from: every module that imports it."""
+    importers = []
+    for name in bertcore_modules():
+        tree = ast.parse(module_file(name).read_text(encoding="utf-8"))
+        if any(isinstance(node, ast.Import | ast.ImportFrom) and any(
+                (getattr(node, "module", None) or alias.name).split(".")[0] == "mlflow"
+                for alias in node.names) for node in ast.walk(tree)):
+            importers.append(name.removeprefix("bertcore.").replace(".", "/") + ".py")
+    architecture = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
+    assert importers and not [m for m in importers if f"`{m}`" not in architecture], importers

@@ -31,11 +31,13 @@ from bertcore.common.validation import (
 )
 from bertcore.data.samples.config import Phase2Samples
 from bertcore.model.config import Device, ModelConfig, Precision
-from bertcore.training.loop.schedule import Schedule
 
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).
 CompileMode = Bool | Literal["fullgraph"]
+# train.schedule, after the warmup: BERT's linear decay, or warmup-stable-decay
+# (training/loop/schedule.py)
+Schedule = Literal["linear", "wsd"]
 
 
 # The constraints of a schedule, shared by `train` and BERT's second phase (`phase2`).

@@ -13,9 +13,7 @@ from where it stands, as transformers' Trainer does.
 
 from __future__ import annotations
 
-from typing import Literal
-
-Schedule = Literal["linear", "wsd"]
+from bertcore.training.config import Schedule
 
 
 def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
