@@ -67,13 +67,13 @@ def test_recipe_none_is_berts_and_without_a_recipe_nothing_is_read(tmp_path):
         assert config.model.to_config(vocab_size=100) == BertConfig.from_preset(
             "tiny", vocab_size=100, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0)
         assert config.model.local_heads(2) == 0
-        assert config.train.adam_betas == [0.9, 0.999]
+        assert config.train.adam_betas == [0.9, 0.999] and config.train.schedule == "linear"
         assert not (tmp_path / "params").exists()
 
 
 def test_the_shipped_recipe_is_the_one_measured_for_tiny():
     """params.yaml names params/recipes/tiny.yaml: 4 heads, 2 of the first layer local, AdamW's
-    beta2 0.98 (docs/recipe.md); `model.recipe: none` is what `model.recipe: false` gave:
+    beta2 0.98, the peak rate held until the last 20% of the steps (docs/recipe.md); `model.recipe: none` is what `model.recipe: false` gave:
     BERT-tiny as published, every other value the same."""
     def config(*overrides: str) -> PretrainConfig:
         sections = read_params(load_params(REPO / "params.yaml", overrides), PARAMS)
@@ -83,14 +83,17 @@ def test_the_shipped_recipe_is_the_one_measured_for_tiny():
     assert tiny.model.to_config(100).num_attention_heads == 4
     assert (tiny.model.local_heads(4), tiny.model.local_layers(2)) == (2, 1)
     assert tiny.train.adam_betas == [0.9, 0.98]
+    assert (tiny.train.schedule, tiny.train.decay_fraction) == ("wsd", 0.2)
     assert none.model.to_config(100).num_attention_heads == 2
+    assert none.train.schedule == "linear"
     assert none.model.local_heads(2) == 0 and none.train.adam_betas == [0.9, 0.999]
     recipe_keys = {"recipe", "num_attention_heads", "local_attention_init",
                    "local_attention_heads", "local_attention_layers"}
     for name in ("model", "train", "masking", "eval", "phase2"):
         a, b = dataclasses.asdict(getattr(tiny, name)), dataclasses.asdict(getattr(none, name))
         assert {k for k in a if a[k] != b[k]} == {"model": recipe_keys,
-                                                   "train": {"adam_betas"}}.get(name, set())
+                                                   "train": {"adam_betas", "schedule"}
+                                                   }.get(name, set())
 
 
 @pytest.mark.parametrize(("params", "recipe", "message"), [
