@@ -1,5 +1,6 @@
 """Where users' tools look, on a tiny model made here: the export as an MLflow Model (transformers
-flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does, registrable; model
+flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does (a text too long for
+the model cut as it cuts it), registrable; model
 cards that huggingface_hub reads back with the figures of the reports made from the very
 weights; the reports carried into a new run of the same weights once, never twice; the
 charts the same bytes for the same curves."""
@@ -75,6 +76,13 @@ def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_register
     assert printed.exit_code == 0, printed.stderr
     top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
     assert list(answer) == [top]
+    # a text longer than the model's 32 positions: cut to them, as `bert fill-mask` cuts it,
+    # not a tensor-size error
+    long = text + " the cat sat on the mat." * 40
+    printed = CliRunner().invoke(cli, ["fill-mask", "--model", str(root / "hf"), long])
+    assert printed.exit_code == 0 and "the model takes 32: truncated" in printed.stderr
+    top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
+    assert list(loaded.predict([long])) == [top]
 
     version = mlflow.register_model(f"runs:/{tracker.run_id}/hf_model", "tiny-bert")
     assert (version.version, version.status) == (1, "READY")
