@@ -12,7 +12,9 @@ extends the run); otherwise starts fresh and says why, setting aside the checkpo
 replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
 early when its steps would not fit in the time (see `bertcore.training.loop.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
-started by torchrun, it joins the process group.
+started by torchrun, it joins the process group. A side run, `--out` elsewhere than
+models/pretrained, names its own `--metrics`, `--log` and `--eval-log` (those left at their
+defaults report on models/pretrained, and the export's card reads them).
 """
 
 from __future__ import annotations
@@ -96,6 +98,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     config = PretrainConfig(**{name: section for name, section in sections.items()
                                if name != "cpu"})
     keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
+    keep_the_pipeline_reports(out_dir)
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
@@ -140,6 +143,33 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
         + f" -> {out_dir}",
         err=True,
     )
+
+
+# The files that report on the model --out holds (the export's card reads pretrain.json)
+REPORT_OPTIONS = {"metrics_file": "--metrics", "log_file": "--log",
+                  "eval_log_file": "--eval-log"}
+
+
+def keep_the_pipeline_reports(out_dir: str) -> None:
+    """A side run, `--out` elsewhere than the pipeline's model, must not rewrite the reports
+    of the pipeline's model unless pointed at them: refused in one line while any of
+    `REPORT_OPTIONS` is left unset (at its default)."""
+    context = click.get_current_context()
+    defaults = {param.name: param.default for param in context.command.params}
+    if _same_path(out_dir, defaults["out_dir"]):
+        return
+    left = [flag for name, flag in REPORT_OPTIONS.items()
+            if context.get_parameter_source(name) is click.core.ParameterSource.DEFAULT]
+    if left:
+        raise BertError(
+            f"--out {out_dir} is not {defaults['out_dir']}, but {', '.join(left)} "
+            f"{'is' if len(left) == 1 else 'are'} left at the reports of "
+            f"{defaults['out_dir']} (metrics/pretrain*): give this run's reports paths of "
+            f"their own ({' '.join(f'{flag} PATH' for flag in left)})")
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
 
 
 def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path) -> ProbeDraw | None:

@@ -98,7 +98,7 @@ def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_register
 
 def reports_of(folder, weights: str, other: str) -> dict:
     """An eval report made from `weights`, a probe report made from `other` weights, and
-    pretrain's own, in `folder` (as the stages write them)."""
+    pretrain's, of `weights`, in `folder` (as the stages write them)."""
     write_report(folder / "eval.json", "eval",
                  {"mlm_accuracy": 0.25, "perplexity": 80.0, "nsp_accuracy": 0.6},
                  {"mlm_baseline_accuracy": 0.05, "nsp_baseline_accuracy": 0.5, MODEL_KEY: weights})
@@ -107,7 +107,8 @@ def reports_of(folder, weights: str, other: str) -> dict:
                  {"builtin": {"cloze": {"frequency_baseline": {"p_at_1": 0.1}}},
                   MODEL_KEY: other})
     write_metrics(folder / "pretrain.json", "pretrain", {"steps": 6, "train": {"loss": 4.5}})
-    (folder / "pretrain_details.json").write_text(json.dumps({"tokens_seen": 1234}))
+    (folder / "pretrain_details.json").write_text(json.dumps({"tokens_seen": 1234,
+                                                              MODEL_KEY: weights}))
     return {"eval": folder / "eval.json", "probe": folder / "probe.json"}
 
 
