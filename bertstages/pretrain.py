@@ -130,7 +130,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )
-    probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir))
+    probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir), Path(samples_dir))
     report = run_pretraining(config, paths, labels, probes)
     if report is None:
         return  # not rank 0
@@ -172,15 +172,23 @@ def _same_path(a: str, b: str) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
-def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path) -> ProbeDraw | None:
+def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path,
+               samples_dir: Path) -> ProbeDraw | None:
     """The built-in probes scored at each periodic evaluation (`eval.probe_sentences` of the
-    corpus's val split), or None: off, or no val split to draw from (said in one line)."""
+    corpus's val split), or None: off, no val split to draw from, or the val split of another
+    corpus than the samples' (each said in one line)."""
     if not settings.probe_sentences:
         return None
     val, train = corpus_dir / "val.txt", corpus_dir / "train.txt"
     if not (val.is_file() and train.is_file()):
         log.warning("no probes while pretraining: %s has no train.txt and val.txt (pass "
                     "--corpus, or set eval.probe_sentences: 0)", corpus_dir)
+        return None
+    from bertcore.data.samples.origin import other_corpus
+
+    if (other := other_corpus(samples_dir, val, "val")) is not None:
+        log.warning("no probes while pretraining: %s: another corpus than the samples' (pass "
+                    "the --corpus they were made from, or set eval.probe_sentences: 0)", other)
         return None
     from bertcore.data.vocab.existing import read_tokenizer
     from bertcore.downstream.probes.during_pretraining import ProbeDraw
