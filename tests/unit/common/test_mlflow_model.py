@@ -253,3 +253,35 @@ def test_the_charts_are_the_same_bytes_for_the_same_curves(tmp_path):
     assert b"matplotlib" not in b"".join(first.values())  # no version in the bytes
     write_pretrain_charts(log, evals)
     assert {path.name: path.read_bytes() for path in written} == first
+
+
+def _pixels_of_the_first_series(png) -> int:
+    """The pixels in matplotlib's first colour (C0, the first series' own) of a chart."""
+    import matplotlib.image
+    import numpy as np
+
+    rgb = np.asarray([0x1F, 0x77, 0xB4]) / 255
+    return int((np.abs(matplotlib.image.imread(png)[..., :3] - rgb) < 0.02).all(-1).sum())
+
+
+def test_a_run_with_one_evaluation_draws_its_one_point(tmp_path):
+    """One logged train row and one evaluation: every chart shows its point (a marker; a line
+    through one point draws nothing), not only the axes and the legend. Measured against the
+    same charts with those cells empty (the legend alone in the first series' colour)."""
+    header = ("step\tmlm_loss\tnsp_loss\tmlm_accuracy\tnsp_accuracy\tcloze_p_at_1\t"
+              "cloze_p_at_10\tswapped_pairs\treplaced_pairs\n")
+    drawn = {}
+    for case, row in (("values", "10\t6.6\t0.68\t0.04\t0.52\t0.1\t0.3\t0.6\t0.5\n"),
+                      ("empty", "10\t\t\t\t\t\t\t\t\n")):
+        folder = tmp_path / case
+        folder.mkdir()
+        train = row.replace("6.6", "7.9").replace("0.04", "0.01")  # not under val's point
+        (folder / "pretrain_log.tsv").write_text(header.split("\tcloze")[0] + "\n" +
+                                                 "\t".join(train.split("\t")[:5]) + "\n")
+        (folder / "pretrain_eval.tsv").write_text(header + row)
+        charts = write_pretrain_charts(folder / "pretrain_log.tsv",
+                                       folder / "pretrain_eval.tsv")
+        drawn[case] = {path.name: _pixels_of_the_first_series(path) for path in charts}
+    for name in ("pretrain_loss.png", "pretrain_accuracy.png", "pretrain_probes.png"):
+        # a marker of 4 points: some 30 pixels beyond the legend's
+        assert drawn["values"][name] > drawn["empty"][name] + 15, (name, drawn)
