@@ -99,6 +99,8 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                                if name != "cpu"})
     keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
     keep_the_pipeline_reports(out_dir)
+    if "WORLD_SIZE" not in os.environ:  # said once, not by each process of torchrun's
+        say_unused_local_counts(config.model, load_params(params_file, overrides, reads=()))
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
@@ -143,6 +145,27 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
         + f" -> {out_dir}",
         err=True,
     )
+
+
+def say_unused_local_counts(model: ModelConfig, written: dict) -> None:
+    """`model.local_attention_heads` and `local_attention_layers` change nothing with the
+    local init off (or `init_from`), yet the run records them: one warning for those the user
+    wrote (`written`: params.yaml with --set, no recipe), to leave them out; one note for those
+    only the recipe gave, under a local init the user turned off."""
+    unused = model.unused_local_counts()
+    if not unused:
+        return
+    why = ("with model.init_from (the weights are the folder's)" if model.init_from else
+           "with model.local_attention_init: false (every head starts with BERT's init)")
+    mine = written.get("model") if isinstance(written.get("model"), dict) else {}
+    yours = [name for name in unused if name in mine]
+    named = " and ".join(f"model.{name} ({getattr(model, name)})" for name in yours or unused)
+    if yours:
+        log.warning("%s change%s nothing %s: leave %s out", named,
+                    "" if len(yours) > 1 else "s", why, "them" if len(yours) > 1 else "it")
+    else:
+        log.info("the recipe's %s change%s nothing %s", named,
+                 "" if len(unused) > 1 else "s", why)
 
 
 # The files that report on the model --out holds (the export's card reads pretrain.json)
