@@ -5,8 +5,11 @@ tokenizer files, loadable by `transformers` with `from_pretrained`, and a model 
 
 from __future__ import annotations
 
+import os
+
 import click
 
+from bertcore.common.errors import BertError
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
@@ -36,12 +39,17 @@ def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
     params = load_params(params_file, overrides, PARAMS)
     sections = read_params(params, PARAMS)
     keep_outputs_apart()
+    if not os.path.isdir(metrics_dir) and click.get_current_context().get_parameter_source(
+            "metrics_dir") is not click.core.ParameterSource.DEFAULT:
+        raise BertError(f"--metrics-dir {metrics_dir} does not exist: point it at the folder "
+                        "of the reports the card shows (pretrain.json, eval.json, ...)")
     # torch, once the params are read (cli.py)
     from bertcore.training.run.export import export_pretrained
 
     reproduce = {name: params[name] for name in PARAMS if name != "export" and name in params}
     shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce,
                               sections["corpus"].source)
+    none = ("no report made from these weights" if os.path.isdir(metrics_dir)
+            else f"no reports: {metrics_dir} does not exist")
     click.echo(f"export: Hugging Face BertForPreTraining with its model card ("
-               f"{', '.join(shown) or 'no report made from these weights'}) -> {out_dir}",
-               err=True)
+               f"{', '.join(shown) or none}) -> {out_dir}", err=True)

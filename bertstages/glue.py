@@ -20,6 +20,9 @@ empty.
 
 from __future__ import annotations
 
+from functools import partial
+from pathlib import Path
+
 import click
 
 from bertcore.common.tracking import TrackingConfig
@@ -27,6 +30,7 @@ from bertcore.downstream.config import GlueConfig
 from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
+    KEPT_WHEN_STOPPED,
     file_option,
     folder_option,
     pretrained_option,
@@ -62,6 +66,7 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     config = sections["glue"]
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
+    click.get_current_context().meta[KEPT_WHEN_STOPPED] = partial(saved_fine_tunes, runs_dir)
     # torch, once the params are read (cli.py)
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.training.hardware.cpu import pin_cpu
@@ -73,3 +78,13 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     for line in outcome.summary():
         click.echo(line, err=True)
     outcome.raise_for_failed_tasks()
+
+
+def saved_fine_tunes(runs_dir: str) -> str | None:
+    """What a suite stopped midway leaves: the fine-tunes saved in `runs_dir`, which a rerun
+    reuses (None when there are none)."""
+    count = len(list(Path(runs_dir).glob("*/record.json")))
+    if not count:
+        return None
+    return (f"{count} finished fine-tune{'s stay' if count > 1 else ' stays'} in {runs_dir}: "
+            "`bert glue` run again reuses the ones of this model, data and recipe")

@@ -55,20 +55,32 @@ def stops_at_once(func: Callable) -> Callable:
 
     @functools.wraps(func)
     def run(*args, **kwargs):
-        name = click.get_current_context().info_name
+        context = click.get_current_context()
         try:
             with interrupt_on_signals():
                 return func(*args, **kwargs)
         except Interrupted as stop:
-            error = BertError(f"interrupted by {stop}: nothing was written; rerun `bert {name}` "
-                              "to start again")
+            error = BertError(f"interrupted by {stop}: {_what_stays(context)}")
             error.exit_code = stop.exit_code
             raise error from None
         except WorkerDied as died:
-            raise BertError(f"{died}: nothing was written; rerun `bert {name}` to start "
-                            "again") from None
+            raise BertError(f"{died}: {_what_stays(context)}") from None
 
     return run
+
+
+# ctx.meta key: a command that keeps work of a run stopped midway (GLUE's finished
+# fine-tunes) puts here what says it (a callable: the words, or None when nothing is kept)
+KEPT_WHEN_STOPPED = "bert.kept_when_stopped"
+
+
+def _what_stays(context: click.Context) -> str:
+    """After a stop: that no output was written, and what a rerun starts from."""
+    kept = context.meta.get(KEPT_WHEN_STOPPED)
+    said = kept() if kept else None
+    if said:
+        return f"no output was written; {said}"
+    return f"nothing was written; rerun `bert {context.info_name}` to start again"
 
 
 # ctx.meta keys: {flag: path} of a command's path options, so that an error about a path

@@ -12,7 +12,9 @@ extends the run); otherwise starts fresh and says why, setting aside the checkpo
 replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
 early when its steps would not fit in the time (see `bertcore.training.loop.budget`). With
 `train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
-started by torchrun, it joins the process group.
+started by torchrun, it joins the process group. A side run, `--out` elsewhere than
+models/pretrained, names its own `--metrics`, `--log` and `--eval-log` (those left at their
+defaults report on models/pretrained, and the export's card reads them).
 """
 
 from __future__ import annotations
@@ -96,6 +98,9 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     config = PretrainConfig(**{name: section for name, section in sections.items()
                                if name != "cpu"})
     keep_outputs_apart({"model.init_from": config.model.init_from}, warn_deps=False)  # below
+    keep_the_pipeline_reports(out_dir)
+    if "WORLD_SIZE" not in os.environ:  # said once, not by each process of torchrun's
+        say_unused_local_counts(config.model, load_params(params_file, overrides, reads=()))
     # torch, once the params are read (cli.py)
     from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
@@ -127,7 +132,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
         )
-    probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir))
+    probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir), Path(samples_dir))
     report = run_pretraining(config, paths, labels, probes)
     if report is None:
         return  # not rank 0
@@ -144,15 +149,71 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
         click.echo(f"pretrain: warning: {report.details['plateau']}", err=True)
 
 
-def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path) -> ProbeDraw | None:
+def say_unused_local_counts(model: ModelConfig, written: dict) -> None:
+    """`model.local_attention_heads` and `local_attention_layers` change nothing with the
+    local init off (or `init_from`), yet the run records them: one warning for those the user
+    wrote (`written`: params.yaml with --set, no recipe), to leave them out; one note for those
+    only the recipe gave, under a local init the user turned off."""
+    unused = model.unused_local_counts()
+    if not unused:
+        return
+    why = ("with model.init_from (the weights are the folder's)" if model.init_from else
+           "with model.local_attention_init: false (every head starts with BERT's init)")
+    mine = written.get("model") if isinstance(written.get("model"), dict) else {}
+    yours = [name for name in unused if name in mine]
+    named = " and ".join(f"model.{name} ({getattr(model, name)})" for name in yours or unused)
+    if yours:
+        log.warning("%s change%s nothing %s: leave %s out", named,
+                    "" if len(yours) > 1 else "s", why, "them" if len(yours) > 1 else "it")
+    else:
+        log.info("the recipe's %s change%s nothing %s", named,
+                 "" if len(unused) > 1 else "s", why)
+
+
+# The files that report on the model --out holds (the export's card reads pretrain.json)
+REPORT_OPTIONS = {"metrics_file": "--metrics", "log_file": "--log",
+                  "eval_log_file": "--eval-log"}
+
+
+def keep_the_pipeline_reports(out_dir: str) -> None:
+    """A side run, `--out` elsewhere than the pipeline's model, must not rewrite the reports
+    of the pipeline's model unless pointed at them: refused in one line while any of
+    `REPORT_OPTIONS` is left unset (at its default)."""
+    context = click.get_current_context()
+    defaults = {param.name: param.default for param in context.command.params}
+    if _same_path(out_dir, defaults["out_dir"]):
+        return
+    left = [flag for name, flag in REPORT_OPTIONS.items()
+            if context.get_parameter_source(name) is click.core.ParameterSource.DEFAULT]
+    if left:
+        raise BertError(
+            f"--out {out_dir} is not {defaults['out_dir']}, but {', '.join(left)} "
+            f"{'is' if len(left) == 1 else 'are'} left at the reports of "
+            f"{defaults['out_dir']} (metrics/pretrain*): give this run's reports paths of "
+            f"their own ({' '.join(f'{flag} PATH' for flag in left)})")
+
+
+def _same_path(a: str, b: str) -> bool:
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path,
+               samples_dir: Path) -> ProbeDraw | None:
     """The built-in probes scored at each periodic evaluation (`eval.probe_sentences` of the
-    corpus's val split), or None: off, or no val split to draw from (said in one line)."""
+    corpus's val split), or None: off, no val split to draw from, or the val split of another
+    corpus than the samples' (each said in one line)."""
     if not settings.probe_sentences:
         return None
     val, train = corpus_dir / "val.txt", corpus_dir / "train.txt"
     if not (val.is_file() and train.is_file()):
         log.warning("no probes while pretraining: %s has no train.txt and val.txt (pass "
                     "--corpus, or set eval.probe_sentences: 0)", corpus_dir)
+        return None
+    from bertcore.data.samples.origin import other_corpus
+
+    if (other := other_corpus(samples_dir, val, "val")) is not None:
+        log.warning("no probes while pretraining: %s: another corpus than the samples' (pass "
+                    "the --corpus they were made from, or set eval.probe_sentences: 0)", other)
         return None
     from bertcore.data.vocab.existing import read_tokenizer
     from bertcore.downstream.probes.during_pretraining import ProbeDraw

@@ -22,12 +22,23 @@ SIZE = (7.0, 4.0)  # inches, at 100 dpi: 700 x 400 pixels
 
 @dataclass(frozen=True)
 class Series:
-    """One line (or, `points`, markers only) of a chart."""
+    """One line (or, `points`, markers only) of a chart; `markers`: a line with a marker at
+    each point (a curve of few measurements). A line's point with no finite neighbour (the
+    one point of a run with one evaluation, or one between gaps) has a marker all the same:
+    a line through one point draws nothing."""
 
     label: str
     x: Sequence[float]
     y: Sequence[float]
     points: bool = False
+    markers: bool = False
+
+
+def isolated(y: Sequence[float]) -> list[bool]:
+    """Which of the values are finite with no finite neighbour: points no line reaches."""
+    finite = [value == value and abs(value) != float("inf") for value in y]
+    return [here and not (i > 0 and finite[i - 1]) and not (i + 1 < len(y) and finite[i + 1])
+            for i, here in enumerate(finite)]
 
 
 def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
@@ -47,8 +58,7 @@ def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
     axes = figure.add_subplot()
     for line in series:
         if line.x:
-            axes.plot(line.x, line.y, "o" if line.points else "-", label=line.label,
-                      markersize=4 if line.points else None)
+            _draw(axes, line)
     axes.set(title=title, xlabel=xlabel, ylabel=ylabel)
     axes.grid(alpha=0.3)
     if any(line.x for line in series):
@@ -58,6 +68,18 @@ def write_chart(path: str | Path, title: str, xlabel: str, ylabel: str,
     with contextlib.nullcontext(into) if into else atomic_file(path, "wb") as handle:
         figure.savefig(handle, format="png", metadata={"Software": None})
     return path
+
+
+def _draw(axes, line: Series) -> None:
+    """One series: markers, a line, or a line with markers where it has them."""
+    if line.points or line.markers:
+        axes.plot(line.x, line.y, "o" if line.points else "-o", label=line.label, markersize=4)
+        return
+    (drawn,) = axes.plot(line.x, line.y, "-", label=line.label)
+    alone = [i for i, lonely in enumerate(isolated(line.y)) if lonely]
+    if alone:
+        axes.plot([line.x[i] for i in alone], [line.y[i] for i in alone], "o", markersize=4,
+                  color=drawn.get_color())
 
 
 def read_columns(tsv: str | Path, columns: Sequence[str]) -> Mapping[str, list[float]]:

@@ -212,17 +212,19 @@ class Tracker:
         return found
 
     def log_transformers_model(self, folder: str | os.PathLike, task: str, name: str,
-                               card: str | None = None) -> bool:
+                               card: str | None = None, pairs: bool = False) -> bool:
         """A Hugging Face model folder (with its tokenizer) as an MLflow Model of the
         transformers flavour, `task`'s pipeline (fill-mask, text-classification), under
         `name`: registrable in the Model Registry and loaded by `mlflow.pyfunc`. The logged
         model gets the run's `mlflow.source.*` tags (its git commit) and `card` as its model
-        card. Nothing is downloaded: no model card from the Hub, no requirements inferred
-        (the installed torch and transformers are its requirements)."""
+        card. `pairs`: a sentence-pair classifier, predicting on `{"text", "text_pair"}`.
+        Texts longer than the model's positions are cut to them. Nothing is downloaded: no
+        model card from the Hub, no requirements inferred (the installed torch and
+        transformers are its requirements)."""
         source = {key: value for key, value in self.tags().items()
                   if key.startswith("mlflow.source.")}
         return self._call(f"log the model {name}", log_pipeline, self.client, self.run_id,
-                          self.uri, source, Path(folder), task, name, card)
+                          self.uri, source, Path(folder), task, name, card, pairs)
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         self._call(f"upload {artifact_path}", self.client.log_artifacts, self.run_id,

@@ -65,8 +65,10 @@ def builtin_task(name: str, corpus_file: str | Path, test_fraction: float,
         n_test = _test_count(len(groups), test_fraction, corpus_file, "sentences")
         test, train = _flatten(groups[:n_test]), _flatten(groups[n_test:])
     if len(train) < 10 or len({e.label for e in train}) < 2 or not test:
-        raise BertError(f"{corpus_file} gives only {len(train)} training examples for {name}: "
-                        "use a larger corpus, or set finetune.data to a labelled file")
+        raise BertError(f"{corpus_file} gives only {len(train)} training examples for {name} "
+                        f"with finetune.test_fraction {test_fraction:g} ({len(test)} test "
+                        "examples): lower finetune.test_fraction, use a larger corpus, or set "
+                        "finetune.data to a labelled file")
     rng.shuffle(train)
     return train, test
 

@@ -270,7 +270,7 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
         write_card(staging, card)
     files = write_report(paths.metrics_file, "finetune", report.metrics, report.details,
                          report.items)
-    runs.log_model(paths.out_dir, "text-classification")
+    runs.log_model(paths.out_dir, "text-classification", pairs=task.pairs)
     runs.finish(files, result_values({which: report.metrics[which] for which in MODELS}),
                 report.details)
     return FinetuneOutcome(result, report, task.problem, task.problem_from)

@@ -38,6 +38,7 @@ class FinetuneTask:
     train: EncodedExamples
     test: EncodedExamples
     test_digest: str
+    pairs: bool = False  # sentence pairs: a second text to each example
 
     @property
     def is_regression(self) -> bool:
@@ -73,4 +74,5 @@ def finetune_task(config: FinetuneConfig, corpus_file: str | Path, tokenizer,
     return FinetuneTask(name, description, problem, why, labels,
                         encode_examples(train, tokenizer, labels, config.max_seq_length),
                         encode_examples(test, tokenizer, labels, config.max_seq_length),
-                        items_digest([[e.text, e.pair, e.label] for e in test]))
+                        items_digest([[e.text, e.pair, e.label] for e in test]),
+                        pairs=any(e.pair is not None for e in train))

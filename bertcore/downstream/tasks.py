@@ -51,10 +51,11 @@ def read_examples(
         raise BertError(f"labelled data not found: {path} (set finetune.data)")
     if path.suffix.lower() not in FORMATS:
         raise BertError(f"{path}: unknown format; finetune.data must end in {', '.join(FORMATS)}")
+    data = path.read_bytes()
     try:
-        text = path.read_text(encoding="utf-8-sig")
+        text = data.decode("utf-8-sig")
     except UnicodeDecodeError:
-        raise BertError(f"{path} is not UTF-8 text: convert it, or point at another file") from None
+        raise BertError(_not_utf8(path, data)) from None
     if not text.strip():
         raise BertError(f"{path} is empty: it needs one labelled example per line")
     rows = _jsonl_rows(path, text) if path.suffix.lower() == ".jsonl" else _table_rows(path, text)
@@ -71,6 +72,23 @@ def read_examples(
     if not examples:
         raise BertError(f"{path} has no examples, only a header: add labelled rows")
     return examples
+
+
+def _not_utf8(path: Path, data: bytes) -> str:
+    """What is not UTF-8 in a file: one damaged line (its number and byte), or a file in
+    another encoding (how many of its lines are not UTF-8, the first)."""
+    bad = []
+    for number, line in enumerate(data.split(b"\n"), 1):
+        try:
+            line.decode("utf-8")
+        except UnicodeDecodeError as error:
+            bad.append((number, line[error.start]))
+    number, byte = bad[0]
+    if len(bad) == 1:
+        return (f"{path}:{number} is not UTF-8 (byte 0x{byte:02x}), the file's other lines are: "
+                "fix or remove that line")
+    return (f"{path} is not UTF-8 text ({len(bad)} lines are not, the first line {number}, byte "
+            f"0x{byte:02x}): convert it to UTF-8, or point at another file")
 
 
 def _jsonl_rows(path: Path, text: str):

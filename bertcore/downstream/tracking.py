@@ -63,12 +63,13 @@ class DownstreamTracking:
             log.warning("a nested MLflow run could not be opened: %s", error)
             return NullTracker()
 
-    def log_model(self, folder: str | Path, task: str) -> None:
+    def log_model(self, folder: str | Path, task: str, pairs: bool = False) -> None:
         """The stage's model folder as an MLflow Model of the child run (transformers flavour,
-        `task`'s pipeline, its README.md as the model card), named `model`."""
+        `task`'s pipeline, its README.md as the model card), named `model`; `pairs`: a
+        sentence-pair classifier (it predicts on `text` and `text_pair`)."""
         card = Path(folder) / CARD_NAME
         self.run.log_transformers_model(folder, task, "model", card.read_text(
-            encoding="utf-8") if card.is_file() else None)
+            encoding="utf-8") if card.is_file() else None, pairs=pairs)
 
     def finish(self, files: tuple[Path, ...], results: Mapping[str, float],
                details: Mapping[str, Any], charts: Sequence[Path] = ()) -> None:

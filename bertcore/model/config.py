@@ -143,6 +143,12 @@ PRESETS: dict[str, dict] = {
 }
 
 
+# what a count of local heads or layers may be; none at all is the local init turned off
+_LOCAL_COUNT = ("null (all) or an integer >= 1; for no local head at all, set "
+                "model.local_attention_init: false")
+LOCAL_COUNTS = ("local_attention_heads", "local_attention_layers")
+
+
 @params_section
 class ModelConfig:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
@@ -163,8 +169,8 @@ class ModelConfig:
     # `local_attention_heads` of each of the first `local_attention_layers` layers (null: all);
     # the others keep BERT's init, a global view, with which NSP still learns
     local_attention_init: Bool = False
-    local_attention_heads: integer(ge=1, allowed="null or an integer >= 1") | None = None
-    local_attention_layers: integer(ge=1, allowed="null or an integer >= 1") | None = None
+    local_attention_heads: integer(ge=1, allowed=_LOCAL_COUNT) | None = None
+    local_attention_layers: integer(ge=1, allowed=_LOCAL_COUNT) | None = None
     hidden_size: Int | None = None
     num_hidden_layers: Int | None = None
     num_attention_heads: Int | None = None
@@ -199,6 +205,13 @@ class ModelConfig:
         if not self.local_attention_init or self.init_from:
             return 0
         return self.local_attention_heads or num_attention_heads
+
+    def unused_local_counts(self) -> list[str]:
+        """Which of `LOCAL_COUNTS` are set and change nothing: with the local init off (or
+        a model from `init_from`) the weights are byte for byte those without them."""
+        if self.local_attention_init and not self.init_from:
+            return []
+        return [name for name in LOCAL_COUNTS if getattr(self, name) is not None]
 
     def local_layers(self, num_hidden_layers: int) -> int:
         """How many of the first layers have local heads (when `local_heads` is not 0)."""

@@ -18,7 +18,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, start_bert_paused
+from helpers.bert import (
+    ONE_THREAD,
+    REPO,
+    assert_one_line_error,
+    run_bert,
+    run_bert_interrupted,
+    start_bert_paused,
+)
 from helpers.glue_files import write_glue_folder, write_glue_vocab
 from helpers.tiny_pretrain import tiny_config
 from huggingface_hub import ModelCard
@@ -453,6 +460,21 @@ def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_
     assert resumed == output_digests(tmp_path / "fresh")  # the same bytes, models included
     assert "models/CoLA/model.safetensors" in resumed and "predictions/mrpc_dev.tsv" in resumed
     assert "glue_items.json" in resumed  # every seed's dev predictions, reused or not
+
+
+def test_a_suite_stopped_midway_says_its_finished_fine_tunes_stay(glue_workdir, tmp_path):
+    """SIGTERM after two fine-tunes: no output written, and the line says so of the outputs
+    only; the two fine-tunes saved stay, which a rerun reuses."""
+    args = glue_args(tmp_path / "out", "glue.tasks=[cola]")
+    proc = run_bert_interrupted(*args, at="bertcore.downstream.glue.suite:fine_tune_once",
+                                signum=signal.SIGTERM, cwd=glue_workdir, nth=2)
+    runs = tmp_path / "out" / "runs"
+    assert len(list(runs.glob("*/record.json"))) == 2
+    assert_one_line_error(proc, f"interrupted by SIGTERM: no output was written; 2 finished "
+                                f"fine-tunes stay in {runs}: `bert glue` run again reuses the "
+                                "ones of this model, data and recipe",
+                          code=128 + signal.SIGTERM)
+    assert not (tmp_path / "out" / "glue.json").exists()
 
 
 @pytest.mark.slow

@@ -311,7 +311,8 @@ def test_under_torchrun_the_processes_start_from_the_folder_as_one_process_does(
     runs = {}
     for nproc in (1, 2):
         bert("pretrain", "--set", f"train.nproc_per_node={nproc}", "--checkpoints", f"c{nproc}",
-             "--out", f"m{nproc}", "--log", f"log{nproc}.tsv", cwd=work)
+             "--out", f"m{nproc}", "--log", f"log{nproc}.tsv", "--metrics", f"p{nproc}.json",
+             "--eval-log", f"eval{nproc}.tsv", cwd=work)
         runs[nproc] = (tsv(work / f"log{nproc}.tsv"), load_model(work / f"m{nproc}"))
     (rows1, model1), (rows2, model2) = runs[1], runs[2]
     for one, two in zip(rows1, rows2, strict=True):

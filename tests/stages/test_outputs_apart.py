@@ -59,6 +59,9 @@ CASES = [
      "--checkpoints data/samples/checkpoints sits inside --samples (data/samples)"),
     (["pretrain", "--out", "hf/bert", "--set", "model.init_from=hf/bert"],
      "--out hf/bert is model.init_from (hf/bert)"),
+    (["pretrain", "--out", "side", "--log", "side.tsv"],
+     "--out side is not models/pretrained, but --metrics, --eval-log are left at the reports "
+     "of models/pretrained"),
     (["evaluate", "--out", "data/vocab/vocab.txt"],
      "--out data/vocab/vocab.txt sits inside --vocab (data/vocab)"),
     (["export", "--out", "models"], "--out models holds --model (models/pretrained)"),

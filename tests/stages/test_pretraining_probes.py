@@ -1,16 +1,18 @@
 """The built-in probes while pretraining (`eval.probe_sentences`): the figures of the probe
 stage's own code on the same draw, in every periodic evaluation's row of
-metrics/pretrain_eval.tsv and in the MLflow run's curves, and nothing when they are off."""
+metrics/pretrain_eval.tsv and in the MLflow run's curves, and nothing when they are off, or
+when the corpus is not the samples' (one warning, naming pretraining's own setting)."""
 
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 import pytest
 import torch
 from helpers.bert import run_bert
-from helpers.tiny_pretrain import build_data, tiny_config, write_params
+from helpers.tiny_pretrain import build_data, tiny_config, write_corpus, write_params
 from mlflow.tracking import MlflowClient
 
 from bertcore.common.tracking import sqlite_uri
@@ -21,7 +23,9 @@ from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.tokenizer import BERT_DEFAULT_RULES
+from bertcore.training.config import EvalConfig
 from bertcore.training.loop.records import EVAL_COLUMNS
+from bertstages.pretrain import probe_draw
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 PROBES = ("cloze_p_at_1", "cloze_p_at_10", "swapped_pairs", "replaced_pairs")
@@ -141,3 +145,43 @@ def test_without_a_corpus_to_draw_from_pretraining_says_so_and_trains(data, tmp_
     header, *rows = (tmp_path / "eval.tsv").read_text().splitlines()
     values = [dict(zip(header.split("\t"), row.split("\t"), strict=True)) for row in rows]
     assert len(values) == 2 and all(row[name] == "" for row in values for name in PROBES)
+
+
+def test_probes_from_another_corpus_than_the_samples_are_left_out_in_one_line(data, tmp_path,
+                                                                              caplog):
+    """`--samples S --vocab V` with `--corpus` left at a folder of another corpus: its val
+    sentences are not the samples' (their count, against the samples' meta.json), so no
+    probe is drawn from it, in one warning; the samples' own corpus is drawn from."""
+    settings = EvalConfig(batch_size=16, seed=3, probe_sentences=30)
+    samples, vocab = data / "samples", data / "vocab"
+    with caplog.at_level(logging.WARNING, logger="bert.pretrain"):
+        assert probe_draw(settings, vocab, data / "corpus", samples) is not None
+        assert not caplog.records
+        write_corpus(tmp_path / "other", val_docs=20, seed=4)  # as many documents
+        assert probe_draw(settings, vocab, tmp_path / "other", samples) is None
+    (warning,) = [r.getMessage() for r in caplog.records]
+    sentences = len([line for line in (data / "corpus" / "val.txt").read_text().splitlines()
+                     if line])
+    assert warning.startswith("no probes while pretraining: ")
+    assert (f"val.txt holds {other_corpus_count(tmp_path / 'other')} sentences, but the val "
+            f"samples in {samples} were made from {sentences}: another corpus than the "
+            "samples' (pass the --corpus they were made from, or set eval.probe_sentences: 0)"
+            in warning)
+
+
+def other_corpus_count(folder: Path) -> int:
+    return len([line for line in (folder / "val.txt").read_text().splitlines() if line])
+
+
+def test_a_val_split_with_nothing_to_probe_names_pretraining_s_setting(data, tmp_path, caplog):
+    """Pretraining draws `eval.probe_sentences` sentences: the warning names that key, not the
+    probe stage's probe.builtin_sentences."""
+    tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size()))
+    (tmp_path / "val.txt").write_text("The Cat .\n", encoding="utf-8")
+    draw = ProbeDraw(tokenizer, tmp_path / "val.txt", data / "corpus" / "train.txt",
+                     sentences=30, seed=5)
+    with caplog.at_level(logging.WARNING, logger="bert.pretrain"):
+        assert draw.prepare(model, "cpu") is None
+    (warning,) = [r.getMessage() for r in caplog.records]
+    assert warning.endswith("use a larger corpus, or set eval.probe_sentences to 0"), warning

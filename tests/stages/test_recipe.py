@@ -4,6 +4,7 @@ it under params.yaml and `--set` before validation, so the config classes hold w
 from __future__ import annotations
 
 import dataclasses
+import logging
 import shutil
 from pathlib import Path
 
@@ -15,7 +16,7 @@ from bertcore.common.errors import BertError, ConfigError
 from bertcore.model.bert import BertConfig
 from bertcore.training.config import PretrainConfig
 from bertstages.params import load_params, read_params
-from bertstages.pretrain import PARAMS
+from bertstages.pretrain import PARAMS, say_unused_local_counts
 
 # A recipe of the test's own, with values no default has
 RECIPE = {"model": {"preset": "tiny", "num_attention_heads": 8, "local_attention_init": True,
@@ -138,3 +139,50 @@ def test_the_stage_says_a_recipe_for_another_preset_in_one_line(tmp_path):
     assert_one_line_error(run_bert("pretrain", cwd=tmp_path),
                           "model.recipe: tiny (params/recipes/tiny.yaml) was measured for "
                           "model.preset tiny, not mini", code=2)
+
+
+def said_of_unused_counts(tmp_path: Path, params: dict, *overrides: str,
+                          caplog) -> list[tuple[str, str]]:
+    """What the pretrain stage says of `local_attention_heads` and `_layers` for these params
+    (with the recipe `mine`): (level, message) of each line."""
+    config = resolved(tmp_path, params, *overrides)
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="bert.pretrain"):
+        say_unused_local_counts(config.model, load_params(tmp_path / "params.yaml", overrides,
+                                                          reads=()))
+    return [(record.levelname, record.getMessage()) for record in caplog.records]
+
+
+def test_local_counts_the_local_init_does_not_use_are_said_in_one_line(tmp_path, caplog):
+    """With the local init off, `local_attention_heads` and `_layers` change nothing (the
+    weights are those without them), yet the run records them: the user who wrote them is
+    told to leave them out; the user who turned off the recipe's local init, and wrote no
+    count, reads a note of the recipe's counts, no warning."""
+    assert said_of_unused_counts(tmp_path, {"model": {"recipe": "mine"}}, caplog=caplog) == []
+    assert said_of_unused_counts(
+        tmp_path, {"model": {"recipe": "mine"}}, "model.local_attention_init=false",
+        caplog=caplog) == [
+        ("INFO", "the recipe's model.local_attention_heads (3) and model.local_attention_layers "
+                 "(1) change nothing with model.local_attention_init: false (every head starts "
+                 "with BERT's init)")]
+    assert said_of_unused_counts(
+        tmp_path, {"model": {"recipe": "mine", "local_attention_init": False,
+                             "local_attention_heads": 2}}, caplog=caplog) == [
+        ("WARNING", "model.local_attention_heads (2) changes nothing with "
+                    "model.local_attention_init: false (every head starts with BERT's init): "
+                    "leave it out")]
+    assert said_of_unused_counts(
+        tmp_path, {"model": {"recipe": "none"}}, "model.local_attention_heads=1",
+        "model.local_attention_layers=1", caplog=caplog) == [
+        ("WARNING", "model.local_attention_heads (1) and model.local_attention_layers (1) "
+                    "change nothing with model.local_attention_init: false (every head starts "
+                    "with BERT's init): leave them out")]
+
+
+def test_no_local_layer_is_refused_naming_the_switch_that_turns_them_off(tmp_path):
+    for key in ("local_attention_layers", "local_attention_heads"):
+        with pytest.raises(ConfigError) as info:
+            resolved(tmp_path, {"model": {"recipe": "mine"}}, f"model.{key}=0")
+        assert str(info.value) == (f"model.{key}: 0 is not allowed; expected null (all) or an "
+                                   "integer >= 1; for no local head at all, set "
+                                   "model.local_attention_init: false")

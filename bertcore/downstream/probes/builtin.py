@@ -38,8 +38,9 @@ class BuiltinProbes:
 
 
 def builtin_probes(val_file: str | Path, lm: MaskedLM, counts: TrainCounts, sentences: int,
-                   seed: int) -> BuiltinProbes:
-    """Up to `sentences` val sentences drawn with `seed`, and the probes made of each."""
+                   seed: int, setting: str = "probe.builtin_sentences") -> BuiltinProbes:
+    """Up to `sentences` val sentences drawn with `seed`, and the probes made of each;
+    `setting`: the param that chose `sentences`, which a message names."""
     documents = read_documents(val_file)
     every = [" ".join(words) for s in itertools.chain.from_iterable(documents)
              if movable_positions(words := s.split())]
@@ -48,7 +49,7 @@ def builtin_probes(val_file: str | Path, lm: MaskedLM, counts: TrainCounts, sent
     drawn = [s for s in drawn if _fits(lm, s)]
     if not drawn:
         raise BertError(f"{val_file} has no sentence of 5 to 40 words with a lower-case word "
-                        "to probe: use a larger corpus, or set probe.builtin_sentences to 0")
+                        f"to probe: use a larger corpus, or set {setting} to 0")
     cloze, pairs = [], []
     for number, sentence in enumerate(drawn, start=1):
         where = f"{Path(val_file).name} sentence {number} drawn"

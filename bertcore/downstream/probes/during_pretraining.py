@@ -53,7 +53,8 @@ class ProbeDraw:
         try:
             lm = MaskedLM(model, self.tokenizer, device, self.batch_size)
             counts = count_train(self.train_file, lm)
-            probes = builtin_probes(self.val_file, lm, counts, self.sentences, self.seed)
+            probes = builtin_probes(self.val_file, lm, counts, self.sentences, self.seed,
+                                    setting="eval.probe_sentences")
         except BertError as error:
             log.warning("no probes while pretraining: %s", error)
             return None

@@ -33,5 +33,6 @@ def write_pretrain_charts(log_file: str | Path, eval_log_file: str | Path) -> li
                for kind in ("loss", "accuracy")]
     written.append(write_chart(paths["probes"], "built-in probes at each evaluation (val)",
                                "optimizer step", "accuracy / P@k",
-                               [Series(name, val["step"], val[name]) for name in PROBES]))
+                               [Series(name, val["step"], val[name], markers=True)
+                                for name in PROBES]))
     return [path for path in written if path is not None]

@@ -19,10 +19,10 @@ REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json
 
 
 def model_reports(metrics_dir: str | Path, weights: str | None) -> dict[str, tuple[dict, dict]]:
-    """The reports in `metrics_dir` made from the weights of sha256 `weights` (pretrain's own:
-    written with them), by group."""
-    reports = {group: read_report(Path(metrics_dir) / f"{group}.json", group,
-                                  None if group == "pretrain" else weights)
+    """The reports in `metrics_dir` made from the weights of sha256 `weights`, by group:
+    pretrain's too, whose details name the weights it wrote (a side run's, or an older
+    run's, describe other weights)."""
+    reports = {group: read_report(Path(metrics_dir) / f"{group}.json", group, weights)
                for group in REPORT_GROUPS}
     return {group: report for group, report in reports.items() if report is not None}
 

@@ -107,7 +107,7 @@ def model_card(model: BertConfig, config: PretrainConfig, paths: PretrainPaths, 
                commit: str | None) -> str:
     """The logged model's card: the exported folder's (`run/card.py`) with the reports made
     from these weights so far, the pretraining params and the git commit."""
-    reports = {"pretrain": (paths.metrics, "pretrain", None),
+    reports = {"pretrain": (paths.metrics, "pretrain", weights),
                **{group: (path, group, weights) for group, path in paths.reports.items()}}
     found = {group: report for group, args in reports.items()
              if (report := read_report(*args)) is not None}

@@ -28,6 +28,7 @@ import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.digests import file_sha256
 from bertcore.common.errors import ConfigError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
@@ -35,7 +36,7 @@ from bertcore.common.tracking import Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.devices import device_name, resolve_device
-from bertcore.model.hf import save_model
+from bertcore.model.hf import WEIGHTS_NAME, save_model
 from bertcore.model.local_init import MEASURED_ON, init_local_attention
 from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
@@ -364,7 +365,8 @@ class PretrainingRun:
                                             "fingerprints": last.identity.fingerprints})
         computed_with = {"device": device_name(self.plan.device), **cpu_record()}
         second = last if len(self.plan.phases) > 1 else None
-        report = pretrain_report(result, model, last.max_seq_length, computed_with, second)
+        report = pretrain_report(result, model, last.max_seq_length, computed_with,
+                                 file_sha256(paths.out / WEIGHTS_NAME), second)
         write_metrics(paths.metrics, "pretrain", report.metrics)
         write_json(paths.details, report.details, sort_keys=False)
         write_pretrain_charts(paths.log, paths.eval_log)

@@ -8,6 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.model.bert import BertPretrainingModel
+from bertcore.model.run_reports import MODEL_KEY
 from bertcore.training.evaluation.plateau import plateau_notice
 from bertcore.training.loop.records import as_logged
 from bertcore.training.loop.trainer import TrainResult
@@ -30,12 +31,14 @@ TRAIN_REPORTED = ("loss", "mlm_loss", "mlm_accuracy", "nsp_loss", "nsp_accuracy"
 
 
 def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_length: int,
-                    computed_with: dict[str, Any], second: Phase | None = None) -> PretrainReport:
+                    computed_with: dict[str, Any], weights: str,
+                    second: Phase | None = None) -> PretrainReport:
     """The pretrain stage's metrics and details: the one place both are built. The val
     numbers are not in them: they are `bert evaluate`'s (metrics/eval.json), shown once.
     `max_seq_length`: of the samples the last phase trained and was evaluated on;
-    `computed_with`: what the bytes depend on beyond the params (`cpu.cpu_record`); `second`:
-    BERT's second phase, when it ran (the result is then the end of it)."""
+    `computed_with`: what the bytes depend on beyond the params (`cpu.cpu_record`); `weights`:
+    the sha256 of the weights the run wrote (a model card reads the report only with them);
+    `second`: BERT's second phase, when it ran (the result is then the end of it)."""
     metrics = {
         "steps": result.steps,
         # as the log holds them: a rerun of the finished run reads them back from it
@@ -59,6 +62,7 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     details["computed_with"] = computed_with
+    details[MODEL_KEY] = weights
     notice = plateau_notice(result.last_eval.probes, result.steps) if result.last_eval else None
     if notice is not None:  # only then: a run off the plateau has the file it always had
         details["plateau"] = notice

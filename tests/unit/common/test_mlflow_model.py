@@ -1,5 +1,6 @@
 """Where users' tools look, on a tiny model made here: the export as an MLflow Model (transformers
-flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does, registrable; model
+flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does (a text too long for
+the model cut as it cuts it), registrable; model
 cards that huggingface_hub reads back with the figures of the reports made from the very
 weights; the reports carried into a new run of the same weights once, never twice; the
 charts the same bytes for the same curves."""
@@ -75,6 +76,13 @@ def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_register
     assert printed.exit_code == 0, printed.stderr
     top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
     assert list(answer) == [top]
+    # a text longer than the model's 32 positions: cut to them, as `bert fill-mask` cuts it,
+    # not a tensor-size error
+    long = text + " the cat sat on the mat." * 40
+    printed = CliRunner().invoke(cli, ["fill-mask", "--model", str(root / "hf"), long])
+    assert printed.exit_code == 0 and "the model takes 32: truncated" in printed.stderr
+    top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
+    assert list(loaded.predict([long])) == [top]
 
     version = mlflow.register_model(f"runs:/{tracker.run_id}/hf_model", "tiny-bert")
     assert (version.version, version.status) == (1, "READY")
@@ -90,7 +98,7 @@ def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_register
 
 def reports_of(folder, weights: str, other: str) -> dict:
     """An eval report made from `weights`, a probe report made from `other` weights, and
-    pretrain's own, in `folder` (as the stages write them)."""
+    pretrain's, of `weights`, in `folder` (as the stages write them)."""
     write_report(folder / "eval.json", "eval",
                  {"mlm_accuracy": 0.25, "perplexity": 80.0, "nsp_accuracy": 0.6},
                  {"mlm_baseline_accuracy": 0.05, "nsp_baseline_accuracy": 0.5, MODEL_KEY: weights})
@@ -99,7 +107,8 @@ def reports_of(folder, weights: str, other: str) -> dict:
                  {"builtin": {"cloze": {"frequency_baseline": {"p_at_1": 0.1}}},
                   MODEL_KEY: other})
     write_metrics(folder / "pretrain.json", "pretrain", {"steps": 6, "train": {"loss": 4.5}})
-    (folder / "pretrain_details.json").write_text(json.dumps({"tokens_seen": 1234}))
+    (folder / "pretrain_details.json").write_text(json.dumps({"tokens_seen": 1234,
+                                                              MODEL_KEY: weights}))
     return {"eval": folder / "eval.json", "probe": folder / "probe.json"}
 
 
@@ -244,3 +253,35 @@ def test_the_charts_are_the_same_bytes_for_the_same_curves(tmp_path):
     assert b"matplotlib" not in b"".join(first.values())  # no version in the bytes
     write_pretrain_charts(log, evals)
     assert {path.name: path.read_bytes() for path in written} == first
+
+
+def _pixels_of_the_first_series(png) -> int:
+    """The pixels in matplotlib's first colour (C0, the first series' own) of a chart."""
+    import matplotlib.image
+    import numpy as np
+
+    rgb = np.asarray([0x1F, 0x77, 0xB4]) / 255
+    return int((np.abs(matplotlib.image.imread(png)[..., :3] - rgb) < 0.02).all(-1).sum())
+
+
+def test_a_run_with_one_evaluation_draws_its_one_point(tmp_path):
+    """One logged train row and one evaluation: every chart shows its point (a marker; a line
+    through one point draws nothing), not only the axes and the legend. Measured against the
+    same charts with those cells empty (the legend alone in the first series' colour)."""
+    header = ("step\tmlm_loss\tnsp_loss\tmlm_accuracy\tnsp_accuracy\tcloze_p_at_1\t"
+              "cloze_p_at_10\tswapped_pairs\treplaced_pairs\n")
+    drawn = {}
+    for case, row in (("values", "10\t6.6\t0.68\t0.04\t0.52\t0.1\t0.3\t0.6\t0.5\n"),
+                      ("empty", "10\t\t\t\t\t\t\t\t\n")):
+        folder = tmp_path / case
+        folder.mkdir()
+        train = row.replace("6.6", "7.9").replace("0.04", "0.01")  # not under val's point
+        (folder / "pretrain_log.tsv").write_text(header.split("\tcloze")[0] + "\n" +
+                                                 "\t".join(train.split("\t")[:5]) + "\n")
+        (folder / "pretrain_eval.tsv").write_text(header + row)
+        charts = write_pretrain_charts(folder / "pretrain_log.tsv",
+                                       folder / "pretrain_eval.tsv")
+        drawn[case] = {path.name: _pixels_of_the_first_series(path) for path in charts}
+    for name in ("pretrain_loss.png", "pretrain_accuracy.png", "pretrain_probes.png"):
+        # a marker of 4 points: some 30 pixels beyond the legend's
+        assert drawn["values"][name] > drawn["empty"][name] + 15, (name, drawn)

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import random
+import re
 from collections import Counter
 from dataclasses import astuple
 from pathlib import Path
@@ -16,7 +17,14 @@ import torch
 import yaml
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 from helpers.classifiers import transformers_accuracy
-from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
+from helpers.tiny_pretrain import (
+    ADJECTIVES,
+    TOPICS,
+    VERBS,
+    build_data,
+    tiny_config,
+    write_corpus,
+)
 from huggingface_hub import ModelCard
 
 from bertcore.common.digests import file_sha256
@@ -739,3 +747,34 @@ def test_same_document_on_too_few_documents_says_so(tmp_path):
         "builtin:same-document: 3 (3 of two sentences or more), where its test and its train "
         "part each need two of two sentences or more; use a corpus of more documents, or set "
         "finetune.data to a labelled file")
+
+
+def test_a_test_fraction_that_leaves_too_few_training_examples_is_named(tmp_path):
+    """A built-in task whose split leaves too little to train on: the message names
+    finetune.test_fraction, the setting that made the split, beside the corpus."""
+    write_corpus(tmp_path, train_docs=1, val_docs=3)  # some 24 sentences
+    builtin_task("builtin:word-order", tmp_path / "val.txt", 0.2, seed=0)  # enough
+    with pytest.raises(BertError) as info:
+        builtin_task("builtin:word-order", tmp_path / "val.txt", 0.9, seed=0)
+    assert re.fullmatch(
+        rf"{re.escape(str(tmp_path / 'val.txt'))} gives only \d training examples for "
+        r"builtin:word-order with finetune.test_fraction 0.9 \(\d+ test examples\): lower "
+        r"finetune.test_fraction, use a larger corpus, or set finetune.data to a labelled file",
+        str(info.value)), str(info.value)
+
+
+def test_one_damaged_record_is_named_by_its_line_not_blamed_on_the_encoding(tmp_path):
+    rows = [json.dumps({"text": f"sentence {i}", "label": i % 2}).encode() for i in range(5)]
+    rows[2] = rows[2].replace(b"sentence", b"sent\xe9nce")  # one record cut from Latin-1
+    (tmp_path / "d.jsonl").write_bytes(b"\n".join(rows) + b"\n")
+    with pytest.raises(BertError) as info:
+        read_examples(tmp_path / "d.jsonl", "text", None, "label")
+    assert str(info.value) == (f"{tmp_path / 'd.jsonl'}:3 is not UTF-8 (byte 0xe9), the file's "
+                               "other lines are: fix or remove that line")
+    (tmp_path / "latin.jsonl").write_bytes(b"\n".join(rows).replace(b"sentence", b"s\xe9") +
+                                           b"\n")
+    with pytest.raises(BertError) as info:
+        read_examples(tmp_path / "latin.jsonl", "text", None, "label")
+    assert str(info.value) == (f"{tmp_path / 'latin.jsonl'} is not UTF-8 text (5 lines are not, "
+                               "the first line 1, byte 0xe9): convert it to UTF-8, or point at "
+                               "another file")
