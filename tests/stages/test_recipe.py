@@ -74,8 +74,9 @@ def test_recipe_none_is_berts_and_without_a_recipe_nothing_is_read(tmp_path):
 
 def test_the_shipped_recipe_is_the_one_measured_for_tiny():
     """params.yaml names params/recipes/tiny.yaml: 4 heads, 2 of the first layer local, AdamW's
-    beta2 0.98, the peak rate held until the last 20% of the steps (docs/recipe.md); `model.recipe: none` is what `model.recipe: false` gave:
-    BERT-tiny as published, every other value the same."""
+    beta2 0.98, the peak rate held until the last 20% of the steps (docs/recipe.md);
+    `model.recipe: none` is what `model.recipe: false` gave: BERT-tiny as published, every
+    other value the same."""
     def config(*overrides: str) -> PretrainConfig:
         sections = read_params(load_params(REPO / "params.yaml", overrides), PARAMS)
         return PretrainConfig(**{k: v for k, v in sections.items() if k != "cpu"})
