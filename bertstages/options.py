@@ -60,8 +60,7 @@ def stops_at_once(func: Callable) -> Callable:
             with interrupt_on_signals():
                 return func(*args, **kwargs)
         except Interrupted as stop:
-            error = BertError(f"interrupted by {stop}: nothing was written; rerun `bert {name}` "
-                              "to start again")
+            error = BertError(interrupted_message(stop, name))
             error.exit_code = stop.exit_code
             raise error from None
         except WorkerDied as died:
@@ -69,6 +68,17 @@ def stops_at_once(func: Callable) -> Callable:
                             "again") from None
 
     return run
+
+
+def interrupted_message(stop: Interrupted, name: str) -> str:
+    """What is on disk after a signal: nothing new, or the outputs this run had put in place
+    (each whole) while the others are the last run's."""
+    if not stop.replaced:
+        return f"interrupted by {stop}: nothing was written; rerun `bert {name}` to start again"
+    shown = ", ".join(stop.replaced[:3])
+    more = f" and {len(stop.replaced) - 3} more" if len(stop.replaced) > 3 else ""
+    return (f"interrupted by {stop} after this run wrote {shown}{more} (each whole); any other "
+            f"output is the last run's; rerun `bert {name}` to write them all")
 
 
 # ctx.meta keys: {flag: path} of a command's path options, so that an error about a path

@@ -26,8 +26,9 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertcore.common.atomic import write_json
+from bertcore.common.atomic import atomic_file, dump_json, write_json
 from bertcore.common.dotted import flatten
+from bertcore.common.together import outputs_together
 
 if TYPE_CHECKING:  # numpy and scipy behind them: imported where a report has items
     from bertcore.common.intervals import Estimate
@@ -51,14 +52,18 @@ def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[s
                  details: Mapping[str, Any], items: StageItems | None = None
                  ) -> tuple[Path, ...]:
     """Write `metrics` under `group` and, beside it, `details` (both in their dicts' order:
-    headline first) and the per-item outcomes `items`, if any; returns the paths."""
+    headline first) and the per-item outcomes `items`, if any, replaced together
+    (`together`); returns the paths."""
     files = [Path(metrics_file), details_file(metrics_file)]
-    write_metrics(files[0], group, metrics)
-    write_json(files[1], details, sort_keys=False)
-    if items is not None:
-        from bertcore.common.outcomes import items_file, write_items
+    with outputs_together() as outputs:  # the three replaced together, signals held
+        for path, report in zip(files, ({group: metrics}, details), strict=True):
+            dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
+                      sort_keys=False)
+        if items is not None:
+            from bertcore.common.outcomes import items_file, items_text
 
-        files.append(write_items(items_file(metrics_file), items))
+            files.append(items_file(metrics_file))
+            outputs.enter_context(atomic_file(files[-1])).write(items_text(items))
     return tuple(files)
 
 
