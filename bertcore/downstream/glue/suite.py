@@ -14,14 +14,14 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertcore.common.digests import fingerprint_files
+from bertcore.common.digests import fingerprint_files, source_digest
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, Recipe
@@ -112,6 +112,11 @@ class TaskData:
     test: dict[str, list[GlueExample]]
     skipped: dict[str, int]
 
+    def rows(self) -> dict[str, dict[str, int]]:
+        """The rows of each evaluation a fine-tune predicts: {"dev": {name: count}, "test": ...}."""
+        return {"dev": {name: len(rows) for name, rows in self.dev.items()},
+                "test": {name: len(rows) for name, rows in self.test.items()}}
+
     def digest(self) -> str:
         """sha256 of every example as read (train after its draw), in order."""
         digest = hashlib.sha256()
@@ -168,6 +173,25 @@ class Suite:
     # the suite's, or one that logs nothing; it has log_metrics, log_results and finish (Tracker's)
     start_run: Callable[[str, dict], Any]
     finished: FinishedRuns
+    code: str = field(default_factory=lambda: fine_tuning_code())  # what computes a result
+
+    def identity(self, data: TaskData) -> dict[str, Any]:
+        """What a fine-tune's result depends on besides its recipe (seed included): the
+        model's weights and tokenizer, the task's examples, the length, the device's kind and
+        the code. Each is part of its record's name: a change to any fine-tunes anew."""
+        return {**self.model.identity(), "data": data.digest(),
+                "max_seq_length": self.config.max_seq_length, "device": self.device.type,
+                "code": self.code}
+
+
+# the packages whose code fine-tunes and scores (those glue's stage depends on in dvc.yaml)
+FINE_TUNING_CODE = ("bertcore.common", "bertcore.data.samples", "bertcore.data.vocab",
+                    "bertcore.model", "bertcore.training", "bertcore.downstream")
+
+
+def fine_tuning_code() -> str:
+    """The code a fine-tune's result depends on: the source of FINE_TUNING_CODE, and torch."""
+    return f"{source_digest(FINE_TUNING_CODE)} torch {torch.__version__}"
 
 
 def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
@@ -277,8 +301,7 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
     """Every recipe with every seed, each reused where an earlier run finished it; the recipe
     of the best median score is the task's, and only its median seed keeps its model."""
     inputs = TaskInputs(data, suite.model, suite.config.max_seq_length)
-    identity = {**suite.model.identity(), "data": data.digest(),
-                "max_seq_length": suite.config.max_seq_length, "device": suite.device.type}
+    identity, rows = suite.identity(data), data.rows()
     reused_before = suite.finished.reused
     best: list[SeedRun] | None = None
     tried: list[tuple[Recipe, float]] = []
@@ -288,7 +311,7 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
         for i in range(suite.config.seeds):
             seeded = replace(recipe, seed=suite.config.seed + i)
             name = suite.finished.name(data.task.key, seeded, identity)
-            runs.append(suite.finished.find(name)
+            runs.append(suite.finished.find(name, rows)
                         or fine_tune_once(data.task, inputs, suite, seeded, name))
         every += runs
         median = spread([run.score for run in runs]).median
