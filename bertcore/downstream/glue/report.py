@@ -100,7 +100,7 @@ def _task_details(result: TaskResult) -> dict:
         "dev_examples": {name: len(rows) for name, rows in result.data.dev.items()},
         "truncated": result.runs[0].truncated,  # train and dev examples cut to max_seq_length
         "skipped_rows": result.data.skipped,  # per file: rows that do not parse
-    }
+    } | ({"no_submission": result.data.unsubmitted} if result.data.unsubmitted else {})
 
 
 def _scaled(spread) -> dict:

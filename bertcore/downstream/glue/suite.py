@@ -104,13 +104,15 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
 @dataclass
 class TaskData:
     """A task's files, read: train, and per evaluation its dev and (where given) test rows;
-    per file, the rows skipped because they do not parse."""
+    per file, the rows skipped because they do not parse; per test evaluation left without a
+    leaderboard file, why."""
 
     task: GlueTask
     train: list[GlueExample]
     dev: dict[str, list[GlueExample]]
     test: dict[str, list[GlueExample]]
     skipped: dict[str, int]
+    unsubmitted: dict[str, str] = field(default_factory=dict)
 
     def rows(self) -> dict[str, dict[str, int]]:
         """The rows of each evaluation a fine-tune predicts: {"dev": {name: count}, "test": ...}."""
@@ -203,10 +205,23 @@ def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
     if config.max_train_examples and len(train) > config.max_train_examples:
         train = random.Random(config.seed).sample(train, config.max_train_examples)
     dev = {name: files[file_name].examples for name, file_name in task.dev.items()}
-    test = {name: files[file_name].examples for name, file_name in task.test.items()
+    test = {name: files[file_name] for name, file_name in task.test.items()
             if file_name in files}
+    unsubmitted = {name: _unsubmittable(task, name, rows) for name, rows in test.items()
+                   if rows.skipped}
     skipped = {name: rows.skipped for name, rows in files.items() if rows.skipped}
-    return TaskData(task, train, dev, test, skipped)
+    return TaskData(task, train, dev, {name: rows.examples for name, rows in test.items()
+                                       if name not in unsubmitted}, skipped, unsubmitted)
+
+
+def _unsubmittable(task: GlueTask, eval_name: str, rows: SplitRows) -> str:
+    """Why a test file with rows that do not parse gets no leaderboard file (said once):
+    GLUE's server refuses a file without a prediction for every row."""
+    why = (f"{rows.skipped} of {rows.skipped + len(rows.examples)} rows do not parse (the "
+           f"first: {rows.first_skipped}), and GLUE's server takes only a prediction for "
+           "every row: fix the file and rerun")
+    log.warning("glue: %s: no leaderboard file for %s: %s", task.key, eval_name, why)
+    return why
 
 
 def _read(task: GlueTask, config: GlueConfig, file_name: str) -> SplitRows:
