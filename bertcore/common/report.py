@@ -21,6 +21,7 @@ under `metrics/`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
@@ -28,11 +29,41 @@ from typing import TYPE_CHECKING, Any
 
 from bertcore.common.atomic import atomic_file, dump_json, write_json
 from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
 from bertcore.common.together import outputs_together
+
+CONFLICT_MARKERS = ("<<<<<<< ", "=======", ">>>>>>> ")  # git's, at the start of a line
 
 if TYPE_CHECKING:  # numpy and scipy behind them: imported where a report has items
     from bertcore.common.intervals import Estimate
     from bertcore.common.outcomes import StageItems
+
+
+def read_report_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A report as a stage wrote it (metrics/<stage>.json, its details): a JSON object. What
+    a merge of experiments or a cut copy leaves instead is a BertError naming the file."""
+    path = Path(path)
+    restore = (f"rerun the stage that writes it, or restore it (`git checkout -- {path}`, "
+               "`dvc checkout`)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BertError(f"{path} is not UTF-8 text, so no report: {restore}") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(CONFLICT_MARKERS):
+            raise BertError(f"{path}:{number} holds git's merge-conflict markers: resolve the "
+                            f"conflict (keep one side: `git checkout --theirs {path}` or "
+                            "--ours), or rerun the stage that writes it")
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        where = f":{error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise BertError(f"{path}{where} is not valid JSON (cut short or damaged): "
+                        f"{restore}") from None
+    if not isinstance(data, dict):
+        raise BertError(f"{path} holds a JSON {type(data).__name__}, not the object a stage's "
+                        f"report is: {restore}")
+    return data
 
 
 def details_file(metrics_file: str | os.PathLike) -> Path:
