@@ -116,3 +116,18 @@ def test_items_into_a_users_folder_are_refused_and_keep_it(repo, tmp_path):
     assert_one_line_error(proc, "my_data holds 'blimp.jsonl' and 1 more, which this stage",
                           "point --items elsewhere")
     assert {p.name: p.read_bytes() for p in (tmp_path / "my_data").iterdir()} == before
+
+
+def test_a_val_split_that_is_not_utf8_is_one_line_naming_it(repo, tmp_path):
+    """(issue 62, case 16)"""
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(repo, work, ignore=shutil.ignore_patterns("metrics", "mlflow.db"))
+    val = work / "data" / "corpus" / "val.txt"
+    lines = val.read_bytes().split(b"\n")
+    lines[2] = "Le récit de la révolution.".encode("latin-1")
+    val.write_bytes(b"\n".join(lines))
+    proc = run_bert("probe", "--set", "tracking.enabled=false", cwd=work, env=ONE_THREAD)
+    assert_one_line_error(proc, "data/corpus/val.txt:3 is not UTF-8 text; the corpus's files "
+                          "are UTF-8: rebuild it with `bert corpus`")
