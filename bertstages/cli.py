@@ -19,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from bertcore.common.atomic import NoSpaceError
+from bertcore.common.atomic import ForeignFolderError, NoSpaceError
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import signal_when_parent_dies
 from bertstages.options import option_for
@@ -55,10 +55,12 @@ class BertGroup(click.Group):
                                   "its permissions or point the command elsewhere")
             else:
                 raise
-        # A full disk: advise to point elsewhere the option that chose the path (`--metrics` for
-        # metrics/x.json), which the library could not know.
+        # A full disk, or a folder of the user's: advise to point elsewhere the option that chose
+        # the path (`--metrics` for metrics/x.json), which the library could not know.
         if isinstance(shown, NoSpaceError) and (flag := option_for(shown.path, ctx.meta)):
             shown = NoSpaceError(shown.path, f"point {flag} elsewhere")
+        if isinstance(shown, ForeignFolderError) and (flag := option_for(shown.path, ctx.meta)):
+            shown = shown.advising(f"point {flag} elsewhere")
         failure = click.ClickException(str(shown))  # shown as `Error: <message>`
         failure.exit_code = shown.exit_code
         raise failure

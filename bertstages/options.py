@@ -60,7 +60,7 @@ def stops_at_once(func: Callable) -> Callable:
             with interrupt_on_signals():
                 return func(*args, **kwargs)
         except Interrupted as stop:
-            error = BertError(f"interrupted by {stop}: {_what_stays(context)}")
+            error = BertError(interrupted_message(stop, context))
             error.exit_code = stop.exit_code
             raise error from None
         except WorkerDied as died:
@@ -75,12 +75,25 @@ KEPT_WHEN_STOPPED = "bert.kept_when_stopped"
 
 
 def _what_stays(context: click.Context) -> str:
-    """After a stop: that no output was written, and what a rerun starts from."""
+    """After a stop before any output was put in place: that none was, and what a rerun
+    starts from."""
     kept = context.meta.get(KEPT_WHEN_STOPPED)
     said = kept() if kept else None
     if said:
         return f"no output was written; {said}"
     return f"nothing was written; rerun `bert {context.info_name}` to start again"
+
+
+def interrupted_message(stop: Interrupted, context: click.Context) -> str:
+    """What is on disk after a signal: nothing new (and what a rerun starts from), or the
+    outputs this run had put in place (each whole) while the others are the last run's."""
+    if not stop.replaced:
+        return f"interrupted by {stop}: {_what_stays(context)}"
+    name = context.info_name
+    shown = ", ".join(stop.replaced[:3])
+    more = f" and {len(stop.replaced) - 3} more" if len(stop.replaced) > 3 else ""
+    return (f"interrupted by {stop} after this run wrote {shown}{more} (each whole); any other "
+            f"output is the last run's; rerun `bert {name}` to write them all")
 
 
 # ctx.meta keys: {flag: path} of a command's path options, so that an error about a path

@@ -25,6 +25,8 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import fnmatch
+import glob
 import json
 import logging
 import os
@@ -32,10 +34,11 @@ import re
 import secrets
 import shutil
 import socket
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.common.interrupt import note_replaced
 
 log = logging.getLogger(__name__)
 
@@ -60,6 +63,37 @@ class NoSpaceError(BertError):
         super().__init__(
             f"no space left on {self.mount} while writing {self.path}; free space or {advice}"
         )
+
+
+class ForeignFolderError(BertError):
+    """An output folder that holds what its stage does not write there: not an earlier output
+    of the stage, and replacing it would delete the user's files."""
+
+    def __init__(self, path: str | os.PathLike, foreign: list[str],
+                 advice: str = "point --out elsewhere"):
+        self.path, self.foreign = Path(path), foreign
+        more = f" and {len(foreign) - 1} more" if len(foreign) > 1 else ""
+        super().__init__(f"{self.path} holds {foreign[0]!r}{more}, which this stage does not "
+                         "write: it is no earlier output of the stage, and writing there would "
+                         f"delete them; {advice} (to a new or empty folder), or move them out")
+
+    def advising(self, advice: str) -> ForeignFolderError:
+        return ForeignFolderError(self.path, self.foreign, advice)
+
+
+def require_own_folder(final: str | os.PathLike, layout: Iterable[str] = (),
+                       advice: str = "point --out elsewhere") -> None:
+    """Refuse (ForeignFolderError) to replace `final` when it is a folder holding any entry
+    whose name matches none of the glob patterns `layout`: what the stage writes there. An
+    empty or missing folder is the stage's to write."""
+    final = Path(final)
+    if not final.is_dir():
+        return
+    patterns = list(layout)
+    foreign = sorted(child.name for child in _children(final)
+                     if not any(fnmatch.fnmatchcase(child.name, p) for p in patterns))
+    if foreign:
+        raise ForeignFolderError(final, foreign, advice)
 
 
 def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
@@ -272,12 +306,16 @@ def _undo_swap(output: Path, was: Path | None, new: Path | None) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(
-    final: str | os.PathLike, advice: str = "point --out elsewhere"
+    final: str | os.PathLike, advice: str = "point --out elsewhere", layout: Iterable[str] = ()
 ) -> Iterator[Path]:
     """Yield an empty staging directory that becomes `final` when the block succeeds.
 
     A full disk raises NoSpaceError (`advice` says where else to write). A link to a folder
-    (`models/hf -> /big/disk/hf`) stays: the folder it points to is replaced, on its disk."""
+    (`models/hf -> /big/disk/hf`) stays: the folder it points to is replaced, on its disk.
+    A folder there is replaced only when it is empty or an earlier output of the stage: it
+    holds nothing but what the new one holds and the glob patterns `layout` (what the stage
+    may write there besides: a task's folder, a probe's file); else ForeignFolderError, and
+    nothing is replaced (a stage that works long checks first: `require_own_folder`)."""
     final = Path(os.path.realpath(final)) if Path(final).is_symlink() else Path(final)
     with _creating(final, advice):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -289,9 +327,12 @@ def atomic_dir(
         tmp.mkdir()
     with _staged(final, tmp, advice):
         yield tmp
+        require_own_folder(final, [*layout, *(glob.escape(c.name) for c in tmp.iterdir())],
+                           advice)
         _fsync_dir(tmp)
         _replace(tmp, final)
         _fsync_dir(final.parent)
+        _note_replaced(final)
 
 
 @contextlib.contextmanager
@@ -309,6 +350,7 @@ def atomic_file(final: str | os.PathLike, mode: str = "w", **open_kwargs) -> Ite
             handle.flush()
             os.fsync(handle.fileno())
         os.replace(tmp, final)
+        _note_replaced(final)
 
 
 @contextlib.contextmanager
@@ -350,6 +392,13 @@ def dump_json(handle, data: object, sort_keys: bool = True) -> None:
     """`data` as write_json writes it, into an open text file (a staged one)."""
     json.dump(data, handle, indent=2, sort_keys=sort_keys)
     handle.write("\n")
+
+
+def _note_replaced(final: Path) -> None:
+    """Note an output in place (`interrupt.note_replaced`), unless it is a file inside another
+    output's staging: that one is noted once it is in place."""
+    if not any(_TEMPORARY.match(parent.name) for parent in final.parents):
+        note_replaced(final)
 
 
 def _fsync_dir(path: Path) -> None:

@@ -1,9 +1,12 @@
 """Fingerprints: sha256 of parameters and of files, so that a run knows what made its inputs
-(checkpoints, samples, the model a run starts from, an existing vocabulary)."""
+(checkpoints, samples, the model a run starts from, an existing vocabulary), and of source
+code (the fine-tunes GLUE keeps)."""
 
 from __future__ import annotations
 
+import functools
 import hashlib
+import importlib.util
 import json
 import os
 from collections.abc import Iterable, Mapping
@@ -41,3 +44,20 @@ def file_sha256(path: str | os.PathLike) -> str:
             digest.update(chunk)
     return digest.hexdigest()
 
+
+
+@functools.cache
+def source_digest(packages: tuple[str, ...]) -> str:
+    """sha256 over the Python source of `packages` (dotted names, e.g. "bertcore.model"): each
+    `.py` file's path inside its package and its bytes, in path order. What a result computed
+    by that code depends on, where a cache keeps results across changes of the code."""
+    digest = hashlib.sha256()
+    for package in packages:
+        spec = importlib.util.find_spec(package)
+        if spec is None or not spec.submodule_search_locations:
+            raise ValueError(f"{package} is not a package")
+        root = Path(next(iter(spec.submodule_search_locations)))
+        for path in sorted(root.rglob("*.py")):
+            digest.update(f"{package}/{path.relative_to(root).as_posix()}\0".encode())
+            digest.update(path.read_bytes())
+    return digest.hexdigest()

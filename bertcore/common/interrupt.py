@@ -18,14 +18,26 @@ from collections.abc import Iterator
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+# the outputs put in place since `interrupt_on_signals` began (`note_replaced`), in order
+_replaced: list[str] = []
+
+
 class Interrupted(BaseException):
     """SIGTERM or SIGINT arrived. A BaseException, like KeyboardInterrupt, so that no
-    `except Exception` on the way out takes it for a failure to report or retry."""
+    `except Exception` on the way out takes it for a failure to report or retry. `replaced`:
+    the outputs this run had put in place (each whole) when it arrived; the others are as
+    they were."""
 
-    def __init__(self, signum: int):
+    def __init__(self, signum: int, replaced: tuple[str, ...] = ()):
         self.signum = signum
         self.exit_code = 128 + signum  # what a shell reports for a process the signal killed
+        self.replaced = replaced
         super().__init__(signal.Signals(signum).name)
+
+
+def note_replaced(path: str | os.PathLike) -> None:
+    """An output is in place, whole (`bertcore.common.atomic`): a signal after this says so."""
+    _replaced.append(str(path))
 
 
 @contextlib.contextmanager
@@ -44,14 +56,36 @@ def interrupt_on_signals() -> Iterator[None]:
 
     def handle(signum, frame):
         restore()
-        raise Interrupted(signum)
+        raise Interrupted(signum, tuple(_replaced))
 
+    _replaced.clear()
     for signum in SIGNALS:
         previous[signum] = signal.signal(signum, handle)
     try:
         yield
     finally:
         restore()
+
+
+@contextlib.contextmanager
+def signals_held() -> Iterator[None]:
+    """Within the block (main thread only, kept short: outputs renamed into place together),
+    SIGTERM and SIGINT wait: each is noted, and the first is raised again once the block is
+    done, to whatever handler was in place (`Interrupted` under `interrupt_on_signals`), so
+    that a signal lands before the block or after it, never in its middle."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    arrived: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: arrived.append(signum))
+                for signum in SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if arrived:
+            signal.raise_signal(arrived[0])
 
 
 @contextlib.contextmanager

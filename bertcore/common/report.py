@@ -21,17 +21,49 @@ under `metrics/`.
 
 from __future__ import annotations
 
+import json
 import os
 from collections.abc import Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertcore.common.atomic import write_json
+from bertcore.common.atomic import atomic_file, dump_json, write_json
 from bertcore.common.dotted import flatten
+from bertcore.common.errors import BertError
+from bertcore.common.together import outputs_together
+
+CONFLICT_MARKERS = ("<<<<<<< ", "=======", ">>>>>>> ")  # git's, at the start of a line
 
 if TYPE_CHECKING:  # numpy and scipy behind them: imported where a report has items
     from bertcore.common.intervals import Estimate
     from bertcore.common.outcomes import StageItems
+
+
+def read_report_file(path: str | os.PathLike) -> dict[str, Any]:
+    """A report as a stage wrote it (metrics/<stage>.json, its details): a JSON object. What
+    a merge of experiments or a cut copy leaves instead is a BertError naming the file."""
+    path = Path(path)
+    restore = (f"rerun the stage that writes it, or restore it (`git checkout -- {path}`, "
+               "`dvc checkout`)")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError:
+        raise BertError(f"{path} is not UTF-8 text, so no report: {restore}") from None
+    for number, line in enumerate(text.splitlines(), 1):
+        if line.startswith(CONFLICT_MARKERS):
+            raise BertError(f"{path}:{number} holds git's merge-conflict markers: resolve the "
+                            f"conflict (keep one side: `git checkout --theirs {path}` or "
+                            "--ours), or rerun the stage that writes it")
+    try:
+        data = json.loads(text)
+    except ValueError as error:
+        where = f":{error.lineno}" if isinstance(error, json.JSONDecodeError) else ""
+        raise BertError(f"{path}{where} is not valid JSON (cut short or damaged): "
+                        f"{restore}") from None
+    if not isinstance(data, dict):
+        raise BertError(f"{path} holds a JSON {type(data).__name__}, not the object a stage's "
+                        f"report is: {restore}")
+    return data
 
 
 def details_file(metrics_file: str | os.PathLike) -> Path:
@@ -51,14 +83,18 @@ def write_report(metrics_file: str | os.PathLike, group: str, metrics: Mapping[s
                  details: Mapping[str, Any], items: StageItems | None = None
                  ) -> tuple[Path, ...]:
     """Write `metrics` under `group` and, beside it, `details` (both in their dicts' order:
-    headline first) and the per-item outcomes `items`, if any; returns the paths."""
+    headline first) and the per-item outcomes `items`, if any, replaced together
+    (`together`); returns the paths."""
     files = [Path(metrics_file), details_file(metrics_file)]
-    write_metrics(files[0], group, metrics)
-    write_json(files[1], details, sort_keys=False)
-    if items is not None:
-        from bertcore.common.outcomes import items_file, write_items
+    with outputs_together() as outputs:  # the three replaced together, signals held
+        for path, report in zip(files, ({group: metrics}, details), strict=True):
+            dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
+                      sort_keys=False)
+        if items is not None:
+            from bertcore.common.outcomes import items_file, items_text
 
-        files.append(write_items(items_file(metrics_file), items))
+            files.append(items_file(metrics_file))
+            outputs.enter_context(atomic_file(files[-1])).write(items_text(items))
     return tuple(files)
 
 

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.common.text_files import read_utf8
 from bertcore.downstream.tasks import Example
 
 MIN_WORDS, MAX_WORDS = 5, 40  # sentences short enough never to be truncated
@@ -77,7 +78,7 @@ def read_documents(corpus_file: str | Path) -> list[list[str]]:
     path = Path(corpus_file)
     if not path.is_file():
         raise BertError(f"{path} not found: the built-in task needs the corpus (bert corpus)")
-    text = path.read_text(encoding="utf-8")
+    text = read_utf8(path)
     return [[s.strip() for s in block.splitlines() if s.strip()]
             for block in text.split("\n\n") if block.strip()]
 

@@ -19,7 +19,7 @@ import random
 import re
 from collections import Counter
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -32,6 +32,11 @@ FORMATS = (".jsonl", ".csv", ".tsv")
 CLASSIFICATION, REGRESSION, AUTO = "classification", "regression", "auto"
 # a number as a label may be written: 3, -2, 0.5, .5, 4., 1e-3 (not 1_000, nan, inf)
 _NUMBER = re.compile(r"[+-]?(\d+\.?\d*|\.\d+)([eE][+-]?\d+)?")
+# what a spreadsheet or numpy writes where a number is missing or not finite
+NOT_A_NUMBER = {"nan", "+nan", "-nan", "inf", "+inf", "-inf", "infinity", "+infinity",
+                "-infinity", "#n/a", "n/a", "#na", "na", "#value!", "#div/0!", "#num!",
+                "#null!", "null", "none"}
+LARGEST_SCORE = 3.4028234663852886e38  # float32's largest: a model's targets are float32
 
 
 @dataclass(frozen=True)
@@ -39,6 +44,7 @@ class Example:
     text: str
     pair: str | None
     label: str
+    where: str = field(default="", compare=False)  # a user's file: path:line, for messages
 
 
 # ---------------------------------------------------------------------------- user files
@@ -68,6 +74,7 @@ def read_examples(
             text=_text(row, text_field, where, "text_field"),
             pair=_text(row, pair_field, where, "text_pair_field") if pair_field else None,
             label=_label(row[label_field], where),
+            where=where,
         ))
     if not examples:
         raise BertError(f"{path} has no examples, only a header: add labelled rows")
@@ -195,11 +202,11 @@ def _label(value, where: str) -> str:
     text = str(value).strip()
     if not text:
         raise BertError(f"{where}: the label is empty")
+    number = label_number(text)
+    if number is None or abs(number) > LARGEST_SCORE:  # 1e300: kept as written, for messages
+        return text
     if isinstance(value, int) or re.fullmatch(r"[+-]?\d+", text):
         return str(int(text))
-    number = label_number(text)
-    if number is None:
-        return text
     return str(int(number)) if number.is_integer() else repr(number)
 
 
@@ -218,6 +225,9 @@ def task_problem(task: str, examples: Sequence[Example]) -> tuple[str, str]:
     if task != AUTO:
         return task, f"finetune.task: {task}"
     numbers = [label_number(e.label) for e in examples]
+    unusable = [e for e in examples if unusable_score(e.label)]
+    if unusable and len(unusable) < sum(n is not None for n in numbers):
+        raise BertError(_unusable_message(unusable[0], "every other label is a number"))
     if any(n is None for n in numbers):
         return CLASSIFICATION, "auto: the labels are names"
     if all(n.is_integer() for n in numbers):
@@ -229,13 +239,35 @@ def regression_targets(train: Sequence[Example], test: Sequence[Example] = ()) -
     """Check a regression task's labels: every one a number, the training ones not all
     equal (nothing to learn, and no correlation to score)."""
     for example in (*train, *test):
+        if unusable_score(example.label):
+            raise BertError(_unusable_message(example, "a regression needs a score on every row"))
         if label_number(example.label) is None:
-            raise BertError(f"label {example.label!r} is not a number: a regression task needs "
-                            "numbers (set finetune.task to classification or auto)")
+            raise BertError(f"{_at(example)}label {example.label!r} is not a number: a "
+                            "regression task needs numbers (set finetune.task to "
+                            "classification or auto)")
     values = {label_number(e.label) for e in train}
     if len(values) < 2:
         raise BertError(f"every training label is {train[0].label}: a regression needs "
                         "scores that differ")
+
+
+def unusable_score(label: str) -> str | None:
+    """Why `label` is a number gone wrong (missing, not finite, beyond float32), or None."""
+    if label.strip().lower() in NOT_A_NUMBER:
+        return "a missing or not finite number"
+    number = label_number(label)
+    if number is not None and abs(number) > LARGEST_SCORE:
+        return f"beyond the largest score a model holds, {LARGEST_SCORE:.3g}"
+    return None
+
+
+def _unusable_message(example: Example, why: str) -> str:
+    return (f"{_at(example)}label {example.label!r} is {unusable_score(example.label)}, and "
+            f"{why}: give that row its score, or remove it")
+
+
+def _at(example: Example) -> str:
+    return f"{example.where}: " if example.where else ""
 
 
 def label_names(train: Sequence[Example], test: Sequence[Example] = ()) -> list[str]:

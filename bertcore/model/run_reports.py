@@ -13,7 +13,6 @@ report (the tag `<prefix>.report.sha256`, the report files' digest) gets nothing
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 from collections.abc import Mapping
 from pathlib import Path
@@ -22,7 +21,7 @@ from typing import Any
 from bertcore.common.digests import file_sha256
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.outcomes import items_file
-from bertcore.common.report import details_file, result_values, track_report
+from bertcore.common.report import details_file, read_report_file, result_values, track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.model_run import pretraining_run
@@ -84,8 +83,8 @@ def carry_reports(tracker: Any, step: int, weights: str, reports: Mapping[str, P
             continue
         if items_file(metrics_file).is_file():
             files += (items_file(metrics_file),)
-        details = json.loads(files[1].read_text(encoding="utf-8"))
-        metrics = json.loads(files[0].read_text(encoding="utf-8")).get(prefix)
+        details = read_report_file(files[1])
+        metrics = read_report_file(files[0]).get(prefix)
         if details.get(MODEL_KEY) != weights or not isinstance(metrics, dict):
             continue  # made from other weights (or written before reports said which)
         if log_report_into(tracker, step, files, metrics, details, prefix):

@@ -116,7 +116,7 @@ def test_a_signal_between_the_renames_of_an_output_keeps_the_previous_one(tmp_pa
     from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 
     (tmp_path / "out").mkdir()
-    (tmp_path / "out" / "old.txt").write_text("old")
+    (tmp_path / "out" / "out.txt").write_text("old")
     renames = []
     rename = os.replace
 
@@ -130,10 +130,92 @@ def test_a_signal_between_the_renames_of_an_output_keeps_the_previous_one(tmp_pa
     interrupted = None
     try:
         with interrupt_on_signals(), atomic.atomic_dir(tmp_path / "out") as staging:
-            (staging / "new.txt").write_text("new")
+            (staging / "out.txt").write_text("new")
     except Interrupted as stop:
         interrupted = stop
     monkeypatch.undo()
     assert interrupted is not None and interrupted.exit_code == 128 + signal.SIGTERM
-    assert tree(tmp_path / "out") == {"old.txt": b"old"}
+    assert tree(tmp_path / "out") == {"out.txt": b"old"}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+
+
+# ------------------------------------ outputs put in place together (issue 62, case 1)
+def signal_after_first_output_in_place(monkeypatch) -> list[str]:
+    """os.replace, as atomic uses it, sends this process SIGTERM once the first staged output
+    is in place (the moment the others are not yet); returns the outputs put in place."""
+    import os
+
+    from bertcore.common import atomic
+
+    placed, rename = [], os.replace
+
+    def replace_then_signal(src, dst):
+        rename(src, dst)
+        if ".tmp-" in Path(src).name:  # a staged output, now in place
+            placed.append(Path(dst).name)
+            if len(placed) == 1:
+                os.kill(os.getpid(), signal.SIGTERM)
+
+    monkeypatch.setattr(atomic.os, "replace", replace_then_signal)
+    return placed
+
+
+def test_a_signal_while_outputs_are_put_in_place_leaves_one_runs_and_says_which(
+        tmp_path, monkeypatch):
+    """Three outputs replaced together: a signal after the first is in place waits for the
+    others, and the message names what this run wrote."""
+    import pytest
+
+    from bertcore.common.atomic import atomic_dir, atomic_file
+    from bertcore.common.interrupt import Interrupted, interrupt_on_signals
+    from bertcore.common.together import outputs_together
+    from bertstages.options import interrupted_message
+
+    for name in ("a.json", "b.json", "c/c.txt"):
+        (tmp_path / name).parent.mkdir(exist_ok=True)
+        (tmp_path / name).write_text("old")
+    placed = signal_after_first_output_in_place(monkeypatch)
+    with pytest.raises(Interrupted) as stop, interrupt_on_signals(), \
+            outputs_together() as outputs:
+        outputs.enter_context(atomic_file(tmp_path / "a.json")).write("new")
+        (outputs.enter_context(atomic_dir(tmp_path / "c")) / "c.txt").write_text("new")
+        outputs.enter_context(atomic_file(tmp_path / "b.json")).write("new")
+    monkeypatch.undo()
+    assert placed == ["b.json", "c", "a.json"]
+    assert tree(tmp_path) == {"a.json": b"new", "b.json": b"new", "c/c.txt": b"new"}
+    assert [Path(path).name for path in stop.value.replaced] == ["b.json", "c", "a.json"]
+    import click
+
+    message = interrupted_message(stop.value, click.Context(click.Command("glue"),
+                                                            info_name="glue"))
+    assert message.startswith(f"interrupted by SIGTERM after this run wrote {tmp_path}/b.json")
+    assert "(each whole); any other output is the last run's; rerun `bert glue`" in message
+
+
+def test_a_signal_while_glue_puts_its_outputs_in_place_leaves_one_runs(tmp_path, monkeypatch):
+    """glue's seven outputs: after a signal, every one is the last run's or every one this
+    run's (the last run's are dated 1970 here), never some of each."""
+    import os
+
+    import pytest
+
+    from bertcore.common.interrupt import Interrupted, interrupt_on_signals
+    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.report import GluePaths, write_glue_outputs
+
+    out = tmp_path / "out"
+    paths = GluePaths("models/pretrained", "data/vocab", str(out / "glue.json"),
+                      str(out / "glue_seeds.tsv"), str(out / "glue"), str(out / "models"),
+                      str(out / "runs"))
+    write_glue_outputs([], None, GlueConfig(), paths)
+    outputs = sorted(out.iterdir())
+    assert len(outputs) == 7
+    for path in outputs:
+        os.utime(path, (0, 0))
+    placed = signal_after_first_output_in_place(monkeypatch)
+    with pytest.raises(Interrupted) as stop, interrupt_on_signals():
+        write_glue_outputs([], None, GlueConfig(), paths)
+    monkeypatch.undo()
+    assert len(placed) == 7 and len(stop.value.replaced) == 7
+    assert sorted(out.iterdir()) == outputs
+    assert all(path.stat().st_mtime > 0 for path in outputs)

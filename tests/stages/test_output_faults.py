@@ -162,7 +162,7 @@ EXPORTED = {"config.json", "model.safetensors", "vocab.txt"}
 def assert_exported(folder: Path) -> None:
     names = {p.name for p in folder.iterdir()}
     assert names >= EXPORTED, names
-    assert "previous.txt" not in names
+    assert (folder / "README.md").read_text() != "the previous export"
     assert not [n for n in names if ".tmp-" in n or ".was-" in n or ".new-" in n], names
 
 
@@ -171,7 +171,7 @@ def test_export_to_a_mount_point_replaces_its_contents(model_dir, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(model_dir, work)
     (tmp_path / "seed").mkdir()
-    (tmp_path / "seed" / "previous.txt").write_text("the previous export")
+    (tmp_path / "seed" / "README.md").write_text("the previous export")
     proc, after = bert_on_tiny_fs(work, 8 << 20, tmp_path / "seed", "export", "--out", "full")
     assert proc.returncode == 0, proc.stderr
     assert_exported(after)
@@ -190,7 +190,7 @@ def test_export_to_a_bind_mount_replaces_its_contents(model_dir, tmp_path):
     work = tmp_path / "work"
     shutil.copytree(model_dir, work)
     (work / "volume").mkdir()
-    (work / "volume" / "previous.txt").write_text("the previous export")
+    (work / "volume" / "README.md").write_text("the previous export")
     (work / "out").mkdir()
     proc = bert_in_namespace(work, 'mount --bind volume out', "", "export", "--out", "out")
     assert proc.returncode == 0, proc.stderr
@@ -202,7 +202,7 @@ def test_export_through_a_link_to_a_folder_on_another_disk(model_dir, tmp_path):
     shutil.copytree(model_dir, work)
     disk = tmp_path / "disk"
     (disk / "hf").mkdir(parents=True)
-    (disk / "hf" / "previous.txt").write_text("the previous export")
+    (disk / "hf" / "README.md").write_text("the previous export")
     (work / "models" / "hf").symlink_to(disk / "hf")
     proc = run_bert("export", cwd=work, env=ONE_THREAD)
     assert proc.returncode == 0, proc.stderr
@@ -230,3 +230,23 @@ def test_a_full_disk_under_metrics_says_metrics(tmp_path):
     assert_one_line_error(proc, f"no space left on {tmp_path / 'full'} while writing "
                           "full/corpus.json; free space or point --metrics elsewhere")
     assert tree(after) == tree(tmp_path / "seed")
+
+
+# ---------------------------------------- a user's folder as --out (issue 62, case 3)
+def test_export_into_a_users_folder_of_models_is_refused_and_keeps_it(model_dir, tmp_path):
+    work = tmp_path / "work"
+    shutil.copytree(model_dir, work)
+    for name in ("bert-tiny/model.safetensors", "bert-mini/pytorch_model.bin"):
+        (work / "my_models" / name).parent.mkdir(parents=True)
+        (work / "my_models" / name).write_bytes(b"someone's weights")
+    (work / "my_models" / "NOTES.md").write_text("which model is which")
+    before = tree(work / "my_models")
+    proc = run_bert("export", "--out", "my_models", cwd=work, env=ONE_THREAD)
+    assert_one_line_error(proc, "my_models holds 'NOTES.md' and 2 more, which this stage does "
+                          "not write", "point --out elsewhere (to a new or empty folder)")
+    assert tree(work / "my_models") == before
+    # its own earlier export is replaced
+    run_bert("export", "--out", "models/hf", cwd=work, env=ONE_THREAD, check=True)
+    (work / "models" / "hf" / "README.md").write_text("the previous card")
+    run_bert("export", "--out", "models/hf", cwd=work, env=ONE_THREAD, check=True)
+    assert (work / "models" / "hf" / "README.md").read_text() != "the previous card"

@@ -185,3 +185,28 @@ def test_a_val_split_with_nothing_to_probe_names_pretraining_s_setting(data, tmp
         assert draw.prepare(model, "cpu") is None
     (warning,) = [r.getMessage() for r in caplog.records]
     assert warning.endswith("use a larger corpus, or set eval.probe_sentences to 0"), warning
+
+
+def test_a_corpus_split_that_is_not_utf8_is_one_warning_naming_it(data, tmp_path, caplog):
+    """(issue 62, case 16) val.txt or train.txt in Latin-1: one line naming the file and line,
+    no probes, and training goes on."""
+    import logging
+    import shutil
+
+    tokenizer = read_tokenizer(data / "vocab", BERT_DEFAULT_RULES, "defaults", "vocab").tokenizer
+    model = BertPretrainingModel(tiny_config(tokenizer.get_vocab_size()))
+    for split in ("val.txt", "train.txt"):
+        corpus = tmp_path / split / "corpus"
+        shutil.copytree(data / "corpus", corpus)
+        lines = (corpus / split).read_bytes().split(b"\n")
+        lines[3] = "Le récit de la révolution.".encode("latin-1")
+        (corpus / split).write_bytes(b"\n".join(lines))
+        caplog.clear()
+        with caplog.at_level(logging.WARNING):
+            probes = ProbeDraw(tokenizer, corpus / "val.txt", corpus / "train.txt",
+                               sentences=20, seed=5).prepare(model, "cpu")
+        assert probes is None
+        assert caplog.messages == [
+            f"no probes while pretraining: {corpus / split}:4 is not UTF-8 text; the corpus's "
+            "files are UTF-8: rebuild it with `bert corpus`, or pass --corpus a corpus folder "
+            "of UTF-8 text"]

@@ -102,3 +102,32 @@ def test_bert_probe_device_gpu_is_one_line(tmp_path):
     proc = bert("probe", "--device", "gpu", cwd=tmp_path)
     assert_one_line_error(proc, "Invalid value for '--device': 'gpu' is no device; use auto, "
                                 "cpu, cuda, cuda:N or mps", code=2)
+
+
+def test_items_into_a_users_folder_are_refused_and_keep_it(repo, tmp_path):
+    """(issue 62, case 3) --items at a folder of the user's data: one line, nothing lost."""
+    (tmp_path / "my_data").mkdir()
+    (tmp_path / "my_data" / "reviews.csv").write_text("text,label\ngood,1\n")
+    (tmp_path / "my_data" / "blimp.jsonl").write_text('{"sentence_good": "a b c d e"}\n')
+    before = {p.name: p.read_bytes() for p in (tmp_path / "my_data").iterdir()}
+    proc = run_bert("probe", "--items", str(tmp_path / "my_data"), "--out",
+                    str(tmp_path / "probe.json"), "--set", "tracking.enabled=false",
+                    "--set", "probe.builtin_sentences=10", cwd=repo, env=ONE_THREAD)
+    assert_one_line_error(proc, "my_data holds 'blimp.jsonl' and 1 more, which this stage",
+                          "point --items elsewhere")
+    assert {p.name: p.read_bytes() for p in (tmp_path / "my_data").iterdir()} == before
+
+
+def test_a_val_split_that_is_not_utf8_is_one_line_naming_it(repo, tmp_path):
+    """(issue 62, case 16)"""
+    import shutil
+
+    work = tmp_path / "work"
+    shutil.copytree(repo, work, ignore=shutil.ignore_patterns("metrics", "mlflow.db"))
+    val = work / "data" / "corpus" / "val.txt"
+    lines = val.read_bytes().split(b"\n")
+    lines[2] = "Le récit de la révolution.".encode("latin-1")
+    val.write_bytes(b"\n".join(lines))
+    proc = run_bert("probe", "--set", "tracking.enabled=false", cwd=work, env=ONE_THREAD)
+    assert_one_line_error(proc, "data/corpus/val.txt:3 is not UTF-8 text; the corpus's files "
+                          "are UTF-8: rebuild it with `bert corpus`")

@@ -304,7 +304,7 @@ def build_samples_from_corpus(config: SamplesConfig, phase2: Phase2Samples, path
     tokenizer = load_tokenizer(paths.vocab_dir)
     fingerprint = vocab_fingerprint(paths.vocab_dir)
     parts = read_parts(paths.corpus_dir)  # split by parts: no random B from a neighbouring part
-    with atomic_dir(paths.out_dir) as staging:
+    with atomic_dir(paths.out_dir, layout=[PHASE2_DIR]) as staging:  # phase 2's: with it on
         built = build_samples(corpus_files, tokenizer, staging, config, fingerprint,
                               phase2_length=phase2.max_seq_length if phase2.enabled else None,
                               parts=parts, progress=progress)

@@ -5,10 +5,13 @@ pretraining resumes from its checkpoints, and no model is held in memory beyond 
 One folder per fine-tune, named `<task>-lr<rate>-bs<batch>-seed<seed>-<16 hex>`, the hex
 digits those of its key: sha256 of what determines its result (the model's weights, its
 tokenizer, the task's examples as read, the recipe with its seed, the maximum length, the
-device kind). It holds `record.json` (the dev metrics, the score, the steps, the truncations),
-`predictions.npz` (dev and test predictions) and `model/` (the fine-tuned model in Hugging
-Face's format) until its task has chosen its median seed: then only the median's is kept,
-the one models/glue is written from.
+device kind, and the code that fine-tunes: `suite.fine_tuning_code`). It holds
+`record.json` (the dev metrics, the score, the steps, the truncations), `predictions.npz`
+(dev and test predictions) and `model/` (the fine-tuned model in Hugging Face's format)
+until its task has chosen its median seed: then only the median's is kept, the one
+models/glue is written from. record.json holds the sha256 of every other file: a
+record whose files do not match (a model cut short), or that cannot be read, or whose
+predictions do not cover the task's rows, is said in one line and fine-tuned again.
 """
 
 from __future__ import annotations
@@ -17,14 +20,16 @@ import dataclasses
 import json
 import logging
 import os
+import re
 import shutil
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from bertcore.common.atomic import atomic_dir, write_json
-from bertcore.common.digests import fingerprint_params
+from bertcore.common.digests import file_sha256, fingerprint_params
 from bertcore.downstream.config import Recipe
 
 log = logging.getLogger(__name__)
@@ -32,7 +37,10 @@ log = logging.getLogger(__name__)
 RECORD = "record.json"
 PREDICTIONS = "predictions.npz"
 MODEL = "model"
-FORMAT = 1  # a record of another format is not read
+DROPPED = f".{MODEL}.dropped"  # a model on its way out (`_remove_folder`)
+FORMAT = 2  # a record of another format is not read (1: without its files' digests)
+# `FinishedRuns.name`'s: <task>-lr<rate>-bs<batch>-seed<seed>-<16 hex>
+RECORD_NAME = re.compile(r"[a-z0-9]+-lr[^/]+-bs\d+-seed-?\d+-[0-9a-f]{16}")
 
 
 @dataclass(eq=False)  # its arrays have no truth value: runs compare by identity
@@ -74,22 +82,18 @@ class FinishedRuns:
         return (f"{task_key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-"
                 f"seed{recipe.seed}-{key[:16]}")
 
-    def find(self, name: str) -> SeedRun | None:
-        """The fine-tune saved under `name`; None when there is none (or it cannot be read:
-        it is then done again)."""
+    def find(self, name: str, rows: Mapping[str, Mapping[str, int]]) -> SeedRun | None:
+        """The fine-tune saved under `name`, with its predictions of the `rows` of each
+        evaluation ({"dev": {name: count}, "test": {...}}); None when there is none, or when
+        it is damaged or cannot be read (said in one line: it is then done again)."""
         folder = self.folder / name
         if not (folder / RECORD).is_file():
             return None
         try:
-            record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
-            with np.load(folder / PREDICTIONS, allow_pickle=False) as arrays:
-                predictions = {key: arrays[key] for key in arrays.files}
-            run = SeedRun(Recipe(**record["recipe"]), record["metrics"], record["score"],
-                          record["steps"], record["truncated"],
-                          _by_evaluation(predictions, "dev"), _by_evaluation(predictions, "test"),
-                          folder)
-        except (OSError, ValueError, KeyError, TypeError) as error:
-            log.info("glue: %s cannot be read (%s): fine-tuned again", folder, error)
+            run = _read_record(folder, rows)
+        except Exception as error:  # whatever a damaged file raises (BadZipFile, EOFError)
+            log.warning("glue: the saved fine-tune %s is damaged or unreadable (%s): "
+                        "fine-tuning it again", folder, str(error) or type(error).__name__)
             return None
         self.reused += 1
         return run
@@ -98,7 +102,8 @@ class FinishedRuns:
         """Save `run` whole under `name` (`write_model(folder)` writes its model); the run
         with its folder."""
         final = self.folder / name
-        with atomic_dir(final, advice="free space or point --runs elsewhere") as staging:
+        with atomic_dir(final, advice="free space or point --runs elsewhere",
+                        layout=[DROPPED]) as staging:
             write_model(staging / MODEL)
             np.savez(staging / PREDICTIONS,
                      **{f"dev.{k}": v for k, v in run.dev_predictions.items()},
@@ -106,22 +111,64 @@ class FinishedRuns:
             write_json(staging / RECORD, {
                 "format": FORMAT, "recipe": dataclasses.asdict(run.recipe),
                 "metrics": run.metrics, "score": run.score, "steps": run.steps,
-                "truncated": run.truncated}, sort_keys=False)
+                "truncated": run.truncated, "files": _file_digests(staging)}, sort_keys=False)
         return dataclasses.replace(run, folder=final)
 
     def drop_models_except(self, kept: list[SeedRun], among: list[SeedRun] | None = None
                            ) -> None:
         """Drop the models of the runs `among` that are not `kept` (their scores stay); with
-        no `among`, once a suite's outputs are written, those of every other record (a rerun
-        that needs one fine-tunes that seed again)."""
+        no `among`, once a suite's outputs are written, those of every other record of the
+        folder (`is_record`; a rerun that needs one fine-tunes that seed again)."""
         keep = {run.folder for run in kept}
         if among is not None:
             folders = [run.folder for run in among if run.folder is not None]
-        else:
-            folders = list(self.folder.iterdir()) if self.folder.is_dir() else []
+        else:  # the folder's records alone: whatever else a user keeps there is not ours
+            folders = [folder for folder in self.folder.iterdir() if is_record(folder)
+                       ] if self.folder.is_dir() else []
         for folder in folders:
             if folder not in keep and (folder / MODEL).is_dir():
                 _remove_folder(folder / MODEL)
+
+
+def _file_digests(folder: Path) -> dict[str, str]:
+    """sha256 of every file of a record (the model's, the predictions), by relative path."""
+    return {path.relative_to(folder).as_posix(): file_sha256(path)
+            for path in sorted(folder.rglob("*")) if path.is_file()}
+
+
+def _read_record(folder: Path, rows: Mapping[str, Mapping[str, int]]) -> SeedRun:
+    """The fine-tune saved in `folder`, once each of its files matches its digest (a model
+    dropped on purpose aside) and its predictions cover `rows`; else an exception saying
+    what is wrong."""
+    record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    if not isinstance(record, dict) or record.get("format") != FORMAT:
+        raise ValueError(f"{RECORD} is not of format {FORMAT}")
+    for relative, digest in record["files"].items():
+        dropped = relative.startswith(f"{MODEL}/") and not (folder / MODEL).is_dir()
+        if not dropped and file_sha256(folder / relative) != digest:
+            raise ValueError(f"{relative} does not match its digest")
+    with np.load(folder / PREDICTIONS, allow_pickle=False) as arrays:
+        predictions = {key: arrays[key] for key in arrays.files}
+    by_split = {split: _by_evaluation(predictions, split) for split in ("dev", "test")}
+    for split, counts in rows.items():
+        found = {key: len(value) for key, value in by_split[split].items()}
+        if found != dict(counts):
+            raise ValueError(f"its {split} predictions are {found or 'none'}, not {dict(counts)}")
+    return SeedRun(Recipe(**record["recipe"]), record["metrics"], record["score"],
+                   record["steps"], record["truncated"], by_split["dev"], by_split["test"],
+                   folder)
+
+
+def is_record(folder: Path) -> bool:
+    """Whether `folder` is a fine-tune saved by `FinishedRuns.save`: named as it names them,
+    holding a record.json of a format it writes."""
+    if not RECORD_NAME.fullmatch(folder.name) or not (folder / RECORD).is_file():
+        return False
+    try:
+        record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return False
+    return isinstance(record, dict) and isinstance(record.get("format"), int)
 
 
 def _by_evaluation(predictions: dict[str, np.ndarray], split: str) -> dict[str, np.ndarray]:
@@ -132,7 +179,7 @@ def _by_evaluation(predictions: dict[str, np.ndarray], split: str) -> dict[str, 
 def _remove_folder(folder: Path) -> None:
     """Out of sight first (a rename), then removed: a process killed half-way never leaves
     a partial model where a whole one is looked for."""
-    gone = folder.with_name(f".{folder.name}.dropped")
+    gone = folder.with_name(DROPPED)
     shutil.rmtree(gone, ignore_errors=True)
     os.replace(folder, gone)
     shutil.rmtree(gone, ignore_errors=True)

@@ -13,7 +13,6 @@ that stops (every task left out, a task diverging, a signal) leaves the last goo
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import os
@@ -23,13 +22,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from bertcore.common.atomic import atomic_dir, atomic_file, dump_json
+from bertcore.common.atomic import atomic_dir, atomic_file, dump_json, require_own_folder
 from bertcore.common.charts import Series, write_chart
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate
 from bertcore.common.outcomes import items_file, items_text
 from bertcore.common.report import details_file, with_items
+from bertcore.common.together import outputs_together
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
@@ -56,6 +56,11 @@ log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have a
 Outcome = TaskResult | TaskFailure
 SEEDS_HEADER = ("task", "seed", "score")
 NO_DATA = "no GLUE data (glue.data is null)"
+SUBMISSION = "submission"  # GLUE's leaderboard files, in the predictions folder
+# what the stage writes in its folders: any earlier output of its own is one of these
+PREDICTIONS_LAYOUT = [*(f"{task.key}_{name}.tsv" for task in GLUE_TASKS.values()
+                        for name in task.dev), SUBMISSION]
+MODELS_LAYOUT = [task.folder for task in GLUE_TASKS.values()]
 
 
 def glue_report(outcomes: Sequence[Outcome], results: Sequence[TaskResult],
@@ -95,7 +100,7 @@ def _task_details(result: TaskResult) -> dict:
         "dev_examples": {name: len(rows) for name, rows in result.data.dev.items()},
         "truncated": result.runs[0].truncated,  # train and dev examples cut to max_seq_length
         "skipped_rows": result.data.skipped,  # per file: rows that do not parse
-    }
+    } | ({"no_submission": result.data.unsubmitted} if result.data.unsubmitted else {})
 
 
 def _scaled(spread) -> dict:
@@ -138,8 +143,8 @@ def write_predictions(folder: Path, results: Sequence[TaskResult]) -> None:
             write_dev_predictions(folder / f"{result.task.key}_{name}.tsv", result.task, rows,
                                   run.dev_predictions[name])
         for name, rows in data.test.items():
-            (folder / "submission").mkdir(exist_ok=True)
-            write_submission(folder / "submission", result.task, name,
+            (folder / SUBMISSION).mkdir(exist_ok=True)
+            write_submission(folder / SUBMISSION, result.task, name,
                              run.test_predictions[name], [row.index for row in rows])
 
 
@@ -227,6 +232,9 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     # glue.tasks (all when null) of the folder glue.data, or of hf:glue
     tasks = ([GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)]
              if config.data == GLUE_DATA_HF else tasks_in(config.data, config.tasks))
+    for folder, layout in ((paths.predictions_dir, PREDICTIONS_LAYOUT),
+                           (paths.models_dir, MODELS_LAYOUT)):  # before hours of fine-tuning
+        require_own_folder(folder, layout)
     device = resolve_device(config.device, setting="glue.device")
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     require_fits("glue", config.max_seq_length, model.encoder.config.max_position_embeddings)
@@ -278,7 +286,7 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
     reproduce = {"glue": dataclasses.asdict(config)}
     files = (Path(paths.metrics_file), details_file(paths.metrics_file),
              items_file(paths.metrics_file))
-    with contextlib.ExitStack() as outputs:  # each replaces its output as the stack closes
+    with outputs_together() as outputs:  # all replaced at its end, signals held
         for path, report in zip(files[:2], ({"glue": metrics}, details), strict=True):
             dump_json(outputs.enter_context(atomic_file(path, "w", encoding="utf-8")), report,
                       sort_keys=False)
@@ -287,8 +295,10 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
         write_seed_scores(outputs.enter_context(atomic_file(paths.seeds_file, "w")), results)
         write_seeds_chart(outputs.enter_context(atomic_file(seeds_chart(paths.seeds_file), "wb")),
                           paths.seeds_file, results)
-        write_predictions(outputs.enter_context(atomic_dir(paths.predictions_dir)), results)
-        write_models(outputs.enter_context(atomic_dir(paths.models_dir)), results,
+        write_predictions(outputs.enter_context(
+            atomic_dir(paths.predictions_dir, layout=PREDICTIONS_LAYOUT)), results)
+        write_models(outputs.enter_context(atomic_dir(paths.models_dir, layout=MODELS_LAYOUT)),
+                     results,
                      lambda result: glue_task_facts(
                          str(Path(paths.models_dir) / result.task.folder), result.task.key,
                          metrics, details, reproduce))

@@ -14,14 +14,14 @@ import hashlib
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from functools import cached_property, partial
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertcore.common.digests import fingerprint_files
+from bertcore.common.digests import fingerprint_files, source_digest
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, Recipe
@@ -104,13 +104,20 @@ def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
 @dataclass
 class TaskData:
     """A task's files, read: train, and per evaluation its dev and (where given) test rows;
-    per file, the rows skipped because they do not parse."""
+    per file, the rows skipped because they do not parse; per test evaluation left without a
+    leaderboard file, why."""
 
     task: GlueTask
     train: list[GlueExample]
     dev: dict[str, list[GlueExample]]
     test: dict[str, list[GlueExample]]
     skipped: dict[str, int]
+    unsubmitted: dict[str, str] = field(default_factory=dict)
+
+    def rows(self) -> dict[str, dict[str, int]]:
+        """The rows of each evaluation a fine-tune predicts: {"dev": {name: count}, "test": ...}."""
+        return {"dev": {name: len(rows) for name, rows in self.dev.items()},
+                "test": {name: len(rows) for name, rows in self.test.items()}}
 
     def digest(self) -> str:
         """sha256 of every example as read (train after its draw), in order."""
@@ -168,6 +175,25 @@ class Suite:
     # the suite's, or one that logs nothing; it has log_metrics, log_results and finish (Tracker's)
     start_run: Callable[[str, dict], Any]
     finished: FinishedRuns
+    code: str = field(default_factory=lambda: fine_tuning_code())  # what computes a result
+
+    def identity(self, data: TaskData) -> dict[str, Any]:
+        """What a fine-tune's result depends on besides its recipe (seed included): the
+        model's weights and tokenizer, the task's examples, the length, the device's kind and
+        the code. Each is part of its record's name: a change to any fine-tunes anew."""
+        return {**self.model.identity(), "data": data.digest(),
+                "max_seq_length": self.config.max_seq_length, "device": self.device.type,
+                "code": self.code}
+
+
+# the packages whose code fine-tunes and scores (those glue's stage depends on in dvc.yaml)
+FINE_TUNING_CODE = ("bertcore.common", "bertcore.data.samples", "bertcore.data.vocab",
+                    "bertcore.model", "bertcore.training", "bertcore.downstream")
+
+
+def fine_tuning_code() -> str:
+    """The code a fine-tune's result depends on: the source of FINE_TUNING_CODE, and torch."""
+    return f"{source_digest(FINE_TUNING_CODE)} torch {torch.__version__}"
 
 
 def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
@@ -179,10 +205,23 @@ def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
     if config.max_train_examples and len(train) > config.max_train_examples:
         train = random.Random(config.seed).sample(train, config.max_train_examples)
     dev = {name: files[file_name].examples for name, file_name in task.dev.items()}
-    test = {name: files[file_name].examples for name, file_name in task.test.items()
+    test = {name: files[file_name] for name, file_name in task.test.items()
             if file_name in files}
+    unsubmitted = {name: _unsubmittable(task, name, rows) for name, rows in test.items()
+                   if rows.skipped}
     skipped = {name: rows.skipped for name, rows in files.items() if rows.skipped}
-    return TaskData(task, train, dev, test, skipped)
+    return TaskData(task, train, dev, {name: rows.examples for name, rows in test.items()
+                                       if name not in unsubmitted}, skipped, unsubmitted)
+
+
+def _unsubmittable(task: GlueTask, eval_name: str, rows: SplitRows) -> str:
+    """Why a test file with rows that do not parse gets no leaderboard file (said once):
+    GLUE's server refuses a file without a prediction for every row."""
+    why = (f"{rows.skipped} of {rows.skipped + len(rows.examples)} rows do not parse (the "
+           f"first: {rows.first_skipped}), and GLUE's server takes only a prediction for "
+           "every row: fix the file and rerun")
+    log.warning("glue: %s: no leaderboard file for %s: %s", task.key, eval_name, why)
+    return why
 
 
 def _read(task: GlueTask, config: GlueConfig, file_name: str) -> SplitRows:
@@ -277,8 +316,7 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
     """Every recipe with every seed, each reused where an earlier run finished it; the recipe
     of the best median score is the task's, and only its median seed keeps its model."""
     inputs = TaskInputs(data, suite.model, suite.config.max_seq_length)
-    identity = {**suite.model.identity(), "data": data.digest(),
-                "max_seq_length": suite.config.max_seq_length, "device": suite.device.type}
+    identity, rows = suite.identity(data), data.rows()
     reused_before = suite.finished.reused
     best: list[SeedRun] | None = None
     tried: list[tuple[Recipe, float]] = []
@@ -288,7 +326,7 @@ def run_task(data: TaskData, suite: Suite) -> TaskResult:
         for i in range(suite.config.seeds):
             seeded = replace(recipe, seed=suite.config.seed + i)
             name = suite.finished.name(data.task.key, seeded, identity)
-            runs.append(suite.finished.find(name)
+            runs.append(suite.finished.find(name, rows)
                         or fine_tune_once(data.task, inputs, suite, seeded, name))
         every += runs
         median = spread([run.score for run in runs]).median

@@ -23,6 +23,7 @@ from pathlib import Path
 import numpy as np
 
 from bertcore.common.errors import BertError
+from bertcore.common.text_files import utf8_lines
 from bertcore.downstream.probes.masked_lm import MaskedLM
 
 FREQUENCY_BYTES = 20_000_000  # of train text: enough for the top tokens' order, seconds to read
@@ -73,16 +74,15 @@ def count_train(path: str | Path, lm: MaskedLM, limit: int = FREQUENCY_BYTES) ->
     tokens = np.zeros(lm.vocab_size, dtype=np.int64)
     words: Counter[str] = Counter()
     read, lines = 0, []
-    with path.open(encoding="utf-8") as handle:
-        for line in handle:
-            if read >= limit:
-                break
-            read += len(line.encode("utf-8"))
-            if line.strip():
-                lines.append(line)
-            if len(lines) == _LINES_PER_BATCH:
-                _count(lines, lm, tokens, words)
-                lines = []
+    for line in utf8_lines(path):
+        if read >= limit:
+            break
+        read += len(line.encode("utf-8"))
+        if line.strip():
+            lines.append(line)
+        if len(lines) == _LINES_PER_BATCH:
+            _count(lines, lm, tokens, words)
+            lines = []
     _count(lines, lm, tokens, words)
     return TrainCounts(tokens, words, read)
 

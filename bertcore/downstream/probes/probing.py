@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bertcore.common.atomic import atomic_dir
+from bertcore.common.atomic import atomic_dir, require_own_folder
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate
 from bertcore.common.outcomes import StageItems
@@ -127,9 +127,13 @@ def _builtin(report: ProbeReport, lm: MaskedLM, config: ProbeConfig, val_file: s
     report.items["builtin_pairs.jsonl"] = [s.row(config.scoring) for s in scored_pairs]
 
 
+# the per-item files, one per probe (the user's only when probe.minimal_pairs, probe.cloze)
+ITEM_FILES = ["builtin_cloze.jsonl", "builtin_pairs.jsonl", "minimal_pairs.jsonl", "cloze.jsonl"]
+
+
 def write_items(folder: str | Path, items: dict[str, list[dict]]) -> None:
     """The folder of per-item files, written whole (only this run's files in it)."""
-    with atomic_dir(folder) as staging:
+    with atomic_dir(folder, layout=ITEM_FILES) as staging:  # what an earlier run wrote
         for name, rows in items.items():
             with (Path(staging) / name).open("w", encoding="utf-8") as handle:
                 handle.writelines(json.dumps(row, ensure_ascii=False) + "\n" for row in rows)
@@ -234,6 +238,7 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     """The probe stage: the model (`probe.model`, else the pretrained one) probed on `device`
     (auto, cpu, cuda, cuda:N), its items and report written, the report logged into the
     model's pretraining run (`probe_...` results, `probe.` tags; not when `target` is None)."""
+    require_own_folder(paths.items_dir, ITEM_FILES)  # a user's folder: before any scoring
     model_dir, vocab_dir = (config.model, None) if config.model else (paths.model_dir,
                                                                        paths.vocab_dir)
     folder = Path(model_dir).expanduser()

@@ -7,12 +7,11 @@ goes with (the details' `model_sha256`), so a card never shows another model's f
 
 from __future__ import annotations
 
-import json
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.common.report import details_file
+from bertcore.common.report import details_file, read_report_file
 from bertcore.model.card import CardFacts, Figure, figure_at
 from bertcore.model.config import BertConfig
 from bertcore.model.run_reports import MODEL_KEY
@@ -33,8 +32,8 @@ def read_report(metrics_file: str | Path, group: str, weights: str | None
     files = (Path(metrics_file), details_file(metrics_file))
     if not all(path.is_file() for path in files):
         return None
-    metrics = json.loads(files[0].read_text(encoding="utf-8")).get(group)
-    details = json.loads(files[1].read_text(encoding="utf-8"))
+    metrics = read_report_file(files[0]).get(group)
+    details = read_report_file(files[1])
     if not isinstance(metrics, dict) or (weights is not None and details.get(MODEL_KEY) != weights):
         return None
     return metrics, details

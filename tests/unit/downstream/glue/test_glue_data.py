@@ -439,3 +439,38 @@ def test_mnli_with_only_test_matched_predicts_it_and_names_what_is_missing(tmp_p
     caplog.clear()
     assert read_task(GLUE_TASKS["mnli"], GlueConfig(data=str(folder))).test == {}
     assert not caplog.records
+
+
+def test_a_test_file_with_a_row_that_does_not_parse_gets_no_leaderboard_file(tmp_path, caplog):
+    """(issue 62, case 9) GLUE's server refuses a file short of a row: none is written, and
+    the warning and the details say why."""
+    import logging
+
+    import numpy as np
+
+    from bertcore.downstream.config import GlueConfig, Recipe
+    from bertcore.downstream.glue.records import SeedRun
+    from bertcore.downstream.glue.report import glue_report, write_predictions
+    from bertcore.downstream.glue.suite import TaskResult, read_task
+
+    folder = write_glue_folder(tmp_path / "glue", tasks=["rte"], rows=200)
+    path = folder / "RTE" / "test.tsv"
+    lines = path.read_text(encoding="utf-8").splitlines()
+    lines[57] = "56\tonly one text"  # two columns where the header has three
+    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING):
+        data = read_task(GLUE_TASKS["rte"], GlueConfig(data=str(folder), tasks=["rte"]))
+    assert data.test == {} and data.skipped == {"test.tsv": 1} and len(data.dev["dev"]) == 200
+    why = data.unsubmitted["test"]
+    assert why.startswith(f"1 of 200 rows do not parse (the first: {path}:58")
+    assert why.endswith("GLUE's server takes only a prediction for every row: fix the file "
+                        "and rerun")
+    assert f"glue: rte: no leaderboard file for test: {why}" in caplog.messages
+
+    recipe = Recipe(3e-5, 4, 1.0, None, 0.1, 0.01, 1.0, 42)
+    run = SeedRun(recipe, {"dev": {"accuracy": 0.5}}, 0.5, 1, 0, {"dev": np.zeros(200, int)}, {})
+    result = TaskResult(data, [run], [(recipe, 0.5)])
+    write_predictions(tmp_path / "predictions", [result])
+    assert sorted(p.name for p in (tmp_path / "predictions").iterdir()) == ["rte_dev.tsv"]
+    assert glue_report([result], [result], "m", 1)[1]["tasks"]["rte"]["no_submission"] == {
+        "test": why}
