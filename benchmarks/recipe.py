@@ -73,7 +73,10 @@ def run_all(jobs: dict[str, tuple], width: int, work: Path) -> dict[str, float]:
 
 
 def prepare_data(source: str | None, overrides: list[str], work: Path) -> float:
-    """corpus, vocab and samples, shared by every model; their wall clock in seconds."""
+    """corpus, vocab and samples, shared by every model; their wall clock in seconds (0 when
+    `work` holds them already: more arms on the same data)."""
+    if (work / "data" / "samples" / "meta.json").is_file():
+        return 0.0
     data = [f"corpus.source={source}"] if source else []
     seconds = 0.0
     for stage, args in (("corpus", ["--out", "data/corpus", "--metrics", "m/corpus.json"]),
