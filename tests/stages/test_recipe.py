@@ -187,3 +187,24 @@ def test_no_local_layer_is_refused_naming_the_switch_that_turns_them_off(tmp_pat
         assert str(info.value) == (f"model.{key}: 0 is not allowed; expected null (all) or an "
                                    "integer >= 1; for no local head at all, set "
                                    "model.local_attention_init: false")
+
+
+def test_a_value_written_as_the_recipe_gives_it_resumes_the_same_run(tmp_path):
+    """(issue 62, case 12) `model.local_attention_layers=1` or `train.schedule=wsd` over a
+    recipe that gives them already resolve to the same params: the same fingerprint, so a run
+    resumes instead of starting fresh; another value is another run."""
+    from bertcore.common.digests import fingerprint_params
+    from bertcore.training.checkpoints.identity import resumable_params
+
+    recipe = {**RECIPE, "train": {**RECIPE["train"], "schedule": "wsd"}}
+    params = {"model": {"recipe": "mine"}}
+
+    def fingerprint(*overrides: str) -> str:
+        return fingerprint_params(resumable_params(resolved(tmp_path, params, *overrides,
+                                                            recipe=recipe)))
+
+    same = fingerprint()
+    assert fingerprint("model.local_attention_layers=1") == same
+    assert fingerprint("train.schedule=wsd", "train.decay_fraction=0.2") == same
+    assert fingerprint("model.local_attention_layers=2") != same
+    assert fingerprint("train.schedule=linear") != same
