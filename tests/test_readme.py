@@ -27,10 +27,10 @@ def first_screen() -> str:
 
 
 def command_lines(text: str, program: str) -> list[list[str]]:
-    """The words of each line or inline code that runs `program` (from .venv/bin or not)."""
+    """The arguments of each line or inline code that runs `program` (from .venv/bin or not)."""
     found = []
     for line in re.findall(rf"(?:^\s*|`)(?:\.venv/bin/)?({program} [^`\n#]+)", text, re.M):
-        found.append(shlex.split(line)[1:])
+        found.append(shlex.split(line)[len(program.split()):])
     return found
 
 
