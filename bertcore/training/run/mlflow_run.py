@@ -38,6 +38,7 @@ EXPERIMENT_NOTE = (
     "its model logged as `hf_model`, with the evaluate and probe results of that model; "
     "finetune, prune and glue as its child runs. Runs are found by the tag model.sha256, the "
     "sha256 of the weights they wrote.")
+DIGEST_LENGTH = 32  # of a dataset's digest: MLflow 3.17 takes 36 characters at most
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
@@ -82,14 +83,16 @@ def run_note(model: ModelConfig, phases: Sequence[Phase]) -> str:
 
 
 def log_corpus(tracker: Tracker, corpus: Path | None) -> None:
-    """The corpus the samples were made of as the run's training dataset, its digest the
-    sha256 of its train and val files (`digests.fingerprint_files`); nothing without it."""
+    """The corpus the samples were made of as the run's training dataset: its digest the
+    sha256 of its train and val files (`digests.fingerprint_files`) cut to MLflow's longest
+    digest (`DIGEST_LENGTH`), whole in its profile with the files' sizes; nothing without it."""
     files = [corpus / name for name in ("train.txt", "val.txt")] if corpus else []
     if tracker.run_id is None or not files or not all(path.is_file() for path in files):
         return
-    tracker.log_dataset(corpus.name or "corpus", fingerprint_files(files),
-                        str(corpus.resolve()), "training",
-                        {name.name: name.stat().st_size for name in files})
+    sha256 = fingerprint_files(files)
+    tracker.log_dataset(corpus.name or "corpus", sha256[:DIGEST_LENGTH], str(corpus.resolve()),
+                        "training", {"sha256": sha256,
+                                     **{name.name: name.stat().st_size for name in files}})
 
 
 def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,

@@ -85,8 +85,10 @@ def test_the_logged_model_holds_the_results_on_its_dataset_and_the_run_few_tags(
     # the dataset: the corpus, its digest that of its files, the model's metrics on it
     (dataset_input,) = finished.inputs.dataset_inputs
     corpus = tmp_path / "corpus"
-    digest = fingerprint_files([corpus / "train.txt", corpus / "val.txt"])
+    sha256 = fingerprint_files([corpus / "train.txt", corpus / "val.txt"])
+    digest = sha256[:32]  # MLflow takes 36 characters at most; the whole in the profile
     assert (dataset_input.dataset.name, dataset_input.dataset.digest) == ("corpus", digest)
+    assert json.loads(dataset_input.dataset.profile)["sha256"] == sha256
     assert {(t.key, t.value) for t in dataset_input.tags} == {("mlflow.data.context",
                                                                 "training")}
     assert {(m.dataset_name, m.dataset_digest) for m in on_model.values()} == {
