@@ -32,7 +32,8 @@ STAGES = ("corpus", "vocab", "samples", "pretrain", "evaluate", "export", "finet
 # name -> "module:attribute" of a click.Command: each stage's is `command` in its own module
 COMMANDS = {**{stage: f"bertstages.{stage}:command" for stage in STAGES},
             "fill-mask": "bertstages.infer:fill_mask", "nsp": "bertstages.infer:nsp",
-            "compare": "bertstages.compare:command"}
+            "compare": "bertstages.compare:command",
+            "mlflow-sync": "bertstages.mlflow_sync:command"}
 
 
 class BertGroup(click.Group):

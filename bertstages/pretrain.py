@@ -131,6 +131,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
             tags={**source_tags("pretrain"),
                   "DVC_EXP_NAME": experiment_name(),
                   "DVC_STAGE": os.environ.get("DVC_STAGE")},
+            corpus=Path(corpus_dir),
         )
     probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir), Path(samples_dir))
     report = run_pretraining(config, paths, labels, probes)

@@ -1,10 +1,13 @@
 """An MLflow store checked before any MLflow call: an HTTP server that does not answer, or a
 SQLite database that cannot be written, is one line in seconds (MLflow itself would retry,
-then fail with a database traceback)."""
+then fail with a database traceback); a SQLite database locked by another process (an open
+transaction: another stage, `mlflow ui`, a `sqlite3` shell) is waited for, up to
+`$BERT_MLFLOW_LOCK_WAIT` seconds (`LOCK_WAIT_S` by default), then `StoreLocked`."""
 
 from __future__ import annotations
 
 import os
+import sqlite3
 import tempfile
 import urllib.error
 import urllib.request
@@ -15,6 +18,58 @@ from bertcore.common.errors import BertError
 # MLflow's own defaults retry a failed HTTP call 7 times with exponential backoff (minutes): a
 # training loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast
 _HTTP_DEFAULTS = {"MLFLOW_HTTP_REQUEST_MAX_RETRIES": "2", "MLFLOW_HTTP_REQUEST_TIMEOUT": "20"}
+LOCK_WAIT_ENV = "BERT_MLFLOW_LOCK_WAIT"  # seconds a locked SQLite store is waited for
+LOCK_WAIT_S = 60.0
+# SQLite's words for a lock held by another connection (sqlite3, through SQLAlchemy and MLflow)
+_LOCKED = ("database is locked", "database table is locked")
+
+
+class StoreLocked(BertError):
+    """A SQLite store that another process kept locked for longer than the wait."""
+
+    def __init__(self, uri: str, waited: float):
+        super().__init__(
+            f"MLflow tracking store {uri} is locked: another process (a stage writing to it, "
+            f"`mlflow ui`, a sqlite3 shell in a transaction) held it for {waited:g} s; "
+            f"${LOCK_WAIT_ENV} sets how long to wait")
+        self.uri = uri
+
+
+def lock_wait_s() -> float:
+    """How long a locked store is waited for: $BERT_MLFLOW_LOCK_WAIT, else LOCK_WAIT_S."""
+    value = os.environ.get(LOCK_WAIT_ENV, "").strip()
+    try:
+        return max(0.0, float(value)) if value else LOCK_WAIT_S
+    except ValueError:
+        raise BertError(f"${LOCK_WAIT_ENV} is {value!r}: give a number of seconds") from None
+
+
+def is_lock_error(exc: BaseException) -> bool:
+    """Whether an error (MLflow's, SQLAlchemy's, sqlite3's) is a lock held by another."""
+    text = str(exc).lower()
+    return any(words in text for words in _LOCKED)
+
+
+def wait_unlocked(uri: str) -> None:
+    """Return once a SQLite store could be written (a write lock taken and given back at
+    once), waiting up to `lock_wait_s()`; StoreLocked if it stays locked. Other stores, and a
+    database that does not exist yet, return at once."""
+    database = sqlite_path(uri)
+    if database is None or not database.is_file():
+        return
+    wait = lock_wait_s()
+    try:
+        connection = sqlite3.connect(database, timeout=wait, isolation_level=None)
+    except sqlite3.Error:
+        return  # MLflow's own calls will tell what is wrong
+    try:
+        connection.execute("BEGIN IMMEDIATE")
+        connection.execute("ROLLBACK")
+    except sqlite3.OperationalError as exc:
+        if is_lock_error(exc):
+            raise StoreLocked(uri, wait) from None
+    finally:
+        connection.close()
 
 
 def sqlite_path(uri: str) -> Path | None:
@@ -63,8 +118,9 @@ def _check_writable(uri: str) -> None:
 
 def open_store(uri: str) -> None:
     """Before any MLflow call: HTTP timeouts that fail in seconds, and one line now for a
-    store that cannot answer or be written."""
+    store that cannot answer or be written; a locked one waited for."""
     for key, value in _HTTP_DEFAULTS.items():
         os.environ.setdefault(key, value)
     _check_reachable(uri)
     _check_writable(uri)
+    wait_unlocked(uri)

@@ -19,6 +19,9 @@ class NullTracker:
     def log_transformers_model(self, *args: Any, **kwargs: Any) -> bool:
         return False  # no model logged
 
+    def log_report(self, *args: Any, **kwargs: Any) -> bool:
+        return False  # nothing logged
+
     def _nothing(self, *args: Any, **kwargs: Any) -> None:
         """Every other call of a Tracker: nothing to log, nothing to end."""
 

@@ -15,8 +15,9 @@ r"""What a stage reports, in two files side by side:
   intervals add no column there; `bert compare` shows them, and the interval of a difference.
 
 In MLflow the same split holds: results are metrics (one point each; an interval's ends as
-`<name>_ci95_low` and `_high`), details are tags, and the files are uploaded as JSON artifacts
-under `metrics/`.
+`<name>_ci95_low` and `_high`) and the files are uploaded as JSON artifacts under `metrics/`;
+the details are read there (a stage's own run, a child run, has them as tags too: the
+pretraining run keeps its tags to those people search by).
 """
 
 from __future__ import annotations
@@ -118,15 +119,21 @@ def with_items(metrics: Mapping[str, Any], details: Mapping[str, Any], items: St
 
 
 def track_report(tracker: Any, files: tuple[Path, ...], results: Mapping[str, float],
-                 details: Mapping[str, Any], step: int, tag_prefix: str = "") -> None:
+                 step: int, *, details: Mapping[str, Any] | None = None,
+                 done_tag: tuple[str, str] | None = None, link_model: bool = False) -> bool:
     """Log a report into an MLflow run (a `bertcore.common.tracking.Tracker`): `results` as
-    one-point metrics, the numbers and strings of `details` as tags under dotted names (lists
-    and nulls stay in the JSON artifact), the files as artifacts."""
-    tracker.log_results(results, step=step)
-    tracker.set_tags({name: value for name, value in flatten(details, tag_prefix).items()
-                      if isinstance(value, int | float | str | bool)})
-    for path in files:
-        tracker.log_artifact(path, "metrics")
+    one-point metrics (with `link_model`, the run's logged model's too), the files (the
+    details among them) as artifacts under `metrics/`, then `done_tag`; what the store does
+    not take waits in its pending folder (`common/pending.py`). A stage's own run (a child
+    run) also gets the numbers and strings of `details` as tags under dotted names. Returns
+    whether the report was logged now."""
+    from bertcore.common.pending import RunResults
+
+    if details:
+        tracker.set_tags({name: value for name, value in flatten(details).items()
+                          if isinstance(value, int | float | str | bool)})
+    return tracker.log_report(RunResults(results, step, tuple(files), "metrics", done_tag,
+                                         link_model))
 
 
 def with_intervals(metrics: Mapping[str, Any], estimates: Mapping[str, Any]) -> dict[str, Any]:

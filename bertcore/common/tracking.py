@@ -11,11 +11,18 @@ local TSV and JSON records stay complete. What MLflow and SQLAlchemy log about a
 answers again by then; otherwise the next run opened in its experiment ends it, as it ends
 any run left RUNNING by a process that has ended (killed outright): each run carries its
 process in the tag `bert.process` (`_close_ended_runs`).
+
+A SQLite store locked by another process is waited for (`mlflow_store.wait_unlocked`) before
+a run is opened or searched, and again before a failed call is tried once more. A stage's
+results (`log_report`, `log_results`) that the store still does not take are not lost: they
+are kept in its pending folder (`common/pending.py`), which the next client of the store logs
+(`flush_pending`: every stage that reaches it, and `bert mlflow-sync`).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import logging
 import os
 import time
@@ -28,7 +35,21 @@ from typing import Any, Literal
 from bertcore.common.errors import BertError
 from bertcore.common.held_logs import logs_held
 from bertcore.common.mlflow_models import log_pipeline
-from bertcore.common.mlflow_store import open_store, sqlite_path
+from bertcore.common.mlflow_store import (
+    StoreLocked,
+    is_lock_error,
+    open_store,
+    sqlite_path,
+    wait_unlocked,
+)
+from bertcore.common.pending import (
+    PendingRecord,
+    RunResults,
+    drop_record,
+    keep_pending,
+    pending_dir,
+    pending_records,
+)
 from bertcore.common.processes import has_ended, process_label
 from bertcore.common.validation import Bool, params_section, text
 
@@ -37,8 +58,10 @@ log = logging.getLogger(__name__)
 _MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
 _SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
 _STORE_LOGGERS = ("mlflow", "sqlalchemy")  # what they log about a failed call is held back
+_LOCKED_CALL_WAIT_S = 20  # what MLflow waits on a locked SQLite store (its busy_timeout)
 PROCESS_TAG = "bert.process"  # the process running the run (`processes.process_label`)
 CLOSED_TAG = "bert.closed"  # why a run was ended by another than its own process
+NOTE_TAG = "mlflow.note.content"  # an experiment's or a run's description in MLflow's UI
 
 
 @params_section
@@ -97,18 +120,21 @@ class Tracker:
         run_name: str | None = None,
         params: Mapping[str, Any] | None = None,
         tags: Mapping[str, str] | None = None,
+        experiment_note: str | None = None,
     ) -> Tracker:
         """Open run `run_id` (a resumed run) or a new run; raise BertError if the store fails.
 
         `params` are logged only on a new run: MLflow forbids changing a logged param, and a
-        resumed run already has them.
+        resumed run already has them. `experiment_note`: the experiment's description, when
+        it has none (its tag `mlflow.note.content`; a run's is the same tag of the run).
         """
         with _store_errors(uri):
             client = _client(uri)
             run = _resumable_run(client, run_id, uri) if run_id else None
             if run is None:
-                return cls._open(client, uri, _experiment_id(client, experiment, uri), run_name,
-                                 params, tags)
+                return cls._open(client, uri,
+                                 _experiment_id(client, experiment, uri, experiment_note),
+                                 run_name, params, tags)
             _close_ended_runs(client, run.info.experiment_id, keep=run.info.run_id)
             client.update_run(run.info.run_id, status="RUNNING")
             client.log_batch(run.info.run_id, tags=_run_tags(tags))
@@ -139,10 +165,8 @@ class Tracker:
             return None  # no store yet, so no run: do not create one just to look
         with _store_errors(uri):
             client = _client(uri)
-            experiments = [e.experiment_id for e in client.search_experiments()]
-            runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
-                                      order_by=["attributes.start_time DESC"], max_results=1)
-        return cls(client, runs[0].info.run_id, uri) if runs else None
+            run_id = _run_tagged(client, tag, value)
+        return cls(client, run_id, uri) if run_id else None
 
     def start_child(
         self,
@@ -167,14 +191,14 @@ class Tracker:
         if self.lost:
             return False
         try:
-            with logs_held(_STORE_LOGGERS):
-                func(*args, **kwargs)
+            _retried_on_lock(self.uri, func, *args, **kwargs)
             return True
         except Exception as exc:  # any failure of the store must not stop training
             self.lost = True
-            log.warning("MLflow stopped answering (%s: %s); training goes on, the local log "
-                        "stays complete, nothing more is sent to run %s",
-                        what, _first_line(exc), self.run_id)
+            problem = (str(exc) if isinstance(exc, StoreLocked) else
+                       f"MLflow stopped answering ({what}: {_first_line(exc)})")
+            log.warning("%s; training goes on, the local log stays complete, nothing more is "
+                        "sent to run %s", problem, self.run_id)
             return False
 
     def log_metrics(self, metrics: Mapping[str, float], step: int) -> None:
@@ -192,10 +216,22 @@ class Tracker:
         its curves (train/..., val/...). Counts, baselines and settings are no metrics at
         all (they would be a page of one-point charts before the curves): tags, params or
         JSON artifacts."""
-        grouped = sorted(key for key in results if "/" in key)
+        self.log_report(RunResults(results, step))
+
+    def log_report(self, results: RunResults) -> bool:
+        """Log a stage's results (metrics of one point, the files beside them, the tag that
+        says the run holds them) into this run, unless it holds them already; returns
+        whether it logged. What the store does not take is kept and logged later
+        (`common/pending.py`), with a warning saying where it waits."""
+        grouped = sorted(key for key in results.results if "/" in key)
         if grouped:
             raise ValueError(f"result names must not contain '/': {grouped}")
-        self.log_metrics(results, step=step)
+        if results.done_tag and self.tags().get(results.done_tag[0]) == results.done_tag[1]:
+            return False
+        if self._call("log results", _log_results, self.client, self.run_id, results):
+            return True
+        log.warning("%s", kept_message(keep_pending(self.uri, results, run_id=self.run_id)))
+        return False
 
     def set_tags(self, tags: Mapping[str, Any]) -> None:
         """Tags (numbers are shown with 6 significant digits)."""
@@ -225,6 +261,19 @@ class Tracker:
                   if key.startswith("mlflow.source.")}
         return self._call(f"log the model {name}", log_pipeline, self.client, self.run_id,
                           self.uri, source, Path(folder), task, name, card, pairs)
+
+    def log_dataset(self, name: str, digest: str, source: str, context: str,
+                    profile: Mapping[str, Any] | None = None) -> None:
+        """A dataset as an input of the run (its Datasets in the UI; the model's page shows
+        it beside the metrics logged with `link_model`): `name`, our `digest` of its files,
+        the folder they are in (`source`), what the run did with it (`context`: training)."""
+        from mlflow.entities import Dataset, DatasetInput, InputTag
+
+        dataset = Dataset(name=name, digest=digest, source_type="local",
+                          source=json.dumps({"uri": source}),
+                          profile=json.dumps(dict(profile)) if profile else None)
+        self._call(f"log the dataset {name}", self.client.log_inputs, self.run_id,
+                   [DatasetInput(dataset, [InputTag("mlflow.data.context", context)])])
 
     def log_artifacts(self, local_dir: str | os.PathLike, artifact_path: str) -> None:
         self._call(f"upload {artifact_path}", self.client.log_artifacts, self.run_id,
@@ -282,6 +331,18 @@ def download_run(uri: str, run_id: str, artifact_path: str,
     return RunRecord(run_id, dict(run.data.params), dict(run.data.tags))
 
 
+def sync_pending(uri: str) -> tuple[int, int]:
+    """`bert mlflow-sync`: log into the store `uri` the results kept while it did not take
+    them (`flush_pending`); returns how many records were logged and how many still wait. A
+    store that fails (locked past the wait, unreachable) is one BertError."""
+    before = len(list(pending_records(uri)))
+    if before:
+        with _store_errors(uri):
+            _client(uri)  # which logs them
+    left = len(list(pending_records(uri)))
+    return before - left, left
+
+
 @contextlib.contextmanager
 def _store_errors(uri: str) -> Iterator[None]:
     """Around the calls that open a run: a failure of the store is one BertError, and what
@@ -301,7 +362,94 @@ def _client(uri: str) -> Any:
     open_store(uri)
     from mlflow.tracking import MlflowClient
 
-    return MlflowClient(tracking_uri=uri)
+    client = MlflowClient(tracking_uri=uri)
+    flush_pending(client, uri)
+    return client
+
+
+def _retried_on_lock(uri: str, func, *args, **kwargs) -> None:
+    """One MLflow call, what MLflow logs about it held back; a call that failed on a lock
+    (MLflow's own wait, SQLite's busy timeout, ran out) is tried once more when the store
+    can be written again (`wait_unlocked`: StoreLocked if it stays locked)."""
+    try:
+        with logs_held(_STORE_LOGGERS):
+            func(*args, **kwargs)
+        return
+    except Exception as exc:
+        if not is_lock_error(exc):
+            raise
+    wait_unlocked(uri)
+    with logs_held(_STORE_LOGGERS):
+        func(*args, **kwargs)
+
+
+def _log_results(client: Any, run_id: str, results: RunResults) -> None:
+    """`Tracker.log_report`'s calls: the metrics (linked to the run's latest logged model and
+    its training data with `link_model`), the files, then the tag that says they are there."""
+    from mlflow.entities import Metric
+
+    model_id, dataset = _model_and_dataset(client, run_id) if results.link_model else (
+        None, None)
+    client.log_batch(run_id, metrics=[
+        Metric(key, float(value), results.timestamp_ms, results.step, model_id=model_id,
+               dataset_name=dataset and dataset.name, dataset_digest=dataset and dataset.digest)
+        for key, value in results.results.items() if value is not None])
+    for path in results.files:
+        client.log_artifact(run_id, str(path), results.artifact_path)
+    if results.done_tag:
+        client.set_tag(run_id, *results.done_tag)
+
+
+def _model_and_dataset(client: Any, run_id: str) -> tuple[str | None, Any]:
+    """The latest model logged by run `run_id` (None: none yet) and the dataset it was
+    trained on (its run's input of context `training`; None: none logged)."""
+    run = client.get_run(run_id)
+    models = client.search_logged_models(
+        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'",
+        order_by=[{"field_name": "creation_timestamp", "ascending": False}], max_results=1)
+    training = [found.dataset for found in run.inputs.dataset_inputs
+                if any(tag.key == "mlflow.data.context" and tag.value == "training"
+                       for tag in found.tags)]
+    return (models[0].model_id if models else None), (training[0] if training else None)
+
+
+def kept_message(folder: Path) -> str:
+    """What a user reads when results wait in the pending folder."""
+    return (f"the results are kept in {folder} and logged into the run by the next stage that "
+            "reaches the store, or by `bert mlflow-sync`")
+
+
+def flush_pending(client: Any, uri: str) -> list[PendingRecord]:
+    """Log the results the store did not take before (`common/pending.py`), oldest first;
+    returns the records logged. Best effort: a record whose run is gone is dropped (said at
+    info level), and the first that still fails stops the flush, the rest kept for later."""
+    done = []
+    for record in pending_records(uri):
+        try:
+            run_id = record.run_id or _run_tagged(client, *record.run_tag)
+            if run_id is None:
+                log.info("MLflow: no run of %s is tagged %s = %s: the results kept in %s are "
+                         "dropped", uri, *record.run_tag, record.folder)
+            elif not record.results.done_tag or client.get_run(run_id).data.tags.get(
+                    record.results.done_tag[0]) != record.results.done_tag[1]:
+                _retried_on_lock(uri, _log_results, client, run_id, record.results)
+        except Exception as exc:
+            log.warning("MLflow: the results kept in %s stay there: %s", record.folder,
+                      _first_line(exc))
+            break
+        drop_record(record)
+        done.append(record)
+    if done:
+        log.info("MLflow: logged %d pending result(s) kept in %s", len(done), pending_dir(uri))
+    return done
+
+
+def _run_tagged(client: Any, tag: str, value: str) -> str | None:
+    """The id of the latest active run of the store whose tag `tag` is `value`."""
+    experiments = [e.experiment_id for e in client.search_experiments()]
+    runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
+                              order_by=["attributes.start_time DESC"], max_results=1)
+    return runs[0].info.run_id if runs else None
 
 
 def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
@@ -323,19 +471,24 @@ def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
     return run
 
 
-def _experiment_id(client: Any, experiment: str, uri: str) -> str:
+def _experiment_id(client: Any, experiment: str, uri: str, note: str | None = None) -> str:
     """The id of the experiment named `experiment`, created (or restored) when needed
     (`mlflow.set_experiment` refuses a deleted one and takes no artifact location). A SQLite
     store's artifacts go next to the database file (MLflow's default is `./mlruns` under the
-    current directory, which a `dvc exp run --temp` copy throws away)."""
+    current directory, which a `dvc exp run --temp` copy throws away). `note` becomes its
+    description when it has none (a user's own stays)."""
     found = client.get_experiment_by_name(experiment)
     if found is None:
         database = sqlite_path(uri)
         location = (database.parent / "mlartifacts").resolve().as_uri() if database else None
-        return client.create_experiment(experiment, location)
-    if found.lifecycle_stage != "active":
-        client.restore_experiment(found.experiment_id)
-    return found.experiment_id
+        experiment_id = client.create_experiment(experiment, location)
+    else:
+        experiment_id = found.experiment_id
+        if found.lifecycle_stage != "active":
+            client.restore_experiment(experiment_id)
+    if note and (found is None or NOTE_TAG not in found.tags):
+        client.set_experiment_tag(experiment_id, NOTE_TAG, note)
+    return experiment_id
 
 
 def _run_tags(tags: Mapping[str, str] | None) -> list:
@@ -372,6 +525,8 @@ def _store_failed(uri: str, exc: BaseException) -> BertError:
     """The one line for a store that failed at its first call. A URI without a scheme is a
     folder to MLflow (its file store, which MLflow 3 refuses unless told otherwise): say so
     before MLflow's own words, which carry their advice whole."""
+    if is_lock_error(exc):  # locked again after the wait, for longer than MLflow waits
+        return StoreLocked(uri, _LOCKED_CALL_WAIT_S)
     problem = _first_line(exc)
     if len(urllib.parse.urlsplit(uri).scheme) <= 1 and uri not in _SCHEMELESS_URIS:  # C:\...
         problem = (f"{uri!r} has no scheme (sqlite:///FILE.db, http://HOST:PORT or "

@@ -51,7 +51,7 @@ class DownstreamTracking:
                                            run_name=run_name, params=params, tags=tags)
         except BertError as error:  # the results are in the metrics files all the same
             log.warning("nothing will be logged to MLflow: %s", error)
-            return
+        # the pretraining run's results: a PendingRun keeps them while its store is locked
         self.parent = parent or NullTracker()
 
     def start_child(self, run_name: str, params: Mapping[str, Any]) -> Tracker | NullTracker:
@@ -77,7 +77,7 @@ class DownstreamTracking:
         per-item outcomes where the stage has them): the child run gets `results` as metrics,
         the scalars of `details` as tags and the files as artifacts; the pretraining run gets
         `results`, named `<stage>_<result>`, at its last step."""
-        track_report(self.run, files, results, details, step=0)
+        track_report(self.run, files, results, step=0, details=details)
         for chart in charts:
             self.run.log_artifact(chart, "plots")
         self.run.finish()

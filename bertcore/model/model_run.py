@@ -9,6 +9,8 @@ from pathlib import Path
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
+from bertcore.common.mlflow_store import StoreLocked
+from bertcore.common.pending import PendingRun
 from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.pretrained import RUN_INFO
@@ -17,22 +19,30 @@ MODEL_TAG = "model.sha256"  # set by pretraining's MLflow run (training/run/mlfl
 
 
 def pretraining_run(target: TrackingTarget | None, model_dir: str | Path
-                    ) -> tuple[Tracker | None, int, str]:
+                    ) -> tuple[Tracker | PendingRun | None, int, str]:
     """The MLflow run that wrote the model in `model_dir`, the step it ended at, and, when
-    there is no run to log into, why. With tracking off (`target` None): (None, step, "")."""
+    there is no run to log into, why. With tracking off (`target` None): (None, step, "").
+    A store locked for longer than the wait gives a `PendingRun`, which keeps the results
+    for that run until the store takes them, and why."""
     path = Path(model_dir) / RUN_INFO
     step = int(json.loads(path.read_text(encoding="utf-8")).get("step", 0)) if path.is_file() else 0
     if target is None:
         return None, step, ""
     weights = Path(model_dir) / WEIGHTS_NAME
+    if not weights.is_file():
+        return None, step, _no_run(target, model_dir)
+    sha256 = file_sha256(weights)
     try:
-        run = Tracker.find(target.uri, MODEL_TAG, file_sha256(weights)) if (
-            weights.is_file()) else None
+        run = Tracker.find(target.uri, MODEL_TAG, sha256)
+    except StoreLocked as error:  # the results wait for the store (`common/pending.py`)
+        return PendingRun(target.uri, MODEL_TAG, sha256, error), step, str(error)
     except BertError as error:  # after training, a store that is down costs only the mirror
         return None, step, str(error)
-    if run is None:
-        return None, step, (f"no MLflow run in {target.uri} wrote the weights in "
-                            f"{model_dir} (tag {MODEL_TAG}): they were not trained by `bert "
-                            "pretrain` with tracking on, or that run was deleted")
-    return run, step, ""
+    return run, step, "" if run else _no_run(target, model_dir)
+
+
+def _no_run(target: TrackingTarget, model_dir: str | Path) -> str:
+    return (f"no MLflow run in {target.uri} wrote the weights in {model_dir} (tag "
+            f"{MODEL_TAG}): they were not trained by `bert pretrain` with tracking on, or "
+            "that run was deleted")
 

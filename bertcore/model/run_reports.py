@@ -21,8 +21,9 @@ from typing import Any
 from bertcore.common.digests import file_sha256
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.outcomes import items_file
+from bertcore.common.pending import PendingRun, pending_dir
 from bertcore.common.report import details_file, read_report_file, result_values, track_report
-from bertcore.common.tracking import Tracker, TrackingTarget
+from bertcore.common.tracking import Tracker, TrackingTarget, kept_message
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.model_run import pretraining_run
 
@@ -45,30 +46,30 @@ def report_digest(files: tuple[Path, ...]) -> str:
 
 
 def report_run(target: TrackingTarget | None, model_dir: str | Path, out_file: str | Path,
-               log: logging.Logger) -> tuple[Tracker | NullTracker, int]:
+               log: logging.Logger) -> tuple[Tracker | PendingRun | NullTracker, int]:
     """The run a stage's report of the model in `model_dir` is logged into, and its last
-    step: the model's pretraining run, else a NullTracker, with a warning on `log` (the
-    stage's) saying why when tracking is on (the report goes to `out_file` only)."""
+    step: the model's pretraining run; a `PendingRun` when its store is locked (the report
+    waits in the store's pending folder); else a NullTracker. A warning on `log` (the
+    stage's) says why when tracking is on and the report does not go in now."""
     run, step, why_not = pretraining_run(target, model_dir)
-    if why_not:  # say so rather than stay silent
+    if isinstance(run, PendingRun):
+        log.warning("%s; %s", why_not, kept_message(pending_dir(run.uri)))
+    elif why_not:  # say so rather than stay silent
         log.warning("nothing will be logged to MLflow: %s; the scores go to %s only", why_not,
                     out_file)
     return run or NullTracker(), step
 
 
 def log_report_into(tracker: Any, step: int, files: tuple[Path, ...],
-                    metrics: Mapping[str, Any], details: Mapping[str, Any], prefix: str) -> bool:
+                    metrics: Mapping[str, Any], prefix: str) -> bool:
     """A stage's report in the model's pretraining run at its last `step`: each metric as the
-    result `<prefix>_<name>`, the details as tags `<prefix>.<name>`, both files as artifacts
-    (evaluate: `eval`, probe: `probe`). Nothing when the run holds this very report already
-    (a result logged twice would be two points); returns whether it logged."""
-    tag, digest = f"{prefix}.{REPORT_TAG}", report_digest(files)
-    if tracker.tags().get(tag) == digest:
-        return False
-    results = result_values(metrics, f"{prefix}_")
-    track_report(tracker, files, results, details, step=step, tag_prefix=f"{prefix}.")
-    tracker.set_tags({tag: digest})
-    return True
+    result `<prefix>_<name>`, also the run's logged model's (its page in MLflow 3), the files
+    as artifacts (evaluate: `eval`, probe: `probe`), the details read there, not tagged (the
+    run's tags stay those people search by). Nothing when the run holds this very report
+    already (a result logged twice would be two points); returns whether it logged."""
+    done_tag = (f"{prefix}.{REPORT_TAG}", report_digest(files))
+    return track_report(tracker, files, result_values(metrics, f"{prefix}_"), step,
+                        done_tag=done_tag, link_model=True)
 
 
 def carry_reports(tracker: Any, step: int, weights: str, reports: Mapping[str, Path]
@@ -87,6 +88,6 @@ def carry_reports(tracker: Any, step: int, weights: str, reports: Mapping[str, P
         metrics = read_report_file(files[0]).get(prefix)
         if details.get(MODEL_KEY) != weights or not isinstance(metrics, dict):
             continue  # made from other weights (or written before reports said which)
-        if log_report_into(tracker, step, files, metrics, details, prefix):
+        if log_report_into(tracker, step, files, metrics, prefix):
             carried.append(prefix)
     return carried

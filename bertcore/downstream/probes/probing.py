@@ -254,5 +254,5 @@ def probe_model(config: ProbeConfig, paths: ProbePaths, device: str,
     metrics, details, estimates = with_items(report.metrics, details, report.outcomes)
     write_items(paths.items_dir, report.items)
     files = write_report(paths.out_file, "probe", metrics, details, report.outcomes)
-    log_report_into(tracker, step, files, metrics, details, "probe")
+    log_report_into(tracker, step, files, metrics, "probe")
     return ProbeOutcome(metrics, details, estimates)

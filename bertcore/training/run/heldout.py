@@ -237,5 +237,5 @@ def evaluate_pretrained(masking: MaskingConfig, config: EvalConfig, paths: HeldO
     items = heldout_items(scored)
     scores, context, estimates = with_items(scores, context, items)
     files = write_report(paths.out_file, "eval", scores, context, items)
-    log_report_into(tracker, step, files, scores, context, "eval")
+    log_report_into(tracker, step, files, scores, "eval")
     return HeldOutOutcome(scored, estimates)

@@ -1,8 +1,10 @@
-"""What a pretraining's MLflow run carries besides its curves: its name and tags when it
-opens; after each checkpoint, which run wrote it; at the end the weights' sha256
-(`MODEL_TAG`, by which a later stage finds the run), the run's length, the reports already
-made from these weights (`run_reports.carry_reports`), the last checkpoint and the exported
-model as an MLflow Model (transformers flavour, fill-mask, with its model card)."""
+"""What a pretraining's MLflow run carries besides its curves: its name, tags and description
+(`run_note`; its experiment's, `EXPERIMENT_NOTE`) and the corpus as its training dataset
+(`log_corpus`) when it opens; after each checkpoint, which run wrote it; at the end the
+weights' sha256 (`MODEL_TAG`, by which a later stage finds the run), the run's length, the
+last checkpoint, the exported model as an MLflow Model (transformers flavour, fill-mask, with
+its model card) and the reports already made from these weights
+(`run_reports.carry_reports`), their results the model's metrics too."""
 
 from __future__ import annotations
 
@@ -12,7 +14,7 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from bertcore.common.digests import file_sha256
+from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.tracking import Tracker
 from bertcore.model.card import card_text
 from bertcore.model.config import BertConfig, ModelConfig
@@ -31,6 +33,12 @@ from bertcore.training.run.phases import Phase, RunPlan
 
 MODEL_NAME = "hf_model"  # the logged MLflow Model: runs:/<run id>/hf_model
 COMMIT_TAG = "mlflow.source.git.commit"
+EXPERIMENT_NOTE = (
+    "BERT pretrained by `bert pretrain` (the DVC pipeline's stages): one run per pretraining, "
+    "its model logged as `hf_model`, with the evaluate and probe results of that model; "
+    "finetune, prune and glue as its child runs. Runs are found by the tag model.sha256, the "
+    "sha256 of the weights they wrote.")
+DIGEST_LENGTH = 32  # of a dataset's digest: MLflow 3.17 takes 36 characters at most
 PHASE_TAG = "phase"  # with BERT's second phase: the MLflow tag of the phase running (1, 2)
 
 
@@ -62,6 +70,31 @@ def run_tags(plan: RunPlan, phases: Sequence[Phase], previous_run: str | None
     return tags
 
 
+def run_note(model: ModelConfig, phases: Sequence[Phase]) -> str:
+    """The run's description (MLflow's `mlflow.note.content`): what it trained, where its
+    model and results are."""
+    init = f"from {model.init_from}" if model.init_from else "from scratch"
+    steps = " then ".join(f"{phase.length.planned - phase.length.start} steps at length "
+                          f"{phase.max_seq_length}" for phase in phases)
+    return (f"BERT ({model.preset}) pretrained {init} with MLM and NSP: {steps}.\n\n"
+            f"The model is the MLflow Model `{MODEL_NAME}` (fill-mask; its page holds the "
+            "held-out and probe results). Curves: train/ and val/ metrics; each stage's "
+            "report, its baselines and counts: the JSON files under metrics/ (artifacts).")
+
+
+def log_corpus(tracker: Tracker, corpus: Path | None) -> None:
+    """The corpus the samples were made of as the run's training dataset: its digest the
+    sha256 of its train and val files (`digests.fingerprint_files`) cut to MLflow's longest
+    digest (`DIGEST_LENGTH`), whole in its profile with the files' sizes; nothing without it."""
+    files = [corpus / name for name in ("train.txt", "val.txt")] if corpus else []
+    if tracker.run_id is None or not files or not all(path.is_file() for path in files):
+        return
+    sha256 = fingerprint_files(files)
+    tracker.log_dataset(corpus.name or "corpus", sha256[:DIGEST_LENGTH], str(corpus.resolve()),
+                        "training", {"sha256": sha256,
+                                     **{name.name: name.stat().st_size for name in files}})
+
+
 def checkpoint_written(checkpoints: CheckpointDir, tracker: Tracker, log_all: bool,
                        path: Path) -> None:
     """After each checkpoint: note which MLflow run wrote it (and log it, with
@@ -87,7 +120,6 @@ def finish_run(tracker: Tracker, config: PretrainConfig, paths: PretrainPaths,
                       "train.planned_steps": result.planned_steps,
                       **({"train.seconds_per_step": result.step_timing.step_s}
                          if result.step_timing else {})})
-    carry_reports(tracker, runner.step, weights, paths.reports)
     for chart in chart_paths(paths.log).values():
         if chart.is_file():
             tracker.log_artifact(chart, "plots")
@@ -100,6 +132,8 @@ def finish_run(tracker: Tracker, config: PretrainConfig, paths: PretrainPaths,
         tracker.log_transformers_model(tmp, "fill-mask", MODEL_NAME,
                                        card=model_card(model.config, config, paths, weights,
                                                        tracker.tags().get(COMMIT_TAG)))
+    # after the model: their results are its metrics too (its page in MLflow 3)
+    carry_reports(tracker, runner.step, weights, paths.reports)
     tracker.finish()
 
 

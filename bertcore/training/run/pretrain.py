@@ -22,6 +22,7 @@ import random
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from functools import partial
+from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -32,7 +33,7 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.errors import ConfigError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
-from bertcore.common.tracking import Tracker
+from bertcore.common.tracking import NOTE_TAG, Tracker
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.devices import device_name, resolve_device
@@ -59,10 +60,13 @@ from bertcore.training.loop.trainer import Trainer, TrainResult
 from bertcore.training.run.charts import write_pretrain_charts
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
 from bertcore.training.run.mlflow_run import (
+    EXPERIMENT_NOTE,
     PHASE_TAG,
     checkpoint_written,
     default_run_name,
     finish_run,
+    log_corpus,
+    run_note,
     run_tags,
 )
 from bertcore.training.run.phases import (
@@ -87,6 +91,7 @@ class RunLabels:
     run_name: str | None = None  # None: named by what makes the run (`default_run_name`)
     params: dict[str, Any] = field(default_factory=dict)  # flattened params.yaml
     tags: dict[str, Any] = field(default_factory=dict)  # git commit, DVC experiment, ...
+    corpus: Path | None = None  # the corpus folder the samples were made of: its dataset
 
 
 def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
@@ -428,12 +433,16 @@ def open_tracker(plan: PretrainingPlan, labels: RunLabels | None) -> Tracker | N
         return NullTracker()
     resume = plan.start.resume.checkpoint
     previous_run = plan.checkpoints.run_id(resume) if resume else None
-    return Tracker.start(
+    tracker = Tracker.start(
         labels.tracking_uri,
         config.tracking.experiment,
         run_id=None if plan.start.continues_earlier_run else previous_run,
         run_name=labels.run_name or default_run_name(config.model, config.train.max_minutes,
                                                      list(plan.phases)),
         params=labels.params,
-        tags={**labels.tags, **run_tags(plan.start, plan.phases, previous_run)},
+        tags={**labels.tags, **run_tags(plan.start, plan.phases, previous_run),
+              NOTE_TAG: run_note(config.model, plan.phases)},
+        experiment_note=EXPERIMENT_NOTE,
     )
+    log_corpus(tracker, labels.corpus)
+    return tracker
