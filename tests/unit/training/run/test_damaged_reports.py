@@ -6,20 +6,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from helpers.damaged_reports import DAMAGED, REPORT
 
 from bertcore.common.errors import BertError
 from bertcore.training.run.card import read_report
-
-REPORT = {"eval": {"mlm_accuracy": 0.25, "perplexity": 90.0}}
-DAMAGED = {
-    "conflict": ('{\n<<<<<<< HEAD\n  "eval": {"mlm_accuracy": 0.25}\n=======\n'
-                 '  "eval": {"mlm_accuracy": 0.31}\n>>>>>>> exp-2\n}\n',
-                 ":2 holds git's merge-conflict markers: resolve the conflict"),
-    "cut": (json.dumps(REPORT, indent=2)[:30],
-            ":3 is not valid JSON (cut short or damaged): rerun the stage that writes it"),
-    "list": ("[1, 2]\n", " holds a JSON list, not the object a stage's report is: rerun the "
-             "stage that writes it, or restore it (`git checkout -- "),
-}
 
 
 @pytest.mark.parametrize("damage", list(DAMAGED))
