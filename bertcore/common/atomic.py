@@ -306,7 +306,8 @@ def _undo_swap(output: Path, was: Path | None, new: Path | None) -> None:
 
 @contextlib.contextmanager
 def atomic_dir(
-    final: str | os.PathLike, advice: str = "point --out elsewhere", layout: Iterable[str] = ()
+    final: str | os.PathLike, advice: str = "point --out elsewhere", layout: Iterable[str] = (),
+    output: bool = True,
 ) -> Iterator[Path]:
     """Yield an empty staging directory that becomes `final` when the block succeeds.
 
@@ -315,7 +316,9 @@ def atomic_dir(
     A folder there is replaced only when it is empty or an earlier output of the stage: it
     holds nothing but what the new one holds and the glob patterns `layout` (what the stage
     may write there besides: a task's folder, a probe's file); else ForeignFolderError, and
-    nothing is replaced (a stage that works long checks first: `require_own_folder`)."""
+    nothing is replaced (a stage that works long checks first: `require_own_folder`).
+    `output`: false for what is kept for a rerun, not a stage's output (GLUE's records): a
+    signal's message then does not count it among what the run wrote."""
     final = Path(os.path.realpath(final)) if Path(final).is_symlink() else Path(final)
     with _creating(final, advice):
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -332,7 +335,8 @@ def atomic_dir(
         _fsync_dir(tmp)
         _replace(tmp, final)
         _fsync_dir(final.parent)
-        _note_replaced(final)
+        if output:
+            _note_replaced(final)
 
 
 @contextlib.contextmanager

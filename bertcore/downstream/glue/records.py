@@ -103,7 +103,7 @@ class FinishedRuns:
         with its folder."""
         final = self.folder / name
         with atomic_dir(final, advice="free space or point --runs elsewhere",
-                        layout=[DROPPED]) as staging:
+                        layout=[DROPPED], output=False) as staging:
             write_model(staging / MODEL)
             np.savez(staging / PREDICTIONS,
                      **{f"dev.{k}": v for k, v in run.dev_predictions.items()},
