@@ -24,8 +24,9 @@ import numpy as np
 import torch
 from epoch_order import at_least  # the sibling script's argparse type
 
+from bertcore.common.config import CpuConfig
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
+from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.data.masking import VocabSpec
 from bertcore.training.evaluation.metrics import (
     SCORES,
@@ -69,7 +70,7 @@ def main() -> None:
     parser.add_argument("--pairs", type=at_least(2), default=1172)
     parser.add_argument("--passes", type=at_least(1), default=5)
     args = parser.parse_args()
-    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.common.cpu import pin_cpu
 
     pin_cpu(CpuConfig())  # as the stage: before torch computes
     torch.manual_seed(0)

@@ -54,6 +54,8 @@ import torch
 import torch.nn.functional as F
 from model_step import add_pinning_options, compare_pinning, cpu_config, pinning_worker
 
+from bertcore.common.cpu import pin_cpu
+from bertcore.common.schedule import linear_warmup_decay
 from bertcore.downstream.config import FinetuneConfig, Recipe, recipe_for
 from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
@@ -61,8 +63,6 @@ from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.devices import autocast, resolve_precision
 from bertcore.model.hf import export_hf_classifier, to_hf_state_dict
-from bertcore.training.hardware.cpu import pin_cpu
-from bertcore.training.loop.schedule import linear_warmup_decay
 
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids
 LABELS = ["0", "1"]

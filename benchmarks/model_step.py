@@ -14,7 +14,7 @@ measured in the same run. The last line is machine-readable:
     python benchmarks/model_step.py --seq 512 --batch 8 --short 0.5   # half the rows short
 
 `--pinning` instead measures what pinning the CPU kernels costs
-(`bertcore.training.hardware.cpu`): our step in one process per setting (the kernels are chosen
+(`bertcore.common.cpu`): our step in one process per setting (the kernels are chosen
 once per process), the same model and batch in each, stepping in turn A B B A ... so that load
 from other processes hits all alike; the first setting is the reference. A setting is
 ISA[:THREADS]: `native` (this machine's best kernels, torch's own thread count), `avx2:1` (what
@@ -41,10 +41,10 @@ from pathlib import Path
 
 import torch
 
+from bertcore.common.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.hf import to_hf_state_dict
 from bertcore.training.data.masking import labels_to_slots
-from bertcore.training.hardware.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128
 

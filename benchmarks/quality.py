@@ -44,8 +44,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from bertcore.common.cpu import CpuConfig, pin_cpu
 from bertcore.data.samples.store import SampleStore
-from bertcore.training.hardware.cpu import CpuConfig, pin_cpu
 from bertstages.params import load_params, parse_section
 
 REPO = Path(__file__).resolve().parents[1]

@@ -16,8 +16,9 @@ from __future__ import annotations
 
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
-from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig
+from bertcore.training.config import EvalConfig, MaskingConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     device_option,
@@ -49,7 +50,7 @@ def command(model_dir, samples_dir, vocab_dir, out_file, device, params_file, ov
     sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
-    from bertcore.training.hardware.cpu import pin_cpu
+    from bertcore.common.cpu import pin_cpu
     from bertcore.training.run.heldout import HeldOutPaths, evaluate_pretrained
 
     pin_cpu(sections["cpu"])  # before torch computes

@@ -14,13 +14,12 @@ pretraining run in MLflow.
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.splits import split_file
 from bertcore.downstream.config import FinetuneConfig
-from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
@@ -55,11 +54,11 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
     # torch, once the params are read (cli.py)
+    from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
-    from bertcore.training.hardware.cpu import pin_cpu
 
     pin_cpu(sections["cpu"])  # before torch computes
-    paths = FinetunePaths(model_dir, vocab_dir, Path(corpus_dir) / "val.txt", out_dir,
+    paths = FinetunePaths(model_dir, vocab_dir, split_file(corpus_dir, "val"), out_dir,
                           metrics_file)
     target = tracking_target(sections["tracking"], "finetune")
     outcome = run_finetune(sections["finetune"], paths, target)

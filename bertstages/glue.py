@@ -25,9 +25,9 @@ from pathlib import Path
 
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import GlueConfig
-from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     KEPT_WHEN_STOPPED,
@@ -68,8 +68,8 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
     click.get_current_context().meta[KEPT_WHEN_STOPPED] = partial(saved_fine_tunes, runs_dir)
     # torch, once the params are read (cli.py)
+    from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.glue.report import GluePaths, score_glue
-    from bertcore.training.hardware.cpu import pin_cpu
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,

@@ -4,7 +4,7 @@ Reads the sections model, masking, train, phase2 (BERT's second phase: more step
 samples, from phase 1's end), eval (batch size and seed of the periodic evaluation, and the
 built-in probes scored beside it, drawn from `--corpus`'s val split) and tracking, and hands
 them to `bertcore.training.run.pretrain`, after pinning the CPU kernels and threads of `cpu`
-(`bertcore.training.hardware.cpu`); `model.init_from` starts
+(`bertcore.common.cpu`); `model.init_from` starts
 from an existing BERT instead of random weights (continued pretraining). Resumes from the
 latest checkpoint in `--checkpoints` when it was made with the same params, vocabulary,
 samples and initial model (a changed `train.max_steps`, `train.epochs` or `train.max_minutes`
@@ -30,14 +30,15 @@ from typing import TYPE_CHECKING
 
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.errors import BertError
 from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.report import details_file
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.splits import split_file
 from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import (
-    CpuConfig,
     EvalConfig,
     MaskingConfig,
     Phase2Config,
@@ -102,7 +103,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     if "WORLD_SIZE" not in os.environ:  # said once, not by each process of torchrun's
         say_unused_local_counts(config.model, load_params(params_file, overrides, reads=()))
     # torch, once the params are read (cli.py)
-    from bertcore.training.hardware.cpu import pin_cpu, refuse_compile_on_pinned_cpu
+    from bertcore.common.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
     from bertcore.training.run.pretrain import RunLabels, run_pretraining
 
@@ -205,7 +206,7 @@ def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path,
     corpus than the samples' (each said in one line)."""
     if not settings.probe_sentences:
         return None
-    val, train = corpus_dir / "val.txt", corpus_dir / "train.txt"
+    val, train = split_file(corpus_dir, "val"), split_file(corpus_dir, "train")
     if not (val.is_file() and train.is_file()):
         log.warning("no probes while pretraining: %s has no train.txt and val.txt (pass "
                     "--corpus, or set eval.probe_sentences: 0)", corpus_dir)

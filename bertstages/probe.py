@@ -14,13 +14,12 @@ does (`probe_<name>` results, `probe.` tags).
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.splits import split_file
 from bertcore.downstream.probes.config import ProbeConfig
-from bertcore.training.config import CpuConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
@@ -57,14 +56,13 @@ def command(model_dir, vocab_dir, corpus_dir, out_file, items_dir, device, param
     keep_outputs_apart({"probe.model": config.model, "probe.minimal_pairs": config.minimal_pairs,
                         "probe.cloze": config.cloze})
     # torch, once the params are read (cli.py)
+    from bertcore.common.cpu import pin_cpu
     from bertcore.common.outcomes import items_file
     from bertcore.downstream.probes.probing import ProbePaths, probe_model
-    from bertcore.training.hardware.cpu import pin_cpu
 
     pin_cpu(sections["cpu"])  # before torch computes
-    corpus = Path(corpus_dir)
-    paths = ProbePaths(model_dir, vocab_dir, corpus / "val.txt", corpus / "train.txt", out_file,
-                       items_dir)
+    paths = ProbePaths(model_dir, vocab_dir, split_file(corpus_dir, "val"),
+                       split_file(corpus_dir, "train"), out_file, items_dir)
     target = tracking_target(sections["tracking"], "probe")
     outcome = probe_model(sections["probe"], paths, device, target)
     for line in outcome.summary():

@@ -16,9 +16,10 @@ from __future__ import annotations
 
 import click
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.downstream.config import PruneConfig
-from bertcore.training.config import CpuConfig, EvalConfig, MaskingConfig, TrainConfig
+from bertcore.training.config import EvalConfig, MaskingConfig, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     file_option,
@@ -52,8 +53,8 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     keep_outputs_apart()
     # torch, once the params are read (cli.py)
+    from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.prune import PrunePaths, prune_pretrained
-    from bertcore.training.hardware.cpu import pin_cpu
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = PrunePaths(model_dir, samples_dir, vocab_dir, out_dir, metrics_file)

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import sys
-from pathlib import Path
 
 import click
 
+from bertcore.data.corpus.splits import split_file
 from bertcore.data.vocab.config import TRAIN, VocabConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.dvcdeps import warn_unless_a_dep
@@ -33,7 +33,7 @@ def command(corpus_dir: str, out_dir: str, metrics_path: str, params_file: str,
                        warn_deps=False)  # the files it reads, once read: below
     from bertcore.data.vocab.build import VocabPaths, build_vocab  # once the params are read
 
-    paths = VocabPaths(Path(corpus_dir) / "train.txt", out_dir, metrics_path)
+    paths = VocabPaths(split_file(corpus_dir, "train"), out_dir, metrics_path)
     report = build_vocab(config, paths, progress=sys.stderr.isatty())
     if config.source != TRAIN:
         warn_unless_a_dep("vocab.source", config.source, report.source_files)

@@ -26,10 +26,10 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
-from bertcore.common.text_files import read_utf8
+from bertcore.data.corpus.splits import read_documents
+from bertcore.downstream.probes.movable import movable_positions
 from bertcore.downstream.tasks import Example
 
-MIN_WORDS, MAX_WORDS = 5, 40  # sentences short enough never to be truncated
 ORIGINAL = "original"
 
 
@@ -74,15 +74,6 @@ def builtin_task(name: str, corpus_file: str | Path, test_fraction: float,
     return train, test
 
 
-def read_documents(corpus_file: str | Path) -> list[list[str]]:
-    path = Path(corpus_file)
-    if not path.is_file():
-        raise BertError(f"{path} not found: the built-in task needs the corpus (bert corpus)")
-    text = read_utf8(path)
-    return [[s.strip() for s in block.splitlines() if s.strip()]
-            for block in text.split("\n\n") if block.strip()]
-
-
 def _test_count(n: int, fraction: float, corpus_file, what: str) -> int:
     if n < 2:
         raise BertError(f"{corpus_file} has {n} usable {what} for the built-in task: use a "
@@ -92,14 +83,6 @@ def _test_count(n: int, fraction: float, corpus_file, what: str) -> int:
 
 def _flatten(groups: Sequence[Sequence[Example]]) -> list[Example]:
     return [example for group in groups for example in group]
-
-
-def movable_positions(words: Sequence[str]) -> list[int]:
-    """Positions of the words a task may replace or swap: lower-case alphabetic, not the first;
-    none in a sentence of fewer than MIN_WORDS or more than MAX_WORDS words."""
-    if not MIN_WORDS <= len(words) <= MAX_WORDS:
-        return []
-    return [i for i, w in enumerate(words) if i > 0 and w.isalpha() and w.islower()]
 
 
 # ------------------------------------------------------------------------------ word order

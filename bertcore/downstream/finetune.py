@@ -33,6 +33,7 @@ from tqdm.auto import tqdm
 from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.report import result_values, write_report
+from bertcore.common.schedule import linear_warmup_decay
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
@@ -51,7 +52,6 @@ from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import require_readable, unknown_tokens
-from bertcore.training.loop.schedule import linear_warmup_decay
 
 log = logging.getLogger(__name__)
 

@@ -19,6 +19,7 @@ from typing import Literal
 from pydantic import model_validator
 
 from bertcore.common.errors import ConfigError, require
+from bertcore.common.schedule import Schedule
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import (
     Bool,
@@ -35,9 +36,6 @@ from bertcore.model.config import Device, ModelConfig, Precision
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).
 CompileMode = Bool | Literal["fullgraph"]
-# train.schedule, after the warmup: BERT's linear decay, or warmup-stable-decay
-# (training/loop/schedule.py)
-Schedule = Literal["linear", "wsd"]
 
 
 # The constraints of a schedule, shared by `train` and BERT's second phase (`phase2`).
@@ -74,7 +72,7 @@ class TrainConfig:
     learning_rate: LearningRate = 0.002  # peak, after the warmup
     warmup_steps: WarmupSteps = 150
     # after the warmup: linear (BERT's: decay to 0 at the end) | wsd (the peak held, then
-    # decay to 0 over the last decay_fraction of the steps); training/loop/schedule.py
+    # decay to 0 over the last decay_fraction of the steps); common/schedule.py
     schedule: Schedule = "linear"
     decay_fraction: number(gt=0, le=1) = 0.2  # wsd only
     weight_decay: number(ge=0) = 0.01  # not on biases and LayerNorm
@@ -170,18 +168,6 @@ class Phase2Config(Phase2Samples):
             gradient_accumulation_steps=self.gradient_accumulation_steps,
             length_bin_width=self.length_bin_width, learning_rate=self.learning_rate,
             warmup_steps=self.warmup_steps)
-
-
-CpuIsa = Literal["avx2", "portable", "native"]
-
-
-@params_section
-class CpuConfig:
-    """The `cpu:` section of params.yaml: read by every stage that computes with torch."""
-
-    isa: CpuIsa = "avx2"  # native: the best kernels of this machine (its bytes alone)
-    # torch's intra-op threads (per process); null: torch's own choice, one per core
-    threads: integer(ge=1) | None = 1
 
 
 @params_section(frozen=True)

@@ -17,9 +17,9 @@ import torch
 from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import build_data, write_params
 
+from bertcore.common.cpu import PINNED_NAMES as UNPINNED  # what a run must not inherit
+from bertcore.common.cpu import CpuConfig, mkl_branch
 from bertcore.common.errors import ConfigError
-from bertcore.training.hardware.cpu import PINNED_NAMES as UNPINNED  # what a run must not inherit
-from bertcore.training.hardware.cpu import CpuConfig, mkl_branch
 from bertstages.params import load_params, parse_section
 
 # What a host pretending to have less sets from outside; and another thread count
@@ -85,7 +85,7 @@ def test_portable_runs_mkl_compatible_branch_whatever_the_environment(tmp_path, 
 
 _COMPUTED_FIRST = """
 import torch
-from bertcore.training.hardware.cpu import CpuConfig, pin_cpu
+from bertcore.common.cpu import CpuConfig, pin_cpu
 a = torch.randn(64, 64)
 a @ a  # ATen and MKL choose their kernels here
 pin_cpu(CpuConfig())

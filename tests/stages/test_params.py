@@ -11,6 +11,7 @@ import pytest
 from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import build_data, write_params
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, ConfigError
 from bertcore.common.tracking import TrackingConfig
@@ -22,7 +23,6 @@ from bertcore.downstream.config import FinetuneConfig, GlueConfig, PruneConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import (
-    CpuConfig,
     EvalConfig,
     MaskingConfig,
     Phase2Config,

@@ -27,12 +27,12 @@ from safetensors.torch import load_file
 
 from bertcore.common.digests import file_sha256
 from bertcore.common.outcomes import read_items
+from bertcore.common.schedule import learning_rate
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore, read_meta
 from bertcore.model.card import interval_text
 from bertcore.model.hf import load_model
 from bertcore.training.data.masking import MaskingConfig
-from bertcore.training.loop.schedule import learning_rate
 from bertcore.training.run.phases import first_epoch, scaled_masking
 
 PHASE2 = {"enabled": True, "max_seq_length": 64, "max_steps": 6, "batch_size": 4,

@@ -15,9 +15,11 @@ import pytest
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
 from helpers.tiny_pretrain import TINY_MODEL, build_data, tiny_config, write_params
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
+from bertcore.common.schedule import learning_rate
 from bertcore.common.tracking import TrackingConfig, sqlite_uri
 from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
@@ -29,11 +31,10 @@ from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.checkpoints.identity import phase1_identity, samples_fingerprint
 from bertcore.training.checkpoints.resume import plan_resume
-from bertcore.training.config import CpuConfig, Phase2Config, PretrainConfig, TrainConfig
+from bertcore.training.config import Phase2Config, PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
 from bertcore.training.length import RunLength
-from bertcore.training.loop.schedule import learning_rate
 from bertstages.pretrain import torchrun_command
 
 TINY_RECIPELESS = {k: v for k, v in TINY_MODEL.items() if k != "preset"}

@@ -37,7 +37,8 @@ from pathlib import Path
 import numpy as np
 
 from bertcore.common.errors import BertError
-from bertcore.data.corpus.writer import SPLITS, SplitStats
+from bertcore.data.corpus.splits import SPLITS, split_file
+from bertcore.data.corpus.writer import SplitStats
 
 PARTS_FILE = "parts.json"
 MIN_SPLIT_DOCUMENTS = 10  # fewer in train or val: split by parts (corpus.split_by: auto)
@@ -110,14 +111,14 @@ def cut_into_parts(
     per split, [document, part] of each of its parts in file order (for parts.json)."""
     whole = [out_dir / f".{split}.whole.txt" for split in SPLITS]
     for split, path in zip(SPLITS, whole, strict=True):
-        os.replace(out_dir / f"{split}.txt", path)
+        os.replace(split_file(out_dir, split), path)
     stats = {split: SplitStats() for split in SPLITS}
     entries: dict[str, list[list[int]]] = {split: [] for split in SPLITS}
     with contextlib.ExitStack() as stack:  # closes the files, then removes the whole ones
         for path in whole:
             stack.callback(path.unlink)
         readers = [stack.enter_context(open(path, "rb")) for path in whole]
-        outputs = {split: stack.enter_context(open(out_dir / f"{split}.txt", "wb"))
+        outputs = {split: stack.enter_context(open(split_file(out_dir, split), "wb"))
                    for split in SPLITS}
         for doc, (source, sizes, splits) in enumerate(
             zip(order, plan.sizes, plan.splits, strict=True)

@@ -21,7 +21,8 @@ from pathlib import Path
 
 import numpy as np
 
-SPLITS = ("train", "val")
+from bertcore.data.corpus.splits import SPLITS, split_file
+
 _SPOOL_BYTES = 8 << 20  # a document larger than this waits on disk, not in memory
 _COPY_BYTES = 1 << 20  # a spooled document is copied into its split this much at a time
 _DIGEST_BYTES = 16  # of a document's content: 8 of them deduplicate, all 16 choose its split
@@ -134,7 +135,7 @@ class SplitWriter:
         self.stats = {split: SplitStats() for split in SPLITS}
         self.records = DocumentRecords(record_limit)
         self.pairable = dict.fromkeys(SPLITS, 0)  # documents of two sentences or more
-        self._files = {split: open(self.out_dir / f"{split}.txt", "w+b") for split in SPLITS}  # noqa: SIM115
+        self._files = {split: open(split_file(self.out_dir, split), "w+b") for split in SPLITS}  # noqa: SIM115
         self._sizes = dict.fromkeys(SPLITS, 0)  # bytes in each file (tell() costs a call)
         self._last: dict[str, _Written | None] = dict.fromkeys(SPLITS)
         self._seen = DigestSet()

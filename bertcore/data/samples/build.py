@@ -33,7 +33,7 @@ from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.errors import BertError
 from bertcore.common.pool import TaskRunner, worker_count
 from bertcore.data.corpus.parts import neighbour_flags, read_parts
-from bertcore.data.corpus.writer import SPLITS
+from bertcore.data.corpus.splits import SPLITS, split_file
 from bertcore.data.samples.config import Phase2Samples, SamplesConfig
 from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable
 from bertcore.data.samples.pairing import PairTask, pair_shard
@@ -297,7 +297,7 @@ def build_samples_from_corpus(config: SamplesConfig, phase2: Phase2Samples, path
                               progress: bool = False) -> SamplesReport:
     """The samples stage: the corpus' splits tokenised and paired (at phase 2's length too,
     with `phase2.enabled`) into the samples folder, and their metrics, each written whole."""
-    corpus_files = {split: Path(paths.corpus_dir) / f"{split}.txt" for split in SPLITS}
+    corpus_files = {split: split_file(paths.corpus_dir, split) for split in SPLITS}
     for path in corpus_files.values():
         if not path.is_file():
             raise BertError(f"no corpus at {path}: run `bert corpus` first or pass --corpus")

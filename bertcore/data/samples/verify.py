@@ -20,6 +20,7 @@ from pathlib import Path
 import numpy as np
 
 from bertcore.common.errors import BertError
+from bertcore.data.corpus.splits import SPLITS
 from bertcore.data.samples.store import (
     PAIR_ARRAYS,
     TOKENS,
@@ -30,7 +31,6 @@ from bertcore.data.samples.store import (
 )
 from bertcore.data.vocab.files import read_vocab
 
-SPLITS = ("train", "val")
 REBUILD = "rebuild it with `dvc repro samples --force` or `bert samples`"
 CHUNK_BYTES = 16 << 20  # values are checked a chunk at a time: memory stays flat
 

@@ -20,11 +20,12 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from bertcore.common.errors import BertError
-from bertcore.downstream.builtin_tasks import movable_positions, read_documents
+from bertcore.data.corpus.splits import read_documents
 from bertcore.downstream.probes.cloze import ClozeItem
 from bertcore.downstream.probes.frequencies import TrainCounts
 from bertcore.downstream.probes.masked_lm import MASK, MaskedLM
 from bertcore.downstream.probes.minimal_pairs import MinimalPair
+from bertcore.downstream.probes.movable import movable_positions
 
 CLOZE_GROUP, SWAPPED, REPLACED = "held-out word", "swapped", "replaced"
 

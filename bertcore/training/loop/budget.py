@@ -3,7 +3,7 @@
 The run times its first steps, then, once, at an early "plan step" P, fixes how many steps fit
 into the budget: total = min(configured total, P + the steps the time left pays for). The
 learning-rate schedule is a function of (step, planned end) and, during the warmup, of the step
-alone (`bertcore.training.loop.schedule`); P is never past the warmup, so every step runs at the
+alone (`bertcore.common.schedule`); P is never past the warmup, so every step runs at the
 rate it would have in a run with `max_steps=<planned total>` and no budget: that rerun is the
 same run, bit for bit. (With warmup_steps 0 the one step before the plan runs at the peak rate
 whatever the end, so this holds too.)

@@ -29,6 +29,7 @@ from typing import Any
 import torch
 from torch.nn.parallel import DistributedDataParallel
 
+from bertcore.common.schedule import learning_rate as scheduled_rate
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
 from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.checkpoints.checkpoint import (
@@ -39,7 +40,6 @@ from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.hardware.distributed import Distributed
 from bertcore.training.length import RunLength
-from bertcore.training.loop.schedule import learning_rate as scheduled_rate
 from bertcore.training.loop.state import TOTALS, WINDOW, LoggingWindow, TrainingState
 
 log = logging.getLogger(__name__)

@@ -16,6 +16,7 @@ from typing import Any
 
 from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.tracking import Tracker
+from bertcore.data.corpus.splits import SPLITS, split_file
 from bertcore.model.card import card_text
 from bertcore.model.config import BertConfig, ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
@@ -86,7 +87,7 @@ def log_corpus(tracker: Tracker, corpus: Path | None) -> None:
     """The corpus the samples were made of as the run's training dataset: its digest the
     sha256 of its train and val files (`digests.fingerprint_files`) cut to MLflow's longest
     digest (`DIGEST_LENGTH`), whole in its profile with the files' sizes; nothing without it."""
-    files = [corpus / name for name in ("train.txt", "val.txt")] if corpus else []
+    files = [split_file(corpus, split) for split in SPLITS] if corpus else []
     if tracker.run_id is None or not files or not all(path.is_file() for path in files):
         return
     sha256 = fingerprint_files(files)

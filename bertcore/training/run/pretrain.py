@@ -29,6 +29,7 @@ import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
+from bertcore.common.cpu import cpu_record
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import ConfigError
 from bertcore.common.null_tracker import NullTracker
@@ -48,7 +49,6 @@ from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import PretrainingCollator, VocabSpec
 from bertcore.training.data.order import LengthBins
 from bertcore.training.evaluation.metrics import Probes, ProbeSource, evaluate, val_batches
-from bertcore.training.hardware.cpu import cpu_record
 from bertcore.training.hardware.distributed import Distributed
 from bertcore.training.length import RunLength
 from bertcore.training.loop.budget import TimeBudget, recorded_timing

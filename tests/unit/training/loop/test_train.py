@@ -19,13 +19,13 @@ from helpers.tiny_pretrain import build_data, write_params
 from helpers.trainer import make_trainer
 
 from bertcore.common.errors import ConfigError
+from bertcore.common.schedule import learning_rate, linear_warmup_decay
 from bertcore.common.tracking import sqlite_uri
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.config import TrainConfig
 from bertcore.training.evaluation.metrics import EvalMetrics
 from bertcore.training.loop.checkpointer import Checkpointer
-from bertcore.training.loop.schedule import learning_rate, linear_warmup_decay
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 
 # One thread: these models are tiny, and two cores are shared with other test processes.

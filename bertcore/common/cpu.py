@@ -32,8 +32,8 @@ from typing import Any
 
 import torch
 
+from bertcore.common.config import CpuConfig
 from bertcore.common.errors import BertError
-from bertcore.training.config import CpuConfig
 
 log = logging.getLogger(__name__)
 

@@ -1,4 +1,5 @@
-"""The learning-rate schedules of pretraining (`train.schedule`), a multiplier of the peak rate:
+"""The learning-rate schedules, a multiplier of the peak rate: pretraining's (`train.schedule`)
+and, `linear` alone, fine-tuning's:
 
 - `linear` (BERT's): linear warmup, then linear decay to zero at the end;
 - `wsd` (warmup-stable-decay, as MiniCPM, Hu et al. 2024): linear warmup, the peak held, then
@@ -13,7 +14,10 @@ from where it stands, as transformers' Trainer does.
 
 from __future__ import annotations
 
-from bertcore.training.config import Schedule
+from typing import Literal
+
+# train.schedule, after the warmup: BERT's linear decay, or warmup-stable-decay
+Schedule = Literal["linear", "wsd"]
 
 
 def linear_warmup_decay(step: int, warmup_steps: int, total_steps: int) -> float:
