@@ -12,5 +12,3 @@ Imports point one way: common <- data <- model <- training <- downstream. The li
 nothing of params.yaml or of the pipeline's folders: the `bertstages` package turns params into
 the typed config objects defined here and passes them in. ARCHITECTURE.md has the whole map.
 """
-
-__version__ = "0.1.0"
