@@ -1,8 +1,11 @@
-"""A Hugging Face model card (README.md) for a model folder the pipeline writes: the metadata
-block the Hub reads (library, pipeline tag, language, the results as its `model-index`), then
-what the model is, what it was trained on, its figures beside their baselines (each with its
-95% interval where the report has one: `<name>_ci95` beside the figure), how to load it and
-what reproduces it. Only facts that are the same for the same params go into it (no
+"""A Hugging Face model card (README.md) for a model folder the pipeline writes, made with
+huggingface_hub's `ModelCard.from_template` (a template of the Hub template's sections,
+rendered locally: nothing fetched): the metadata block the Hub reads (`ModelCardData`:
+library, pipeline tag, licence, language, datasets, base model, the results as `EvalResult`s
+of its `model-index`), then what the model is, its uses and limits, what it was trained on
+and how, its figures beside their baselines (each with its 95% interval where the report has
+one: `<name>_ci95` beside the figure), how to load it, what reproduces it and the installed
+framework versions. Only facts that are the same for the same params go into it (no
 date, no machine, no run id), so the folder stays the same bytes for the same params; the
 git commit goes only into the copy logged to MLflow (`with_commit`)."""
 
