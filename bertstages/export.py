@@ -13,17 +13,17 @@ from bertcore.common.errors import BertError
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.model.config import ExportConfig, ModelConfig
+from bertcore.model.config import CardConfig, ExportConfig, ModelConfig
 from bertcore.training.config import MaskingConfig, Phase2Config, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import folder_option, pretrained_option, stage_options, vocab_option
 from bertstages.params import load_params, read_params
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py):
-# export's own, and the sections that make the model, which its card lists
-PARAMS = {"export": ExportConfig, "corpus": CorpusConfig, "vocab": VocabConfig,
-          "samples": SamplesConfig, "model": ModelConfig, "masking": MaskingConfig,
-          "train": TrainConfig, "phase2": Phase2Config}
+# export's own, the card's metadata, and the sections that make the model, which its card lists
+PARAMS = {"export": ExportConfig, "card": CardConfig, "corpus": CorpusConfig,
+          "vocab": VocabConfig, "samples": SamplesConfig, "model": ModelConfig,
+          "masking": MaskingConfig, "train": TrainConfig, "phase2": Phase2Config}
 
 
 @click.command()
@@ -44,11 +44,13 @@ def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
         raise BertError(f"--metrics-dir {metrics_dir} does not exist: point it at the folder "
                         "of the reports the card shows (pretrain.json, eval.json, ...)")
     # torch, once the params are read (cli.py)
+    from bertcore.model.card_meta import card_meta
     from bertcore.training.run.export import export_pretrained
 
-    reproduce = {name: params[name] for name in PARAMS if name != "export" and name in params}
-    shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce,
-                              sections["corpus"].source)
+    reproduce = {name: params[name] for name in PARAMS
+                 if name not in ("export", "card") and name in params}
+    meta = card_meta(sections["card"], sections["corpus"].source)
+    shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce, meta)
     none = ("no report made from these weights" if os.path.isdir(metrics_dir)
             else f"no reports: {metrics_dir} does not exist")
     click.echo(f"export: Hugging Face BertForPreTraining with its model card ("

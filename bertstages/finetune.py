@@ -18,8 +18,10 @@ import click
 
 from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.config import CorpusSource
 from bertcore.data.corpus.splits import split_file
 from bertcore.downstream.config import FinetuneConfig
+from bertcore.model.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
@@ -29,11 +31,13 @@ from bertstages.options import (
     stage_options,
     vocab_option,
 )
-from bertstages.params import load_params, read_params
+from bertstages.params import Keys, load_params, read_params
 from bertstages.repo import tracking_target
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
-PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
+# (card, corpus.source: what its model card says of the model it was made from)
+PARAMS = {"finetune": FinetuneConfig, "cpu": CpuConfig, "tracking": TrackingConfig,
+          "card": CardConfig, "corpus": Keys(CorpusSource)}
 
 
 @click.command()
@@ -56,10 +60,12 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
+    from bertcore.model.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = FinetunePaths(model_dir, vocab_dir, split_file(corpus_dir, "val"), out_dir,
                           metrics_file)
     target = tracking_target(sections["tracking"], "finetune")
-    outcome = run_finetune(sections["finetune"], paths, target)
+    outcome = run_finetune(sections["finetune"], paths, target,
+                           card_meta(sections["card"], sections["corpus"].source))
     click.echo(f"{outcome.summary()} -> {out_dir}", err=True)

@@ -27,7 +27,9 @@ import click
 
 from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.config import CorpusSource
 from bertcore.downstream.config import GlueConfig
+from bertcore.model.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     KEPT_WHEN_STOPPED,
@@ -37,11 +39,13 @@ from bertstages.options import (
     stage_options,
     vocab_option,
 )
-from bertstages.params import load_params, read_params
+from bertstages.params import Keys, load_params, read_params
 from bertstages.repo import tracking_target
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
-PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
+# (card, corpus.source: what its models' cards say of the model they were made from)
+PARAMS = {"glue": GlueConfig, "cpu": CpuConfig, "tracking": TrackingConfig,
+          "card": CardConfig, "corpus": Keys(CorpusSource)}
 
 
 @click.command()
@@ -70,11 +74,13 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.glue.report import GluePaths, score_glue
+    from bertcore.model.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,
                       models_dir, runs_dir)
-    outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"], "glue"))
+    outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"], "glue"),
+                         card_meta(sections["card"], sections["corpus"].source))
     for line in outcome.summary():
         click.echo(line, err=True)
     outcome.raise_for_failed_tasks()

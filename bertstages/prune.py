@@ -18,7 +18,9 @@ import click
 
 from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
+from bertcore.data.corpus.config import CorpusSource
 from bertcore.downstream.config import PruneConfig
+from bertcore.model.config import CardConfig
 from bertcore.training.config import EvalConfig, MaskingConfig, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
@@ -29,12 +31,14 @@ from bertstages.options import (
     stage_options,
     vocab_option,
 )
-from bertstages.params import load_params, read_params
+from bertstages.params import Keys, load_params, read_params
 from bertstages.repo import tracking_target
 
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py)
 PARAMS = {"prune": PruneConfig, "masking": MaskingConfig, "train": TrainConfig,
-          "eval": EvalConfig, "cpu": CpuConfig, "tracking": TrackingConfig}
+          "eval": EvalConfig, "cpu": CpuConfig, "tracking": TrackingConfig,
+          # what its model card says of the model it was made from
+          "card": CardConfig, "corpus": Keys(CorpusSource)}
 
 
 @click.command()
@@ -55,10 +59,12 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.prune import PrunePaths, prune_pretrained
+    from bertcore.model.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = PrunePaths(model_dir, samples_dir, vocab_dir, out_dir, metrics_file)
     target = tracking_target(sections["tracking"], "prune")
     pruned = prune_pretrained(sections["prune"], sections["masking"], sections["eval"],
-                              sections["train"], paths, target)
+                              sections["train"], paths, target,
+                              card_meta(sections["card"], sections["corpus"].source))
     click.echo(f"prune: {pruned.summary()} -> {out_dir}", err=True)

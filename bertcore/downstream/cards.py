@@ -10,6 +10,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from bertcore.model.card import CardFacts, figure_at, figure_of, interval_text
+from bertcore.model.card_meta import CardMeta
 
 CLASSIFIER_LOAD = """\
 from transformers import pipeline
@@ -36,8 +37,9 @@ PRUNED_NOTE = (
 
 
 def finetuned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
-                    reproduce: Mapping[str, Any]) -> CardFacts:
-    """The card of the finetune stage's classifier (the pretrained encoder fine-tuned)."""
+                    reproduce: Mapping[str, Any], meta: CardMeta | None = None) -> CardFacts:
+    """The card of the finetune stage's classifier (the pretrained encoder fine-tuned);
+    `meta`: the pretrained model's name (its base_model), licence, language and corpus."""
     data = details.get("data") or {}
     majority = details.get("majority_class") or {}
     words = details.get("bag_of_words") or {}
@@ -62,14 +64,59 @@ def finetuned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[st
                         f"{data.get('test_examples')} test examples.",
                 **_finetuned_seeds(details, "pearson" if "pearson" in pretrained else "accuracy")}
     pair = "same-document" in task or bool((reproduce.get("finetune") or {}).get("text_pair_field"))
+    data_name = task_data_name((reproduce.get("finetune") or {}).get("data", task), meta)
     return CardFacts(
-        name="finetuned", title=f"BERT fine-tuned on {task}",
+        name=_named(meta, "finetuned"), title=f"BERT fine-tuned on {task}",
+        **_derived(meta, data_name, reproduce.get("finetune"), FINETUNE_KEYS),
+        uses=("Classifying texts of its task (the labels above), in the language and domain "
+              "of its corpus; the figures say how well, beside the majority class."),
+        limitations=("Fine-tuned on the few examples above, with the spread over seeds "
+                     "below: its test figures have the intervals shown, and say nothing of "
+                     "text unlike its task's."),
         summary=("The pipeline's pretrained BERT fine-tuned on the task below (the finetune "
                  "stage): its test figures beside the majority class, and the same model "
                  "trained from random init with the same steps beside a bag of words."),
         pipeline_tag="text-classification", figures=figures, sections=sections,
         load=CLASSIFIER_LOAD.format(folder=folder, example=PAIR_EXAMPLE if pair else ONE_EXAMPLE),
         reproduce=reproduce)
+
+
+# the hyper-parameters each downstream card lists, of its params section
+FINETUNE_KEYS = ("max_seq_length", "learning_rate", "batch_size", "epochs", "max_steps",
+                 "warmup_fraction", "weight_decay", "max_grad_norm", "seed", "seeds")
+PRUNE_KEYS = ("fraction", "iterative", "batches", "batch_size", "recovery_steps",
+              "recovery_learning_rate", "seed")
+GLUE_KEYS = ("max_seq_length", "learning_rate", "batch_size", "epochs", "max_steps", "grid",
+             "warmup_fraction", "weight_decay", "max_grad_norm", "seed", "seeds")
+
+
+def _named(meta: CardMeta | None, what: str) -> str:
+    """A downstream model's name: the pretrained model's with what was done to it."""
+    return f"{meta.model_name.rsplit('/', 1)[-1]}-{what}" if meta else what
+
+
+def task_data_name(data: str, meta: CardMeta | None) -> str:
+    """A task's data by name: a built-in task as made from the corpus's val split
+    (`python-docs-same-document`), a file by its name."""
+    if data.startswith("builtin:"):
+        task = data.partition(":")[2]
+        return f"{meta.dataset.rsplit('/', 1)[-1]}-{task}" if meta else task
+    return data.replace("\\", "/").rsplit("/", 1)[-1] or data
+
+
+def _derived(meta: CardMeta | None, data_name: str, params: Mapping[str, Any] | None,
+             keys: tuple[str, ...], base_model: str | None = None) -> dict[str, Any]:
+    """The card's fields of a model made from the pretrained one: its base_model, licence
+    and language (`meta`), what it was trained on and with which hyper-parameters."""
+    lines = [f"- {key}: {value}" for key in keys
+             if (value := (params or {}).get(key)) is not None]
+    base = base_model or (meta.model_name if meta else None)
+    return {"meta": meta, "base_model": base, "datasets": [data_name],
+            "model_type": "BERT encoder with a task head",
+            "training_data": f"`{data_name}`, on top of the pretrained model `{base}`"
+                             + (f" (pretrained on `{meta.corpus_source}`)." if meta else "."),
+            "training_procedure": ("#### Training Hyperparameters\n\n" + "\n".join(lines)
+                                   if lines else "")}
 
 
 def _finetuned_seeds(details: Mapping[str, Any], key: str) -> dict[str, str]:
@@ -86,7 +133,7 @@ def _finetuned_seeds(details: Mapping[str, Any], key: str) -> dict[str, str]:
 
 
 def pruned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, Any],
-                 reproduce: Mapping[str, Any]) -> CardFacts:
+                 reproduce: Mapping[str, Any], meta: CardMeta | None = None) -> CardFacts:
     """The card of the prune stage's model: its val figures (with their intervals, where the
     report has them) beside the unpruned model's, what pruning changed (the paired interval
     of the difference, where the details have it), and how to get its saving."""
@@ -96,14 +143,25 @@ def pruned_facts(folder: str, metrics: Mapping[str, Any], details: Mapping[str, 
     for key, name in (("mlm_accuracy", "val MLM accuracy"), ("nsp_accuracy", "val NSP accuracy")):
         scores = val.get(key) or {}
         final = "recovered" if "recovered" in scores else "pruned"
-        figures += figure_at(name, scores, final, scores.get("before"), "before pruning")
+        figures += figure_at(name, scores, final, scores.get("before"), "before pruning",
+                             **({"dataset": f"{meta.dataset} (held-out val split)",
+                                 "dataset_type": meta.dataset, "dataset_split": "validation"}
+                                if meta else {}))
     saving = (f"{heads.get('removed')} of {heads.get('before')} attention heads removed "
               f"(Michel et al. 2019: the least important by their gate's gradient); "
               f"parameters {parameters.get('before'):,} before, {parameters.get('after'):,} "
               "after" if isinstance(parameters.get("after"), int) else "")
     changes = _pruning_changes(details.get("differences"))
+    derived = _derived(meta, meta.dataset if meta else "the pretraining samples",
+                       reproduce.get("prune"), PRUNE_KEYS)
     return CardFacts(
-        name="pruned", title="BERT with attention heads pruned",
+        name=_named(meta, "pruned"), title="BERT with attention heads pruned",
+        **{**derived, "model_type": "BERT encoder with attention heads removed, MLM and NSP "
+                                    "heads"},
+        uses=("As the pretrained model (fill-mask, NSP, a base to fine-tune), smaller and "
+              "faster where the loader drops the pruned heads (below)."),
+        limitations=("Those of the pretrained model, and what pruning cost on the val split "
+                     "(below)."),
         summary=("The pipeline's pretrained BERT with its least important attention heads "
                  "removed, then trained a few steps to recover (the prune stage)."),
         pipeline_tag="fill-mask", figures=figures,
@@ -133,22 +191,34 @@ def _pruning_changes(differences: Any) -> str:
 
 
 def glue_task_facts(folder: str, task: str, metrics: Mapping[str, Any],
-                    details: Mapping[str, Any], reproduce: Mapping[str, Any]) -> CardFacts:
-    """The card of a GLUE task's median-seed model: the task's medians over the seeds."""
+                    details: Mapping[str, Any], reproduce: Mapping[str, Any],
+                    meta: CardMeta | None = None) -> CardFacts:
+    """The card of a GLUE task's median-seed model: the task's medians over the seeds; its
+    base_model is `glue.model`'s folder where that names one, else the pipeline's model."""
     scores = metrics.get(task) or {}
     about = details.get("tasks", {}).get(task) or {}
     seeds = about.get("seeds", [])
     figures = [figure for column in scores if not column.endswith("_ci95")
                for figure in figure_at(f"{task} {column} (dev, median of {len(seeds)} seeds, "
                                        "x100)", scores, column, metric_type=column,
-                                       dataset=f"GLUE {task} dev")]
+                                       dataset=f"GLUE {task} dev", dataset_type="glue",
+                                       dataset_config=task.lower(),
+                                       dataset_split="validation")]
     spread = about.get("score") or {}
     sections = {"Seeds": f"Seeds {seeds}: score min {spread.get('min')}, median "
                          f"{spread.get('median')}, max {spread.get('max')} (x100); this "
                          "folder holds the median seed's model. Recipe: "
                          f"{about.get('recipe')}."}
+    params = reproduce.get("glue") or {}
+    other = params.get("model")
     return CardFacts(
-        name=f"glue-{task}", title=f"BERT fine-tuned on GLUE {task}",
+        name=_named(meta, f"glue-{task.lower()}"), title=f"BERT fine-tuned on GLUE {task}",
+        **_derived(meta, "glue", params, GLUE_KEYS,
+                   base_model=str(other).replace("\\", "/").rstrip("/").rsplit("/", 1)[-1]
+                   if other else None),
+        uses=f"GLUE's {task}: its test set (the leaderboard's files) and text like it.",
+        limitations=("Scored on GLUE's dev set only, the median of the seeds below; a "
+                     "small model's scores, to compare with the same recipe's."),
         summary=(f"The median seed of the glue stage's fine-tunes on GLUE's {task} (dev "
                  "scores; the other tasks' models are beside this folder)."),
         pipeline_tag="text-classification", figures=figures, sections=sections,

@@ -47,6 +47,7 @@ from bertcore.downstream.tasks import EncodedExamples
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
+from bertcore.model.card_meta import CardMeta
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.model.hf import export_hf_classifier
@@ -245,10 +246,11 @@ class FinetunePaths:
 
 
 def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
-                 target: TrackingTarget | None) -> FinetuneOutcome:
+                 target: TrackingTarget | None, meta: CardMeta | None = None) -> FinetuneOutcome:
     """The finetune stage: the pretrained model against its scratch control on the task, once
     per seed, the median seed's fine-tuned pretrained model exported, the report written and
-    logged (a child run of the model's pretraining run; none when `target` is None)."""
+    logged (a child run of the model's pretraining run; none when `target` is None); `meta`:
+    what its card says of the model it was made from."""
     device = resolve_device(config.device, setting="finetune.device")
     model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
     tokenizer = load_tokenizer(paths.vocab_dir)
@@ -264,7 +266,7 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
                                 on_log=runs.log_train_loss)
     report = finetune_report(task, result, recipes[0], config.max_seq_length)
     card = finetuned_facts(str(paths.out_dir), report.metrics, report.details,
-                           {"finetune": asdict(config)})
+                           {"finetune": asdict(config)}, meta)
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.median_run().pretrained.model, staging, paths.vocab_dir)
         write_card(staging, card)

@@ -46,6 +46,7 @@ from bertcore.downstream.heads import (
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import write_card
+from bertcore.model.card_meta import CardMeta
 from bertcore.model.devices import resolve_device, resolve_precision
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
@@ -308,12 +309,12 @@ class PruneStageOutcome:
 
 
 def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: EvalConfig,
-                     train: TrainConfig, paths: PrunePaths, target: TrackingTarget | None
-                     ) -> PruneStageOutcome:
+                     train: TrainConfig, paths: PrunePaths, target: TrackingTarget | None,
+                     card: CardMeta | None = None) -> PruneStageOutcome:
     """The prune stage: the pretrained model pruned (and recovered, with `train`'s optimizer
     settings), measured on the val split (`masking`, `eval_config`), exported, and its report
     written and logged (a child run of the model's pretraining run; none when `target` is
-    None)."""
+    None); `card`: what its card says of the model it was made from."""
     # the train and val splits, checked to fit the vocabulary and to fill a batch
     samples_dir = Path(paths.samples_dir)
     meta = SamplesCheck(paths.vocab_dir)(samples_dir)
@@ -340,10 +341,11 @@ def prune_pretrained(config: PruneConfig, masking: MaskingConfig, eval_config: E
     changes = val_differences(items)
     details["differences"] = differences_report(changes)
     metrics, details, estimates = with_items(metrics, details, items)
-    card = pruned_facts(str(paths.out_dir), metrics, details, {"prune": dataclasses.asdict(config)})
+    facts = pruned_facts(str(paths.out_dir), metrics, details,
+                         {"prune": dataclasses.asdict(config)}, card)
     with atomic_dir(paths.out_dir) as staging:
         export_hf(model.cpu(), staging, paths.vocab_dir)
-        write_card(staging, card)
+        write_card(staging, facts)
     files = write_report(paths.metrics_file, "prune", metrics, details, items)
     runs.finish(files, _headline(outcome, metrics, timing), {**details, **timing})
     return PruneStageOutcome(outcome, config, metrics, timing, estimates, changes)

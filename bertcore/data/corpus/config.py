@@ -8,9 +8,15 @@ from bertcore.common.validation import integer, number, params_section, text
 
 
 @params_section
-class CorpusConfig:
+class CorpusSource:
+    """`corpus.source` alone: for the stages whose model cards name the corpus (`card`)."""
+
     # builtin:python-docs | file/folder/glob | hf:NAME[:CONFIG]
     source: text(pattern=r"\S", allowed="a path, glob or builtin:NAME") = "builtin:python-docs"
+
+
+@params_section
+class CorpusConfig(CorpusSource):
     # the text of a record in .jsonl / .parquet / hf: sources
     text_field: text(min_length=1, allowed="a field name") = "text"
     # How text files are laid out: prose (a file is a document; blank lines end paragraphs)

@@ -48,6 +48,7 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.card import CardFacts, write_card
+from bertcore.model.card_meta import CardMeta
 from bertcore.model.devices import resolve_device
 from bertcore.model.run_reports import MODEL_KEY, weights_sha256
 
@@ -220,15 +221,16 @@ class GlueOutcome:
                             f"are in {self.metrics_file}, every reason in its details")
 
 
-def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | None
-               ) -> GlueOutcome:
+def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | None,
+               meta: CardMeta | None = None) -> GlueOutcome:
     """The glue stage: each task fine-tuned `glue.seeds` times and scored, every output
     written (empty with `glue.data` null), the report logged (a run under the model's
-    pretraining run, each fine-tune nested in it; none when `target` is None)."""
+    pretraining run, each fine-tune nested in it; none when `target` is None); `meta`: what
+    the models' cards say of the model they were made from."""
     if config.data is None:
         log.warning("%s, nothing scored; set glue.data to a folder in GLUE's layout or to "
                     "hf:glue (docs/evaluation.md)", NO_DATA)
-        return write_glue_outputs([], None, config, paths)[0]
+        return write_glue_outputs([], None, config, paths, meta)[0]
     # glue.tasks (all when null) of the folder glue.data, or of hf:glue
     tasks = ([GLUE_TASKS[key] for key in (config.tasks or GLUE_TASKS)]
              if config.data == GLUE_DATA_HF else tasks_in(config.data, config.tasks))
@@ -250,7 +252,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
             raise BertError(f"glue: every task left out ({failed[0].reason}"
                             f"{'; ...' if len(failed) > 1 else ''}); nothing was written, the "
                             "outputs of the last run are as they were")
-        outcome, files = write_glue_outputs(outcomes, model.name, config, paths)
+        outcome, files = write_glue_outputs(outcomes, model.name, config, paths, meta)
     finished.drop_models_except([o.median_run() for o in outcomes
                                  if isinstance(o, TaskResult)])
     runs.finish(files, tracked_results(outcome.metrics), outcome.details,
@@ -271,7 +273,8 @@ def tracked_results(metrics: dict) -> dict[str, float]:
 
 
 def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, config: GlueConfig,
-                       paths: GluePaths) -> tuple[GlueOutcome, tuple[Path, Path, Path]]:
+                       paths: GluePaths, meta: CardMeta | None = None
+                       ) -> tuple[GlueOutcome, tuple[Path, Path, Path]]:
     """Every output, each staged whole (empty where nothing ran), then all put in place
     together: a failure before the last is staged replaces none. The outcome and the
     report's three files (metrics, details, per-item outcomes)."""
@@ -301,5 +304,5 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
                      results,
                      lambda result: glue_task_facts(
                          str(Path(paths.models_dir) / result.task.folder), result.task.key,
-                         metrics, details, reproduce))
+                         metrics, details, reproduce, meta))
     return GlueOutcome(list(outcomes), metrics, details, paths.metrics_file, estimates), files

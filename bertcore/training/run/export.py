@@ -10,6 +10,7 @@ from typing import Any
 
 from bertcore.common.atomic import atomic_dir
 from bertcore.model.card import write_card
+from bertcore.model.card_meta import CardMeta
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.run_reports import weights_sha256
@@ -29,12 +30,12 @@ def model_reports(metrics_dir: str | Path, weights: str | None) -> dict[str, tup
 
 def export_pretrained(model_dir: str | Path, vocab_dir: str | Path, out_dir: str | Path,
                       metrics_dir: str | Path, reproduce: Mapping[str, Any],
-                      corpus_source: str | None) -> list[str]:
-    """Write `out_dir` whole: the Hugging Face folder and its card; returns the groups of the
-    reports the card shows."""
+                      meta: CardMeta) -> list[str]:
+    """Write `out_dir` whole: the Hugging Face folder and its card (`meta`: its name, licence,
+    language and corpus); returns the groups of the reports the card shows."""
     model, _ = load_pretrained(model_dir, vocab_dir)
     reports = model_reports(metrics_dir, weights_sha256(model_dir))
-    facts = pretrained_facts(model.config, str(out_dir), reports, reproduce, corpus_source)
+    facts = pretrained_facts(model.config, str(out_dir), reports, reproduce, meta)
     with atomic_dir(out_dir) as staging:
         export_hf(model, staging, vocab_dir)
         write_card(staging, facts)
