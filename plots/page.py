@@ -8,7 +8,9 @@ offline its charts are simply absent.
 The template has no `{scripts}` placeholder (DVC would put its web scripts there), only
 `{plot_divs}`, where DVC puts each chart as `vegaEmbed('#name', spec)`, and `{refresh_tag}`.
 A chart whose files hold no row, an output its stage did not make (the GLUE seeds' chart with
-GLUE off), gets the spec `{}`: the page leaves it out instead of drawing an empty frame.
+GLUE off), gets the spec `{}`: the page leaves it out instead of drawing an empty frame. The
+others are drawn as SVG (vega-embed's default is a canvas): lines and points are elements of
+the page, which tests/test_plots_page.py counts.
 
 Usage: python plots/page.py [--out PATH]   (stdlib only; exits 1 naming what is missing)
 """
@@ -25,12 +27,15 @@ BUNDLES = ("vega/build/vega.min.js", "vega-lite/build/vega-lite.min.js",
            "vega-embed/build/vega-embed.min.js")
 PLACEHOLDERS = ("{scripts}", "{plot_divs}", "{refresh_tag}")  # what DVC replaces in a template
 
-# Runs after vega-embed, before DVC's charts: a chart with nothing to draw is removed.
+# Runs after vega-embed, before DVC's charts: a chart with nothing to draw is removed, the
+# others drawn as SVG.
 SKIP_EMPTY = """
 (function () {
   var embed = window.vegaEmbed;
   window.vegaEmbed = function (selector, spec, options) {
-    if (spec && Object.keys(spec).length) return embed(selector, spec, options);
+    if (spec && Object.keys(spec).length) {
+      return embed(selector, spec, Object.assign({renderer: "svg"}, options));
+    }
     var chart = document.querySelector(selector);
     if (chart) chart.remove();  // its files hold no row: an output that was not made
     return Promise.resolve(null);

@@ -83,6 +83,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
     run(["git", "init", "-q", "-b", "main"], repo, env)
     run([DVC, "init", "-q"], repo, env)
     shutil.copy(REPO / ".dvc" / "config", repo / ".dvc" / "config")  # cache.type: links
+    shutil.copytree(REPO / ".dvc" / "plots", repo / ".dvc" / "plots")  # dvc.yaml's templates
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "pipeline"], repo, env)
     return repo, env
