@@ -16,10 +16,10 @@ export PATH := $(abspath $(VENV))/bin:$(PATH)
 TEST_WORKERS ?= $(shell python3 -c "import os; print(min(4, os.cpu_count() or 1))")
 PYTEST := $(VENV)/bin/pytest -q -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-.PHONY: install install-dev repro test test-fast lint bench clean-outputs
+.PHONY: install install-dev repro test test-fast lint bench clean-outputs plots-page dev-tools
 
 install: $(VENV)/.installed
-install-dev: $(VENV)/.installed-dev
+install-dev: $(VENV)/.installed-dev plots/page.html
 
 $(PY):
 	python3 -m venv $(VENV)
@@ -45,6 +45,22 @@ $(VENV)/.installed: pyproject.toml $(VENV)/.torch
 $(VENV)/.installed-dev: pyproject.toml $(VENV)/.torch
 	$(PIP) install -e ".[dev]"
 	@touch $@ $(VENV)/.installed
+
+# `dvc plots show`/`diff` drawing their charts with no network: Vega's scripts from npm
+# (plots/package-lock.json) inlined into the page's template, which .dvc/config.local names.
+plots-page: plots/page.html
+plots/page.html: plots/package-lock.json plots/page.py | dev-tools $(VENV)/.installed
+	npm ci --prefix plots --ignore-scripts --no-audit --no-fund --loglevel=error
+	$(PY) plots/page.py
+	$(VENV)/bin/dvc config --local plots.html_template ../plots/page.html
+
+# npm for the page, and Debian's chromium, in which tests/test_plots_page.py draws it: installed
+# with apt where missing and we are root on Debian; else named here, and that test fails.
+dev-tools:
+	@missing="$$(for t in npm chromium; do command -v $$t >/dev/null || echo $$t; done)"; \
+	if [ -n "$$missing" ] && [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null; then \
+	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
+	elif [ -n "$$missing" ]; then echo "not installed (apt-get install them):" $$missing; fi
 
 repro: install
 	$(VENV)/bin/dvc repro

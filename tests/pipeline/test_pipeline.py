@@ -83,6 +83,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
     run(["git", "init", "-q", "-b", "main"], repo, env)
     run([DVC, "init", "-q"], repo, env)
     shutil.copy(REPO / ".dvc" / "config", repo / ".dvc" / "config")  # cache.type: links
+    shutil.copytree(REPO / ".dvc" / "plots", repo / ".dvc" / "plots")  # dvc.yaml's templates
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "pipeline"], repo, env)
     return repo, env
@@ -525,14 +526,14 @@ def assert_each_model_folder_has_its_card(repo: Path) -> None:
 
 PLOTS = {"loss", "accuracy", "probes", "glue_seeds"}  # dvc.yaml's charts, each with x and y
 IMAGES = {"metrics/pretrain_loss.png", "metrics/pretrain_accuracy.png",
-          "metrics/pretrain_probes.png", "metrics/glue_seeds.png"}
+          "metrics/pretrain_probes.png"}  # not glue_seeds.png: its chart draws the same
 
 
 def assert_plots_have_their_axes_and_images(repo: Path, env: dict) -> None:
     """`dvc plots show` draws dvc.yaml's charts, each against its x (no stage-level plot of a
-    file's last column against the row number), and the PNG images of the same curves, which
-    its HTML shows from files beside it: they open with no network (the charts' script comes
-    from the web)."""
+    file's last column against the row number), and the PNG images of pretraining's curves,
+    which its HTML shows from files beside it (tests/test_plots_page.py: the page that draws
+    the charts with no network)."""
     declared = yaml.safe_load((REPO / "dvc.yaml").read_text(encoding="utf-8"))
     assert not [name for name, stage in declared["stages"].items() if "plots" in stage]
     charts = [next(iter(p.items())) for p in declared["plots"] if isinstance(p, dict)]
@@ -540,7 +541,7 @@ def assert_plots_have_their_axes_and_images(repo: Path, env: dict) -> None:
     assert all(spec.get("x") and spec.get("y") for _, spec in charts)
     shown = json.loads(run([DVC, "plots", "show", "--json"], repo, env).stdout)["data"]
     kinds = {name: entries[0]["type"] if entries else None for name, entries in shown.items()}
-    # no GLUE data: its chart has no point to draw (its image says so)
+    # no GLUE data: its chart has no point to draw (the offline page leaves it out)
     assert {name for name, kind in kinds.items() if kind == "vega"} == PLOTS - {"glue_seeds"}
     assert "glue_seeds" in kinds
     assert {name for name, kind in kinds.items() if kind == "image"} == IMAGES
