@@ -49,3 +49,9 @@ def yaml_text(value: object) -> str:
     if isinstance(value, dict):
         return "{" + ", ".join(f"{yaml_text(k)}: {yaml_text(v)}" for k, v in value.items()) + "}"
     return repr(value)
+
+
+def first_line(exc: BaseException, limit: int = 1000) -> str:
+    """The first line of an error, whole (MLflow's advice comes at its end) up to a limit."""
+    text = str(exc).strip().splitlines()
+    return text[0][:limit] if text else type(exc).__name__

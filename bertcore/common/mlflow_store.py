@@ -6,14 +6,18 @@ transaction: another stage, `mlflow ui`, a `sqlite3` shell) is waited for, up to
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sqlite3
 import tempfile
 import urllib.error
+import urllib.parse
 import urllib.request
+from collections.abc import Iterator
 from pathlib import Path
 
-from bertcore.common.errors import BertError
+from bertcore.common.errors import BertError, first_line
+from bertcore.common.held_logs import logs_held
 
 # MLflow's own defaults retry a failed HTTP call 7 times with exponential backoff (minutes): a
 # training loop cannot wait that long for a metric, so unless the user chose otherwise, fail fast
@@ -22,6 +26,9 @@ LOCK_WAIT_ENV = "BERT_MLFLOW_LOCK_WAIT"  # seconds a locked SQLite store is wait
 LOCK_WAIT_S = 60.0
 # SQLite's words for a lock held by another connection (sqlite3, through SQLAlchemy and MLflow)
 _LOCKED = ("database is locked", "database table is locked")
+STORE_LOGGERS = ("mlflow", "sqlalchemy")  # what they log about a failed call is held back
+_SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
+_LOCKED_CALL_WAIT_S = 20  # what MLflow waits on a locked SQLite store (its busy_timeout)
 
 
 class StoreLocked(BertError):
@@ -124,3 +131,46 @@ def open_store(uri: str) -> None:
     _check_reachable(uri)
     _check_writable(uri)
     wait_unlocked(uri)
+
+
+def retried_on_lock(uri: str, func, *args, **kwargs) -> None:
+    """One MLflow call, what MLflow logs about it held back; a call that failed on a lock
+    (MLflow's own wait, SQLite's busy timeout, ran out) is tried once more when the store
+    can be written again (`wait_unlocked`: StoreLocked if it stays locked)."""
+    try:
+        with logs_held(STORE_LOGGERS):
+            func(*args, **kwargs)
+        return
+    except Exception as exc:
+        if not is_lock_error(exc):
+            raise
+    wait_unlocked(uri)
+    with logs_held(STORE_LOGGERS):
+        func(*args, **kwargs)
+
+
+@contextlib.contextmanager
+def store_errors(uri: str) -> Iterator[None]:
+    """Around the calls that open a run: a failure of the store is one BertError, and what
+    MLflow and SQLAlchemy log about it (a database traceback) is held back to debug level."""
+    try:
+        with logs_held(STORE_LOGGERS):
+            yield
+    except BertError:
+        raise
+    except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
+        raise store_failed(uri, exc) from None
+
+
+def store_failed(uri: str, exc: BaseException) -> BertError:
+    """The one line for a store that failed at its first call. A URI without a scheme is a
+    folder to MLflow (its file store, which MLflow 3 refuses unless told otherwise): say so
+    before MLflow's own words, which carry their advice whole."""
+    if is_lock_error(exc):  # locked again after the wait, for longer than MLflow waits
+        return StoreLocked(uri, _LOCKED_CALL_WAIT_S)
+    problem = first_line(exc)
+    if len(urllib.parse.urlsplit(uri).scheme) <= 1 and uri not in _SCHEMELESS_URIS:  # C:\...
+        problem = (f"{uri!r} has no scheme (sqlite:///FILE.db, http://HOST:PORT or "
+                   f"file:///FOLDER), so MLflow took it for a folder of its file store: {problem}")
+    return BertError(f"MLflow tracking store {uri} failed: {problem} (fix tracking.uri or "
+                     "MLFLOW_TRACKING_URI)")

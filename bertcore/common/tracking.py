@@ -1,5 +1,6 @@
 """MLflow, behind one small class: with `mlflow_models.py` (a model logged with MLflow's
-transformers flavour), the only module that imports mlflow.
+transformers flavour) and `run_results.py` (a stage's results logged, at once or later), the
+modules that import mlflow.
 
 A `Tracker` is one MLflow run. It is opened before any training (an unreachable store is a
 `BertError` then, so the user learns it in seconds, not after hours), it logs metrics with
@@ -21,44 +22,37 @@ are kept in its pending folder (`common/pending.py`), which the next client of t
 
 from __future__ import annotations
 
-import contextlib
 import json
 import logging
 import os
 import time
-import urllib.parse
-from collections.abc import Iterator, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from bertcore.common.errors import BertError
+from bertcore.common.errors import first_line
 from bertcore.common.held_logs import logs_held
 from bertcore.common.mlflow_models import log_pipeline
 from bertcore.common.mlflow_store import (
+    STORE_LOGGERS,
     StoreLocked,
-    is_lock_error,
     open_store,
+    retried_on_lock,
     sqlite_path,
-    wait_unlocked,
+    store_errors,
 )
 from bertcore.common.pending import (
-    PendingRecord,
     RunResults,
-    drop_record,
     keep_pending,
-    pending_dir,
     pending_records,
 )
 from bertcore.common.processes import has_ended, process_label
+from bertcore.common.run_results import flush_pending, kept_message, log_results, run_tagged
 from bertcore.common.validation import Bool, params_section, text
 
 log = logging.getLogger(__name__)
 
-_MAX_MESSAGE_LENGTH = 1000  # of an error's first line in ours (MLflow's advice is at its end)
-_SCHEMELESS_URIS = ("databricks", "databricks-uc", "uc")  # MLflow's URIs without "://"
-_STORE_LOGGERS = ("mlflow", "sqlalchemy")  # what they log about a failed call is held back
-_LOCKED_CALL_WAIT_S = 20  # what MLflow waits on a locked SQLite store (its busy_timeout)
 PROCESS_TAG = "bert.process"  # the process running the run (`processes.process_label`)
 CLOSED_TAG = "bert.closed"  # why a run was ended by another than its own process
 NOTE_TAG = "mlflow.note.content"  # an experiment's or a run's description in MLflow's UI
@@ -128,7 +122,7 @@ class Tracker:
         resumed run already has them. `experiment_note`: the experiment's description, when
         it has none (its tag `mlflow.note.content`; a run's is the same tag of the run).
         """
-        with _store_errors(uri):
+        with store_errors(uri):
             client = _client(uri)
             run = _resumable_run(client, run_id, uri) if run_id else None
             if run is None:
@@ -163,9 +157,9 @@ class Tracker:
         database = sqlite_path(uri)
         if database is not None and not database.exists():
             return None  # no store yet, so no run: do not create one just to look
-        with _store_errors(uri):
+        with store_errors(uri):
             client = _client(uri)
-            run_id = _run_tagged(client, tag, value)
+            run_id = run_tagged(client, tag, value)
         return cls(client, run_id, uri) if run_id else None
 
     def start_child(
@@ -179,7 +173,7 @@ class Tracker:
         as `mlflow.start_run(nested=True)` sets it, so `mlflow ui` shows it under this run."""
         from mlflow.utils.mlflow_tags import MLFLOW_PARENT_RUN_ID
 
-        with _store_errors(self.uri):
+        with store_errors(self.uri):
             experiment_id = self.client.get_run(self.run_id).info.experiment_id
             return Tracker._open(self.client, self.uri, experiment_id, run_name, params,
                                  {**(tags or {}), MLFLOW_PARENT_RUN_ID: self.run_id})
@@ -191,12 +185,12 @@ class Tracker:
         if self.lost:
             return False
         try:
-            _retried_on_lock(self.uri, func, *args, **kwargs)
+            retried_on_lock(self.uri, func, *args, **kwargs)
             return True
         except Exception as exc:  # any failure of the store must not stop training
             self.lost = True
             problem = (str(exc) if isinstance(exc, StoreLocked) else
-                       f"MLflow stopped answering ({what}: {_first_line(exc)})")
+                       f"MLflow stopped answering ({what}: {first_line(exc)})")
             log.warning("%s; training goes on, the local log stays complete, nothing more is "
                         "sent to run %s", problem, self.run_id)
             return False
@@ -228,7 +222,7 @@ class Tracker:
             raise ValueError(f"result names must not contain '/': {grouped}")
         if results.done_tag and self.tags().get(results.done_tag[0]) == results.done_tag[1]:
             return False
-        if self._call("log results", _log_results, self.client, self.run_id, results):
+        if self._call("log results", log_results, self.client, self.run_id, results):
             return True
         log.warning("%s", kept_message(keep_pending(self.uri, results, run_id=self.run_id)))
         return False
@@ -291,12 +285,12 @@ class Tracker:
             self._call("end run", self.client.set_terminated, self.run_id, status)
             return
         try:
-            with logs_held(_STORE_LOGGERS):
+            with logs_held(STORE_LOGGERS):
                 self.client.set_terminated(self.run_id,
                                            "KILLED" if status == "KILLED" else "FAILED")
         except Exception as exc:
             log.debug("MLflow run %s could not be ended (%s): the next run in its "
-                      "experiment ends it", self.run_id, _first_line(exc))
+                      "experiment ends it", self.run_id, first_line(exc))
 
 
 @dataclass(frozen=True)
@@ -318,7 +312,7 @@ def download_run(uri: str, run_id: str, artifact_path: str,
         return None
     from mlflow.exceptions import MlflowException
 
-    with _store_errors(uri):
+    with store_errors(uri):
         client = _client(uri)
         try:
             run = client.get_run(run_id)
@@ -337,23 +331,10 @@ def sync_pending(uri: str) -> tuple[int, int]:
     store that fails (locked past the wait, unreachable) is one BertError."""
     before = len(list(pending_records(uri)))
     if before:
-        with _store_errors(uri):
+        with store_errors(uri):
             _client(uri)  # which logs them
     left = len(list(pending_records(uri)))
     return before - left, left
-
-
-@contextlib.contextmanager
-def _store_errors(uri: str) -> Iterator[None]:
-    """Around the calls that open a run: a failure of the store is one BertError, and what
-    MLflow and SQLAlchemy log about it (a database traceback) is held back to debug level."""
-    try:
-        with logs_held(_STORE_LOGGERS):
-            yield
-    except BertError:
-        raise
-    except Exception as exc:  # MlflowException, or the database's own (sqlalchemy) errors
-        raise _store_failed(uri, exc) from None
 
 
 def _client(uri: str) -> Any:
@@ -365,91 +346,6 @@ def _client(uri: str) -> Any:
     client = MlflowClient(tracking_uri=uri)
     flush_pending(client, uri)
     return client
-
-
-def _retried_on_lock(uri: str, func, *args, **kwargs) -> None:
-    """One MLflow call, what MLflow logs about it held back; a call that failed on a lock
-    (MLflow's own wait, SQLite's busy timeout, ran out) is tried once more when the store
-    can be written again (`wait_unlocked`: StoreLocked if it stays locked)."""
-    try:
-        with logs_held(_STORE_LOGGERS):
-            func(*args, **kwargs)
-        return
-    except Exception as exc:
-        if not is_lock_error(exc):
-            raise
-    wait_unlocked(uri)
-    with logs_held(_STORE_LOGGERS):
-        func(*args, **kwargs)
-
-
-def _log_results(client: Any, run_id: str, results: RunResults) -> None:
-    """`Tracker.log_report`'s calls: the metrics (linked to the run's latest logged model and
-    its training data with `link_model`), the files, then the tag that says they are there."""
-    from mlflow.entities import Metric
-
-    model_id, dataset = _model_and_dataset(client, run_id) if results.link_model else (
-        None, None)
-    client.log_batch(run_id, metrics=[
-        Metric(key, float(value), results.timestamp_ms, results.step, model_id=model_id,
-               dataset_name=dataset and dataset.name, dataset_digest=dataset and dataset.digest)
-        for key, value in results.results.items() if value is not None])
-    for path in results.files:
-        client.log_artifact(run_id, str(path), results.artifact_path)
-    if results.done_tag:
-        client.set_tag(run_id, *results.done_tag)
-
-
-def _model_and_dataset(client: Any, run_id: str) -> tuple[str | None, Any]:
-    """The latest model logged by run `run_id` (None: none yet) and the dataset it was
-    trained on (its run's input of context `training`; None: none logged)."""
-    run = client.get_run(run_id)
-    models = client.search_logged_models(
-        [run.info.experiment_id], filter_string=f"source_run_id = '{run_id}'",
-        order_by=[{"field_name": "creation_timestamp", "ascending": False}], max_results=1)
-    training = [found.dataset for found in run.inputs.dataset_inputs
-                if any(tag.key == "mlflow.data.context" and tag.value == "training"
-                       for tag in found.tags)]
-    return (models[0].model_id if models else None), (training[0] if training else None)
-
-
-def kept_message(folder: Path) -> str:
-    """What a user reads when results wait in the pending folder."""
-    return (f"the results are kept in {folder} and logged into the run by the next stage that "
-            "reaches the store, or by `bert mlflow-sync`")
-
-
-def flush_pending(client: Any, uri: str) -> list[PendingRecord]:
-    """Log the results the store did not take before (`common/pending.py`), oldest first;
-    returns the records logged. Best effort: a record whose run is gone is dropped (said at
-    info level), and the first that still fails stops the flush, the rest kept for later."""
-    done = []
-    for record in pending_records(uri):
-        try:
-            run_id = record.run_id or _run_tagged(client, *record.run_tag)
-            if run_id is None:
-                log.info("MLflow: no run of %s is tagged %s = %s: the results kept in %s are "
-                         "dropped", uri, *record.run_tag, record.folder)
-            elif not record.results.done_tag or client.get_run(run_id).data.tags.get(
-                    record.results.done_tag[0]) != record.results.done_tag[1]:
-                _retried_on_lock(uri, _log_results, client, run_id, record.results)
-        except Exception as exc:
-            log.warning("MLflow: the results kept in %s stay there: %s", record.folder,
-                      _first_line(exc))
-            break
-        drop_record(record)
-        done.append(record)
-    if done:
-        log.info("MLflow: logged %d pending result(s) kept in %s", len(done), pending_dir(uri))
-    return done
-
-
-def _run_tagged(client: Any, tag: str, value: str) -> str | None:
-    """The id of the latest active run of the store whose tag `tag` is `value`."""
-    experiments = [e.experiment_id for e in client.search_experiments()]
-    runs = client.search_runs(experiments, filter_string=f"tags.`{tag}` = '{value}'",
-                              order_by=["attributes.start_time DESC"], max_results=1)
-    return runs[0].info.run_id if runs else None
 
 
 def _resumable_run(client: Any, run_id: str, uri: str) -> Any:
@@ -504,7 +400,7 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
     ended (killed outright, or whose store failed until its end), but `keep`, the run about
     to be resumed. Ours because MLflow keeps such a run RUNNING for ever: it knows no process."""
     try:
-        with logs_held(_STORE_LOGGERS):
+        with logs_held(STORE_LOGGERS):
             running = client.search_runs([experiment_id],
                                          filter_string="attributes.status = 'RUNNING'",
                                          max_results=100)
@@ -518,24 +414,4 @@ def _close_ended_runs(client: Any, experiment_id: str, keep: str | None = None) 
                 log.info("MLflow run %s (%s) was left RUNNING by a process that has ended: "
                          "marked FAILED", run.info.run_id, run.info.run_name)
     except Exception as exc:  # the caller's own calls will tell if the store is down
-        log.debug("MLflow runs left RUNNING could not be ended: %s", _first_line(exc))
-
-
-def _store_failed(uri: str, exc: BaseException) -> BertError:
-    """The one line for a store that failed at its first call. A URI without a scheme is a
-    folder to MLflow (its file store, which MLflow 3 refuses unless told otherwise): say so
-    before MLflow's own words, which carry their advice whole."""
-    if is_lock_error(exc):  # locked again after the wait, for longer than MLflow waits
-        return StoreLocked(uri, _LOCKED_CALL_WAIT_S)
-    problem = _first_line(exc)
-    if len(urllib.parse.urlsplit(uri).scheme) <= 1 and uri not in _SCHEMELESS_URIS:  # C:\...
-        problem = (f"{uri!r} has no scheme (sqlite:///FILE.db, http://HOST:PORT or "
-                   f"file:///FOLDER), so MLflow took it for a folder of its file store: {problem}")
-    return BertError(f"MLflow tracking store {uri} failed: {problem} (fix tracking.uri or "
-                     "MLFLOW_TRACKING_URI)")
-
-
-def _first_line(exc: BaseException) -> str:
-    """The first line of an error, whole (MLflow's advice comes at its end) up to a limit."""
-    text = str(exc).strip().splitlines()
-    return text[0][:_MAX_MESSAGE_LENGTH] if text else type(exc).__name__
+        log.debug("MLflow runs left RUNNING could not be ended: %s", first_line(exc))

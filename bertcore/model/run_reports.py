@@ -23,7 +23,8 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.outcomes import items_file
 from bertcore.common.pending import PendingRun, pending_dir
 from bertcore.common.report import details_file, read_report_file, result_values, track_report
-from bertcore.common.tracking import Tracker, TrackingTarget, kept_message
+from bertcore.common.run_results import kept_message
+from bertcore.common.tracking import Tracker, TrackingTarget
 from bertcore.model.hf import WEIGHTS_NAME
 from bertcore.model.model_run import pretraining_run
 
