@@ -242,19 +242,20 @@ class Tracker:
         return found
 
     def log_transformers_model(self, folder: str | os.PathLike, task: str, name: str,
-                               card: str | None = None, pairs: bool = False) -> bool:
-        """A Hugging Face model folder (with its tokenizer) as an MLflow Model of the
-        transformers flavour, `task`'s pipeline (fill-mask, text-classification), under
-        `name`: registrable in the Model Registry and loaded by `mlflow.pyfunc`. The logged
-        model gets the run's `mlflow.source.*` tags (its git commit) and `card` as its model
-        card. `pairs`: a sentence-pair classifier, predicting on `{"text", "text_pair"}`.
-        Texts longer than the model's positions are cut to them. Nothing is downloaded: no
-        model card from the Hub, no requirements inferred (the installed torch and
-        transformers are its requirements)."""
+                               pairs: bool = False) -> bool:
+        """A Hugging Face model folder (with its tokenizer and its model card, README.md) as
+        an MLflow Model that predicts as `task`'s pipeline (fill-mask, text-classification),
+        under `name`: registrable in the Model Registry, loaded by `mlflow.pyfunc`, served by
+        `mlflow models serve` (`mlflow_models.py` says what it takes and answers). The logged
+        model gets the run's `mlflow.source.*` tags (its git commit). `pairs`: a
+        sentence-pair classifier, predicting on `text` and `text_pair`. Texts longer than
+        the model's positions are cut to them. Nothing is downloaded: no card nor licence
+        from the Hub, no requirements inferred (the installed torch and transformers are its
+        requirements)."""
         source = {key: value for key, value in self.tags().items()
                   if key.startswith("mlflow.source.")}
         return self._call(f"log the model {name}", log_pipeline, self.client, self.run_id,
-                          self.uri, source, Path(folder), task, name, card, pairs)
+                          self.uri, source, Path(folder), task, name, pairs)
 
     def log_dataset(self, name: str, digest: str, source: str, context: str,
                     profile: Mapping[str, Any] | None = None) -> None:

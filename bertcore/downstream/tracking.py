@@ -16,7 +16,6 @@ from bertcore.common.errors import BertError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.card import CARD_NAME
 from bertcore.model.model_run import pretraining_run
 
 log = logging.getLogger("bert.downstream")
@@ -64,12 +63,10 @@ class DownstreamTracking:
             return NullTracker()
 
     def log_model(self, folder: str | Path, task: str, pairs: bool = False) -> None:
-        """The stage's model folder as an MLflow Model of the child run (transformers flavour,
-        `task`'s pipeline, its README.md as the model card), named `model`; `pairs`: a
-        sentence-pair classifier (it predicts on `text` and `text_pair`)."""
-        card = Path(folder) / CARD_NAME
-        self.run.log_transformers_model(folder, task, "model", card.read_text(
-            encoding="utf-8") if card.is_file() else None, pairs=pairs)
+        """The stage's model folder (its README.md the model card) as an MLflow Model of the
+        child run, `task`'s pipeline, named `model`; `pairs`: a sentence-pair classifier (it
+        predicts on `text` and `text_pair`)."""
+        self.run.log_transformers_model(folder, task, "model", pairs=pairs)
 
     def finish(self, files: tuple[Path, ...], results: Mapping[str, float],
                details: Mapping[str, Any], charts: Sequence[Path] = ()) -> None:

@@ -492,10 +492,9 @@ def assert_the_models_are_mlflow_models(client, pretraining, everything, commit:
                     r.data.tags["mlflow.parentRunId"] == pretraining.info.run_id)
     assert (finetune.info.run_id, "model") in by_run
     code = (f"import mlflow; mlflow.set_tracking_uri({uri!r}); "
-            f"m = mlflow.pyfunc.load_model('runs:/{pretraining.info.run_id}/hf_model'); "
-            "print(m.predict(['the [MASK] is here.'])[0]); "
-            f"print(mlflow.register_model('runs:/{pretraining.info.run_id}/hf_model', "
-            "'tiny').status)")
+            f"m = mlflow.pyfunc.load_model('models:/{model.model_id}'); "
+            "print(m.predict({'text': ['the [MASK] is here.']})['tokens'][0][0]); "
+            f"print(mlflow.register_model('models:/{model.model_id}', 'tiny').status)")
     answer, status = run([sys.executable, "-c", code], repo, env).stdout.split()[-2:]
     vocab = (repo / "data" / "vocab" / "vocab.txt").read_text().split()
     assert answer in vocab and status == "READY"

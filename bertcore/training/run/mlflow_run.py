@@ -2,9 +2,10 @@
 (`run_note`; its experiment's, `EXPERIMENT_NOTE`) and the corpus as its training dataset
 (`log_corpus`) when it opens; after each checkpoint, which run wrote it; at the end the
 weights' sha256 (`MODEL_TAG`, by which a later stage finds the run), the run's length, the
-last checkpoint, the exported model as an MLflow Model (transformers flavour, fill-mask, with
-its model card) and the reports already made from these weights
-(`run_reports.carry_reports`), their results the model's metrics too."""
+last checkpoint, the exported model as an MLflow Model (fill-mask with its scores, the
+Hugging Face folder with its model card in it: `common/mlflow_models.py`) and the reports
+already made from these weights (`run_reports.carry_reports`), their results the model's
+metrics too."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from typing import Any
 from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.tracking import Tracker
 from bertcore.data.corpus.splits import SPLITS, split_file
-from bertcore.model.card import card_text
+from bertcore.model.card import CARD_NAME, card_text
 from bertcore.model.config import BertConfig, ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
 from bertcore.model.model_run import MODEL_TAG
@@ -127,12 +128,13 @@ def finish_run(tracker: Tracker, config: PretrainConfig, paths: PretrainPaths,
     final = result.checkpoint  # this run's last (not phase 2's, left with it off)
     if config.tracking.log_checkpoints == "last" and final is not None:
         tracker.log_artifacts(final, f"checkpoints/{final.name}")
-    with tempfile.TemporaryDirectory() as tmp:
+    with tempfile.TemporaryDirectory() as tmp:  # the folder is logged whole: no path of it
         model = runner.raw_model.cpu()
         export_hf(model, tmp, paths.vocab)
-        tracker.log_transformers_model(tmp, "fill-mask", MODEL_NAME,
-                                       card=model_card(model.config, config, paths, weights,
-                                                       tracker.tags().get(COMMIT_TAG)))
+        (Path(tmp) / CARD_NAME).write_text(model_card(
+            model.config, config, paths, weights, tracker.tags().get(COMMIT_TAG)),
+            encoding="utf-8")
+        tracker.log_transformers_model(tmp, "fill-mask", MODEL_NAME)
     # after the model: their results are its metrics too (its page in MLflow 3)
     carry_reports(tracker, runner.step, weights, paths.reports)
     tracker.finish()

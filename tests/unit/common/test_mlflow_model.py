@@ -1,6 +1,6 @@
-"""Where users' tools look, on a tiny model made here: the export as an MLflow Model (transformers
-flavour) that `mlflow.pyfunc` loads and answers as `bert fill-mask` does (a text too long for
-the model cut as it cuts it), registrable; model
+"""Where users' tools look, on a tiny model made here: the export as an MLflow Model that
+`mlflow.pyfunc` loads and answers as `bert fill-mask` does (a text too long for the model cut as
+it cuts it; top_k tokens with their scores), registrable, with no path of this machine; model
 cards that huggingface_hub reads back with the figures of the reports made from the very
 weights; the reports carried into a new run of the same weights once, never twice; the
 charts the same bytes for the same curves."""
@@ -14,8 +14,10 @@ import re
 import mlflow
 import pytest
 import torch
+import yaml
 from click.testing import CliRunner
 from huggingface_hub import ModelCard
+from mlflow.pyfunc.scoring_server import invocations
 from mlflow.tracking import MlflowClient
 
 from bertcore.common.report import write_metrics, write_report
@@ -25,6 +27,8 @@ from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import CARD_NAME
+from bertcore.model.card_meta import card_meta
+from bertcore.model.config import CardConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.run_reports import MODEL_KEY, carry_reports, log_report_into
 from bertcore.training.run.charts import chart_paths, write_pretrain_charts
@@ -59,41 +63,101 @@ def sha256(path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
 
 
-def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_registers(model,
+def top_tokens(printed: str) -> list[str]:
+    """The most likely token of each [MASK] as `bert fill-mask` prints them."""
+    return [block.splitlines()[1].split()[1]
+            for block in re.split(r"^\[MASK\] \d+ of \d+:$", printed, flags=re.M)[1:]]
+
+
+@pytest.fixture(scope="module")
+def logged(model):
+    """The export with a card, logged as `hf_model` into a run of the store: the run's id."""
+    root, uri = model
+    (root / "hf" / CARD_NAME).write_text("# the card\n")
+    tracker = Tracker.start(uri, "models", tags=SOURCE)
+    try:
+        assert tracker.log_transformers_model(root / "hf", "fill-mask", "hf_model")
+    finally:
+        (root / "hf" / CARD_NAME).unlink()
+    status = MlflowClient(uri).get_run(tracker.run_id).info.status
+    tracker.finish()
+    return tracker.run_id, status
+
+
+def test_the_logged_model_loads_in_pyfunc_answers_as_bert_fill_mask_and_registers(model, logged,
                                                                                   monkeypatch):
     root, uri = model
-    tracker = Tracker.start(uri, "models", tags=SOURCE)
-    assert tracker.log_transformers_model(root / "hf", "fill-mask", "hf_model", "# the card\n")
+    run_id, status = logged
+    assert status == "RUNNING"  # its end is the run's own
     client = MlflowClient(uri)
-    assert client.get_run(tracker.run_id).info.status == "RUNNING"  # its end is the run's own
-    tracker.finish()
-
     monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)  # where pyfunc and the registry look
-    loaded = mlflow.pyfunc.load_model(f"runs:/{tracker.run_id}/hf_model")
+    loaded = mlflow.pyfunc.load_model(f"runs:/{run_id}/hf_model")
     text = "paris is the [MASK] of france."
-    answer = loaded.predict([text])
+    answer = loaded.predict({"text": [text]})
     printed = CliRunner().invoke(cli, ["fill-mask", "--model", str(root / "hf"), text])
     assert printed.exit_code == 0, printed.stderr
-    top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
-    assert list(answer) == [top]
+    assert [tokens[0] for tokens in answer["tokens"]] == top_tokens(printed.stdout)
+    assert [len(tokens) for tokens in answer["tokens"]] == [5]  # bert fill-mask's default
     # a text longer than the model's 32 positions: cut to them, as `bert fill-mask` cuts it,
     # not a tensor-size error
     long = text + " the cat sat on the mat." * 40
     printed = CliRunner().invoke(cli, ["fill-mask", "--model", str(root / "hf"), long])
     assert printed.exit_code == 0 and "the model takes 32: truncated" in printed.stderr
-    top = re.findall(r"^  \d\.\d{4}  (\S+)$", printed.stdout, re.M)[0]
-    assert list(loaded.predict([long])) == [top]
+    answer = loaded.predict({"text": [long]})
+    assert [tokens[0] for tokens in answer["tokens"]] == top_tokens(printed.stdout)
 
-    version = mlflow.register_model(f"runs:/{tracker.run_id}/hf_model", "tiny-bert")
+    experiment = client.get_run(run_id).info.experiment_id
+    (found,) = mlflow.search_logged_models([experiment], output_format="list")
+    assert found.source_run_id == run_id and found.tags.items() >= SOURCE.items()
+    version = mlflow.register_model(f"models:/{found.model_id}", "tiny-bert")  # MLflow 3's
     assert (version.version, version.status) == (1, "READY")
-    experiment = client.get_run(tracker.run_id).info.experiment_id
-    (logged,) = mlflow.search_logged_models([experiment], output_format="list")
-    assert logged.source_run_id == tracker.run_id and logged.tags.items() >= SOURCE.items()
-    folder = mlflow.artifacts.download_artifacts(f"models:/{logged.model_id}",
+    folder = mlflow.artifacts.download_artifacts(f"models:/{found.model_id}",
                                                  dst_path=str(root / "downloaded"))
     requirements = (root / "downloaded" / "requirements.txt").read_text().split()
     assert [r.split("==")[0] for r in requirements] == ["mlflow", "torch", "transformers"], folder
-    assert (root / "downloaded" / "model_card.md").read_text().startswith("# the card")
+    # the folder logged whole, its card in it: a Hugging Face folder again
+    assert (root / "downloaded" / "artifacts" / "model" / CARD_NAME).read_text() == "# the card\n"
+
+
+def test_the_served_model_answers_top_k_tokens_with_scores_one_row_per_mask(model, logged,
+                                                                            monkeypatch):
+    """fill-mask through pyfunc: `top_k` tokens with their scores, most likely first, for each
+    [MASK]; the same columns for one [MASK] as for two; its params, signature and input
+    example in the MLmodel; no path of the machine that logged it there, nor a licence file
+    that points at the Hub."""
+    root, uri = model
+    run_id, _ = logged
+    monkeypatch.setenv("MLFLOW_TRACKING_URI", uri)
+    loaded = mlflow.pyfunc.load_model(f"runs:/{run_id}/hf_model")
+    texts = ["paris is the [MASK] of france.", "the [MASK] sat on the [MASK]."]
+    answer = loaded.predict({"text": texts}, params={"top_k": 3})
+    assert list(answer.columns) == ["input", "mask", "tokens", "scores"]
+    assert [(row.input, row.mask) for row in answer.itertuples()] == [(0, 0), (1, 0), (1, 1)]
+    for tokens, scores in zip(answer["tokens"], answer["scores"], strict=True):
+        assert len(tokens) == len(scores) == 3 and len(set(tokens)) == 3
+        assert list(scores) == sorted(scores, reverse=True) and 0 < sum(scores) <= 1
+    one = loaded.predict({"text": texts[:1]}, params={"top_k": 3})
+    assert one.to_dict("records") == answer[:1].to_dict("records")  # the same row alone
+    # what `mlflow models serve` does with a request (its scoring server's `invocations`)
+    body = json.dumps({"dataframe_records": [{"text": texts[1]}], "params": {"top_k": 2}})
+    served = invocations(body, "application/json", loaded, loaded.metadata.get_input_schema())
+    assert served.status == 200, served.response
+    rows = json.loads(served.response)["predictions"]
+    assert [(row["input"], row["mask"], row["tokens"]) for row in rows] == [
+        (0, mask, tokens[:2]) for mask, tokens in enumerate(answer["tokens"][1:])]
+
+    saved = root / "served"
+    mlflow.artifacts.download_artifacts(f"runs:/{run_id}/hf_model", dst_path=str(saved))
+    files = [path for path in (saved / "hf_model").rglob("*") if path.is_file()]
+    assert not [path.name for path in files if "licen" in path.name.lower()]
+    assert not [path.name for path in files
+                if path.suffix != ".safetensors" and str(root / "hf") in path.read_text()]
+    meta = yaml.safe_load((saved / "hf_model" / "MLmodel").read_text())
+    assert json.loads(meta["signature"]["params"]) == [
+        {"name": "top_k", "type": "long", "default": 5, "shape": None}]
+    assert [c["name"] for c in json.loads(meta["signature"]["inputs"])] == ["text"]
+    example = json.loads((saved / "hf_model" / "serving_input_example.json").read_text())
+    assert example["params"] == {"top_k": 3} and "[MASK]" in str(example["dataframe_split"])
 
 
 def reports_of(folder, weights: str, other: str) -> dict:
@@ -119,11 +183,12 @@ def test_the_export_s_model_card_reads_back_with_the_figures_of_these_weights_on
     reports_of(tmp_path, weights, "another model's weights")
     out = tmp_path / "hf"
     shown = export_pretrained(root / "pretrained", root / "vocab", out, tmp_path,
-                              {"model": {"preset": "tiny"}}, "builtin:python-docs")
+                              {"model": {"preset": "tiny"}},
+                              card_meta(CardConfig(), "builtin:python-docs"))
     assert shown == ["pretrain", "eval"]  # the probe report scored other weights
     card = ModelCard.load(out / CARD_NAME)
     assert (card.data.library_name, card.data.pipeline_tag, card.data.language) == (
-        "transformers", "fill-mask", "en")
+        "transformers", "fill-mask", ["en"])
     figures = {r.metric_name: r.metric_value for r in card.data.eval_results}
     assert figures == {"MLM accuracy (val split)": 0.25, "MLM perplexity (val split)": 80.0,
                        "NSP accuracy (val split)": 0.6}
@@ -161,7 +226,7 @@ def test_the_card_shows_each_figure_with_its_interval_where_the_report_has_one(m
     cards = []
     for _ in range(2):
         export_pretrained(root / "pretrained", root / "vocab", tmp_path / "hf", tmp_path,
-                          {"model": {"preset": "tiny"}}, None)
+                          {"model": {"preset": "tiny"}}, card_meta(CardConfig(), "corpus.txt"))
         cards.append((tmp_path / "hf" / CARD_NAME).read_bytes())
     assert cards[0] == cards[1]
     card = ModelCard.load(tmp_path / "hf" / CARD_NAME)
