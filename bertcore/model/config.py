@@ -233,4 +233,8 @@ class ModelConfig:
 
 @params_section
 class ExportConfig:
-    """The `export:` section of params.yaml: it takes no keys yet."""
+    """The `export:` section of params.yaml."""
+
+    # also the encoder as ONNX, onnx/model.onnx in the export (model/onnx_export.py): needs
+    # the `onnx` extra
+    onnx: Bool = False
