@@ -29,6 +29,7 @@ ONNX_FILE = f"{ONNX_DIR}/model.onnx"
 INPUTS = ("input_ids", "attention_mask", "token_type_ids")
 OUTPUTS = ("last_hidden_state", "pooler_output")
 EXPORTER_PACKAGES = ("onnx", "onnxscript")
+_ONE_FILE_LIMIT = 2**31 - (1 << 24)  # protobuf's 2 GB, less room for the graph
 # The exporter's logs: each operator of torchvision it skips is a warning
 _EXPORTER_LOGGERS = ("torch.onnx", "onnxscript", "onnx_ir")
 
@@ -64,6 +65,10 @@ def export_onnx(hf_dir: str | Path) -> Path:
     # BertForPreTraining loads the export with no key left over; its `bert` is the BertModel
     with _no_progress_bar(transformers):
         bert = transformers.BertForPreTraining.from_pretrained(hf_dir).bert.eval()
+    size = sum(p.numel() * p.element_size() for p in bert.parameters())
+    if size >= _ONE_FILE_LIMIT:
+        raise BertError(f"export.onnx: the encoder holds {size / 1e9:.1f} GB of weights, over "
+                        "the 2 GB an ONNX file holds in one piece; export it without ONNX")
     config = bert.config
     length = min(8, config.max_position_embeddings)
     example = (torch.full((2, length), 1, dtype=torch.long),
