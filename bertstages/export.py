@@ -1,7 +1,9 @@
 """`bert export`: the pretrained model as a Hugging Face `BertForPreTraining` folder, with the
-tokenizer files, loadable by `transformers` with `from_pretrained`, and a model card
+tokenizer files, loadable by `transformers` with `from_pretrained`, a model card
 (README.md) with what made it and the figures of evaluate, probe and GLUE (the reports in
-`--metrics-dir` made from these weights) beside their baselines."""
+`--metrics-dir` made from these weights) beside their baselines, the files with which
+`sentence_transformers.SentenceTransformer` loads it (mean pooling) and, with
+`export.onnx: true`, the encoder as ONNX (`onnx/model.onnx`)."""
 
 from __future__ import annotations
 
@@ -50,8 +52,10 @@ def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
     reproduce = {name: params[name] for name in PARAMS
                  if name not in ("export", "card") and name in params}
     meta = card_meta(sections["card"], sections["corpus"].source)
-    shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce, meta)
+    onnx = sections["export"].onnx
+    shown = export_pretrained(model_dir, vocab_dir, out_dir, metrics_dir, reproduce, meta, onnx)
     none = ("no report made from these weights" if os.path.isdir(metrics_dir)
             else f"no reports: {metrics_dir} does not exist")
     click.echo(f"export: Hugging Face BertForPreTraining with its model card ("
-               f"{', '.join(shown) or none}) -> {out_dir}", err=True)
+               f"{', '.join(shown) or none}), sentence-transformers files"
+               f"{', onnx/model.onnx' if onnx else ''} -> {out_dir}", err=True)

@@ -26,7 +26,7 @@ from bertcore.common.errors import BertError, ConfigError, yaml_text
 T = TypeVar("T")
 
 SECTIONS = ("corpus", "vocab", "samples", "model", "masking", "train", "phase2", "eval", "export",
-            "finetune", "glue", "prune", "probe", "cpu", "tracking")
+            "card", "finetune", "glue", "prune", "probe", "cpu", "tracking")
 # A recipe is a params file, params/recipes/NAME.yaml beside params.yaml (docs/recipe.md),
 # chosen by `model.recipe: NAME`; `none`: no recipe, the values of params.yaml and the code.
 RECIPES = Path("params") / "recipes"

@@ -3,7 +3,9 @@ passed on as it came when it succeeds, sent to debug level (`bert -v` shows it) 
 raises, so that the caller can say what failed in one line.
 
 The hold is `logging.handlers.BufferingHandler` (MemoryHandler's base): MemoryHandler flushes
-to one handler, where a held record must go back through its own logger's handlers."""
+to one handler, where a held record must go back through its own logger's handlers.
+`logs_quiet`: a block where such loggers say only their errors (the warnings a library gives
+on every call, which tell the user nothing)."""
 
 from __future__ import annotations
 
@@ -37,3 +39,17 @@ def logs_held(names: tuple[str, ...]) -> Iterator[None]:
                 logging.getLogger(record.name).handle(record)
             else:
                 log.debug("%s: %s", record.name, record.getMessage(), exc_info=record.exc_info)
+
+
+@contextlib.contextmanager
+def logs_quiet(names: tuple[str, ...]) -> Iterator[None]:
+    """Around a block: only errors from the loggers `names` (and their children)."""
+    loggers = [logging.getLogger(name) for name in names]
+    levels = [logger.level for logger in loggers]
+    for logger in loggers:
+        logger.setLevel(logging.ERROR)
+    try:
+        yield
+    finally:
+        for logger, level in zip(loggers, levels, strict=True):
+            logger.setLevel(level)

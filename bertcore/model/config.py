@@ -233,7 +233,11 @@ class ModelConfig:
 
 @params_section
 class ExportConfig:
-    """The `export:` section of params.yaml: it takes no keys yet."""
+    """The `export:` section of params.yaml."""
+
+    # also the encoder as ONNX, onnx/model.onnx in the export (model/onnx_export.py): needs
+    # the `onnx` extra
+    onnx: Bool = False
 
 
 # a language as the Hub's cards name it: an ISO 639-1 (or 639-3) code, with a region or not
@@ -257,7 +261,7 @@ class CardConfig:
     license_name: str | None = None  # with license: other, its name and link
     license_link: str | None = None
     # the corpus's language(s); auto: en for the built-in corpus, else none said
-    language: Language | list[Language] | None = "auto"
+    language: Literal["auto"] | Language | list[Language] | None = "auto"
     # the corpus's name in `datasets` and the results (a Hub dataset id where it is one);
     # auto: from corpus.source (python-docs, the hf: NAME, a file's or folder's name)
     dataset: text(pattern=r"\S", allowed="auto or a dataset name") = "auto"

@@ -1,6 +1,8 @@
 """The export stage: the pretrained model as a Hugging Face `BertForPreTraining` folder with its
-tokenizer and its model card (README.md: `card.py`), whose figures are the reports in the
-metrics folder made from these very weights."""
+tokenizer, its model card (README.md: `card.py`), whose figures are the reports in the
+metrics folder made from these very weights, the sentence-transformers configuration that
+embeds a text by mean pooling (`model/sentence_embeddings.py`) and, when asked, the encoder
+as ONNX (`model/onnx_export.py`)."""
 
 from __future__ import annotations
 
@@ -12,8 +14,10 @@ from bertcore.common.atomic import atomic_dir
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.hf import export_hf
+from bertcore.model.onnx_export import ONNX_DIR, export_onnx, require_exporter
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.run_reports import weights_sha256
+from bertcore.model.sentence_embeddings import write_sentence_config
 from bertcore.training.run.card import pretrained_facts, read_report
 
 REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json
@@ -30,13 +34,20 @@ def model_reports(metrics_dir: str | Path, weights: str | None) -> dict[str, tup
 
 def export_pretrained(model_dir: str | Path, vocab_dir: str | Path, out_dir: str | Path,
                       metrics_dir: str | Path, reproduce: Mapping[str, Any],
-                      meta: CardMeta) -> list[str]:
-    """Write `out_dir` whole: the Hugging Face folder and its card (`meta`: its name, licence,
-    language and corpus); returns the groups of the reports the card shows."""
+                      meta: CardMeta, onnx: bool = False) -> list[str]:
+    """Write `out_dir` whole: the Hugging Face folder, its card (`meta`: its name, licence,
+    language and corpus), the sentence-transformers files and, with `onnx`,
+    `onnx/model.onnx`; returns the groups of the reports the card shows. An earlier export's
+    `onnx/` is replaced, or removed by one without it."""
+    if onnx:
+        require_exporter()  # before any work
     model, _ = load_pretrained(model_dir, vocab_dir)
     reports = model_reports(metrics_dir, weights_sha256(model_dir))
     facts = pretrained_facts(model.config, str(out_dir), reports, reproduce, meta)
-    with atomic_dir(out_dir) as staging:
+    with atomic_dir(out_dir, layout=(ONNX_DIR,)) as staging:
         export_hf(model, staging, vocab_dir)
         write_card(staging, facts)
+        write_sentence_config(staging, model.config)
+        if onnx:
+            export_onnx(staging)
     return list(reports)

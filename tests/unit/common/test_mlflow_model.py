@@ -31,6 +31,7 @@ from bertcore.model.card_meta import card_meta
 from bertcore.model.config import CardConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.run_reports import MODEL_KEY, carry_reports, log_report_into
+from bertcore.model.sentence_embeddings import SENTENCE_FILES
 from bertcore.training.run.charts import chart_paths, write_pretrain_charts
 from bertcore.training.run.export import export_pretrained
 from bertstages.cli import cli
@@ -196,10 +197,12 @@ def test_the_export_s_model_card_reads_back_with_the_figures_of_these_weights_on
     assert "In brackets" not in card.text  # no interval in these reports: none on the card
     assert "tokens seen: 1,234" in card.text and "preset: tiny" in card.text
     assert "cloze" not in card.text
-    # the card is a file beside the weights: their bytes are the export's without it
+    # the card (and sentence-transformers' files) beside the weights: their bytes are the
+    # export's without it
     assert sha256(out / WEIGHTS_NAME) == sha256(root / "hf" / WEIGHTS_NAME)
+    sentence = {name.split("/")[0] for name in SENTENCE_FILES}
     assert sorted(p.name for p in out.iterdir()) == sorted(
-        [CARD_NAME, *(p.name for p in (root / "hf").iterdir())])
+        [CARD_NAME, *sentence, *(p.name for p in (root / "hf").iterdir())])
 
 
 def test_the_card_shows_each_figure_with_its_interval_where_the_report_has_one(model,
