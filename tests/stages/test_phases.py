@@ -325,8 +325,8 @@ def test_the_samples_stage_builds_phase_2s_beside_phase_1s_untouched(data, tmp_p
 def test_phase_2_mistakes_are_one_line_naming_the_key(data, tmp_path):
     work = workdir(tmp_path / "run", data)
     for args, fragments, code in [
-        (["phase2.batch_size=6", "phase2.gradient_accumulation_steps=4"],
-         ["phase2.batch_size: 6 is not allowed", "phase2.gradient_accumulation_steps (4)"], 2),
+        (["phase2.batch_size=6", "phase2.micro_batches=4"],
+         ["phase2.batch_size: 6 is not allowed", "phase2.micro_batches (4)"], 2),
         (["phase2.warmup=3"], ["phase2.warmup: unknown key"], 2),
         (["phase2.max_seq_length=128"], ["phase2.max_seq_length is 128 but the model has "
                                          "max_position_embeddings=64",
@@ -429,6 +429,8 @@ def test_compiled_and_under_ddp_both_phases_train_as_eager_in_one_process(data, 
         assert meta["world_size"] == 2 and meta["phase"] == 2
     assert "phase 2: steps 7-12" in proc.stderr
     rows, expected = (tsv(f / "metrics" / "pretrain_log.tsv") for f in (other, eager))
+    if setting == "ddp":  # the gradient added in one fixed tree: the same bytes
+        assert rows == expected
     assert [r["loss"] for r in rows] == pytest.approx([r["loss"] for r in expected], rel=1e-5)
     weights, reference = (load_file(f / "models/pretrained/model.safetensors")
                           for f in (other, eager))
