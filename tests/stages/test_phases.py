@@ -356,7 +356,8 @@ def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp
     work = workdir(tmp_path / "run", data)
     store = SampleStore(data / "samples" / "phase2" / "train")
     count = len(store)
-    proc = run_bert("pretrain", "--set", f"phase2.batch_size={count + 1}", cwd=work,
+    proc = run_bert("pretrain", "--set", f"phase2.batch_size={count + 1}",
+                    "--set", "phase2.micro_batches=1", cwd=work,
                     env=ONE_THREAD)
     assert_one_line_error(proc, f"only {count} training samples for a batch of {count + 1}",
                           "lower phase2.batch_size, or make more: raise samples.dupe_factor",
@@ -364,7 +365,8 @@ def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp
     assert "train.batch_size" not in proc.stderr
     fullest = int(np.bincount((store.lengths - 1) // 32).max())  # phase 2's bins: 32 tokens
     assert fullest < count
-    proc = run_bert("pretrain", "--set", f"phase2.batch_size={fullest + 1}", cwd=work,
+    proc = run_bert("pretrain", "--set", f"phase2.batch_size={fullest + 1}",
+                    "--set", "phase2.micro_batches=1", cwd=work,
                     env=ONE_THREAD)
     assert_one_line_error(proc, f"of phase2.length_bin_width=32 holds {fullest}",
                           "lower phase2.batch_size or raise phase2.length_bin_width", code=1)
