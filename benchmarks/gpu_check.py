@@ -134,7 +134,10 @@ class DeviceCheck:
         # GPU computes does not depend on them)
         common = ["--set", "tracking.enabled=false", "--set", f"train.device={self.kind}",
                   "--set", "train.log_every=10", "--set", "cpu.isa=native",
-                  "--set", "cpu.threads=null"]
+                  "--set", "cpu.threads=null",
+                  # one process, as the ddp part's torchrun: auto would start one per core on
+                  # the CPU of a dry run
+                  "--set", "train.nproc_per_node=1"]
         for item in self.sizes.overrides:
             common += ["--set", item]
         return Pipeline(common, self.env, self.record.deadline, self.signals, self.bench.device)

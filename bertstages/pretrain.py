@@ -11,8 +11,10 @@ samples and initial model (a changed `train.max_steps`, `train.epochs` or `train
 extends the run); otherwise starts fresh and says why, setting aside the checkpoints it
 replaces in `--checkpoints`/replaced (`train.keep_replaced`). `train.max_minutes` ends the run
 early when its steps would not fit in the time (see `bertcore.training.loop.budget`). With
-`train.nproc_per_node > 1` it relaunches itself under torchrun (one process per device);
-started by torchrun, it joins the process group. A side run, `--out` elsewhere than
+more than one process (`train.nproc_per_node`; auto: one per core, or GPU, as many as split
+`train.micro_batches` evenly) it relaunches itself under torchrun; started by torchrun, it
+joins the process group. The weights have the same bytes for any number of processes
+(`bertcore.training.hardware.fixed_sum`). A side run, `--out` elsewhere than
 models/pretrained, names its own `--metrics`, `--log` and `--eval-log` (those left at their
 defaults report on models/pretrained, and the export's card reads them).
 """
@@ -111,9 +113,13 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     pin_cpu(cpu)  # before torch computes; torchrun's processes inherit it
     if config.model.init_from and "WORLD_SIZE" not in os.environ:
         warn_unless_a_dep("model.init_from", config.model.init_from)
-    if config.train.nproc_per_node > 1 and "WORLD_SIZE" not in os.environ:
-        _relaunch_under_torchrun(config.train.nproc_per_node, config.train.max_restarts)
-        return
+    if "WORLD_SIZE" not in os.environ:
+        nproc = processes(config)
+        if nproc > 1:
+            _relaunch_under_torchrun(nproc, config.train.max_restarts)
+            return
+    else:  # started by torchrun (this stage's relaunch, or the user's own)
+        config.require_processes(int(os.environ["WORLD_SIZE"]))
     paths = PretrainPaths(samples=Path(samples_dir), vocab=Path(vocab_dir),
                           checkpoints=Path(checkpoint_dir), out=Path(out_dir),
                           metrics=Path(metrics_file), details=details_file(metrics_file),
@@ -224,6 +230,32 @@ def probe_draw(settings: EvalConfig, vocab_dir: Path, corpus_dir: Path,
     tokenizer = read_tokenizer(vocab_dir, BERT_DEFAULT_RULES, "BertTokenizer's defaults",
                                f"--vocab {vocab_dir}").tokenizer
     return ProbeDraw(tokenizer, val, train, settings.probe_sentences, settings.seed)
+
+
+def processes(config: PretrainConfig) -> int:
+    """How many processes `train.nproc_per_node` runs: its number, checked against the
+    micro-batches (BertError in one line), or with auto one per core (per GPU on CUDA), as
+    many as split the micro-batches evenly (said in a line)."""
+    if config.train.nproc_per_node != "auto":
+        config.require_processes(config.train.nproc_per_node)
+        return config.train.nproc_per_node
+    import torch
+
+    device = config.train.device
+    on_cuda = device.startswith("cuda") or (device == "auto" and torch.cuda.is_available())
+    devices = torch.cuda.device_count() if device in ("auto", "cuda") and on_cuda else (
+        1 if on_cuda else _cores())
+    count = config.processes_for(devices)
+    log.info("train.nproc_per_node auto: %d process%s on %d %s", count,
+             "" if count == 1 else "es", devices, "GPUs" if on_cuda else "cores")
+    return count
+
+
+def _cores() -> int:
+    """The cores this process may run on."""
+    if hasattr(os, "sched_getaffinity"):
+        return len(os.sched_getaffinity(0))
+    return os.cpu_count() or 1
 
 
 def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> list[str]:

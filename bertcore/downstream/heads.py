@@ -182,7 +182,7 @@ def recover(
     checkpoints. The one place that calls the pretraining loop."""
     config = dataclasses.replace(
         train, max_steps=steps, epochs=None, batch_size=batches.global_batch_size,
-        gradient_accumulation_steps=batches.accumulation_steps, learning_rate=learning_rate,
+        micro_batches=batches.micro_batches, learning_rate=learning_rate,
         warmup_steps=steps // 10, eval_every=0, checkpoint_every=0, log_every=max(1, steps // 10),
         nproc_per_node=1, max_restarts=0, compile=False,
     )

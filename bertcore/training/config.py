@@ -18,7 +18,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
-from bertcore.common.errors import ConfigError, require
+from bertcore.common.errors import BertError, ConfigError, require
 from bertcore.common.schedule import Schedule
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import (
@@ -41,7 +41,10 @@ CompileMode = Bool | Literal["fullgraph"]
 # The constraints of a schedule, shared by `train` and BERT's second phase (`phase2`).
 Steps = integer(ge=1)  # optimizer steps
 BatchSize = integer(ge=1)  # sequences per optimizer step, over all micro-batches and processes
-AccumulationSteps = integer(ge=1)
+# the global batch's micro-batches: each its own gradient, summed in a fixed binary tree, so a
+# power of two (training/hardware/fixed_sum.py)
+MicroBatches = checked(Int, lambda n: n >= 1 and n & (n - 1) == 0,
+                       "a power of two: 1, 2, 4, 8, ...")
 # tokens: each step draws its samples from one bin of lengths this wide (training/data/order.py)
 LengthBinWidth = integer(ge=1, allowed="an integer >= 1 (tokens), or null")
 LearningRate = number(gt=0)
@@ -50,11 +53,11 @@ AdamBetas = checked(list[Float], lambda betas: len(betas) == 2 and all(0 <= b < 
                     "two numbers in [0, 1)")
 
 
-def require_whole_micro_batches(batch_size: int, accumulation: int, section: str = "") -> None:
-    """A batch splits into `accumulation` micro-batches of one size. `section`: the prefix of
-    the message's gradient_accumulation_steps ("phase2.")."""
-    require(batch_size % accumulation == 0, "batch_size", batch_size,
-            f"a multiple of {section}gradient_accumulation_steps ({accumulation})")
+def require_whole_micro_batches(batch_size: int, micro_batches: int, section: str = "") -> None:
+    """A batch splits into `micro_batches` micro-batches of one size. `section`: the prefix of
+    the message's micro_batches ("phase2.")."""
+    require(batch_size % micro_batches == 0, "batch_size", batch_size,
+            f"a multiple of {section}micro_batches ({micro_batches})")
 
 
 @params_section
@@ -67,7 +70,9 @@ class TrainConfig:
     # wall-clock budget: fewer steps when they would not fit
     max_minutes: number(gt=0, allowed="a number > 0 or null") | None = None
     batch_size: BatchSize = 32
-    gradient_accumulation_steps: AccumulationSteps = 1
+    # the global batch's micro-batches, each its own gradient, summed in one fixed order; the
+    # processes take equal shares (1, 2 or 4 of them with 4): the bytes do not depend on how many
+    micro_batches: MicroBatches = 4
     length_bin_width: LengthBinWidth | None = None  # null: a step's samples of any length
     learning_rate: LearningRate = 0.002  # peak, after the warmup
     warmup_steps: WarmupSteps = 150
@@ -96,8 +101,9 @@ class TrainConfig:
     max_nonfinite_steps: integer(ge=1) = 10
     num_workers: integer(ge=0) = 0  # DataLoader workers per process
     compile: CompileMode = False  # torch.compile the model (fullgraph: fail on a graph break)
-    # >1: the pretrain stage relaunches itself under torchrun
-    nproc_per_node: integer(ge=1) = 1
+    # >1: the pretrain stage relaunches itself under torchrun; auto: one per core (GPU), the
+    # most that split micro_batches (both phases') evenly (`processes_for`)
+    nproc_per_node: integer(ge=1, allowed="an integer >= 1, or auto") | Literal["auto"] = "auto"
     max_restarts: integer(ge=0) = 0  # torchrun restarts after a worker failure (each resumes)
     seed: Int = 42
 
@@ -109,7 +115,7 @@ class TrainConfig:
             self.max_steps,
             "a number of steps, or null with train.epochs set (exactly one of the two)",
         )
-        require_whole_micro_batches(self.batch_size, self.gradient_accumulation_steps)
+        require_whole_micro_batches(self.batch_size, self.micro_batches)
         return self
 
     def total_steps(self, steps_per_epoch: int) -> int:
@@ -148,7 +154,7 @@ class Phase2Config(Phase2Samples):
 
     max_steps: Steps = 150  # optimizer steps of phase 2, numbered on from phase 1's
     batch_size: BatchSize = 8  # its global batch (32 x 128 tokens = 8 x 512)
-    gradient_accumulation_steps: AccumulationSteps = 1
+    micro_batches: MicroBatches = 4
     # each step's samples from one bin of lengths 32 tokens wide: 3% of the tokens are padding
     # at 512 on the built-in corpus, not 39% (docs/training.md)
     length_bin_width: LengthBinWidth | None = 32
@@ -157,7 +163,7 @@ class Phase2Config(Phase2Samples):
 
     @model_validator(mode="after")
     def _whole_micro_batches(self) -> Phase2Config:
-        require_whole_micro_batches(self.batch_size, self.gradient_accumulation_steps, "phase2.")
+        require_whole_micro_batches(self.batch_size, self.micro_batches, "phase2.")
         return self
 
     def train_config(self, train: TrainConfig) -> TrainConfig:
@@ -165,9 +171,23 @@ class Phase2Config(Phase2Samples):
         return dataclasses.replace(
             train, max_steps=self.max_steps, epochs=None, max_minutes=None,
             batch_size=self.batch_size,
-            gradient_accumulation_steps=self.gradient_accumulation_steps,
+            micro_batches=self.micro_batches,
             length_bin_width=self.length_bin_width, learning_rate=self.learning_rate,
             warmup_steps=self.warmup_steps)
+
+
+def require_process_count(processes: int, micro_batches: int, section: str = "train.") -> None:
+    """BertError in one line unless `processes` split `micro_batches` into equal subtrees of
+    the fixed sum: a power of two that divides it."""
+    if processes & (processes - 1) or micro_batches % processes:
+        fits = [str(2**k) for k in range(micro_batches.bit_length())]
+        fits = (", ".join(fits[:-1]) + " or " + fits[-1] + " processes" if len(fits) > 1
+                else "1 process")
+        more = ("" if processes & (processes - 1) else
+                f", or raise {section}micro_batches to {processes}")
+        raise BertError(f"{processes} processes cannot share {section}micro_batches "
+                        f"({micro_batches}) evenly in its fixed sum: run {fits} "
+                        f"(a power of two that divides it){more}")
 
 
 @params_section(frozen=True)
@@ -190,3 +210,21 @@ class PretrainConfig:
                                                 "make the step phase 2 starts at depend on the "
                                                 "machine)")
         return self
+
+    def _micro_batches(self) -> dict[str, int]:
+        """The micro-batches of each phase that runs, by the prefix of its params."""
+        counts = {"train.": self.train.micro_batches}
+        if self.phase2.enabled:
+            counts["phase2."] = self.phase2.micro_batches
+        return counts
+
+    def require_processes(self, processes: int) -> None:
+        """BertError in one line unless `processes` split every phase's micro-batches."""
+        for section, micro_batches in self._micro_batches().items():
+            require_process_count(processes, micro_batches, section)
+
+    def processes_for(self, devices: int) -> int:
+        """`train.nproc_per_node: auto` on `devices` cores (GPUs): the most processes, at most
+        one per device, that split every phase's micro-batches (a power of two)."""
+        most = min([max(1, devices), *self._micro_batches().values()])
+        return 1 << (most.bit_length() - 1)

@@ -90,7 +90,7 @@ def tiny_params(**sections) -> dict:
         "masking": {"mlm_probability": 0.15, "max_predictions_per_seq": 5, "whole_word": False},
         "train": {"max_steps": 8, "batch_size": 8, "learning_rate": 0.003, "warmup_steps": 2,
                   "log_every": 2, "eval_every": 4, "checkpoint_every": 4, "keep_last": 2,
-                  "seed": 7},
+                  "seed": 7, "nproc_per_node": 1},
         "eval": {"batch_size": 16, "seed": 3},
         "tracking": {"uri": None, "experiment": "tiny", "log_checkpoints": "last"},
     }

@@ -1,5 +1,5 @@
 """A StepRunner built as the pretrain stage builds one, on the tiny data: for the tests of the
-loop, its steps, DDP and the device check."""
+loop, its steps, several processes and the device check."""
 
 from __future__ import annotations
 
@@ -50,9 +50,9 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
         store = FirstSamples(store, samples)
     rank, world_size = world
     batches = PretrainingBatches(store, collator,
-                                 config.batch_size, config.gradient_accumulation_steps,
+                                 config.batch_size, config.micro_batches,
                                  seed=config.seed, rank=rank, world_size=world_size)
-    # in a process group (even of one process) the trainer wraps the model in DDP
+    # in a process group (even of one process) the trainer gathers the gradients
     joined = torch.distributed.is_initialized()
     return StepRunner(net, config, batches, device="cpu",
                    dist=Distributed(rank, world_size, initialized=joined))

@@ -299,8 +299,8 @@ def test_a_changed_init_model_starts_fresh_and_mlflow_records_what_it_started_fr
 @pytest.mark.slow
 def test_under_torchrun_the_processes_start_from_the_folder_as_one_process_does(data,
                                                                                  tmp_path):
-    """Rank 0 alone reads the folder (DDP hands its weights to the others): two processes
-    give the losses and weights of one process with the same global batch."""
+    """Rank 0 alone reads the folder (it hands its weights to the others): two processes
+    give the losses and weights of one process, to the bit."""
     work = workdir_on(data, tmp_path)
     hf_bert(work / "bert", data / "vocab", kind="BertForMaskedLM", initializer_range=0.3)
     params_with(work / "params.yaml",
@@ -313,15 +313,7 @@ def test_under_torchrun_the_processes_start_from_the_folder_as_one_process_does(
         bert("pretrain", "--set", f"train.nproc_per_node={nproc}", "--checkpoints", f"c{nproc}",
              "--out", f"m{nproc}", "--log", f"log{nproc}.tsv", "--metrics", f"p{nproc}.json",
              "--eval-log", f"eval{nproc}.tsv", cwd=work)
-        runs[nproc] = (tsv(work / f"log{nproc}.tsv"), load_model(work / f"m{nproc}"))
-    (rows1, model1), (rows2, model2) = runs[1], runs[2]
-    for one, two in zip(rows1, rows2, strict=True):
-        assert two["mlm_loss"] == pytest.approx(one["mlm_loss"], rel=1e-5)
-        assert two["nsp_loss"] == pytest.approx(one["nsp_loss"], rel=1e-5)
-    for name, tensor in model1.state_dict().items():
-        other = model2.state_dict()[name]
-        if name.endswith("attention.qkv.bias"):
-            # The key bias has a zero gradient (softmax ignores a constant per query): Adam
-            # turns its rounding noise into steps of either sign, so leave it out.
-            tensor, other = (torch.cat([t[:32], t[64:]]) for t in (tensor, other))
-        torch.testing.assert_close(other, tensor, rtol=1e-5, atol=1e-6, msg=name)
+        runs[nproc] = tsv(work / f"log{nproc}.tsv")
+    assert runs[2] == runs[1]  # the micro-batches' gradients added in one fixed tree: same bytes
+    assert (work / "m2" / "model.safetensors").read_bytes() == (
+        work / "m1" / "model.safetensors").read_bytes()

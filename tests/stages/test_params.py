@@ -82,6 +82,19 @@ def test_bad_values_name_the_key(tmp_path, override, fragment):
     assert info.value.exit_code == 2
 
 
+@pytest.mark.parametrize(("processes", "said"), [
+    ("3", "run 1, 2 or 4 processes (a power of two that divides it)"),
+    ("8", "or raise train.micro_batches to 8"),
+])
+def test_a_process_count_that_does_not_split_the_micro_batches_is_one_line(tmp_path,
+                                                                           processes, said):
+    # said before any data is read or any process started
+    write(tmp_path, "train: {}\n")
+    proc = run_bert("pretrain", "--set", f"train.nproc_per_node={processes}", cwd=tmp_path)
+    assert_one_line_error(proc, f"{processes} processes cannot share train.micro_batches (4)",
+                          said)
+
+
 def test_unknown_section_and_malformed_override(tmp_path):
     path = write(tmp_path, "train: {}\n")
     with pytest.raises(ConfigError, match="trian: unknown section"):

@@ -225,7 +225,8 @@ def test_kill_9_of_a_dataloader_worker_stops_after_a_whole_step_with_a_checkpoin
 
     write_params(workdir / "params.yaml",
                  train={"max_steps": 100000, "checkpoint_every": 1000, "eval_every": 0,
-                        "log_every": 1, "num_workers": 2, "batch_size": 2},
+                        "log_every": 1, "num_workers": 2, "batch_size": 2,
+                        "micro_batches": 1},
                  tracking={"enabled": False})
     proc = start_bert("pretrain", cwd=workdir)
     wait_for_rows(workdir / "metrics" / "pretrain_log.tsv", 3, proc)
@@ -259,7 +260,8 @@ def test_a_dataloader_worker_killed_while_sending_a_batch_never_hangs_pretrainin
     resumes there."""
     write_params(workdir / "params.yaml",
                  train={"max_steps": 100000, "checkpoint_every": 1000, "eval_every": 0,
-                        "log_every": 1, "num_workers": 2, "batch_size": 2},
+                        "log_every": 1, "num_workers": 2, "batch_size": 2,
+                        "micro_batches": 1},
                  tracking={"enabled": False})
     env = {**os.environ, **ONE_THREAD, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}"}
     proc = subprocess.run(

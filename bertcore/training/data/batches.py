@@ -4,11 +4,13 @@ Which samples make optimizer step s of epoch e is `bertcore.training.data.order`
 bijection on the samples, dealt into length bins (`train.length_bin_width`,
 `phase2.length_bin_width`), gives each step its global batch of `batch_size` samples, from
 across the whole split, in memory that does not grow with it. The global batch is cut into
-world_size * accumulation equal micro-batches; rank r gets the r-th run of `accumulation` of
-them, each collated (masked, padded to its longest) by `PretrainingCollator`. The set of
-samples in each optimizer step, and (see masking.py) their masks, therefore depend only on
-(seed, epoch, step): not on the number of processes or DataLoader workers. A position in the
-data is just (epoch, step), which makes resuming exact.
+`micro_batches` equal micro-batches, whatever the number of processes; rank r of world_size
+gets the r-th run of micro_batches / world_size of them (a subtree of the fixed sum of their
+gradients, `bertcore.training.hardware.fixed_sum`), each collated (masked, padded to its
+longest) by `PretrainingCollator`. The set of samples in each optimizer step and micro-batch,
+and (see masking.py) their masks, therefore depend only on (seed, epoch, step): not on the
+number of processes or DataLoader workers. A position in the data is just (epoch, step),
+which makes resuming exact.
 """
 
 from __future__ import annotations
@@ -26,6 +28,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from bertcore.common.errors import BertError, require
 from bertcore.common.processes import how_it_ended
+from bertcore.training.config import require_process_count, require_whole_micro_batches
 from bertcore.training.data.masking import PretrainingCollator, as_tensors
 from bertcore.training.data.order import NO_BINS, EpochSteps, LengthBins, LengthSource
 
@@ -53,14 +56,15 @@ class TaggedSamples(Dataset):
 
 class PretrainingBatches:
     """Training batches for one rank: `iterate(epoch, start_step)` yields, per optimizer step,
-    the list of this rank's `accumulation_steps` collated micro-batches."""
+    the list of this rank's `micro_batches / world_size` collated micro-batches, the first of
+    them the step's micro-batch number `first_micro_batch`."""
 
     def __init__(
         self,
         store: SampleSource,
         collator: PretrainingCollator,
         global_batch_size: int,
-        accumulation_steps: int,
+        micro_batches: int,
         seed: int,
         rank: int = 0,
         world_size: int = 1,
@@ -72,19 +76,15 @@ class PretrainingBatches:
         """`bins`: the length bins each step draws from (one: no binning); `section`: the
         params section the batch size is set in, for messages (train, phase2)."""
         require(0 <= rank < world_size, "rank", rank, f"0 <= rank < world_size={world_size}")
-        parts = world_size * accumulation_steps
-        require(
-            global_batch_size % parts == 0,
-            "batch_size",
-            global_batch_size,
-            f"a multiple of processes x gradient_accumulation_steps = {parts}",
-        )
+        require_whole_micro_batches(global_batch_size, micro_batches, f"{section}.")
+        require_process_count(world_size, micro_batches, f"{section}.")
         self.steps = EpochSteps(store, bins, global_batch_size, seed)
         if self.steps.per_epoch == 0:
             raise BertError(_too_few_samples(self.steps, section))
         self.collator = collator
         self.global_batch_size = global_batch_size
-        self.accumulation_steps = accumulation_steps
+        self.micro_batches = micro_batches
+        self.per_rank = micro_batches // world_size  # micro-batches of each process
         self.seed = int(seed)
         self.rank = rank
         self.world_size = world_size
@@ -118,20 +118,24 @@ class PretrainingBatches:
         step: list[dict[str, torch.Tensor]] = []
         for micro_batch in TensorBatches(loader, self.pin_memory):
             step.append(micro_batch)
-            if len(step) == self.accumulation_steps:
+            if len(step) == self.per_rank:
                 yield step
                 step = []
 
     def _micro_batch_keys(self, epoch: int, start_step: int) -> Iterator[list[tuple[int, int]]]:
         """This rank's micro-batches of (epoch, index) keys from `start_step` on, lazily, so a
         huge epoch is never materialised as Python lists: of each global batch, the rank's
-        run of `accumulation_steps` equal micro-batches."""
-        per_rank = self.global_batch_size // self.world_size
-        micro = per_rank // self.accumulation_steps
+        run of `per_rank` equal micro-batches."""
+        micro = self.global_batch_size // self.micro_batches
         for global_batch in self.steps.batches(epoch, start_step):
-            mine = global_batch[self.rank * per_rank : (self.rank + 1) * per_rank]
-            for a in range(self.accumulation_steps):
-                yield [(epoch, index) for index in mine[a * micro : (a + 1) * micro].tolist()]
+            for m in range(self.first_micro_batch, self.first_micro_batch + self.per_rank):
+                part = global_batch[m * micro : (m + 1) * micro]
+                yield [(epoch, index) for index in part.tolist()]
+
+    @property
+    def first_micro_batch(self) -> int:
+        """The number, within each step, of this rank's first micro-batch."""
+        return self.rank * self.per_rank
 
 
 class DataWorkerDied(BertError):

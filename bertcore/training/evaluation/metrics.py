@@ -90,21 +90,24 @@ class ProbeSource(Protocol):
 class EvalSums:
     """The sums and counts of an evaluation, kept on the device: `add` a scored batch (no
     host read, no data-dependent shape, so the CPU never waits for the GPU), then `read` them
-    once, added over all processes."""
+    once, added over all processes: each batch's sums in the order of the batches (as
+    `eval_batches` deals them: batch b is process b % world_size's), whatever the number of
+    processes, so the figures have the same bytes for any number of them."""
 
     # [mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones]
     SIZE = 7
 
     def __init__(self, vocab_size: int, device: torch.device):
-        self.sums = torch.zeros(self.SIZE, dtype=torch.float64, device=device)
+        self.batches: list[torch.Tensor] = []  # each batch's sums, in the order scored
         # how often each token is a target: the baseline predicts the most frequent one
         self.label_counts = torch.zeros(vocab_size, dtype=torch.float64, device=device)
+        self.device = device
 
     def add(self, out, batch: dict[str, torch.Tensor]) -> None:
         """Add one batch's model output (`out`, with the loss sums) and labels."""
         targets = batch["mlm_targets"].flatten()
         labelled = targets != IGNORE_INDEX
-        self.sums += torch.stack(
+        self.batches.append(torch.stack(
             [
                 out.mlm_loss_sum.double(),
                 out.mlm_count.double(),
@@ -114,16 +117,27 @@ class EvalSums:
                 out.nsp_correct.double(),
                 (batch["nsp_labels"] == 1).sum().double(),
             ]
-        )
+        ))
         # index_add_ into a fixed-size tensor: bincount would size its output from the
         # largest target, a read of the device on every batch
         self.label_counts.index_add_(0, targets.clamp_min(0), labelled.double())
 
+    def sums(self, dist: Distributed) -> torch.Tensor:
+        """Every process's batches' sums, added one batch after the other in the order of
+        the batches (the host waits for the device here)."""
+        mine = torch.stack(self.batches).cpu() if self.batches else torch.zeros(0, self.SIZE,
+                                                                                 dtype=torch.float64)
+        shares = dist.all_gather_objects(mine)
+        total = torch.zeros(self.SIZE, dtype=torch.float64)
+        for batch in range(sum(len(share) for share in shares)):
+            total += shares[batch % len(shares)][batch // len(shares)]
+        return total.to(self.device)
+
     def read(self, dist: Distributed) -> EvalMetrics:
         """The metrics over all batches and processes (the host waits for the device here)."""
-        dist.all_reduce_sum(self.sums)
-        dist.all_reduce_sum(self.label_counts)
-        both = torch.cat([self.sums, self.label_counts.max()[None]]).tolist()
+        sums = self.sums(dist)
+        dist.all_reduce_sum(self.label_counts)  # whole numbers: exact in any order
+        both = torch.cat([sums, self.label_counts.max()[None]]).tolist()
         (mlm_loss_sum, mlm_count, mlm_correct, nsp_loss_sum, nsp_count, nsp_correct, nsp_ones,
          most_frequent) = both
         mlm_loss = mlm_loss_sum / max(mlm_count, 1.0)
@@ -215,6 +229,8 @@ def evaluate(
     was_training = model.training
     model.eval()
     sums = EvalSums(model.config.vocab_size, device)
+    if max_batches is not None:  # of all processes' batches: this process's share of them
+        max_batches = len(range(dist.rank, max_batches, dist.world_size))
     try:
         for batch in itertools.islice(batches, max_batches):  # None: all of them
             batch = {k: v.to(device, non_blocking=True) for k, v in batch.items()}

@@ -1,8 +1,11 @@
 """One process or many (torchrun): the few collective operations the training loop needs.
 
 `Distributed` is a plain object passed to the loop; with one process every method is a no-op,
-so the loop reads the same either way. Under torchrun (WORLD_SIZE > 1 in the environment)
-`Distributed.from_env` joins the process group: NCCL on GPUs, gloo on CPU.
+so the loop reads the same either way. What is summed over the processes in floating point is
+summed in a fixed tree (`tree_sum`, `fixed_sum`), so its bytes do not depend on how many
+there are; `all_reduce_sum` is for counts (whole numbers, exact in any order). Under torchrun
+(WORLD_SIZE > 1 in the environment) `Distributed.from_env` joins the process group: NCCL on
+GPUs, gloo on CPU.
 """
 
 from __future__ import annotations
@@ -15,6 +18,8 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+from bertcore.training.hardware.fixed_sum import tree_sum
 
 log = logging.getLogger(__name__)
 
@@ -33,7 +38,7 @@ class Distributed:
     @property
     def enabled(self) -> bool:
         """Several processes, or one that joined a process group (torchrun with one process:
-        DDP and the collectives run as with many, e.g. to check NCCL on one GPU)."""
+        the collectives run as with many, e.g. to check NCCL on one GPU)."""
         return self.world_size > 1 or self.initialized
 
     @classmethod
@@ -70,9 +75,26 @@ class Distributed:
         return cls(rank, world_size, local_rank, initialized=True)
 
     def all_reduce_sum(self, tensor: torch.Tensor) -> torch.Tensor:
-        """Sum `tensor` over all processes, in place (returned for convenience)."""
+        """Sum `tensor` over all processes, in place (returned for convenience): in an order
+        that depends on their number, so for whole numbers only (counts, votes)."""
         if self.enabled:
             dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return tensor
+
+    def tree_sum(self, subtree: torch.Tensor) -> torch.Tensor:
+        """The sum of every process's `subtree` (its contiguous run of the terms, summed in
+        their fixed tree: `fixed_sum.TreeSum`), added in the same tree in rank order: the
+        same bytes on every process, and for any number of them (a power of two)."""
+        if not self.enabled:
+            return subtree
+        gathered = [torch.empty_like(subtree) for _ in range(self.world_size)]
+        dist.all_gather(gathered, subtree.contiguous())
+        return tree_sum(gathered)
+
+    def broadcast_(self, tensor: torch.Tensor) -> torch.Tensor:
+        """Rank 0's `tensor` on every process, in place."""
+        if self.enabled:
+            dist.broadcast(tensor, src=0)
         return tensor
 
     def all_gather_objects(self, obj: Any) -> list[Any]:

@@ -1,9 +1,14 @@
 """One optimizer step, without the host ever waiting on the device.
 
 One optimizer step consumes one global batch of `batch_size` sequences, cut into
-`gradient_accumulation_steps` micro-batches on each of the `world_size` processes. Both losses
-are divided by their counts over the WHOLE step (all micro-batches, all processes), so
-accumulation and DDP compute the gradient of one big batch.
+`micro_batches` micro-batches, shared evenly by the `world_size` processes. Both losses are
+divided by their counts over the WHOLE step (all micro-batches, all processes), so the
+micro-batches compute the gradient of one big batch; each micro-batch's gradient is computed
+on its own and they are added in a fixed binary tree over their numbers
+(`bertcore.training.hardware.fixed_sum`), within each process and then across them, so the
+gradient, and every step after it, has the same bytes for 1, 2, 4, ... processes (with the
+same kernels and threads per process). Every process then holds the same gradient and takes
+the same optimizer step: no DDP.
 
 On a GPU the CPU runs ahead of the device; a step must not make it wait (`.item()`, `float(t)`,
 `bool(t)`, a data-dependent shape). So everything a step computes stays on the device: the
@@ -19,15 +24,14 @@ when it is set (as it does for GradScaler), and the metrics of the step are mask
 
 from __future__ import annotations
 
-import contextlib
 import functools
+import hashlib
 import logging
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
 import torch
-from torch.nn.parallel import DistributedDataParallel
 
 from bertcore.common.schedule import learning_rate as scheduled_rate
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
@@ -39,6 +43,7 @@ from bertcore.training.checkpoints.checkpoint import (
 from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.hardware.distributed import Distributed
+from bertcore.training.hardware.fixed_sum import TreeSum
 from bertcore.training.length import RunLength
 from bertcore.training.loop.state import TOTALS, WINDOW, LoggingWindow, TrainingState
 
@@ -117,7 +122,7 @@ def compile_model(model: torch.nn.Module, mode: CompileMode,
 
 
 class StepRunner:
-    """Runs optimizer steps: holds the model (with its DDP and torch.compile wrappers), its
+    """Runs optimizer steps: holds the model (with its torch.compile wrapper), its
     fused AdamW and scaler, the phase it steps through (`phase`), where the run stands
     (`state`) and the logging window (`window`)."""
 
@@ -139,16 +144,10 @@ class StepRunner:
         self.phase = PhaseSteps(config, batches)
         self.autocast_dtype = resolve_precision(config.precision, self.device)
         self.raw_model = model.to(self.device)
-        self.model: torch.nn.Module = self.raw_model
-        self.ddp: DistributedDataParallel | None = None
-        # DDP's own forward breaks the graph: fullgraph compiles the model inside DDP
-        compile_inside = config.compile == "fullgraph" and self.dist.enabled
-        if self.dist.enabled:
-            device_ids = [self.device.index] if self.device.type == "cuda" else None
-            inner = compile_model(model, "fullgraph") if compile_inside else model
-            self.model = self.ddp = DistributedDataParallel(inner, device_ids=device_ids)
-        if config.compile and not compile_inside:
-            self.model = compile_model(self.model, config.compile)
+        for tensor in self.raw_model.state_dict().values():  # rank 0's weights everywhere
+            self.dist.broadcast_(tensor)
+        self.model = compile_model(self.raw_model, config.compile)
+        self.parameters = [p for p in self.raw_model.parameters() if p.requires_grad]
         # Fused AdamW (CPU and CUDA): one kernel, and it skips a step on `found_inf`.
         self.optimizer = torch.optim.AdamW(
             self.raw_model.param_groups(config.weight_decay),
@@ -179,10 +178,13 @@ class StepRunner:
     def accumulate_gradients(
         self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False
     ) -> tuple[torch.Tensor, torch.Tensor]:
-        """Forward and backward over this process's micro-batches, leaving in `.grad` the
-        gradient of the whole global batch's loss. Returns two device tensors, summed over
-        all processes: counts [mlm, nsp, tokens, stop votes] and sums [mlm loss, mlm correct,
-        nsp loss, nsp correct]. `stop`: this process wants to stop (a sticky vote)."""
+        """Forward and backward over this process's micro-batches, each its own gradient,
+        leaving in `.grad` the gradient of the whole global batch's loss: every micro-batch's
+        gradient added in the fixed tree over their numbers (`fixed_sum`), the same bytes on
+        every process and for any number of them. Returns two device tensors over all
+        processes: counts [mlm, nsp, tokens, stop votes] and sums [mlm loss, mlm correct,
+        nsp loss, nsp correct] (in the same tree). `stop`: this process wants to stop (a
+        sticky vote)."""
         cfg, dist, device = self.config, self.dist, self.device
         self.model.train()
         batches = [
@@ -190,7 +192,8 @@ class StepRunner:
         ]
         if stop:
             self._stop_flag.fill_(1.0)  # a kernel with a constant: no transfer, no wait
-        # Global counts first: every micro-batch's loss is divided by the whole step's counts.
+        # Global counts first: every micro-batch's loss is divided by the whole step's counts
+        # (whole numbers: all-reduced exactly in any order).
         local = [
             torch.stack([(mb["mlm_targets"] != IGNORE_INDEX).sum(),
                          (mb["nsp_labels"] != IGNORE_INDEX).sum(),
@@ -201,24 +204,37 @@ class StepRunner:
         dist.all_reduce_sum(counts)
         mlm_den, nsp_den = counts[0].float().clamp_min(1), counts[1].float().clamp_min(1)
 
-        sums = torch.zeros(4, dtype=torch.float64, device=device)
+        gradients, sums = TreeSum(), TreeSum()
+        first = self.batches.first_micro_batch
         for index, mb in enumerate(batches):
-            last = index == len(batches) - 1
-            sync = contextlib.nullcontext()
-            if self.ddp is not None and not last:
-                sync = self.ddp.no_sync()  # all-reduce the gradients once, after the last
-            with sync:
-                with autocast(device, self.autocast_dtype):
-                    out = self.model(**mb)
-                loss = pretraining_loss(out, mlm_den, nsp_den, cfg.mlm_weight, cfg.nsp_weight)
-                # DDP averages gradients over processes; the global denominators already did.
-                loss = loss * dist.world_size
-                (self.scaler.scale(loss) if self.scaler else loss).backward()
-            sums += torch.stack(
+            # dropout drawn per micro-batch, by its number in the step, not by the process
+            torch.manual_seed(micro_batch_seed(cfg.seed, self.step, first + index))
+            with autocast(device, self.autocast_dtype):
+                out = self.model(**mb)
+            loss = pretraining_loss(out, mlm_den, nsp_den, cfg.mlm_weight, cfg.nsp_weight)
+            (self.scaler.scale(loss) if self.scaler else loss).backward()
+            gradients.add(self._take_gradient())
+            sums.add(torch.stack(
                 [out.mlm_loss_sum, out.mlm_correct, out.nsp_loss_sum, out.nsp_correct]
-            ).detach().double()
-        dist.all_reduce_sum(sums)
-        return counts, sums
+            ).detach().double())
+        self._put_gradient(dist.tree_sum(gradients.total))
+        return counts, dist.tree_sum(sums.total)
+
+    def _take_gradient(self) -> torch.Tensor:
+        """The micro-batch's gradient, flat (zero where a parameter got none), taken out of
+        `.grad`."""
+        flat = torch.cat([(p.grad if p.grad is not None else torch.zeros_like(p)).reshape(-1)
+                          for p in self.parameters])
+        for p in self.parameters:
+            p.grad = None
+        return flat
+
+    def _put_gradient(self, flat: torch.Tensor) -> None:
+        """`flat` (as `_take_gradient` lays it out) into `.grad`, as views of it."""
+        offset = 0
+        for p in self.parameters:
+            p.grad = flat[offset:offset + p.numel()].view_as(p)
+            offset += p.numel()
 
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False,
                    length: RunLength | None = None) -> StepResult:
@@ -310,11 +326,12 @@ class StepRunner:
         rng = state.get("rng") or []
         if len(rng) == self.dist.world_size:
             restore_rng_state(rng[self.dist.rank])
-        else:
-            log.warning(
-                "checkpoint was written by %d processes, this run has %d: the data order and "
-                "masks resume exactly, dropout draws new random numbers",
-                len(rng),
-                self.dist.world_size,
-            )
-            torch.manual_seed(self.config.seed + 1000 * self.step + self.dist.rank)
+        # else: written by another number of processes; nothing the steps draw depends on
+        # it (dropout is seeded per micro-batch: `micro_batch_seed`)
+
+
+def micro_batch_seed(seed: int, step: int, micro_batch: int) -> int:
+    """The seed of the dropout of micro-batch `micro_batch` of optimizer step `step`: the
+    same whichever process computes it."""
+    digest = hashlib.sha256(f"{seed}/{step}/{micro_batch}".encode()).digest()
+    return int.from_bytes(digest[:8], "little")

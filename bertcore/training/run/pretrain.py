@@ -173,7 +173,7 @@ def _batches(store: SampleStore, max_seq_length: int, masking: MaskingConfig,
     try:
         return PretrainingBatches(
             store, PretrainingCollator(masking, vocab, seed=train.seed), train.batch_size,
-            train.gradient_accumulation_steps, seed=train.seed, rank=dist.rank,
+            train.micro_batches, seed=train.seed, rank=dist.rank,
             world_size=dist.world_size, num_workers=train.num_workers,
             pin_memory=device.type == "cuda",
             bins=LengthBins(train.length_bin_width, max(1, max_seq_length)), section=section,
@@ -379,8 +379,8 @@ class PretrainingRun:
 
 
 def build_model(plan: PretrainingPlan) -> BertPretrainingModel:
-    """The same initial weights on every process (DDP also broadcasts rank 0's), then a
-    different dropout stream per process. From model.init_from (read by rank 0 alone: DDP
+    """The same initial weights on every process (the StepRunner also broadcasts rank 0's;
+    dropout is seeded per micro-batch). From model.init_from (read by rank 0 alone: the StepRunner
     hands its weights to the others), what the folder lacks starts as in a fresh model of
     this seed; a resumed run takes its weights from the checkpoint instead."""
     config, init, dist = plan.config, plan.inputs.init, plan.dist

@@ -91,3 +91,17 @@ def test_a_linear_run_is_recorded_as_before_the_schedule_keys_so_it_resumes():
         linear, wsd, dataclasses.replace(wsd, train=dataclasses.replace(wsd.train,
                                                                         decay_fraction=0.1)))}
     assert len(fingerprints) == 3
+
+
+def test_the_micro_batches_make_the_run_the_process_count_does_not():
+    """Any number of processes gives the same bytes, so it is the same run (resumed with
+    another count); the micro-batches are the order of the gradient's sum: another run."""
+    def fingerprint(**train) -> str:
+        config = PretrainConfig(ModelConfig(), MaskingConfig(), TrainConfig(**train),
+                                EvalConfig(), TrackingConfig())
+        return fingerprint_params(resumable_params(config))
+
+    default = fingerprint()
+    assert fingerprint(nproc_per_node=4) == fingerprint(nproc_per_node=1) == default
+    assert fingerprint(micro_batches=8) != default
+    assert fingerprint(micro_batches=4) == default

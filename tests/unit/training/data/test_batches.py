@@ -88,7 +88,7 @@ def global_steps(store, batch_size, accumulation, world_size, epoch=0, start_ste
     per_rank = [
         list(
             PretrainingBatches(
-                store, collator(), batch_size, accumulation, seed=3, rank=rank,
+                store, collator(), batch_size, accumulation * world_size, seed=3, rank=rank,
                 world_size=world_size, num_workers=workers, bins=bins,
             ).iterate(epoch, start_step)
         )
@@ -151,7 +151,7 @@ def test_ranks_get_disjoint_shards(store):
 
 
 def global_steps_rank(store, rank):
-    batches = PretrainingBatches(store, collator(), 16, 2, seed=3, rank=rank, world_size=2)
+    batches = PretrainingBatches(store, collator(), 16, 4, seed=3, rank=rank, world_size=2)
     return [[row for micro in step for row in rows(micro)] for step in batches.iterate(0)]
 
 
@@ -278,11 +278,13 @@ def test_a_batch_no_bin_holds_names_the_section_batch_size_and_bin_width(long_st
 
 def test_invalid_settings(store):
     with pytest.raises(ConfigError, match="batch_size"):
-        PretrainingBatches(store, collator(), 16, 3, seed=0)  # 16 not divisible by 3
-    with pytest.raises(ConfigError, match="batch_size"):
+        PretrainingBatches(store, collator(), 16, 32, seed=0)  # 16 not divisible by 32
+    with pytest.raises(BertError, match=r"8 processes cannot share train\.micro_batches"):
         PretrainingBatches(store, collator(), 8, 2, seed=0, world_size=8)
+    with pytest.raises(BertError, match=r"3 processes .* run 1, 2 or 4 processes"):
+        PretrainingBatches(store, collator(), 12, 4, seed=0, world_size=3)
     with pytest.raises(ConfigError, match="rank"):
-        PretrainingBatches(store, collator(), 8, 1, seed=0, rank=2, world_size=2)
+        PretrainingBatches(store, collator(), 8, 2, seed=0, rank=2, world_size=2)
     with pytest.raises(BertError, match=r"lower train\.batch_size"):
         PretrainingBatches(ListStore(5), collator(), 8, 1, seed=0)
     with pytest.raises(ConfigError, match="length_bin_width"):

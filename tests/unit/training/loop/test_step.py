@@ -77,7 +77,7 @@ class SyncCounter:
 
 
 def test_only_steps_that_log_read_the_device(data, monkeypatch):
-    trainer = make_trainer(data, max_steps=8, log_every=4, gradient_accumulation_steps=2,
+    trainer = make_trainer(data, max_steps=8, log_every=4, micro_batches=2,
                            max_grad_norm=0.5)
     iterate, train_step = trainer.batches.iterate, trainer.train_step
     counter = SyncCounter(monkeypatch)

@@ -65,7 +65,7 @@ def test_wsd_holds_the_peak_then_decays_over_the_last_fraction():
 
 def test_config_is_checked():
     with pytest.raises(ConfigError, match="batch_size"):
-        TrainConfig(batch_size=30, gradient_accumulation_steps=4)
+        TrainConfig(batch_size=30, micro_batches=4)
     with pytest.raises(ConfigError, match="max_steps"):
         TrainConfig(max_steps=None, epochs=None)
     assert TrainConfig(max_steps=None, epochs=2).total_steps(steps_per_epoch=7) == 14
@@ -74,8 +74,8 @@ def test_config_is_checked():
 def test_accumulation_gives_the_gradient_of_one_big_batch(data):
     """4 micro-batches with different numbers of MLM and NSP labels: the accumulated gradient
     is that of the mean loss over all 16 sequences (not a mean of per-micro-batch means)."""
-    trainer = make_trainer(data, dropout=0.0, gradient_accumulation_steps=4, nsp_weight=0.5)
-    joined = next(make_trainer(data, dropout=0.0).batches.iterate(epoch=0))[0]
+    trainer = make_trainer(data, dropout=0.0, micro_batches=4, nsp_weight=0.5)
+    joined = next(make_trainer(data, dropout=0.0, micro_batches=1).batches.iterate(epoch=0))[0]
     rows = torch.arange(16)
     # micro-batch k (rows 4k..4k+3) keeps k+1 MLM labels per sequence and NSP labels of 4-k
     targets = joined["mlm_targets"].clone()
@@ -132,7 +132,7 @@ def test_gradients_are_clipped_to_max_grad_norm(data, precision):
 
 def test_exact_resume_mid_epoch_is_bitwise_identical(data, tmp_path):
     # 16 sequences per step, 581 train samples: 36 steps per epoch; with batch 64: 9.
-    kw = dict(max_steps=24, batch_size=64, gradient_accumulation_steps=2, checkpoint_every=5)
+    kw = dict(max_steps=24, batch_size=64, micro_batches=2, checkpoint_every=5)
     straight = make_trainer(data, **kw)
     assert straight.batches.steps_per_epoch == 9
     losses_straight: list[float] = []

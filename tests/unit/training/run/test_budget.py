@@ -140,7 +140,7 @@ def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> StepRu
                                    VocabSpec.from_tokens(tokens), seed=config.seed)
     rank, world_size = world
     batches = PretrainingBatches(SampleStore(data / "samples" / "train"), collator,
-                                 config.batch_size, config.gradient_accumulation_steps,
+                                 config.batch_size, config.micro_batches,
                                  seed=config.seed, rank=rank, world_size=world_size)
     return StepRunner(net, config, batches, device="cpu", dist=Distributed(rank, world_size))
 
