@@ -5,6 +5,7 @@ top to bottom:
   plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
                       (`bertcore.training.checkpoints.identity`), and plan where the run (re)starts
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
+                      (`bertcore.training.run.plan`)
   PretrainingRun      .start: build the model (new, or from an existing BERT:
                       `bertcore.model.init_from`), open the MLflow run (a NullTracker when
                       nothing is tracked) and the StepRunner; .train: train each phase in turn
@@ -20,7 +21,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from functools import partial
 from pathlib import Path
 from typing import Any
@@ -31,30 +32,22 @@ import torch
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.cpu import cpu_record
 from bertcore.common.digests import file_sha256
-from bertcore.common.errors import ConfigError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
 from bertcore.common.tracking import NOTE_TAG, Tracker
-from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.devices import device_name, resolve_device
 from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.model.local_init import MEASURED_ON, init_local_attention
+from bertcore.model.local_init import init_local_attention
 from bertcore.model.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
-from bertcore.training.checkpoints.identity import in_phase1, phase1_identity, phase2_identity
-from bertcore.training.checkpoints.lineage import left_notice, replacing_notice
-from bertcore.training.config import MaskingConfig, PretrainConfig, TrainConfig
-from bertcore.training.data.batches import PretrainingBatches
-from bertcore.training.data.masking import PretrainingCollator, VocabSpec
-from bertcore.training.data.order import LengthBins
+from bertcore.training.checkpoints.lineage import replacing_notice
+from bertcore.training.config import PretrainConfig
 from bertcore.training.evaluation.metrics import Probes, ProbeSource, evaluate, val_batches
 from bertcore.training.hardware.distributed import Distributed
-from bertcore.training.length import RunLength
-from bertcore.training.loop.budget import TimeBudget, recorded_timing
 from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
-from bertcore.training.loop.step import PhaseSteps, StepRunner
+from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.stopping import TrainingInterrupted
 from bertcore.training.loop.trainer import Trainer, TrainResult
 from bertcore.training.run.charts import write_pretrain_charts
@@ -71,13 +64,10 @@ from bertcore.training.run.mlflow_run import (
 )
 from bertcore.training.run.phases import (
     Phase,
-    RunPlan,
     close_phase1,
     enter_phase2,
-    first_epoch,
-    plan_run,
-    scaled_masking,
 )
+from bertcore.training.run.plan import PretrainingPlan, plan_pretraining
 from bertcore.training.run.report import PretrainReport, pretrain_report
 
 log = logging.getLogger(__name__)
@@ -111,124 +101,6 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
             return PretrainingRun.start(plan, labels, probes).train()
     finally:
         dist.close()
-
-
-# ------------------------------------------------------------------------------------ plan
-@dataclass(frozen=True, kw_only=True)
-class PretrainingPlan:
-    """Everything decided before a weight is touched (`plan_pretraining`)."""
-
-    config: PretrainConfig
-    paths: PretrainPaths
-    inputs: PretrainInputs
-    dist: Distributed
-    device: torch.device
-    vocab: VocabSpec
-    checkpoints: CheckpointDir
-    phases: tuple[Phase, ...]  # phase 1, and BERT's second phase when it is on
-    start: RunPlan  # where the run (re)starts
-
-
-def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
-                     dist: Distributed, checkpoints: CheckpointDir) -> PretrainingPlan:
-    """The phases with their batches, lengths and identities, and where the run (re)starts,
-    with the warnings that go with it."""
-    device = resolve_device(config.train.device, dist.local_rank)
-    vocab = VocabSpec.from_tokens(inputs.tokens)
-    if inputs.init is not None and dist.is_main:
-        log.info("model.init_from: starting from %s (%s); model.preset is not used",
-                 inputs.init.path, inputs.init.describe())
-    elif config.model.local_attention_init and config.model.preset not in MEASURED_ON and \
-            dist.is_main:
-        log.warning("model.local_attention_init: true was measured on BERT-tiny alone "
-                    "(docs/recipe.md), not on the %s preset", config.model.preset)
-    batches = _batches(inputs.train_store, inputs.max_seq_length, config.masking, config.train,
-                       vocab, dist, device)
-    phase1_latest = checkpoints.latest(where=in_phase1)  # its files hashed once per start
-    first = _first_phase(config, paths, inputs, batches, dist, phase1_latest)
-    phases = (first,)
-    if config.phase2.enabled:
-        phases += (_second_phase(config, paths, inputs, first, vocab, dist, device),)
-    start = plan_run(checkpoints, phase1_latest, *(phase.identity for phase in phases))
-    if first.timing is not None and start.resume.checkpoint is None:
-        # planned from a checkpoint the run does not resume: it times its own first steps
-        length = first.length.planned_at(first.length.configured)
-        first = replace(first, timing=None, identity=replace(first.identity, length=length))
-        phases = (first, *phases[1:])
-    if dist.is_main:
-        for warning in start.warnings:
-            log.warning("%s", warning)
-        if start.left:
-            log.warning("%s", left_notice(start.left, first.identity, paths.out))
-    return PretrainingPlan(config=config, paths=paths, inputs=inputs, dist=dist,
-                           device=device, vocab=vocab, checkpoints=checkpoints,
-                           phases=phases, start=start)
-
-
-def _batches(store: SampleStore, max_seq_length: int, masking: MaskingConfig,
-             train: TrainConfig, vocab: VocabSpec, dist: Distributed, device: torch.device,
-             section: str = "train") -> PretrainingBatches:
-    """The batches of one phase; `section` (train, phase2) sets its batch and length bins,
-    and mistakes name it."""
-    try:
-        return PretrainingBatches(
-            store, PretrainingCollator(masking, vocab, seed=train.seed), train.batch_size,
-            train.micro_batches, seed=train.seed, rank=dist.rank,
-            world_size=dist.world_size, num_workers=train.num_workers,
-            pin_memory=device.type == "cuda",
-            bins=LengthBins(train.length_bin_width, max(1, max_seq_length)), section=section,
-        )
-    except ConfigError as exc:  # its batch does not split over the processes, ...
-        raise exc.in_section(section) from None
-
-
-def _time_budget(config: PretrainConfig, inputs: PretrainInputs) -> TimeBudget | None:
-    """train.max_minutes (never with phase 2: PretrainConfig refuses it), over phase 1."""
-    train = config.train
-    if train.max_minutes is None:
-        return None
-    val_sequences = len(inputs.val_store)
-    if config.eval.max_batches is not None:
-        val_sequences = min(val_sequences, config.eval.max_batches * config.eval.batch_size)
-    return TimeBudget(train.max_minutes, train.warmup_steps, train.batch_size, train.eval_every,
-                      val_sequences)
-
-
-def _first_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
-                 batches: PretrainingBatches, dist: Distributed,
-                 latest: Checkpoint | None) -> Phase:
-    """Phase 1: the `train` section on the samples. With a time budget, a run that resumes
-    `latest` (phase 1's latest checkpoint) plans its end from the timing it recorded."""
-    budget = _time_budget(config, inputs)
-    length = RunLength.configured_by(config.train, batches.steps_per_epoch)
-    timing = recorded_timing(latest) if budget is not None and latest else None
-    if timing is not None:
-        length = budget.plan(length, timing)
-    # The init model's content, hashed once (by rank 0) per start: a resume must not continue
-    # a run begun from other weights.
-    init = inputs.init
-    init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
-    identity = phase1_identity(config, paths.vocab, paths.samples, length, init_hash)
-    return Phase(1, inputs.max_seq_length, config.masking, PhaseSteps(config.train, batches),
-                 inputs.val_store, identity, budget, timing)
-
-
-def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
-                  first: Phase, vocab: VocabSpec, dist: Distributed,
-                  device: torch.device) -> Phase:
-    """BERT's second phase: its own batch and schedule on the longer samples, its steps and
-    epochs numbered on from phase 1's."""
-    settings = config.phase2
-    train = settings.train_config(config.train)
-    masking = scaled_masking(config.masking, inputs.max_seq_length, settings.max_seq_length)
-    batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
-                       dist, device, section="phase2")
-    # from phase 1's last step, in the first epoch phase 1 did not reach
-    end = first.length.planned
-    steps = PhaseSteps(train, batches, end, first_epoch(end, first.batches.steps_per_epoch))
-    identity = phase2_identity(first.identity, settings, paths.phase2_samples,
-                               steps.configured_length())
-    return Phase(2, settings.max_seq_length, masking, steps, inputs.phase2_val, identity)
 
 
 # ------------------------------------------------------------------------------------- run
