@@ -187,7 +187,7 @@ def tiny_trainer(device, **train):
 
     tokens = read_vocab("data/vocab")
     config = TrainConfig(batch_size=8, warmup_steps=2, eval_every=0, checkpoint_every=0,
-                         seed=3, **train)
+                         seed=3, **{"micro_batches": 1, **train})
     model = BertPretrainingModel(BertConfig.from_preset("tiny", vocab_size=len(tokens)))
     collator = PretrainingCollator(MaskingConfig(), VocabSpec.from_tokens(tokens), seed=3)
     batches = PretrainingBatches(SampleStore("data/samples/train"), collator, 8, 1, seed=3,

@@ -147,9 +147,9 @@ def new_trainer(config, sizes: StepSizes, bench: Bench, compiled: bool):
     torch.manual_seed(0)
     train = TrainConfig(max_steps=10**6, batch_size=sizes.batch, warmup_steps=0,
                         precision="bf16", learning_rate=1e-4, log_every=10**6, eval_every=0,
-                        checkpoint_every=0, device=bench.device.type)
-    trainer = StepRunner(BertPretrainingModel(config), train,
-                         SimpleNamespace(steps_per_epoch=10**6), device=bench.device)
+                        checkpoint_every=0, device=bench.device.type, micro_batches=1)
+    batches = SimpleNamespace(steps_per_epoch=10**6, first_micro_batch=0)  # one batch a step
+    trainer = StepRunner(BertPretrainingModel(config), train, batches, device=bench.device)
     if compiled:
         trainer.model = compile_model(trainer.raw_model, "fullgraph", bench.backend)
     return trainer

@@ -104,7 +104,8 @@ def main() -> None:
                                      bins=LengthBins(width, args.max_len))
         torch.manual_seed(0)  # the same weights for both
         runners[width] = StepRunner(BertPretrainingModel(config),
-                                    TrainConfig(batch_size=args.batch_size, warmup_steps=0),
+                                    TrainConfig(batch_size=args.batch_size, warmup_steps=0,
+                                                micro_batches=1),
                                     batches, device="cpu")
         steps[width] = [step for step, _ in zip(batches.iterate(0), range(count + 2),
                                                 strict=False)]

@@ -63,8 +63,9 @@ def main() -> None:
         torch.manual_seed(0)  # the same weights for every shape
         slots = SLOTS_AT_128 * length // 128
         trainers[length, batch] = StepRunner(
-            BertPretrainingModel(config), TrainConfig(batch_size=batch, warmup_steps=0),
-            SimpleNamespace(steps_per_epoch=1), device="cpu")
+            BertPretrainingModel(config),
+            TrainConfig(batch_size=batch, warmup_steps=0, micro_batches=1),
+            SimpleNamespace(steps_per_epoch=1, first_micro_batch=0), device="cpu")
         batches[length, batch] = [
             ours_inputs(make_batch(batch, length, args.vocab, generator, slots), slots)
             for _ in range(2)]

@@ -30,8 +30,11 @@ TARGETS = ["evaluate", "export"]  # and the stages before them; finetune and pru
 
 
 def two_phase_repo(tmp_path: Path, name: str, **phase2) -> tuple[Path, dict]:
+    """One process (the kill test's shim pauses the command it starts, not torchrun's
+    processes; test_pipeline.py runs the default, one a core)."""
     repo, env = new_repo(tmp_path, name)
     params = tiny_pipeline_params()
+    params["train"]["nproc_per_node"] = 1
     params["phase2"] = {**PHASE2, **phase2}
     (repo / "params.yaml").write_text(yaml.safe_dump(params, sort_keys=False))
     return repo, env
