@@ -83,7 +83,9 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
 def saved_fine_tunes(runs_dir: str) -> str | None:
     """What a suite stopped midway leaves: the fine-tunes saved in `runs_dir`, which a rerun
     reuses (None when there are none)."""
-    count = len(list(Path(runs_dir).glob("*/record.json")))
+    # not a staging folder (`.NAME.tmp-...`) that a worker ended while saving left behind
+    count = len([path for path in Path(runs_dir).glob("*/record.json")
+                 if not path.parent.name.startswith(".")])
     if not count:
         return None
     return (f"{count} finished fine-tune{'s stay' if count > 1 else ' stays'} in {runs_dir}: "
