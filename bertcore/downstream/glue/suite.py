@@ -176,7 +176,8 @@ def run_tasks(readable: list[TaskData], suite: Suite) -> Iterator[TaskResult]:
 
 def run_task(data: TaskData, suite: Suite) -> TaskResult:
     """One task's fine-tunes (`run_tasks`)."""
-    return next(run_tasks([data], suite))
+    [result] = run_tasks([data], suite)  # to its end: its pool shut down, not left open
+    return result
 
 
 def finish_task(plan: TaskPlan, suite: Suite) -> TaskResult:
@@ -238,6 +239,7 @@ def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailu
     for data in readable:
         if not isinstance(data, TaskFailure):
             require_readable_task(data, suite.model, suite.config)
-    results = run_tasks([data for data in readable if not isinstance(data, TaskFailure)],
-                        suite)
+    # to its end (each task finished as its last fine-tune comes in): its pool shut down
+    results = iter(list(run_tasks([data for data in readable
+                                   if not isinstance(data, TaskFailure)], suite)))
     return [data if isinstance(data, TaskFailure) else next(results) for data in readable]
