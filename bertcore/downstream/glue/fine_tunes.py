@@ -36,8 +36,8 @@ class GlueJob:
     task: GlueTask
     recipe: Recipe
     name: str
-    encoder: Shared  # the pretrained encoder (BertPretrainingModel)
-    inputs: Shared  # the task's examples (suite.TaskInputs: `encoded`)
+    encoder: Shared | None  # the pretrained encoder (BertPretrainingModel)
+    inputs: Shared | None  # the task's examples (suite.TaskInputs: `encoded`)
     runs_dir: Path
     tokenizer_dir: Path  # its files go beside each saved model
     device: str

@@ -17,6 +17,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
+from functools import cache
 from pathlib import Path
 from typing import Any
 
@@ -91,10 +92,10 @@ class Suite:
     code: str = field(default_factory=lambda: fine_tuning_code())  # what computes a result
     workers: int = 1  # fine-tunes at once, each in a process of its own
 
-    def job(self, task: GlueTask, recipe: Recipe, name: str, encoder: Shared,
+    def job(self, task: GlueTask, recipe: Recipe, name: str, encoder: Shared | None,
             inputs: Shared | None, in_worker: bool = False) -> GlueJob:
-        """A fine-tune of `task` with `recipe`, saved as `name` (`inputs`: its examples;
-        None for a job only logged, run already)."""
+        """A fine-tune of `task` with `recipe`, saved as `name` (`encoder`, `inputs`: what it
+        fine-tunes on; None for a job only logged, run already)."""
         return GlueJob(task, recipe, name, encoder, inputs, self.finished.folder,
                        self.model.tokenizer_dir, str(self.device), self.model.pad_id,
                        torch.get_num_threads(), in_worker)
@@ -131,15 +132,17 @@ class TaskPlan:
     runs: dict[Recipe, SeedRun]  # those found or finished so far
     reused: int = 0
 
-    def jobs(self, suite: Suite, encoder: Shared, folder: Path | None) -> Iterator[GlueJob]:
+    def jobs(self, suite: Suite, encoder: Callable[[], Shared], folder: Path | None
+             ) -> Iterator[GlueJob]:
         """The fine-tunes not found, for the suite's pool (`folder`: where it shares the
-        task's examples with its workers; None: in this process)."""
+        encoder, `encoder()`, and the task's examples with its workers; None: in this
+        process). Nothing is encoded or shared for a task all found."""
         missing = [recipe for seeded in self.seeded for recipe in seeded
                    if recipe not in self.runs]
         if missing:
-            inputs = Shared(self.inputs, folder)  # encoded (pickled) only once a job needs it
-            yield from (suite.job(self.data.task, recipe, self.names[recipe], encoder, inputs,
-                                  in_worker=folder is not None) for recipe in missing)
+            inputs = Shared(self.inputs, folder)
+            yield from (suite.job(self.data.task, recipe, self.names[recipe], encoder(),
+                                  inputs, in_worker=folder is not None) for recipe in missing)
 
 
 def plan_task(data: TaskData, suite: Suite) -> TaskPlan:
@@ -163,12 +166,13 @@ def run_tasks(readable: list[TaskData], suite: Suite) -> Iterator[TaskResult]:
     fine-tune is in, made while the workers go on with the next."""
     plans = [plan_task(data, suite) for data in readable]
     with fine_tune_pool(suite.workers) as (run, folder):
-        encoder = shared_encoder(suite.model.encoder, folder)
+        # the encoder shared once a fine-tune needs it (a suite all reused writes nothing)
+        encoder = cache(lambda: shared_encoder(suite.model.encoder, folder))
         jobs = (job for plan in plans for job in plan.jobs(suite, encoder, folder))
         done = run(fine_tune_job, jobs)
         for plan in plans:
             for recipe in [r for seeded in plan.seeded for r in seeded if r not in plan.runs]:
-                job = suite.job(plan.data.task, recipe, plan.names[recipe], encoder, None)
+                job = suite.job(plan.data.task, recipe, plan.names[recipe], None, None)
                 plan.runs[recipe] = log_fine_tune(job, next(done), suite.start_run,
                                                   suite.finished.folder)
             yield finish_task(plan, suite)
