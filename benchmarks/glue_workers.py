@@ -88,7 +88,8 @@ def profile(root: Path, top: int) -> None:
     profiler.runcall(score_glue, GlueConfig(**settings, **one), paths, None)
     stats = pstats.Stats(profiler)
     stats.sort_stats("cumulative").print_stats(r"bertcore|charts|matplotlib/pyplot", top)
-    stats.print_stats(r"optimizer.py:.*__init__|_dynamo/__init__|matplotlib/__init__|pyplot.py:1\(|huggingface_hub/__init__|repocard.py:1\(|run_backward|built-in method torch._C._nn.linear", 20)
+    stats.print_stats(r"optimizer.py:.*__init__|_dynamo/__init__|matplotlib/__init__|"
+                      r"run_backward|built-in method torch._C._nn.linear", 12)
 
 
 def main() -> None:

@@ -13,10 +13,10 @@ GLUE's leaderboard files where the folder has test files) and `models/glue/` (ea
 median-seed model), all replaced together by a run that scored a task. Each fine-tune is saved
 in `models/glue_runs/` as it finishes: a rerun (after a kill, a failure, a task added) reuses
 those of the same model, data and recipe. The fine-tunes run `glue.workers` at once, each in a
-worker process: the outputs are the same bytes whatever the count. In MLflow: one run of the suite under the model's
-pretraining run, each fine-tune a run nested under it. With `glue.data: null` (the default:
-GLUE is not shipped and is not downloaded) it says so in one line and writes its outputs
-empty.
+worker process: the outputs are the same bytes whatever the count. In MLflow: one run of the
+suite under the model's pretraining run, each fine-tune a run nested under it. With
+`glue.data: null` (the default: GLUE is not shipped and is not downloaded) it says so in one
+line and writes its outputs empty.
 """
 
 from __future__ import annotations

@@ -214,7 +214,7 @@ def test_two_workers_give_the_bytes_of_one_whichever_fine_tune_finishes_first(
     out = tmp_path / "out"
     run_finetune(FinetuneConfig(data=str(root / "topics.jsonl"), seeds=3,
                                 **(SETTINGS | {"workers": 2})), _paths(root, out), target=None)
-    assert (tmp_path / "a later one finished").exists()
+    assert (tmp_path / "a later one finished.first after").exists()
     for name in ("finetune.json", "finetune_details.json", "finetune_items.json",
                  "finetuned/model.safetensors"):
         assert (out / name).read_bytes() == (root / "out3" / name).read_bytes(), name

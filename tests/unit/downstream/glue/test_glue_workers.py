@@ -63,7 +63,8 @@ def test_two_workers_give_the_bytes_of_one_whichever_fine_tune_finishes_first(
     monkeypatch.setenv("FIRST_LAST_TASK", "rte")
     monkeypatch.setenv("FIRST_LAST_SEED", "42")
     score(workdir, tmp_path / "two", workers=2)
-    assert (tmp_path / "a later one finished").exists()  # rte's seed 42 finished after another
+    # rte's seed 42 finished after another
+    assert (tmp_path / "a later one finished.first after").exists()
     two, one = outputs(tmp_path / "two"), outputs(workdir / "one")
     assert "predictions/submission/RTE.tsv" in one and "models/STS-B/model.safetensors" in one
     assert two == one
