@@ -62,6 +62,8 @@ def peak_rss_mb(root: Path, code: Path, tasks: list[str], seeds: int, steps: int
                        "max_steps": steps, "max_seq_length": 64},
               "tracking": {"enabled": False}}
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
+    if "workers" in (code / "bertcore" / "downstream" / "config.py").read_text(encoding="utf-8"):
+        params["glue"]["workers"] = 1  # the stage's own process fine-tunes: its peak is theirs
     env = {**os.environ, "PYTHONPATH": str(code)}
     # a folder of finished fine-tunes of its own, or the suite would reuse the single one's
     # (a checkout from before it has none)

@@ -95,7 +95,8 @@ def run_suite(root: Path, seeds: int, threads: int) -> float:
     config = GlueConfig(data=str(root / "glue_data"), tasks=TASKS, seeds=seeds, batch_size=32,
                         epochs=1, max_seq_length=128, device="cpu")
     paths = GluePaths(str(root / "pretrained"), str(root / "vocab"), str(out / "glue.json"),
-                      str(out / "seeds.tsv"), str(out / "predictions"), str(out / "models"))
+                      str(out / "seeds.tsv"), str(out / "predictions"), str(out / "models"),
+                      str(out / "runs"))
     start = time.perf_counter()
     score_glue(config, paths, None)
     return time.perf_counter() - start

@@ -9,7 +9,8 @@ test scores and the gain), `metrics/finetune_details.json` (each seed's, their s
 baselines, the data and the training), `metrics/finetune_items.json` (each seed's predictions
 per test example) and `models/finetuned/` (the median seed's fine-tuned pretrained model,
 loadable by transformers' `BertForSequenceClassification`), and logs a child run of the
-pretraining run in MLflow.
+pretraining run in MLflow. The fine-tunes run `finetune.workers` at once, each in a worker
+process: the outputs are the same bytes whatever the count.
 """
 
 from __future__ import annotations

@@ -12,10 +12,11 @@ dev example: the intervals' items), `metrics/glue_seeds.tsv`
 GLUE's leaderboard files where the folder has test files) and `models/glue/` (each task's
 median-seed model), all replaced together by a run that scored a task. Each fine-tune is saved
 in `models/glue_runs/` as it finishes: a rerun (after a kill, a failure, a task added) reuses
-those of the same model, data and recipe. In MLflow: one run of the suite under the model's
-pretraining run, each fine-tune a run nested under it. With `glue.data: null` (the default:
-GLUE is not shipped and is not downloaded) it says so in one line and writes its outputs
-empty.
+those of the same model, data and recipe. The fine-tunes run `glue.workers` at once, each in a
+worker process: the outputs are the same bytes whatever the count. In MLflow: one run of the
+suite under the model's pretraining run, each fine-tune a run nested under it. With
+`glue.data: null` (the default: GLUE is not shipped and is not downloaded) it says so in one
+line and writes its outputs empty.
 """
 
 from __future__ import annotations
@@ -89,7 +90,9 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
 def saved_fine_tunes(runs_dir: str) -> str | None:
     """What a suite stopped midway leaves: the fine-tunes saved in `runs_dir`, which a rerun
     reuses (None when there are none)."""
-    count = len(list(Path(runs_dir).glob("*/record.json")))
+    # not a staging folder (`.NAME.tmp-...`) that a worker ended while saving left behind
+    count = len([path for path in Path(runs_dir).glob("*/record.json")
+                 if not path.parent.name.startswith(".")])
     if not count:
         return None
     return (f"{count} finished fine-tune{'s stay' if count > 1 else ' stays'} in {runs_dir}: "

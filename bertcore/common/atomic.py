@@ -58,11 +58,14 @@ class NoSpaceError(BertError):
     """The filesystem of an output is full: nothing was replaced, temporaries are gone."""
 
     def __init__(self, path: str | os.PathLike, advice: str = "point --out elsewhere"):
-        self.path = Path(path)
+        self.path, self.advice = Path(path), advice
         self.mount = mount_point(self.path)
         super().__init__(
             f"no space left on {self.mount} while writing {self.path}; free space or {advice}"
         )
+
+    def __reduce__(self):  # from a worker process, whole: the stage names the path's option
+        return type(self), (self.path, self.advice)
 
 
 class ForeignFolderError(BertError):

@@ -136,12 +136,15 @@ class TaskRunner:
     stops the work (`WorkerDied`, naming the worker and the task: its `where`, if it has
     one).
     On SIGTERM or Ctrl-C (`bertcore.common.interrupt`) the parent stops the pool on the way out
-    (`__exit__`); the workers ignore Ctrl-C and leave it to the parent.
+    (`__exit__`); the workers ignore Ctrl-C and leave it to the parent. It waits for the tasks
+    running then, unless they are `long` (a fine-tune: minutes): then it ends their workers
+    at once, and their tasks are lost.
     """
 
-    def __init__(self, workers: int, lazy: bool = False):
+    def __init__(self, workers: int, lazy: bool = False, long: bool = False):
         self.workers = workers
         self.lazy = lazy
+        self.long = long
         self.pool: ProcessPoolExecutor | None = None
         self.board = None  # the pool's board: a shared array of (pid, task) rows
         self.processes: dict = {}  # pid -> Process, of the current pool
@@ -152,8 +155,11 @@ class TaskRunner:
         return self.run
 
     def __exit__(self, *exc) -> None:
-        if self.pool is not None:
-            self._stop(cancel=exc[0] is not None)
+        if self.pool is None:
+            return
+        if exc[0] is not None and self.long:
+            self._unwedge()  # ends the workers, and the pool's thread does not wait for them
+        self._stop(cancel=exc[0] is not None)
 
     def run(self, func: Callable, tasks: Iterable) -> Iterator:
         """`func(task)` for each task, in task order (the tasks numbered from 1)."""

@@ -10,7 +10,7 @@ it, the one fine-tuning loop of the project.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, replace
+from dataclasses import asdict, dataclass, replace
 from typing import Annotated, Literal
 
 from pydantic import model_validator
@@ -48,6 +48,15 @@ LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a numb
 
 # finetune.seed, glue.seed: numpy's generators take no negative seed, torch none of 2**64
 Seed = integer(ge=0, le=2**63 - 1)
+# finetune.workers, glue.workers: processes that fine-tune at once (0: one per core)
+Workers = integer(ge=0, le=1024, allowed="0..1024 (0: one per core)")
+# what does not change a result: left out of the params a model card says reproduce it
+NOT_REPRODUCED = ("workers",)
+
+
+def reproduced(section: FinetuneConfig | GlueConfig) -> dict:
+    """The section's params that make its results (a model card's), `workers` left out."""
+    return {key: value for key, value in asdict(section).items() if key not in NOT_REPRODUCED}
 
 
 def recipe_for(section: FinetuneConfig | GlueConfig, hidden_size: int) -> Recipe:
@@ -122,6 +131,9 @@ class FinetuneConfig:
     # the median, its interval over seeds and items, the spread (params.yaml: why this count)
     seeds: integer(ge=1) = 3
     device: Device = "auto"
+    # fine-tunes at once, each in a process of its own (cpu.threads each); 0: one per core
+    # (one on a GPU). The outputs do not depend on it
+    workers: Workers = 0
 
     @model_validator(mode="after")
     def _weights_decay(self) -> FinetuneConfig:
@@ -167,6 +179,7 @@ class GlueConfig:
     max_grad_norm: number(gt=0) = 1.0
     seed: Seed = 42
     device: Device = "auto"
+    workers: Workers = 0  # as finetune.workers
 
     @model_validator(mode="after")
     def _weights_decay(self) -> GlueConfig:

@@ -21,7 +21,6 @@ import math
 import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass
-from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -34,17 +33,27 @@ from bertcore.common.atomic import atomic_dir
 from bertcore.common.dotted import flatten
 from bertcore.common.report import result_values, write_report
 from bertcore.common.schedule import linear_warmup_decay
+from bertcore.common.shared import Shared
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.cards import finetuned_facts
-from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.config import FinetuneConfig, Recipe, reproduced
 from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
 from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
 from bertcore.downstream.glue.metrics import correlations
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.downstream.tracking import DownstreamTracking
+from bertcore.downstream.workers import (
+    PackedClassifier,
+    computing_with,
+    fine_tune_pool,
+    fine_tune_workers,
+    packed_classifier,
+    sendable_errors,
+    shared_encoder,
+)
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
@@ -96,12 +105,14 @@ def train_classifier(
     name: str = "finetune",
     on_log: Callable[[int, float], None] | None = None,
     log_every: int = 10,
+    bar: bool = True,
 ) -> tuple[int, float]:
     """Fine-tune in place; returns (steps, mean loss of the last logging window). The batch
     order depends only on the seed, so two models trained with one recipe see the same data.
     A batch pads to its longest example, so the encoder runs on a padded batch's real tokens
     alone (`unpad`): with GLUE's short sentences most of its rows would be padding. Nothing
-    of the optimisation outlives it: no optimizer state, no gradients."""
+    of the optimisation outlives it: no optimizer state, no gradients. `bar`: a progress bar
+    on a terminal (none in a worker process: its bars would overwrite the others')."""
     model.to(device).train()
     total = recipe.total_steps(len(train))
     warmup = round(recipe.warmup_fraction * total)
@@ -118,8 +129,9 @@ def train_classifier(
     window_loss = torch.zeros((), device=device)  # summed on the device, read at log steps
     last_loss = math.nan
     # disable=None: a bar only on a terminal
-    bar = tqdm(total=total, desc=name, unit="step", leave=False, dynamic_ncols=True, disable=None)
-    with bar:
+    progress = tqdm(total=total, desc=name, unit="step", leave=False, dynamic_ncols=True,
+                    disable=None if bar else True)
+    with progress:
         while step < total:
             order = order_rng.permutation(len(train))
             for start in range(0, len(order), recipe.batch_size):
@@ -138,14 +150,14 @@ def train_classifier(
                 optimizer.step()
                 scheduler.step()
                 step += 1
-                bar.update(1)
+                progress.update(1)
                 window += 1
                 window_loss += loss.detach()
                 if step % log_every == 0 or step == total:
                     last_loss = float(window_loss) / window
                     if on_log:
                         on_log(step, last_loss)
-                    bar.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
+                    progress.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
                     window = 0
                     window_loss.zero_()
     # the last step's gradients, a model's size again, outlive the loop otherwise (GLUE runs
@@ -186,29 +198,73 @@ def predict(model: BertForSequenceClassification, data: EncodedExamples, device:
     return np.zeros(0, dtype=np.float32 if model.is_regression else np.int64)
 
 
-def fine_tune_both(pretrained: BertPretrainingModel, task: FinetuneTask, recipe: Recipe,
-                   device: torch.device, pad_id: int,
-                   on_log: Callable[[str, int, float], None]) -> SeedRun:
-    """Fine-tune the pretrained encoder and, with the same recipe, data order and seed, the
-    same architecture from random initialisation; score both on the task's test split. Only
-    the pretrained fine-tune keeps its model (the one that may be written)."""
-    results = {}
-    for which, source in (("pretrained", pretrained), ("scratch", None)):
-        model = build_classifier(pretrained.config, task.labels, source, recipe.seed)
-        started = time.perf_counter()
-        steps, loss = train_classifier(
-            model, task.train, recipe, device, pad_id,
-            name=f"finetune {which} (seed {recipe.seed})",
-            on_log=partial(on_log, f"seed_{recipe.seed}/{which}"))
-        predictions = predict(model, task.test, device, pad_id)
-        test = (correlations(predictions, task.test.labels, f"finetune {which}")
-                if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
-        results[which] = FinetuneResult(model.cpu() if source else None, test, steps, loss,
-                                        time.perf_counter() - started, predictions)
-        log.info("seed %d, %s: test %s (%d steps, %.1fs)", recipe.seed, which, ", ".join(
-            f"{key} {value:.4f}" for key, value in test.items()), steps,
-                 results[which].seconds)
-    return SeedRun(recipe.seed, results["pretrained"], results["scratch"])
+MODEL_SOURCES = ("pretrained", "scratch")  # each seed's two fine-tunes, in this order
+
+
+@dataclass(frozen=True)
+class FinetuneJob:
+    """One fine-tune of the comparison: the pretrained encoder's (`which`) or the scratch
+    control's, with `recipe` (its seed), on the shared task; what a worker needs."""
+
+    which: str
+    recipe: Recipe
+    encoder: Shared  # the pretrained model
+    task: Shared  # the encoded FinetuneTask
+    device: str
+    pad_id: int
+    threads: int
+    in_worker: bool  # send the model back packed, and draw no progress bar
+
+
+def fine_tune_job(job: FinetuneJob) -> tuple[FinetuneResult, list[tuple[int, float]]]:
+    """One fine-tune scored on the task's test split, and its training curve (step, loss):
+    a pure function of `job`. Only the pretrained fine-tune keeps its model (the one that
+    may be written)."""
+    with sendable_errors(job.in_worker):
+        return _fine_tune(job)
+
+
+def _fine_tune(job: FinetuneJob) -> tuple[FinetuneResult, list[tuple[int, float]]]:
+    computing_with(job.threads)
+    pretrained, task, device = job.encoder.get(), job.task.get(), torch.device(job.device)
+    source = pretrained if job.which == "pretrained" else None
+    model = build_classifier(pretrained.config, task.labels, source, job.recipe.seed)
+    curve: list[tuple[int, float]] = []
+    started = time.perf_counter()
+    steps, loss = train_classifier(
+        model, task.train, job.recipe, device, job.pad_id,
+        name=f"finetune {job.which} (seed {job.recipe.seed})",
+        on_log=lambda step, loss: curve.append((step, loss)), bar=not job.in_worker)
+    predictions = predict(model, task.test, device, job.pad_id)
+    test = (correlations(predictions, task.test.labels, f"finetune {job.which}")
+            if model.is_regression else scores(predictions, np.asarray(task.test.labels)))
+    kept = packed_classifier(model.cpu(), job.in_worker) if source else None
+    return FinetuneResult(kept, test, steps, loss, time.perf_counter() - started,
+                          predictions), curve
+
+
+def fine_tune_seeds(pretrained: BertPretrainingModel, task: FinetuneTask,
+                    recipes: list[Recipe], device: torch.device, pad_id: int,
+                    on_log: Callable[[str, int, float], None], workers: int) -> list[SeedRun]:
+    """Both models fine-tuned with each recipe, `workers` fine-tunes at once; the runs in
+    recipe order whatever finished first, each curve logged in that order."""
+    with fine_tune_pool(workers) as (run, folder):
+        encoder, shared_task = shared_encoder(pretrained, folder), Shared(task, folder)
+        jobs = [FinetuneJob(which, recipe, encoder, shared_task, str(device), pad_id,
+                            torch.get_num_threads(), folder is not None)
+                for recipe in recipes for which in MODEL_SOURCES]
+        results = {}
+        for job, (result, curve) in zip(jobs, run(fine_tune_job, jobs), strict=True):
+            for step, loss in curve:
+                on_log(f"seed_{job.recipe.seed}/{job.which}", step, loss)
+            if isinstance(result.model, PackedClassifier):
+                result.model = result.model.model()
+            log.info("seed %d, %s: test %s (%d steps, %.1fs)", job.recipe.seed, job.which,
+                     ", ".join(f"{key} {value:.4f}" for key, value in result.test.items()),
+                     result.steps, result.seconds)
+            results[job.recipe.seed, job.which] = result
+    return [SeedRun(recipe.seed, results[recipe.seed, "pretrained"],
+                    results[recipe.seed, "scratch"]) for recipe in recipes]
 
 
 def run_comparison(
@@ -218,12 +274,12 @@ def run_comparison(
     device: torch.device,
     pad_id: int,
     on_log: Callable[[str, int, float], None],
+    workers: int = 1,
 ) -> Comparison:
     """Both models fine-tuned with each recipe (one per seed) on the one encoded task, and the
     baselines, made once. `on_log(curve, step, train_loss)`, the curve named by the model and
-    the seed (`seed_42/pretrained`)."""
-    runs = [fine_tune_both(pretrained, task, recipe, device, pad_id, on_log)
-            for recipe in recipes]
+    the seed (`seed_42/pretrained`). `workers`: fine-tunes at once, each in a process."""
+    runs = fine_tune_seeds(pretrained, task, recipes, device, pad_id, on_log, workers)
     if task.is_regression:  # a constant guess has no correlation: no majority row
         values = bag_of_words_values(task.train, task.test)
         return Comparison(runs, None,
@@ -261,12 +317,13 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     recipes = config.recipes(model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": asdict(config)}))
+    workers = fine_tune_workers(config.workers, "finetune.workers", device)
     with runs.failing_on_error():
         result = run_comparison(model, task, recipes, device, tokenizer.token_to_id("[PAD]"),
-                                on_log=runs.log_train_loss)
+                                on_log=runs.log_train_loss, workers=workers)
     report = finetune_report(task, result, recipes[0], config.max_seq_length)
     card = finetuned_facts(str(paths.out_dir), report.metrics, report.details,
-                           {"finetune": asdict(config)}, meta)
+                           {"finetune": reproduced(config)}, meta)
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.median_run().pretrained.model, staging, paths.vocab_dir)
         write_card(staging, card)

@@ -261,6 +261,19 @@ def load_model(
     return model
 
 
+def load_classifier(model_dir: str | Path, config: BertConfig,
+                    labels: list[str]) -> BertForSequenceClassification:
+    """The classifier `export_hf_classifier` wrote into `model_dir`, built with the `config`
+    and `labels` it was fine-tuned with: the same weights, bit for bit."""
+    tensors = read_weights(Path(model_dir))
+    state, _ = from_hf_state_dict(tensors, config.num_hidden_layers)
+    state = drop_pruned_heads(state, config, model_dir)
+    state.update({key: tensors[key] for key in ("classifier.weight", "classifier.bias")})
+    model = BertForSequenceClassification(config, labels)
+    model.load_state_dict(state)
+    return model
+
+
 def read_config(model_dir: Path) -> BertConfig:
     """BertConfig from config.json (ours or HF's), with one-line errors for what is unusable."""
     path = Path(model_dir) / CONFIG_NAME

@@ -86,8 +86,10 @@ def glue_workdir(tmp_path_factory) -> Path:
                            tags={MODEL_TAG: file_sha256(root / "models/pretrained" / WEIGHTS_NAME)})
     parent.finish()
     (root / "parent_run_id").write_text(parent.run_id)
+    # one worker: the fine-tunes in the stage's process (a pool of two is tested on its own,
+    # where it costs its workers' start)
     params = {"glue": {"data": "glue_data", "seeds": SEEDS, "batch_size": 4, "max_steps": 3,
-                       "learning_rate": 3e-3, "max_seq_length": 32},
+                       "learning_rate": 3e-3, "max_seq_length": 32, "workers": 1},
               "tracking": {"experiment": "tiny-glue"}}
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
     return root
@@ -328,9 +330,11 @@ def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch, tmp_pa
     """Turc et al.'s grid: 4 learning rates x 5 batch sizes, 4 epochs, each with every seed;
     the point whose median (not best seed) is highest is the task's, and only its median
     seed keeps its model on disk."""
+    from bertcore.common.null_tracker import NullTracker
     from bertcore.downstream import glue
     from bertcore.downstream.config import GlueConfig
     from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue.fine_tunes import FineTuned
     from bertcore.downstream.glue.records import FinishedRuns
 
     config = GlueConfig(grid=True, seeds=3)
@@ -345,19 +349,21 @@ def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch, tmp_pa
         best = (recipe.learning_rate, recipe.batch_size) == (1e-4, 16)
         return (0.6 if best else 0.5) + 0.01 * (recipe.seed - config.seed)
 
-    def fine_tune_once(task, inputs, glue_suite, recipe, name):
-        run = suite.SeedRun(recipe, {"dev": {"accuracy": score(recipe)}}, score(recipe), 1, 0,
-                            {}, {})
-        return glue_suite.finished.save(name, run, lambda folder: folder.mkdir())
+    def fine_tune_job(job):
+        run = suite.SeedRun(job.recipe, {"dev": {"accuracy": score(job.recipe)}},
+                            score(job.recipe), 1, 0, {})
+        return FineTuned(FinishedRuns(job.runs_dir).save(job.name, run,
+                                                         lambda folder: folder.mkdir()))
 
-    monkeypatch.setattr(suite, "fine_tune_once", fine_tune_once)
-    tokenizer = type("Tokenizer", (), {"to_str": lambda self: "{}"})()
+    monkeypatch.setattr(suite, "fine_tune_job", fine_tune_job)
+    tokenizer = type("Tokenizer", (), {"to_str": lambda self: "{}",
+                                       "token_to_id": lambda self, token: 0})()
     model = suite.GlueModel(type("Encoder", (), {"config": tiny_config(50)})(), tokenizer,
                             Path(), "tiny", "0" * 64)
     data = suite.TaskData(glue.tasks.GLUE_TASKS["rte"], [], {"dev": []}, {}, {})
     finished = FinishedRuns(tmp_path)
-    result = suite.run_task(data, suite.Suite(model, config, torch.device("cpu"), None,
-                                              finished))
+    result = suite.run_task(data, suite.Suite(model, config, torch.device("cpu"),
+                                              lambda name, params: NullTracker(), finished))
     assert [p.parent.name for p in tmp_path.glob("*/model")] == [result.median_run().folder.name]
     assert result.median_run().recipe.seed == 43 and len(list(tmp_path.iterdir())) == 60
     chosen = result.runs[0].recipe
@@ -438,7 +444,7 @@ def test_a_max_seq_length_beyond_the_models_positions_is_refused_before_training
 def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_workdir,
                                                                            tmp_path):
     args = glue_args(tmp_path / "resumed", "glue.tasks=[cola, mrpc]")
-    proc, _ = start_bert_paused(*args, at="bertcore.downstream.glue.suite:fine_tune_once",
+    proc, _ = start_bert_paused(*args, at="bertcore.downstream.glue.suite:log_fine_tune",
                                 signum=signal.SIGKILL, cwd=glue_workdir, nth=4)
     proc.kill()  # as the OOM killer: after cola's 3 seeds and mrpc's first
     proc.communicate(timeout=60)
@@ -466,7 +472,7 @@ def test_a_suite_stopped_midway_says_its_finished_fine_tunes_stay(glue_workdir, 
     """SIGTERM after two fine-tunes: no output written, and the line says so of the outputs
     only; the two fine-tunes saved stay, which a rerun reuses."""
     args = glue_args(tmp_path / "out", "glue.tasks=[cola]")
-    proc = run_bert_interrupted(*args, at="bertcore.downstream.glue.suite:fine_tune_once",
+    proc = run_bert_interrupted(*args, at="bertcore.downstream.glue.suite:log_fine_tune",
                                 signum=signal.SIGTERM, cwd=glue_workdir, nth=2)
     runs = tmp_path / "out" / "runs"
     assert len(list(runs.glob("*/record.json"))) == 2
@@ -475,6 +481,30 @@ def test_a_suite_stopped_midway_says_its_finished_fine_tunes_stay(glue_workdir, 
                                 "ones of this model, data and recipe",
                           code=128 + signal.SIGTERM)
     assert not (tmp_path / "out" / "glue.json").exists()
+
+
+@pytest.mark.slow  # its workers' start: ~15 s on 2 loaded cores
+def test_a_pool_stopped_midway_keeps_what_its_workers_finished(glue_workdir, tmp_path):
+    """SIGTERM once the suite took its first fine-tune, two workers fine-tuning: no output
+    is written, and the line names the fine-tunes saved by then (whichever worker finished
+    them), which a rerun reuses. (The workers end at once: tests/stages/test_worker_faults.py;
+    the bytes of a pool are those of one process: tests/unit/downstream/glue.)"""
+    args = glue_args(tmp_path / "out", "glue.tasks=[cola]", "glue.workers=2")
+    proc = run_bert_interrupted(*args, at="bertcore.downstream.glue.suite:log_fine_tune",
+                                signum=signal.SIGTERM, cwd=glue_workdir, nth=1)
+    runs = tmp_path / "out" / "runs"
+    # (a worker ended while it saved leaves its staging folder, `.NAME.tmp-...`: not counted)
+    saved = len([p for p in runs.glob("*/record.json") if not p.parent.name.startswith(".")])
+    assert 1 <= saved <= SEEDS and not (tmp_path / "out" / "glue.json").exists()
+    stay = f"{saved} finished fine-tune{'s stay' if saved > 1 else ' stays'} in {runs}"
+    assert_one_line_error(proc, f"interrupted by SIGTERM: no output was written; {stay}: "
+                                "`bert glue` run again reuses the ones of this model, data "
+                                "and recipe", code=128 + signal.SIGTERM)
+
+    again = run_bert(*args[:-6], "--set", "glue.workers=1", *args[-6:], cwd=glue_workdir,
+                     env=ONE_THREAD, check=True)
+    assert f"glue: cola: {saved} of {SEEDS} fine-tunes reused from" in again.stderr
+    assert (tmp_path / "out" / "glue.json").is_file()
 
 
 @pytest.mark.slow
@@ -513,21 +543,21 @@ def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tm
 
     from bertcore.common.null_tracker import NullTracker
     from bertcore.downstream.config import GlueConfig
-    from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue import fine_tunes, inputs, suite
     from bertcore.downstream.glue.records import FinishedRuns
     from bertcore.downstream.glue.tasks import GLUE_TASKS
 
     trained = []
-    original = suite.train_classifier
+    original = fine_tunes.train_classifier
 
     def train_classifier(model, *args, **kwargs):
         trained.append(model)  # the test's own reference: its gradients must be gone
         return original(model, *args, **kwargs)
 
-    monkeypatch.setattr(suite, "train_classifier", train_classifier)
+    monkeypatch.setattr(fine_tunes, "train_classifier", train_classifier)
     config = GlueConfig(data=str(glue_workdir / "glue_data"), tasks=["cola", "mrpc"], seeds=2,
                         batch_size=4, max_steps=2, max_seq_length=32)
-    model = suite.glue_model(config, str(glue_workdir / "models" / "pretrained"),
+    model = inputs.glue_model(config, str(glue_workdir / "models" / "pretrained"),
                              str(glue_workdir / "data" / "vocab"))
     results = suite.run_glue([GLUE_TASKS["cola"], GLUE_TASKS["mrpc"]], suite.Suite(
         model, config, torch.device("cpu"), lambda name, params: NullTracker(),

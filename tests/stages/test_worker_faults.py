@@ -87,6 +87,21 @@ def test_a_worker_dying_again_on_a_retried_task_stops_with_its_pid_and_task():
         results_within(60, dying_worker.square, tasks)
 
 
+def test_a_pool_of_long_tasks_stopped_ends_its_workers_at_once():
+    """SIGTERM while two fine-tune-long tasks run (`long`: a minute each): the workers are
+    ended then, not waited for."""
+    import time
+
+    from bertcore.common.interrupt import Interrupted, interrupt_on_signals
+
+    runner = TaskRunner(2, long=True)
+    threading.Timer(3, os.kill, (os.getpid(), signal.SIGTERM)).start()
+    with interrupt_on_signals(), pytest.raises(Interrupted), runner as run:
+        next(run(time.sleep, [60, 60]))
+    assert runner.pool is None and len(runner.processes) == 2
+    assert [p.exitcode for p in runner.processes.values()] == [-signal.SIGTERM] * 2
+
+
 def outputs(folder: Path) -> dict[str, str]:
     return {p.name: hashlib.sha256(p.read_bytes()).hexdigest()
             for p in sorted(folder.rglob("*")) if p.is_file()}

@@ -7,11 +7,15 @@ digits those of its key: sha256 of what determines its result (the model's weigh
 tokenizer, the task's examples as read, the recipe with its seed, the maximum length, the
 device kind, and the code that fine-tunes: `suite.fine_tuning_code`). It holds
 `record.json` (the dev metrics, the score, the steps, the truncations), `predictions.npz`
-(dev and test predictions) and `model/` (the fine-tuned model in Hugging Face's format)
-until its task has chosen its median seed: then only the median's is kept, the one
-models/glue is written from. record.json holds the sha256 of every other file: a
+(dev predictions) and `model/` (the fine-tuned model in Hugging Face's format) until its
+task has chosen its median seed: then only the median's is kept, the one models/glue is
+written from and the test files are predicted with (the other seeds' test predictions are
+never written, so they are not made). record.json holds the sha256 of every other file: a
 record whose files do not match (a model cut short), or that cannot be read, or whose
-predictions do not cover the task's rows, is said in one line and fine-tuned again.
+predictions do not cover the task's dev rows, is said in one line and fine-tuned again.
+
+A record is written by whichever process fine-tuned it (a worker of the suite's pool), each
+into a folder of its own name: records never share a file.
 """
 
 from __future__ import annotations
@@ -38,7 +42,9 @@ RECORD = "record.json"
 PREDICTIONS = "predictions.npz"
 MODEL = "model"
 DROPPED = f".{MODEL}.dropped"  # a model on its way out (`_remove_folder`)
-FORMAT = 2  # a record of another format is not read (1: without its files' digests)
+# a record of another format is not read (1: without its files' digests; 2: with every
+# seed's test predictions)
+FORMAT = 3
 # `FinishedRuns.name`'s: <task>-lr<rate>-bs<batch>-seed<seed>-<16 hex>
 RECORD_NAME = re.compile(r"[a-z0-9]+-lr[^/]+-bs\d+-seed-?\d+-[0-9a-f]{16}")
 
@@ -46,8 +52,8 @@ RECORD_NAME = re.compile(r"[a-z0-9]+-lr[^/]+-bs\d+-seed-?\d+-[0-9a-f]{16}")
 @dataclass(eq=False)  # its arrays have no truth value: runs compare by identity
 class SeedRun:
     """One fine-tune: its recipe (seed included), dev metrics per evaluation, GLUE's score of
-    the task, its predictions (dev and test) by evaluation, and its record's folder (where
-    its model is, while kept)."""
+    the task, its predictions by evaluation (dev; test only once its task chose it as the
+    median: `suite.predict_test`), and its record's folder (where its model is, while kept)."""
 
     recipe: Recipe
     metrics: dict[str, dict[str, float]]
@@ -55,7 +61,7 @@ class SeedRun:
     steps: int
     truncated: int
     dev_predictions: dict[str, np.ndarray]
-    test_predictions: dict[str, np.ndarray]
+    test_predictions: dict[str, np.ndarray] = dataclasses.field(default_factory=dict)
     folder: Path | None = None
 
     @property
@@ -82,10 +88,10 @@ class FinishedRuns:
         return (f"{task_key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-"
                 f"seed{recipe.seed}-{key[:16]}")
 
-    def find(self, name: str, rows: Mapping[str, Mapping[str, int]]) -> SeedRun | None:
-        """The fine-tune saved under `name`, with its predictions of the `rows` of each
-        evaluation ({"dev": {name: count}, "test": {...}}); None when there is none, or when
-        it is damaged or cannot be read (said in one line: it is then done again)."""
+    def find(self, name: str, rows: Mapping[str, int]) -> SeedRun | None:
+        """The fine-tune saved under `name`, with its predictions of the `rows` of each dev
+        evaluation ({name: count}); None when there is none, or when it is damaged or cannot
+        be read (said in one line: it is then done again)."""
         folder = self.folder / name
         if not (folder / RECORD).is_file():
             return None
@@ -106,8 +112,7 @@ class FinishedRuns:
                         layout=[DROPPED], output=False) as staging:
             write_model(staging / MODEL)
             np.savez(staging / PREDICTIONS,
-                     **{f"dev.{k}": v for k, v in run.dev_predictions.items()},
-                     **{f"test.{k}": v for k, v in run.test_predictions.items()})
+                     **{f"dev.{k}": v for k, v in run.dev_predictions.items()})
             write_json(staging / RECORD, {
                 "format": FORMAT, "recipe": dataclasses.asdict(run.recipe),
                 "metrics": run.metrics, "score": run.score, "steps": run.steps,
@@ -136,9 +141,9 @@ def _file_digests(folder: Path) -> dict[str, str]:
             for path in sorted(folder.rglob("*")) if path.is_file()}
 
 
-def _read_record(folder: Path, rows: Mapping[str, Mapping[str, int]]) -> SeedRun:
+def _read_record(folder: Path, rows: Mapping[str, int]) -> SeedRun:
     """The fine-tune saved in `folder`, once each of its files matches its digest (a model
-    dropped on purpose aside) and its predictions cover `rows`; else an exception saying
+    dropped on purpose aside) and its dev predictions cover `rows`; else an exception saying
     what is wrong."""
     record = json.loads((folder / RECORD).read_text(encoding="utf-8"))
     if not isinstance(record, dict) or record.get("format") != FORMAT:
@@ -149,14 +154,12 @@ def _read_record(folder: Path, rows: Mapping[str, Mapping[str, int]]) -> SeedRun
             raise ValueError(f"{relative} does not match its digest")
     with np.load(folder / PREDICTIONS, allow_pickle=False) as arrays:
         predictions = {key: arrays[key] for key in arrays.files}
-    by_split = {split: _by_evaluation(predictions, split) for split in ("dev", "test")}
-    for split, counts in rows.items():
-        found = {key: len(value) for key, value in by_split[split].items()}
-        if found != dict(counts):
-            raise ValueError(f"its {split} predictions are {found or 'none'}, not {dict(counts)}")
+    dev = _by_evaluation(predictions, "dev")
+    found = {key: len(value) for key, value in dev.items()}
+    if found != dict(rows):
+        raise ValueError(f"its dev predictions are {found or 'none'}, not {dict(rows)}")
     return SeedRun(Recipe(**record["recipe"]), record["metrics"], record["score"],
-                   record["steps"], record["truncated"], by_split["dev"], by_split["test"],
-                   folder)
+                   record["steps"], record["truncated"], dev, folder=folder)
 
 
 def is_record(folder: Path) -> bool:

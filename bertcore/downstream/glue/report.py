@@ -32,21 +32,17 @@ from bertcore.common.report import details_file, with_items
 from bertcore.common.together import outputs_together
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
-from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
+from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, reproduced
+from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.outcomes import glue_items, no_interval
 from bertcore.downstream.glue.predictions import write_dev_predictions, write_submission
 from bertcore.downstream.glue.records import FinishedRuns
-from bertcore.downstream.glue.suite import (
-    Suite,
-    TaskFailure,
-    TaskResult,
-    glue_model,
-    run_glue,
-)
+from bertcore.downstream.glue.suite import Suite, TaskFailure, TaskResult, run_glue
 from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
+from bertcore.downstream.workers import fine_tune_workers
 from bertcore.model.card import CardFacts, write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.devices import resolve_device
@@ -245,7 +241,8 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        suite = Suite(model, config, device, runs.start_child, finished)
+        suite = Suite(model, config, device, runs.start_child, finished,
+                      workers=fine_tune_workers(config.workers, "glue.workers", device))
         outcomes = run_glue(tasks, suite)
         failed = [o for o in outcomes if isinstance(o, TaskFailure)]
         if len(failed) == len(outcomes):  # the last good run's outputs stay as they are
@@ -286,7 +283,7 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
     items, missing = glue_items(results, config.max_seq_length)
     metrics, details, estimates = with_items(metrics, details, items)
     details["intervals"] |= no_interval(results, missing)
-    reproduce = {"glue": dataclasses.asdict(config)}
+    reproduce = {"glue": reproduced(config)}
     files = (Path(paths.metrics_file), details_file(paths.metrics_file),
              items_file(paths.metrics_file))
     with outputs_together() as outputs:  # all replaced at its end, signals held

@@ -6,129 +6,43 @@ files are unusable is a `TaskFailure` with its one-line reason, found before any
 the other tasks run: a task that fails never loses the scores of those that ran. Each
 fine-tune is saved as it finishes (`records`), its model on disk and out of memory, and one
 that an earlier run of the same model, data and recipe finished is reused.
+
+The fine-tunes of every task run `glue.workers` at once, each in a worker process
+(`fine_tunes.fine_tune_job`, a pure function of its job), and are taken in the suite's order
+(task, recipe, seed), whatever finishes first: the outputs do not depend on the workers.
 """
 
 from __future__ import annotations
 
-import hashlib
 import logging
-import random
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field, replace
-from functools import cached_property, partial
+from functools import cache
 from pathlib import Path
 from typing import Any
 
 import torch
 
-from bertcore.common.digests import fingerprint_files, source_digest
+from bertcore.common.digests import source_digest
 from bertcore.common.errors import BertError
-from bertcore.data.vocab.files import load_tokenizer
-from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, Recipe
-from bertcore.downstream.finetune import build_classifier, predict, train_classifier
-from bertcore.downstream.glue.metrics import Spread, spread, task_metrics, task_score
+from bertcore.common.shared import Shared
+from bertcore.downstream.config import GlueConfig, Recipe
+from bertcore.downstream.finetune import predict
+from bertcore.downstream.glue.fine_tunes import GlueJob, fine_tune_job, log_fine_tune
+from bertcore.downstream.glue.inputs import (
+    GlueModel,
+    TaskData,
+    TaskInputs,
+    read_task,
+    require_readable_task,
+)
+from bertcore.downstream.glue.metrics import Spread, spread
 from bertcore.downstream.glue.records import FinishedRuns, SeedRun
-from bertcore.downstream.glue.tasks import (
-    GlueExample,
-    GlueTask,
-    SplitRows,
-    hf_split,
-    read_hf_split,
-    read_split,
-    task_file,
-)
-from bertcore.downstream.tasks import EncodedExamples, encode_examples
+from bertcore.downstream.glue.tasks import GlueTask
+from bertcore.downstream.workers import fine_tune_pool, shared_encoder
 from bertcore.model import hf
-from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.pretrained import load_pretrained
-from bertcore.model.tokenizer import (
-    model_tokenizer,
-    require_own_tokenizer,
-    require_readable,
-    unknown_tokens,
-)
 
 log = logging.getLogger(__name__)
-
-
-@dataclass
-class GlueModel:
-    """The pretrained encoder GLUE fine-tunes, its tokenizer (a `tokenizers.Tokenizer`), the
-    folder of its tokenizer files (for the exports), what it is (a path), for the report, and
-    the sha256 of its weights' files."""
-
-    encoder: BertPretrainingModel
-    tokenizer: Any
-    tokenizer_dir: Path
-    name: str
-    sha256: str = ""
-
-    @property
-    def pad_id(self) -> int:
-        return self.tokenizer.token_to_id("[PAD]")
-
-    def identity(self) -> dict[str, str]:
-        """What of the model a fine-tune's result depends on: its weights and tokenizer."""
-        return {"model": self.sha256,
-                "tokenizer": hashlib.sha256(self.tokenizer.to_str().encode()).hexdigest()}
-
-
-# an encoder may come without these: GLUE fine-tunes only the encoder (and the pooler, which
-# a classifier from a bare encoder draws afresh, as transformers does)
-HEADS = ("mlm_head.", "nsp_head.", "pooler.")
-
-
-def glue_model(config: GlueConfig, model_dir: str, vocab_dir: str) -> GlueModel:
-    """The encoder GLUE fine-tunes: `glue.model` (a Hugging Face BERT folder with its
-    tokenizer), else the pipeline's model with its vocabulary."""
-    if config.model is None:
-        model, _ = load_pretrained(model_dir, vocab_dir)
-        return GlueModel(model, load_tokenizer(vocab_dir), Path(vocab_dir), model_dir,
-                         fingerprint_files(hf.weight_files(Path(model_dir))))
-    directory = Path(config.model).expanduser()
-    if not directory.is_dir():
-        raise BertError(f"glue.model: {directory} is not a folder: give a Hugging Face BERT "
-                        "folder, or null for the pipeline's model")
-    require_own_tokenizer(directory, "glue.model")
-    bert_config = hf.read_config(directory)
-    tokenizer = model_tokenizer(directory, None, bert_config)
-    model = hf.load_model(directory, strict=False, config=bert_config)
-    missing = [name for name in model.missing_weights if not name.startswith(HEADS)]
-    if missing:
-        raise BertError(f"glue.model: {directory} has no weights for {missing[0]} (and "
-                        f"{len(missing) - 1} more): is it a BERT encoder?")
-    return GlueModel(model, tokenizer, directory, str(Path(config.model)),  # name as written
-                     fingerprint_files(hf.weight_files(directory)))
-
-
-@dataclass
-class TaskData:
-    """A task's files, read: train, and per evaluation its dev and (where given) test rows;
-    per file, the rows skipped because they do not parse; per test evaluation left without a
-    leaderboard file, why."""
-
-    task: GlueTask
-    train: list[GlueExample]
-    dev: dict[str, list[GlueExample]]
-    test: dict[str, list[GlueExample]]
-    skipped: dict[str, int]
-    unsubmitted: dict[str, str] = field(default_factory=dict)
-
-    def rows(self) -> dict[str, dict[str, int]]:
-        """The rows of each evaluation a fine-tune predicts: {"dev": {name: count}, "test": ...}."""
-        return {"dev": {name: len(rows) for name, rows in self.dev.items()},
-                "test": {name: len(rows) for name, rows in self.test.items()}}
-
-    def digest(self) -> str:
-        """sha256 of every example as read (train after its draw), in order."""
-        digest = hashlib.sha256()
-        splits = [("train", self.train), *((f"dev {k}", v) for k, v in self.dev.items()),
-                  *((f"test {k}", v) for k, v in self.test.items())]
-        for name, rows in splits:
-            digest.update(f"\x1e{name}".encode())
-            for row in rows:
-                digest.update(repr((row.text, row.pair, row.label, row.index)).encode())
-        return digest.hexdigest()
 
 
 @dataclass
@@ -176,6 +90,15 @@ class Suite:
     start_run: Callable[[str, dict], Any]
     finished: FinishedRuns
     code: str = field(default_factory=lambda: fine_tuning_code())  # what computes a result
+    workers: int = 1  # fine-tunes at once, each in a process of its own
+
+    def job(self, task: GlueTask, recipe: Recipe, name: str, encoder: Shared | None,
+            inputs: Shared | None, in_worker: bool = False) -> GlueJob:
+        """A fine-tune of `task` with `recipe`, saved as `name` (`encoder`, `inputs`: what it
+        fine-tunes on; None for a job only logged, run already)."""
+        return GlueJob(task, recipe, name, encoder, inputs, self.finished.folder,
+                       self.model.tokenizer_dir, str(self.device), self.model.pad_id,
+                       torch.get_num_threads(), in_worker)
 
     def identity(self, data: TaskData) -> dict[str, Any]:
         """What a fine-tune's result depends on besides its recipe (seed included): the
@@ -196,175 +119,114 @@ def fine_tuning_code() -> str:
     return f"{source_digest(FINE_TUNING_CODE)} torch {torch.__version__}"
 
 
-def read_task(task: GlueTask, config: GlueConfig) -> TaskData:
-    """Every file of the task that `glue.data` holds; train cut to `glue.max_train_examples`
-    by a seeded draw. A BertError (one line) when a file is missing or unusable."""
-    files = {name: _read(task, config, name) for name in ["train.tsv", *task.dev.values()]}
-    files |= {name: _read(task, config, name) for name in _test_files(task, config)}
-    train = files["train.tsv"].examples
-    if config.max_train_examples and len(train) > config.max_train_examples:
-        train = random.Random(config.seed).sample(train, config.max_train_examples)
-    dev = {name: files[file_name].examples for name, file_name in task.dev.items()}
-    test = {name: files[file_name] for name, file_name in task.test.items()
-            if file_name in files}
-    unsubmitted = {name: _unsubmittable(task, name, rows) for name, rows in test.items()
-                   if rows.skipped}
-    skipped = {name: rows.skipped for name, rows in files.items() if rows.skipped}
-    return TaskData(task, train, dev, {name: rows.examples for name, rows in test.items()
-                                       if name not in unsubmitted}, skipped, unsubmitted)
-
-
-def _unsubmittable(task: GlueTask, eval_name: str, rows: SplitRows) -> str:
-    """Why a test file with rows that do not parse gets no leaderboard file (said once):
-    GLUE's server refuses a file without a prediction for every row."""
-    why = (f"{rows.skipped} of {rows.skipped + len(rows.examples)} rows do not parse (the "
-           f"first: {rows.first_skipped}), and GLUE's server takes only a prediction for "
-           "every row: fix the file and rerun")
-    log.warning("glue: %s: no leaderboard file for %s: %s", task.key, eval_name, why)
-    return why
-
-
-def _read(task: GlueTask, config: GlueConfig, file_name: str) -> SplitRows:
-    if config.data == GLUE_DATA_HF:
-        return read_hf_split(task, hf_split(file_name))
-    return read_split(Path(config.data).expanduser(), task, file_name)
-
-
-def _test_files(task: GlueTask, config: GlueConfig) -> list[str]:
-    """The test files to predict: hf:glue has every split; a folder may leave them out, and
-    where it has only some of a task's (MNLI's test_matched.tsv alone) it says which not."""
-    names = list(task.test.values())
-    if config.data == GLUE_DATA_HF:
-        return names
-    folder = Path(config.data).expanduser()
-    present = [name for name in names if task_file(folder, task, name).is_file()]
-    missing = [name for name in names if name not in present]
-    if present and missing:
-        log.warning("glue: %s has %s but not %s: no leaderboard file for the latter",
-                    task.folder, ", ".join(present), ", ".join(missing))
-    return present
-
-
 @dataclass
-class EncodedTask:
-    train: EncodedExamples
-    dev: dict[str, EncodedExamples]
-    test: dict[str, EncodedExamples]
-
-
-@dataclass
-class TaskInputs:
-    """A task's examples, encoded for the model on first use: a task whose fine-tunes are
-    all reused is never encoded."""
+class TaskPlan:
+    """A task's fine-tunes: every recipe with every seed, each found among the records of an
+    earlier run or to be run (`jobs`), in the order the suite takes them."""
 
     data: TaskData
-    model: GlueModel
-    max_length: int
+    inputs: TaskInputs
+    recipes: list[Recipe]
+    seeded: list[list[Recipe]]  # per recipe, its seeds
+    names: dict[Recipe, str]  # each seeded recipe's record name
+    runs: dict[Recipe, SeedRun]  # those found or finished so far
+    reused: int = 0
 
-    @cached_property
-    def encoded(self) -> EncodedTask:
-        encode = partial(encode_examples, tokenizer=self.model.tokenizer,
-                         labels=list(self.data.task.labels), max_length=self.max_length)
-        return EncodedTask(encode(self.data.train),
-                           {name: encode(rows) for name, rows in self.data.dev.items()},
-                           {name: encode(rows) for name, rows in self.data.test.items()})
+    def jobs(self, suite: Suite, encoder: Callable[[], Shared], folder: Path | None
+             ) -> Iterator[GlueJob]:
+        """The fine-tunes not found, for the suite's pool (`folder`: where it shares the
+        encoder, `encoder()`, and the task's examples with its workers; None: in this
+        process). Nothing is encoded or shared for a task all found."""
+        missing = [recipe for seeded in self.seeded for recipe in seeded
+                   if recipe not in self.runs]
+        if missing:
+            inputs = Shared(self.inputs, folder)
+            yield from (suite.job(self.data.task, recipe, self.names[recipe], encoder(),
+                                  inputs, in_worker=folder is not None) for recipe in missing)
 
 
-def fine_tune_once(task: GlueTask, inputs: TaskInputs, suite: Suite, recipe: Recipe,
-                   name: str) -> SeedRun:
-    """Fine-tune the encoder on the task with `recipe`, score it on every dev evaluation and
-    predict the test rows; logged as one run and saved as `name` with its model, which then
-    leaves memory."""
-    model, device, encoded = suite.model, suite.device, inputs.encoded
-    run_name = f"{task.key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-seed{recipe.seed}"
-    run = suite.start_run(run_name, {"task": task.key, "learning_rate": recipe.learning_rate,
-                                          "batch_size": recipe.batch_size,
-                                          "epochs": recipe.epochs, "seed": recipe.seed})
-    try:
-        classifier = build_classifier(model.encoder.config, list(task.labels), model.encoder,
-                                      recipe.seed)
-        steps, _ = train_classifier(
-            classifier, encoded.train, recipe, device, model.pad_id, name=run_name,
-            on_log=lambda step, loss: run.log_metrics({"train_loss": loss}, step=step))
-        if (bad := hf.first_nonfinite(classifier.state_dict())) is not None:
-            raise BertError(f"glue: {task.key} diverged with seed {recipe.seed} at learning "
-                            f"rate {recipe.learning_rate:g} (NaN or infinite weights: {bad}); "
-                            "lower glue.learning_rate. No output was written; the fine-tunes "
-                            f"finished so far are in {suite.finished.folder}, and the next run "
-                            "reuses them")
-        dev_predictions = {name: predict(classifier, rows, device, model.pad_id)
-                           for name, rows in encoded.dev.items()}
-        metrics = {name: task_metrics(task, dev_predictions[name], encoded.dev[name].labels)
-                   for name in encoded.dev}
-        score = task_score(task, metrics)
-        run.log_results({"score": score, **{f"{name}_{metric}": value
-                                            for name, values in metrics.items()
-                                            for metric, value in values.items()}}, step=steps)
-    except BaseException:
-        run.finish("FAILED")
-        raise
-    run.finish("FINISHED")
-    test_predictions = {name: predict(classifier, rows, device, model.pad_id)
-                        for name, rows in encoded.test.items()}
-    truncated = encoded.train.truncated + sum(rows.truncated for rows in encoded.dev.values())
-    done = SeedRun(recipe, metrics, score, steps, truncated, dev_predictions, test_predictions)
-    return suite.finished.save(name, done, lambda folder: hf.export_hf_classifier(
-        classifier.cpu(), folder, model.tokenizer_dir))
+def plan_task(data: TaskData, suite: Suite) -> TaskPlan:
+    """Every recipe with every seed of a task, each found where an earlier run finished it."""
+    identity, rows = suite.identity(data), data.rows()
+    recipes = suite.config.recipes(suite.model.encoder.config.hidden_size)
+    seeded = [[replace(recipe, seed=suite.config.seed + i) for i in range(suite.config.seeds)]
+              for recipe in recipes]
+    names = {recipe: suite.finished.name(data.task.key, recipe, identity)
+             for runs in seeded for recipe in runs}
+    reused_before = suite.finished.reused
+    runs = {recipe: found for recipe, name in names.items()
+            if (found := suite.finished.find(name, rows)) is not None}
+    return TaskPlan(data, TaskInputs(data, suite.model, suite.config.max_seq_length), recipes,
+                    seeded, names, runs, suite.finished.reused - reused_before)
+
+
+def run_tasks(readable: list[TaskData], suite: Suite) -> Iterator[TaskResult]:
+    """Every task's fine-tunes, `suite.workers` at once, in one stream over the tasks (a
+    worker free at a task's end starts the next task's); each task's result once its last
+    fine-tune is in, made while the workers go on with the next."""
+    plans = [plan_task(data, suite) for data in readable]
+    with fine_tune_pool(suite.workers) as (run, folder):
+        # the encoder shared once a fine-tune needs it (a suite all reused writes nothing)
+        encoder = cache(lambda: shared_encoder(suite.model.encoder, folder))
+        jobs = (job for plan in plans for job in plan.jobs(suite, encoder, folder))
+        done = run(fine_tune_job, jobs)
+        for plan in plans:
+            for recipe in [r for seeded in plan.seeded for r in seeded if r not in plan.runs]:
+                job = suite.job(plan.data.task, recipe, plan.names[recipe], None, None)
+                plan.runs[recipe] = log_fine_tune(job, next(done), suite.start_run,
+                                                  suite.finished.folder)
+            yield finish_task(plan, suite)
 
 
 def run_task(data: TaskData, suite: Suite) -> TaskResult:
-    """Every recipe with every seed, each reused where an earlier run finished it; the recipe
-    of the best median score is the task's, and only its median seed keeps its model."""
-    inputs = TaskInputs(data, suite.model, suite.config.max_seq_length)
-    identity, rows = suite.identity(data), data.rows()
-    reused_before = suite.finished.reused
+    """One task's fine-tunes (`run_tasks`)."""
+    [result] = run_tasks([data], suite)  # to its end: its pool shut down, not left open
+    return result
+
+
+def finish_task(plan: TaskPlan, suite: Suite) -> TaskResult:
+    """The recipe of the best median score is the task's, and only its median seed keeps its
+    model, with which the test files are predicted."""
     best: list[SeedRun] | None = None
     tried: list[tuple[Recipe, float]] = []
-    every: list[SeedRun] = []
-    for recipe in suite.config.recipes(suite.model.encoder.config.hidden_size):
-        runs = []
-        for i in range(suite.config.seeds):
-            seeded = replace(recipe, seed=suite.config.seed + i)
-            name = suite.finished.name(data.task.key, seeded, identity)
-            runs.append(suite.finished.find(name, rows)
-                        or fine_tune_once(data.task, inputs, suite, seeded, name))
-        every += runs
+    for recipe, seeded in zip(plan.recipes, plan.seeded, strict=True):
+        runs = [plan.runs[seed] for seed in seeded]
         median = spread([run.score for run in runs]).median
         tried.append((recipe, median))
         if best is None or median > spread([run.score for run in best]).median:
             best = runs
-        log.info("%s: lr %g, batch %d: median score %.4f over %d seeds", data.task.key,
+        log.info("%s: lr %g, batch %d: median score %.4f over %d seeds", plan.data.task.key,
                  recipe.learning_rate, recipe.batch_size, median, len(runs))
-    result = TaskResult(data, best, tried)
+    result = TaskResult(plan.data, best, tried)
     # a median seed reused without its model (dropped when an earlier run's median was another
-    # seed) is fine-tuned again: the same recipe gives the same model
+    # seed) is fine-tuned again, here: the same recipe gives the same model
     while (median := result.median_run()).model_dir is None:
-        name = suite.finished.name(data.task.key, median.recipe, identity)
-        result.runs[result.runs.index(median)] = fine_tune_once(data.task, inputs, suite,
-                                                                median.recipe, name)
+        job = suite.job(plan.data.task, median.recipe, plan.names[median.recipe],
+                        shared_encoder(suite.model.encoder, None), Shared(plan.inputs, None))
+        result.runs[result.runs.index(median)] = log_fine_tune(
+            job, fine_tune_job(job), suite.start_run, suite.finished.folder)
+    every = list(plan.runs.values())
     suite.finished.drop_models_except([result.median_run()], among=every + result.runs)
-    reused = suite.finished.reused - reused_before
-    if reused:
+    predict_test(result, plan.inputs, suite)
+    if plan.reused:
         log.info("glue: %s: %d of %d fine-tunes reused from %s (finished by an earlier run "
-                 "of the same model, data and recipe)", data.task.key, reused, len(every),
-                 suite.finished.folder)
+                 "of the same model, data and recipe)", plan.data.task.key, plan.reused,
+                 len(every), suite.finished.folder)
     return result
 
 
-# train rows of each task whose [UNK] share is checked: enough for a share, a second to encode
-READABLE_SAMPLE = 1000
-
-
-def require_readable_task(data: TaskData, model: GlueModel, config: GlueConfig) -> None:
-    """Stop when the model's tokenizer reads most of the task's first train rows as [UNK]:
-    its scores would be the model's guesses from nothing."""
-    rows = data.train[:READABLE_SAMPLE]
-    texts = [row.text if row.pair is None else (row.text, row.pair) for row in rows]
-    encoded = (e.ids for e in model.tokenizer.encode_batch(texts, add_special_tokens=False))
-    where = (f"hf:glue {data.task.key}" if config.data == GLUE_DATA_HF
-             else str(task_file(config.data, data.task, "train.tsv")))
-    require_readable(*unknown_tokens(model.tokenizer, encoded), model.tokenizer_dir,
-                     f"{where} (its first {len(rows)} rows)")
+def predict_test(result: TaskResult, inputs: TaskInputs, suite: Suite) -> None:
+    """The median seed's predictions of the task's test rows (its leaderboard files), made
+    with its model as saved: the same weights, bit for bit, as when it was fine-tuned."""
+    if not result.data.test:
+        return
+    median = result.median_run()
+    model = suite.model
+    classifier = hf.load_classifier(median.model_dir, model.encoder.config,
+                                    list(result.task.labels))
+    median.test_predictions = {
+        name: predict(classifier, rows, suite.device, model.pad_id)
+        for name, rows in inputs.encoded.test.items()}
 
 
 def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailure]:
@@ -381,5 +243,7 @@ def run_glue(tasks: list[GlueTask], suite: Suite) -> list[TaskResult | TaskFailu
     for data in readable:
         if not isinstance(data, TaskFailure):
             require_readable_task(data, suite.model, suite.config)
-    return [data if isinstance(data, TaskFailure) else run_task(data, suite)
-            for data in readable]
+    # to its end (each task finished as its last fine-tune comes in): its pool shut down
+    results = iter(list(run_tasks([data for data in readable
+                                   if not isinstance(data, TaskFailure)], suite)))
+    return [data if isinstance(data, TaskFailure) else next(results) for data in readable]

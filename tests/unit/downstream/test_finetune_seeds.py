@@ -40,7 +40,7 @@ from bertcore.model.pretrained import load_pretrained
 pytestmark = pytest.mark.usefixtures("one_thread")
 # measured: 40 steps at 3e-3 take the tiny model's seeds from 0.36 (the majority) to 0.60
 SETTINGS = dict(batch_size=8, max_steps=40, max_seq_length=16, learning_rate=3e-3,
-                device="cpu")
+                device="cpu", workers=1)  # in this process (a pool: the test of workers)
 
 
 def topics_jsonl(path: Path, rows: int = 120) -> Path:
@@ -198,3 +198,26 @@ def test_a_bad_count_of_seeds_is_one_line(tmp_path, value, said):
     shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
     proc = run_bert("finetune", "--set", f"finetune.seeds={value}", cwd=tmp_path)
     assert_one_line_error(proc, f"finetune.seeds: {said}", code=2)
+
+
+def test_two_workers_give_the_bytes_of_one_whichever_fine_tune_finishes_first(
+        root, tmp_path, monkeypatch):
+    """The six fine-tunes of 3 seeds in two worker processes, the first finishing after
+    another: every output the same bytes as the stage's fine-tunes run one after another."""
+    from helpers import first_last
+
+    from bertcore.downstream import finetune
+
+    monkeypatch.setattr(finetune, "fine_tune_job", first_last.finetune_job)
+    monkeypatch.setenv(first_last.MARKER, str(tmp_path / "a later one finished"))
+    monkeypatch.setenv("FIRST_LAST_SEED", "42")
+    out = tmp_path / "out"
+    run_finetune(FinetuneConfig(data=str(root / "topics.jsonl"), seeds=3,
+                                **(SETTINGS | {"workers": 2})), _paths(root, out), target=None)
+    assert (tmp_path / "a later one finished.first after").exists()
+    for name in ("finetune.json", "finetune_details.json", "finetune_items.json",
+                 "finetuned/model.safetensors"):
+        assert (out / name).read_bytes() == (root / "out3" / name).read_bytes(), name
+    card = (out / "finetuned" / "README.md").read_text().replace(str(out), "OUT")
+    assert card == (root / "out3" / "finetuned" / "README.md").read_text().replace(
+        str(root / "out3"), "OUT")  # its params too: `workers` is not one that makes it

@@ -12,7 +12,7 @@ from helpers.glue_files import write_glue_folder
 
 from bertcore.common.errors import BertError
 from bertcore.downstream.config import GlueConfig
-from bertcore.downstream.glue.suite import glue_model
+from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.tasks import tasks_in
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.downstream.probes.minimal_pairs import read_minimal_pairs

@@ -21,6 +21,7 @@ from helpers.tiny_pretrain import tiny_config
 from bertcore.common.null_tracker import NullTracker
 from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.config import GlueConfig
+from bertcore.downstream.glue import inputs as glue_inputs
 from bertcore.downstream.glue import suite as glue_suite
 from bertcore.downstream.glue.records import PREDICTIONS, RECORD, FinishedRuns
 from bertcore.downstream.glue.tasks import GLUE_TASKS
@@ -52,7 +53,7 @@ def glue_config(root: Path, **changes) -> GlueConfig:
 def suite_for(root: Path, runs: Path, config: GlueConfig | None = None,
               model: str = "pretrained", device: str = "cpu", **fields) -> glue_suite.Suite:
     config = config or glue_config(root)
-    encoder = glue_suite.glue_model(config, str(root / "models" / model),
+    encoder = glue_inputs.glue_model(config, str(root / "models" / model),
                                     str(root / "data" / "vocab"))
     return glue_suite.Suite(encoder, config, torch.device(device),
                             lambda name, params: NullTracker(), FinishedRuns(runs), **fields)
