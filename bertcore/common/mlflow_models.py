@@ -12,11 +12,12 @@ licence its card states, none unless they write one."""
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
+
+from bertcore.common.held_logs import logs_quiet
 
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1", "MLFLOW_DISABLE_TELEMETRY": "true"}
 # what they say of a model that is not the Hub's (no license, no card there): not the user's to fix
@@ -48,7 +49,7 @@ def log_pipeline(client: Any, run_id: str, uri: str, source: Mapping[str, str], 
     # the store by the environment: mlflow.set_tracking_uri would outlive the call
     store = {**_OFFLINE, "MLFLOW_TRACKING_URI": uri, "HF_HUB_DISABLE_PROGRESS_BARS": "1"}
     signature, example = model_signature(task, pairs)
-    with _environment(store), _quiet(_MODEL_LOGGERS):  # once imported: they set levels then
+    with _environment(store), logs_quiet(_MODEL_LOGGERS):  # once imported: they set levels then
         status = client.get_run(run_id).info.status
         try:
             with mlflow.start_run(run_id=run_id):
@@ -123,17 +124,3 @@ def _environment(values: Mapping[str, str]) -> Iterator[None]:
                 os.environ.pop(key, None)
             else:
                 os.environ[key] = value
-
-
-@contextlib.contextmanager
-def _quiet(names: tuple[str, ...]) -> Iterator[None]:
-    """Only errors from these loggers during the block."""
-    loggers = [logging.getLogger(name) for name in names]
-    levels = [logger.level for logger in loggers]
-    for logger in loggers:
-        logger.setLevel(logging.ERROR)
-    try:
-        yield
-    finally:
-        for logger, level in zip(loggers, levels, strict=True):
-            logger.setLevel(level)
