@@ -69,12 +69,16 @@ class TrackingConfig:
 class TrackingTarget:
     """Where a stage's MLflow runs go, as the edge resolved it: the store's URI, the
     experiment (`tracking.experiment`) and the DVC experiment the stage runs in (None outside
-    one), which names the runs of the stages after pretraining."""
+    one), which names its runs, and what else the edge knows of their surroundings."""
 
     uri: str
     experiment: str
     dvc_experiment: str | None = None
     source: Mapping[str, str] = field(default_factory=dict)  # mlflow.source.* tags of its runs
+    dvc_stage: str | None = None  # the dvc.yaml stage running it (DVC_STAGE; None outside DVC)
+    # params.yaml's sections beside those the stage parsed, which its run records with them
+    # (pretrain: every section, the others as written)
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 def resolve_uri(configured: str | None, default: str) -> str:
