@@ -228,9 +228,7 @@ class Trainer:
             "skipped_steps": int(counters["skipped_steps"]),
         }
         if self.dist.is_main:  # speed: a measurement of the machine, so MLflow's, not the TSV's
-            self.record.log_train(self.last_train, extra={
-                "train/tokens_per_s": tokens_per_s,
-                "tokens_per_s_per_process": tokens_per_s / self.dist.world_size})
+            self.record.log_train(self.last_train, tokens_per_s)
         bar.set_postfix(loss=f"{window['loss']:.3f}", lr=f"{result.learning_rate:.2e}",
                         tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 
