@@ -26,7 +26,6 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import accuracy_score, f1_score
 from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
@@ -42,7 +41,7 @@ from bertcore.downstream.config import FinetuneConfig, Recipe, reproduced
 from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
 from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
-from bertcore.downstream.glue.metrics import correlations
+from bertcore.downstream.metrics import correlations, scores
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.downstream.workers import (
@@ -64,14 +63,6 @@ from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import require_readable, unknown_tokens
 
 log = logging.getLogger(__name__)
-
-
-def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Accuracy, and macro-F1: the mean over classes of 2TP / (2TP + FP + FN), over the classes
-    that occur in the labels or the predictions (scikit-learn's). A regression task's scores
-    are STS-B's instead: Pearson's and Spearman's r (`correlations`)."""
-    return {"accuracy": float(accuracy_score(labels, predictions)),
-            "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0.0))}
 
 
 def build_classifier(
