@@ -1,5 +1,6 @@
-"""The params sections of the downstream stages (`finetune:`, `glue:`, `prune:`) and the
-fine-tuning recipe they share.
+"""The params sections of the downstream stages (`finetune:`, `prune:`; `glue:`'s is
+`glue/config.py`) and the fine-tuning recipe they share, with the keys of a section that
+fine-tunes (`RecipeSection`).
 
 A `Recipe` is how one model is fine-tuned: AdamW, a linear warmup then linear decay to 0,
 gradients clipped, a step cap for a CPU. `finetune` makes one from its section, `glue` one per
@@ -27,7 +28,6 @@ from bertcore.common.validation import (
     text,
 )
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
-from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.model.config import Device
 
 # learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
@@ -36,12 +36,6 @@ from bertcore.model.config import Device
 # best: builtin:same-document 0.582 at 3e-4 vs 0.550 at 1e-3, a 10-topic set 0.898 vs 0.906
 # (docs/finetune.md). Between tiny and base, their grid's 1e-4 (not measured here).
 AUTO_LEARNING_RATES: tuple[tuple[int | None, float], ...] = ((128, 3e-4), (512, 1e-4), (None, 4e-5))
-
-# Turc et al. (2019), "Well-Read Students Learn Better", the miniatures' fine-tuning grid:
-# 4 epochs, every pair of these, the best on dev.
-GRID_LEARNING_RATES = (3e-4, 1e-4, 5e-5, 3e-5)
-GRID_BATCH_SIZES = (8, 16, 32, 64, 128)
-GRID_EPOCHS = 4.0
 
 LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a number > 0")]
 # finetune.seed, glue.seed: numpy's generators take no negative seed, torch none of 2**64
@@ -175,46 +169,6 @@ class FinetuneConfig(RecipeSection, FinetuneKeys):
         """One recipe per seed (seed, seed + 1, ...), the same but for the seed."""
         base = recipe_for(self, hidden_size)
         return [replace(base, seed=self.seed + i) for i in range(self.seeds)]
-
-
-GLUE_DATA_HF = "hf:glue"
-
-
-@dataclass
-class GlueKeys:
-    """The `glue:` section's own keys: the data, its tasks, the model, the grid."""
-
-    # null: no GLUE data (the stage says so); a folder in GLUE's layout; or hf:glue
-    data: text(min_length=1, allowed="null, a folder in GLUE's layout or hf:glue") | None = None
-    # task keys (cola sst2 mrpc stsb qqp mnli qnli rte wnli); null: every task the folder has
-    tasks: checked(list[str], lambda keys: bool(keys) and set(keys) <= set(GLUE_TASKS),
-                   f"null or a list of {', '.join(GLUE_TASKS)}") | None = None
-    model: str | None = None  # a Hugging Face BERT folder; null: the pipeline's pretrained model
-    grid: Bool = False  # Turc et al.'s grid (learning rates x batch sizes, 4 epochs): best on dev
-    # a seeded subset of each train file, for a CPU (QQP and MNLI have ~400k); null: all
-    max_train_examples: integer(ge=1, allowed="null or an integer >= 1") | None = None
-
-
-@params_section
-class GlueConfig(RecipeSection, GlueKeys):
-    """The `glue:` section of params.yaml: its own keys, then the recipe's."""
-
-    batch_size: BatchSize = 32
-    epochs: Epochs = 4.0
-    max_steps: MaxSteps = None
-    seeds: SeedCount = 5  # fine-tunes per task: median, min, max
-
-    def learning_rates(self) -> tuple[float | str, ...]:
-        """The grid's, or the one."""
-        return GRID_LEARNING_RATES if self.grid else (self.learning_rate,)
-
-    def recipes(self, hidden_size: int) -> list[Recipe]:
-        """The recipes to try on a task, each to be run with every seed: one, or the grid's."""
-        base = recipe_for(self, hidden_size)
-        if not self.grid:
-            return [base]
-        return [replace(base, learning_rate=lr, batch_size=bs, epochs=GRID_EPOCHS)
-                for lr in GRID_LEARNING_RATES for bs in GRID_BATCH_SIZES]
 
 
 @params_section

@@ -19,7 +19,8 @@ from bertcore.common.validation import Bool, Int, integer, number, params_sectio
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.downstream.config import FinetuneConfig, GlueConfig, PruneConfig
+from bertcore.downstream.config import FinetuneConfig, PruneConfig
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.model.config import CardConfig, ExportConfig, ModelConfig
 from bertcore.training.config import (

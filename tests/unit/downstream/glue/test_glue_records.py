@@ -20,9 +20,9 @@ from helpers.tiny_pretrain import tiny_config
 
 from bertcore.common.null_tracker import NullTracker
 from bertcore.data.vocab.files import read_vocab
-from bertcore.downstream.config import GlueConfig
 from bertcore.downstream.glue import inputs as glue_inputs
 from bertcore.downstream.glue import suite as glue_suite
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.glue.records import PREDICTIONS, RECORD, FinishedRuns
 from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.model.bert import BertPretrainingModel
