@@ -16,9 +16,9 @@ from bertstages.cli import COMMANDS
 
 ROOT = Path(__file__).resolve().parents[1]
 # Lower first: a module may import from its own package and the ones before it. Training's
-# sub-packages are layers too: its params, a run's length, where it computes, what each step
-# sees, the checkpoints (and the identity they record), evaluation, the loop, one whole run.
-TRAINING = ("training.config", "training.length", "training.hardware", "training.data",
+# sub-packages are layers too: its params, where it computes, what each step sees, the
+# checkpoints (and the identity they record), evaluation, the loop, one whole run.
+TRAINING = ("training.config", "training.hardware", "training.data",
             "training.checkpoints", "training.evaluation", "training.loop", "training.run")
 # Downstream's layers: the words a built-in task or probe may change, the zero-shot probes,
 # the fine-tuning (downstream's own modules: the loop, its tasks, scores and recipes, pruning),

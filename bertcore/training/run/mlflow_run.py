@@ -204,7 +204,8 @@ def default_run_name(model: ModelConfig, max_minutes: float | None,
     train.seed would be called alike; this one says what differs (`identity.run_name`)."""
     init = model.init_from
     name = (Path(init).resolve().name or init) if init else model.preset
-    return run_name(name, [phase.identity for phase in phases], max_minutes)
+    return run_name(name, [phase.identity for phase in phases],
+                    [phase.end - phase.start for phase in phases], max_minutes)
 
 
 def run_tags(plan: RunPlan, phases: Sequence[Phase], previous_run: str | None
@@ -216,7 +217,7 @@ def run_tags(plan: RunPlan, phases: Sequence[Phase], previous_run: str | None
         prefix = f"phase{phase.number}"
         tags.update({f"fingerprint.{prefix}.{k}": v
                      for k, v in phase.identity.fingerprints.items()})
-        tags[f"{prefix}.first_step"] = phase.length.start + 1
+        tags[f"{prefix}.first_step"] = phase.start + 1
     if plan.continues_earlier_run:
         tags.update({"extends_run": previous_run,
                      "extended_at_step": plan.resume.checkpoint.step})
@@ -229,7 +230,7 @@ def run_note(model: ModelConfig, phases: Sequence[Phase]) -> str:
     """The run's description (MLflow's `mlflow.note.content`): what it trained, where its
     model and results are."""
     init = f"from {model.init_from}" if model.init_from else "from scratch"
-    steps = " then ".join(f"{phase.length.planned - phase.length.start} steps at length "
+    steps = " then ".join(f"{phase.end - phase.start} steps at length "
                           f"{phase.max_seq_length}" for phase in phases)
     return (f"BERT ({model.preset}) pretrained {init} with MLM and NSP: {steps}.\n\n"
             f"The model is the MLflow Model `{MODEL_NAME}` (fill-mask; its page holds the "

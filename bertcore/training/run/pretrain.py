@@ -2,7 +2,7 @@
 top to bottom:
 
   run_pretraining     open and check the inputs (`bertcore.training.run.inputs`)
-  plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
+  plan_pretraining    build each phase, its planned end and identity
                       (`bertcore.training.checkpoints.identity`), and plan where the run (re)starts
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
                       (`bertcore.training.run.plan`)
@@ -166,9 +166,9 @@ class PretrainingRun:
             meta=phase.identity.meta(plan.dist.world_size),
             on_written=recorder.on_checkpoint,
             line=plan.start.line)
-        return Trainer(self.runner, length=phase.length, timing=phase.timing, record=record,
-                       checkpointer=checkpointer, evaluate=self.evaluator(phase),
-                       budget=phase.budget).train()
+        return Trainer(self.runner, end=phase.end, learning_rate=phase.learning_rate,
+                       timing=phase.timing, record=record, checkpointer=checkpointer,
+                       evaluate=self.evaluator(phase), budget=phase.budget).train()
 
     def evaluator(self, phase: Phase) -> Callable[[BertPretrainingModel], Any] | None:
         """The periodic evaluation of `phase`: its val samples with fixed masks (None when
@@ -188,12 +188,12 @@ class PretrainingRun:
             return
         runner, resume = self.runner, self.plan.start.resume
         log.info("resuming from %s (step %d of %d%s)", resume.checkpoint.path, runner.step,
-                 phase.length.planned, ", phase 2" if phase.number == 2 else "")
+                 phase.end, ", phase 2" if phase.number == 2 else "")
         if resume.extends:
-            before = phase.length.planned_at(resume.previous_total)
+            rate = phase.learning_rate
+            before = rate.ending_at(resume.previous_total)
             log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice,
-                        phase.steps.learning_rate(runner.step, before),
-                        phase.steps.learning_rate(runner.step, phase.length))
+                        before(runner.step), rate(runner.step))
 
     def say_entered(self, phase: Phase, start_from: Checkpoint) -> None:
         """What a phase after the first goes on from: its own checkpoint (resumed), or the
@@ -201,9 +201,8 @@ class PretrainingRun:
         if self.plan.start.phase == phase.number:
             self.say_resumed(phase)
         elif self.plan.dist.is_main:
-            length = phase.length
             log.info("phase %d: steps %d-%d on samples of up to %d tokens (batch %d, learning "
-                     "rate %g), from %s", phase.number, length.start + 1, length.planned,
+                     "rate %g), from %s", phase.number, phase.start + 1, phase.end,
                      phase.max_seq_length, phase.train.batch_size, phase.train.learning_rate,
                      start_from.path)
 
