@@ -15,12 +15,13 @@ from __future__ import annotations
 
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -91,16 +92,54 @@ def _task_of(board, pid: int) -> int:
 
 def start_worker(cells, parent: int) -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle, a worker whose
-    parent (pid `parent`) is gone (killed outright, even before this worker started) ends at
-    once and quietly instead of waiting for ever, and it takes a row of the pool's board
-    (`cells`)."""
+    parent (pid `parent`: the stage, or the fork server that forked it) is gone (killed
+    outright, even before this worker started) ends at once and quietly instead of waiting
+    for ever, and it takes a row of the pool's board (`cells`)."""
     global _board_row
     ignore_interrupts_in_worker()
     signal_when_parent_dies(signal.SIGKILL, parent)
+    _leave_fork_server_to_stage()
     with cells.get_lock():
         row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
         cells[row] = os.getpid()
     _board_row = (cells, row + 1)
+
+
+def _leave_fork_server_to_stage() -> None:
+    """In a worker forked by the fork server: close its copy of the pipe whose end tells the
+    server that its clients are gone (every process it forks gets one), so the server ends
+    when the stage does, and its workers then with it (`start_worker`'s signal)."""
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+# The environment the fork server started with: its workers have it, not the stage's later one
+_fork_server_env: dict[str, str] | None = None
+
+
+def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseContext, int]:
+    """The forkserver context, its server running with the modules `preload` imported once
+    (or, started before, with those it had) and this process's environment, and the server's
+    pid: its workers start forked from it, with those modules, in no time. A server that
+    started with another environment (the stage set a variable since) is stopped first."""
+    global _fork_server_env
+    context = multiprocessing.get_context("forkserver")
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_pid is not None and _fork_server_env != dict(os.environ):
+        server._stop()
+    if server._forkserver_pid is None:
+        _quiet_tracker()
+        context.set_forkserver_preload(list(preload))
+        _fork_server_env = dict(os.environ)
+    server.ensure_running()  # a server that died starts again
+    return context, server._forkserver_pid
+
+
+def _quiet_tracker() -> None:
+    if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker (or a server) starts
+        sys.warnoptions.append(QUIET_TRACKER)
 
 
 def _run_numbered(func: Callable, number: int, task: object):
@@ -131,6 +170,8 @@ class TaskRunner:
     not yet consumed, so that a long stream of tasks is never held in memory.
 
     `lazy`: start the pool only once a run has two tasks (a small input then spawns nothing).
+    `preload`: modules the workers import (torch, ...): imported once, in a fork server
+    (`fork_server`) that forks the workers, instead of by each worker spawned.
     A worker that dies breaks the pool (`BrokenProcessPool`): the tasks in flight without a
     result run again in a new pool; a task running in a worker that dies a second time
     stops the work (`WorkerDied`, naming the worker and the task: its `where`, if it has
@@ -141,10 +182,12 @@ class TaskRunner:
     at once, and their tasks are lost.
     """
 
-    def __init__(self, workers: int, lazy: bool = False, long: bool = False):
+    def __init__(self, workers: int, lazy: bool = False, long: bool = False,
+                 preload: Sequence[str] = ()):
         self.workers = workers
         self.lazy = lazy
         self.long = long
+        self.preload = tuple(preload)
         self.pool: ProcessPoolExecutor | None = None
         self.board = None  # the pool's board: a shared array of (pid, task) rows
         self.processes: dict = {}  # pid -> Process, of the current pool
@@ -279,13 +322,16 @@ class TaskRunner:
         return pid, how_it_ended(code)
 
     def _start(self) -> None:
-        # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
-        context = multiprocessing.get_context("spawn")
-        if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
-            sys.warnoptions.append(QUIET_TRACKER)
+        # not forked from this process: it may hold threads (tokenizers', torch's), which a
+        # fork loses; spawned, or with `preload`, forked from a fork server that holds none
+        if self.preload:
+            context, parent = fork_server(self.preload)
+        else:
+            context, parent = multiprocessing.get_context("spawn"), os.getpid()
+            _quiet_tracker()
         self.board = context.Array("q", 2 * self.workers)
         self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
-                                        initargs=(self.board, os.getpid()))
+                                        initargs=(self.board, parent))
         self.processes = {}
 
     def _stop(self, cancel: bool) -> None:

@@ -248,7 +248,7 @@ def fine_tune_seeds(pretrained: BertPretrainingModel, task: FinetuneTask,
                     on_log: Callable[[str, int, float], None], workers: int) -> list[SeedRun]:
     """Both models fine-tuned with each recipe, `workers` fine-tunes at once; the runs in
     recipe order whatever finished first, each curve logged in that order."""
-    with fine_tune_pool(workers) as (run, folder):
+    with fine_tune_pool(workers, __name__) as (run, folder):
         encoder, shared_task = shared_encoder(pretrained, folder), Shared(task, folder)
         jobs = [FinetuneJob(which, recipe, encoder, shared_task, str(device), pad_id,
                             torch.get_num_threads(), folder is not None)

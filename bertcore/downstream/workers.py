@@ -47,13 +47,21 @@ def fine_tune_workers(requested: int, key: str, device: torch.device) -> int:
     return requested
 
 
+# What a fine-tune imports besides its own module: the optimizers' first step imports
+# torch._dynamo (torch 2.13's `_use_grad_for_differentiable`), a second of CPU per process.
+FINE_TUNE_IMPORTS = ("torch._dynamo",)
+
+
 @contextmanager
-def fine_tune_pool(workers: int) -> Iterator[tuple[Callable[[Callable, Iterable], Iterator],
-                                                   Path | None]]:
+def fine_tune_pool(workers: int, job_module: str
+                   ) -> Iterator[tuple[Callable[[Callable, Iterable], Iterator], Path | None]]:
     """`(run, folder)`: `run(func, tasks)` yields `func(task)` in task order, in this process
-    with one worker, else in `workers` processes; `folder` holds the `Shared` values their
-    tasks read (None with one worker)."""
-    with shared_folder(workers) as folder, TaskRunner(workers, lazy=True, long=True) as run:
+    with one worker, else in `workers` processes, forked from a server that imported
+    `job_module` (func's) and FINE_TUNE_IMPORTS once; `folder` holds the `Shared` values
+    their tasks read (None with one worker)."""
+    preload = (job_module, *FINE_TUNE_IMPORTS)
+    with (shared_folder(workers) as folder,
+          TaskRunner(workers, lazy=True, long=True, preload=preload) as run):
         yield run, folder
 
 
