@@ -90,15 +90,19 @@ def _task_of(board, pid: int) -> int:
     return dict(zip(cells[::2], cells[1::2], strict=True)).get(pid, 0)
 
 
-def start_worker(cells, parent: int) -> None:
+def start_worker(cells, parent: int, environ: dict[str, str] | None = None) -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle, a worker whose
     parent (pid `parent`: the stage, or the fork server that forked it) is gone (killed
     outright, even before this worker started) ends at once and quietly instead of waiting
-    for ever, and it takes a row of the pool's board (`cells`)."""
+    for ever, and it takes a row of the pool's board (`cells`). `environ`: the stage's
+    environment, for a worker forked with the server's."""
     global _board_row
     ignore_interrupts_in_worker()
     signal_when_parent_dies(signal.SIGKILL, parent)
     _leave_fork_server_to_stage()
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     with cells.get_lock():
         row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
         cells[row] = os.getpid()
@@ -115,19 +119,31 @@ def _leave_fork_server_to_stage() -> None:
         server._forkserver_alive_fd = None
 
 
-# The environment the fork server started with: its workers have it, not the stage's later one
-_fork_server_env: dict[str, str] | None = None
+# The environment the fork server started with, which its imports read
+_fork_server_env: dict[str, str] = {}
+# Variables that native libraries read as they load or first compute (threads, kernels): a
+# server started without one that the stage has now imported its modules without it.
+NATIVE_VARIABLES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA_")
+
+
+def _fork_server_stale() -> bool:
+    """Whether the environment changed since the server started in a way its imports may
+    have read: a variable changed or gone, or a native library's added. Other variables
+    added since (MLflow's timeouts) reach its workers as they start (`start_worker`)."""
+    now = os.environ
+    return (any(now.get(name) != value for name, value in _fork_server_env.items())
+            or any(name.startswith(NATIVE_VARIABLES) for name in now.keys() - _fork_server_env))
 
 
 def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseContext, int]:
     """The forkserver context, its server running with the modules `preload` imported once
     (or, started before, with those it had) and this process's environment, and the server's
     pid: its workers start forked from it, with those modules, in no time. A server that
-    started with another environment (the stage set a variable since) is stopped first."""
+    started in an environment its imports may have read otherwise is stopped first."""
     global _fork_server_env
     context = multiprocessing.get_context("forkserver")
     server = multiprocessing.forkserver._forkserver
-    if server._forkserver_pid is not None and _fork_server_env != dict(os.environ):
+    if server._forkserver_pid is not None and _fork_server_stale():
         server._stop()
     if server._forkserver_pid is None:
         _quiet_tracker()
@@ -325,13 +341,13 @@ class TaskRunner:
         # not forked from this process: it may hold threads (tokenizers', torch's), which a
         # fork loses; spawned, or with `preload`, forked from a fork server that holds none
         if self.preload:
-            context, parent = fork_server(self.preload)
+            (context, parent), environ = fork_server(self.preload), dict(os.environ)
         else:
-            context, parent = multiprocessing.get_context("spawn"), os.getpid()
+            context, parent, environ = multiprocessing.get_context("spawn"), os.getpid(), None
             _quiet_tracker()
         self.board = context.Array("q", 2 * self.workers)
         self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
-                                        initargs=(self.board, parent))
+                                        initargs=(self.board, parent, environ))
         self.processes = {}
 
     def _stop(self, cancel: bool) -> None:

@@ -24,7 +24,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import NoSpaceError
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner, available_cores
+from bertcore.common.pool import TaskRunner, available_cores, fork_server
 from bertcore.common.shared import Shared, shared_folder
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
@@ -63,6 +63,15 @@ def fine_tune_pool(workers: int, job_module: str
     with (shared_folder(workers) as folder,
           TaskRunner(workers, lazy=True, long=True, preload=preload) as run):
         yield run, folder
+
+
+def start_fine_tune_workers(workers: int, job_module: str) -> None:
+    """With more than one worker, the server that forks them (`fine_tune_pool`'s) started
+    now: its imports run while this process loads the model and encodes the examples, and
+    the pool's workers are forked at once. After the CPU's pinning (`pin_cpu`): the server's
+    imports read the environment."""
+    if workers > 1:
+        fork_server((job_module, *FINE_TUNE_IMPORTS))
 
 
 @contextmanager
