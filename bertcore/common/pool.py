@@ -13,6 +13,7 @@ costs a warning, where a bare `BrokenProcessPool` would stop the stage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver
@@ -119,8 +120,9 @@ def _leave_fork_server_to_stage() -> None:
         server._forkserver_alive_fd = None
 
 
-# The environment the fork server started with, which its imports read
+# The environment and module path the fork server started with, which its imports read
 _fork_server_env: dict[str, str] = {}
+_fork_server_path: list[str] = []
 # Variables that native libraries read as they load or first compute (threads, kernels): a
 # server started without one that the stage has now imported its modules without it.
 NATIVE_VARIABLES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA_")
@@ -131,7 +133,8 @@ def _fork_server_stale() -> bool:
     have read: a variable changed or gone, or a native library's added. Other variables
     added since (MLflow's timeouts) reach its workers as they start (`start_worker`)."""
     now = os.environ
-    return (any(now.get(name) != value for name, value in _fork_server_env.items())
+    return (sys.path != _fork_server_path
+            or any(now.get(name) != value for name, value in _fork_server_env.items())
             or any(name.startswith(NATIVE_VARIABLES) for name in now.keys() - _fork_server_env))
 
 
@@ -140,7 +143,7 @@ def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseCon
     (or, started before, with those it had) and this process's environment, and the server's
     pid: its workers start forked from it, with those modules, in no time. A server that
     started in an environment its imports may have read otherwise is stopped first."""
-    global _fork_server_env
+    global _fork_server_env, _fork_server_path
     context = multiprocessing.get_context("forkserver")
     server = multiprocessing.forkserver._forkserver
     if server._forkserver_pid is not None and _fork_server_stale():
@@ -148,9 +151,28 @@ def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseCon
     if server._forkserver_pid is None:
         _quiet_tracker()
         context.set_forkserver_preload(list(preload))
-        _fork_server_env = dict(os.environ)
-    server.ensure_running()  # a server that died starts again
+        _fork_server_env, _fork_server_path = dict(os.environ), list(sys.path)
+    with _module_path_for_children():
+        server.ensure_running()  # a server that died starts again
     return context, server._forkserver_pid
+
+
+@contextlib.contextmanager
+def _module_path_for_children() -> Iterator[None]:
+    """PYTHONPATH set to this process's module path (`sys.path`) while the server starts: it
+    imports its modules from where this process would (Python 3.11's server is handed the
+    path and ignores it: a path added in-process, a test's, would be missing there, and an
+    installed copy of the package imported instead). Its workers take the stage's
+    environment back as they start (`start_worker`)."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
 
 
 def _quiet_tracker() -> None:
