@@ -21,9 +21,11 @@ from __future__ import annotations
 
 import argparse
 import cProfile
+import ctypes
 import hashlib
 import os
 import pstats
+import resource
 import shutil
 import statistics
 import subprocess
@@ -38,7 +40,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "benchmarks"))
 import glue_suite  # noqa: E402  (its folder and model)
 
-COMPARED = ("glue.json", "glue_details.json", "glue_items.json", "seeds.tsv")
+COMPARED = ("glue.json", "glue_details.json", "glue_items.json", "seeds.tsv", "seeds.png")
 
 
 def write_params(root: Path, tasks: list[str], seeds: int, epochs: float) -> None:
@@ -49,8 +51,32 @@ def write_params(root: Path, tasks: list[str], seeds: int, epochs: float) -> Non
     (root / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
 
 
-def run_glue(checkout: Path, root: Path, out: Path, workers: int | None) -> float:
-    """`bert glue` with `checkout`'s code (a process of its own); its wall seconds."""
+PR_SET_CHILD_SUBREAPER = 36
+
+
+def adopt_orphans() -> None:
+    """This process adopts the orphans of the commands it starts (a fork server outlives its
+    stage for a moment): `reap_orphans` then counts their CPU time too."""
+    ctypes.CDLL(None).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+
+
+def reap_orphans() -> None:
+    """Wait for every process this one adopted (their CPU time then counts as its children's)."""
+    while True:
+        try:
+            os.waitpid(-1, 0)
+        except ChildProcessError:
+            return
+
+
+def cpu_seconds() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def run_glue(checkout: Path, root: Path, out: Path, workers: int | None) -> tuple[float, float]:
+    """`bert glue` with `checkout`'s code (a process of its own); its wall seconds and the CPU
+    seconds of all its processes."""
     workers_set = [] if workers is None else ["--set", f"glue.workers={workers}"]
     command = [sys.executable, "-m", "bertstages", "glue", *workers_set,
                "--model", str(root / "pretrained"), "--vocab", str(root / "vocab"),
@@ -58,10 +84,12 @@ def run_glue(checkout: Path, root: Path, out: Path, workers: int | None) -> floa
                "--predictions", str(out / "predictions"), "--out", str(out / "models"),
                "--runs", str(out / "runs")]
     env = {**os.environ, "PYTHONPATH": str(checkout)}
-    start = time.perf_counter()
+    start, cpu = time.perf_counter(), cpu_seconds()
     subprocess.run(command, cwd=root, env=env, check=True, stdout=subprocess.DEVNULL,
                    stderr=subprocess.PIPE)
-    return time.perf_counter() - start
+    wall = time.perf_counter() - start
+    reap_orphans()
+    return wall, cpu_seconds() - cpu
 
 
 def digests(out: Path) -> dict[str, str]:
@@ -102,6 +130,8 @@ def main() -> None:
     parser.add_argument("--epochs", type=float, default=1.0)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--profile", action="store_true", help="cProfile this checkout once")
+    parser.add_argument("--without-one", action="store_true",
+                        help="leave out glue.workers: 1 (this checkout in one process)")
     args = parser.parse_args()
     tasks = args.tasks.split(",")
     glue_suite.TASKS[:] = tasks  # the folder holds these tasks alone
@@ -117,26 +147,35 @@ def main() -> None:
         if args.profile:
             profile(root, 40)
             return
-        ways = {"workers": (REPO, 0), "one": (REPO, 1)}
+        ways = {"workers": (REPO, 0)} if args.without_one else {"workers": (REPO, 0),
+                                                                 "one": (REPO, 1)}
         if args.baseline:
             ways["baseline"] = (Path(args.baseline).resolve(), None)
         seconds: dict[str, list[float]] = {name: [] for name in ways}
+        cpu: dict[str, list[float]] = {name: [] for name in ways}
         outputs: dict[str, dict[str, str]] = {}
+        adopt_orphans()
         for round_ in range(args.rounds):
             for name in ways if round_ % 2 == 0 else reversed(ways):
                 out = root / f"out-{name}"
                 shutil.rmtree(out, ignore_errors=True)
                 checkout, workers = ways[name]
-                seconds[name].append(run_glue(checkout, root, out, workers))
+                wall, used = run_glue(checkout, root, out, workers)
+                seconds[name].append(wall)
+                cpu[name].append(used)
                 outputs[name] = digests(out)
     medians = {name: statistics.median(values) for name, values in seconds.items()}
     print(f"tasks={args.tasks} rows={args.rows} seeds={args.seeds} epochs={args.epochs} "
           f"rounds={args.rounds} cores={len(os.sched_getaffinity(0))} (in turn, wall clock)")
     for name, values in seconds.items():
-        print(f"{name:<9} median {medians[name]:7.1f} s  ({', '.join(f'{v:.1f}' for v in values)})")
-    same = all(digests_ == outputs["one"] for digests_ in outputs.values())
+        print(f"{name:<9} median {medians[name]:7.1f} s  ({', '.join(f'{v:.1f}' for v in values)})"
+              f"  CPU median {statistics.median(cpu[name]):7.1f} s  "
+              f"({', '.join(f'{v:.1f}' for v in cpu[name])})")
+    same = all(digests_ == outputs["workers"] for digests_ in outputs.values())
     print(f"outputs the same bytes: {same}")
     base = "baseline" if args.baseline else "one"  # the time with workers over base's
+    if base not in medians:
+        return
     print(f"glue_workers_vs_{base}={medians['workers'] / medians[base]:.2f}")
 
 

@@ -13,14 +13,16 @@ costs a warning, where a bare `BrokenProcessPool` would stop the stage.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import multiprocessing
+import multiprocessing.forkserver
 import os
 import signal
 import sys
 import time
 from collections import deque
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from concurrent.futures import Future, ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
@@ -89,18 +91,93 @@ def _task_of(board, pid: int) -> int:
     return dict(zip(cells[::2], cells[1::2], strict=True)).get(pid, 0)
 
 
-def start_worker(cells, parent: int) -> None:
+def start_worker(cells, parent: int, environ: dict[str, str] | None = None) -> None:
     """A worker process's initializer: Ctrl-C is the parent's to handle, a worker whose
-    parent (pid `parent`) is gone (killed outright, even before this worker started) ends at
-    once and quietly instead of waiting for ever, and it takes a row of the pool's board
-    (`cells`)."""
+    parent (pid `parent`: the stage, or the fork server that forked it) is gone (killed
+    outright, even before this worker started) ends at once and quietly instead of waiting
+    for ever, and it takes a row of the pool's board (`cells`). `environ`: the stage's
+    environment, for a worker forked with the server's."""
     global _board_row
     ignore_interrupts_in_worker()
     signal_when_parent_dies(signal.SIGKILL, parent)
+    _leave_fork_server_to_stage()
+    if environ is not None:
+        os.environ.clear()
+        os.environ.update(environ)
     with cells.get_lock():
         row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
         cells[row] = os.getpid()
     _board_row = (cells, row + 1)
+
+
+def _leave_fork_server_to_stage() -> None:
+    """In a worker forked by the fork server: close its copy of the pipe whose end tells the
+    server that its clients are gone (every process it forks gets one), so the server ends
+    when the stage does, and its workers then with it (`start_worker`'s signal)."""
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_alive_fd is not None:
+        os.close(server._forkserver_alive_fd)
+        server._forkserver_alive_fd = None
+
+
+# The environment and module path the fork server started with, which its imports read
+_fork_server_env: dict[str, str] = {}
+_fork_server_path: list[str] = []
+# Variables that native libraries read as they load or first compute (threads, kernels): a
+# server started without one that the stage has now imported its modules without it.
+NATIVE_VARIABLES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA_")
+
+
+def _fork_server_stale() -> bool:
+    """Whether the environment changed since the server started in a way its imports may
+    have read: a variable changed or gone, or a native library's added. Other variables
+    added since (MLflow's timeouts) reach its workers as they start (`start_worker`)."""
+    now = os.environ
+    return (sys.path != _fork_server_path
+            or any(now.get(name) != value for name, value in _fork_server_env.items())
+            or any(name.startswith(NATIVE_VARIABLES) for name in now.keys() - _fork_server_env))
+
+
+def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseContext, int]:
+    """The forkserver context, its server running with the modules `preload` imported once
+    (or, started before, with those it had) and this process's environment, and the server's
+    pid: its workers start forked from it, with those modules, in no time. A server that
+    started in an environment its imports may have read otherwise is stopped first."""
+    global _fork_server_env, _fork_server_path
+    context = multiprocessing.get_context("forkserver")
+    server = multiprocessing.forkserver._forkserver
+    if server._forkserver_pid is not None and _fork_server_stale():
+        server._stop()
+    if server._forkserver_pid is None:
+        _quiet_tracker()
+        context.set_forkserver_preload(list(preload))
+        _fork_server_env, _fork_server_path = dict(os.environ), list(sys.path)
+    with _module_path_for_children():
+        server.ensure_running()  # a server that died starts again
+    return context, server._forkserver_pid
+
+
+@contextlib.contextmanager
+def _module_path_for_children() -> Iterator[None]:
+    """PYTHONPATH set to this process's module path (`sys.path`) while the server starts: it
+    imports its modules from where this process would (Python 3.11's server is handed the
+    path and ignores it: a path added in-process, a test's, would be missing there, and an
+    installed copy of the package imported instead). Its workers take the stage's
+    environment back as they start (`start_worker`)."""
+    saved = os.environ.get("PYTHONPATH")
+    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+    try:
+        yield
+    finally:
+        if saved is None:
+            del os.environ["PYTHONPATH"]
+        else:
+            os.environ["PYTHONPATH"] = saved
+
+
+def _quiet_tracker() -> None:
+    if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker (or a server) starts
+        sys.warnoptions.append(QUIET_TRACKER)
 
 
 def _run_numbered(func: Callable, number: int, task: object):
@@ -131,6 +208,8 @@ class TaskRunner:
     not yet consumed, so that a long stream of tasks is never held in memory.
 
     `lazy`: start the pool only once a run has two tasks (a small input then spawns nothing).
+    `preload`: modules the workers import (torch, ...): imported once, in a fork server
+    (`fork_server`) that forks the workers, instead of by each worker spawned.
     A worker that dies breaks the pool (`BrokenProcessPool`): the tasks in flight without a
     result run again in a new pool; a task running in a worker that dies a second time
     stops the work (`WorkerDied`, naming the worker and the task: its `where`, if it has
@@ -141,10 +220,12 @@ class TaskRunner:
     at once, and their tasks are lost.
     """
 
-    def __init__(self, workers: int, lazy: bool = False, long: bool = False):
+    def __init__(self, workers: int, lazy: bool = False, long: bool = False,
+                 preload: Sequence[str] = ()):
         self.workers = workers
         self.lazy = lazy
         self.long = long
+        self.preload = tuple(preload)
         self.pool: ProcessPoolExecutor | None = None
         self.board = None  # the pool's board: a shared array of (pid, task) rows
         self.processes: dict = {}  # pid -> Process, of the current pool
@@ -279,13 +360,16 @@ class TaskRunner:
         return pid, how_it_ended(code)
 
     def _start(self) -> None:
-        # spawn: the parent may hold threads (tokenizers', torch's), which a fork loses.
-        context = multiprocessing.get_context("spawn")
-        if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker starts
-            sys.warnoptions.append(QUIET_TRACKER)
+        # not forked from this process: it may hold threads (tokenizers', torch's), which a
+        # fork loses; spawned, or with `preload`, forked from a fork server that holds none
+        if self.preload:
+            (context, parent), environ = fork_server(self.preload), dict(os.environ)
+        else:
+            context, parent, environ = multiprocessing.get_context("spawn"), os.getpid(), None
+            _quiet_tracker()
         self.board = context.Array("q", 2 * self.workers)
         self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
-                                        initargs=(self.board, os.getpid()))
+                                        initargs=(self.board, parent, environ))
         self.processes = {}
 
     def _stop(self, cancel: bool) -> None:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import typing
+from collections.abc import Mapping
 from typing import Annotated, Any
 
 import pydantic
@@ -107,12 +108,15 @@ def checked(kind: Any, check: typing.Callable[[Any], bool], allowed: str) -> Any
 
 
 # ------------------------------------------------------------------- the decorator
-def params_section(cls: type | None = None, *, frozen: bool = False) -> Any:
+def params_section(cls: type | None = None, *, frozen: bool = False,
+                   renamed: Mapping[str, str] | None = None) -> Any:
     """Make `cls` a params section: a strict pydantic dataclass refusing unknown keys, whose
-    construction raises ConfigError (never pydantic's ValidationError)."""
+    construction raises ConfigError (never pydantic's ValidationError). `renamed`: keys the
+    section took once, each with what to write now, said instead of "unknown key"."""
 
     def wrap(cls: type) -> type:
         cls = pydantic_dataclass(cls, config=SECTION_CONFIG, frozen=frozen)
+        cls.renamed_keys = dict(renamed or {})
         init = cls.__init__
 
         @functools.wraps(init)
@@ -134,6 +138,9 @@ def config_error(cls: type, exc: pydantic.ValidationError) -> ConfigError:
     prefixes the section's) and the value as given, as YAML writes it."""
     errors = exc.errors(include_url=False)
     unknown = sorted(str(error["loc"][0]) for error in errors if error["type"] in UNKNOWN_KEY)
+    renamed = [key for key in unknown if key in getattr(cls, "renamed_keys", {})]
+    if renamed:
+        return ConfigError(renamed[0], cls.renamed_keys[renamed[0]])
     if unknown:  # pydantic's words name no key the section takes
         names = ", ".join(f.name for f in dataclasses.fields(cls) if f.init)
         allowed = f"allowed keys are {names}" if names else "the section takes no keys yet"

@@ -52,6 +52,7 @@ from bertcore.downstream.workers import (
     packed_classifier,
     sendable_errors,
     shared_encoder,
+    start_fine_tune_workers,
 )
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
@@ -262,7 +263,7 @@ def fine_tune_seeds(pretrained: BertPretrainingModel, task: FinetuneTask,
                     on_log: Callable[[str, int, float], None], workers: int) -> list[SeedRun]:
     """Both models fine-tuned with each recipe, `workers` fine-tunes at once; the runs in
     recipe order whatever finished first, each curve logged in that order."""
-    with fine_tune_pool(workers) as (run, folder):
+    with fine_tune_pool(workers, __name__) as (run, folder):
         encoder, shared_task = shared_encoder(pretrained, folder), Shared(task, folder)
         jobs = [FinetuneJob(which, recipe, encoder, shared_task, str(device), pad_id,
                             torch.get_num_threads(), folder is not None)
@@ -322,6 +323,8 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     logged (a child run of the model's pretraining run; none when `target` is None); `meta`:
     what its card says of the model it was made from."""
     device = resolve_device(config.device, setting="finetune.device")
+    workers = fine_tune_workers(config.workers, "finetune.workers", device)
+    start_fine_tune_workers(workers, __name__)  # their imports while the model loads
     model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
     tokenizer = load_tokenizer(paths.vocab_dir)
     task = finetune_task(config, paths.corpus_file, tokenizer,  # tokenised once for all seeds
@@ -331,7 +334,6 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     recipes = config.recipes(model.config.hidden_size)
     runs = DownstreamTracking(target, paths.model_dir, "finetune",
                               flatten({"finetune": asdict(config)}))
-    workers = fine_tune_workers(config.workers, "finetune.workers", device)
     with runs.failing_on_error():
         result = run_comparison(model, task, recipes, device, tokenizer.token_to_id("[PAD]"),
                                 on_log=runs.log_train_loss, workers=workers)

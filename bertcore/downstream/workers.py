@@ -24,7 +24,7 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.atomic import NoSpaceError
 from bertcore.common.errors import BertError
-from bertcore.common.pool import TaskRunner, available_cores
+from bertcore.common.pool import TaskRunner, available_cores, fork_server
 from bertcore.common.shared import Shared, shared_folder
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
@@ -47,14 +47,31 @@ def fine_tune_workers(requested: int, key: str, device: torch.device) -> int:
     return requested
 
 
+# What a fine-tune imports besides its own module: the optimizers' first step imports
+# torch._dynamo (torch 2.13's `_use_grad_for_differentiable`), a second of CPU per process.
+FINE_TUNE_IMPORTS = ("torch._dynamo",)
+
+
 @contextmanager
-def fine_tune_pool(workers: int) -> Iterator[tuple[Callable[[Callable, Iterable], Iterator],
-                                                   Path | None]]:
+def fine_tune_pool(workers: int, job_module: str
+                   ) -> Iterator[tuple[Callable[[Callable, Iterable], Iterator], Path | None]]:
     """`(run, folder)`: `run(func, tasks)` yields `func(task)` in task order, in this process
-    with one worker, else in `workers` processes; `folder` holds the `Shared` values their
-    tasks read (None with one worker)."""
-    with shared_folder(workers) as folder, TaskRunner(workers, lazy=True, long=True) as run:
+    with one worker, else in `workers` processes, forked from a server that imported
+    `job_module` (func's) and FINE_TUNE_IMPORTS once; `folder` holds the `Shared` values
+    their tasks read (None with one worker)."""
+    preload = (job_module, *FINE_TUNE_IMPORTS)
+    with (shared_folder(workers) as folder,
+          TaskRunner(workers, lazy=True, long=True, preload=preload) as run):
         yield run, folder
+
+
+def start_fine_tune_workers(workers: int, job_module: str) -> None:
+    """With more than one worker, the server that forks them (`fine_tune_pool`'s) started
+    now: its imports run while this process loads the model and encodes the examples, and
+    the pool's workers are forked at once. After the CPU's pinning (`pin_cpu`): the server's
+    imports read the environment."""
+    if workers > 1:
+        fork_server((job_module, *FINE_TUNE_IMPORTS))
 
 
 @contextmanager

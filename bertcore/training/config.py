@@ -45,6 +45,10 @@ BatchSize = integer(ge=1)  # sequences per optimizer step, over all micro-batche
 # power of two (training/hardware/fixed_sum.py)
 MicroBatches = checked(Int, lambda n: n >= 1 and n & (n - 1) == 0,
                        "a power of two: 1, 2, 4, 8, ...")
+# the keys before micro_batches (the same cut of the batch, then of any count)
+MICRO_BATCHES_RENAMED = {"gradient_accumulation_steps": (
+    "renamed micro_batches: the number of micro-batches the batch is cut into, each its own "
+    "gradient, added in one fixed order; a power of two: 1, 2, 4, 8, ... (docs/training.md)")}
 # tokens: each step draws its samples from one bin of lengths this wide (training/data/order.py)
 LengthBinWidth = integer(ge=1, allowed="an integer >= 1 (tokens), or null")
 LearningRate = number(gt=0)
@@ -60,7 +64,7 @@ def require_whole_micro_batches(batch_size: int, micro_batches: int, section: st
             f"a multiple of {section}micro_batches ({micro_batches})")
 
 
-@params_section
+@params_section(renamed=MICRO_BATCHES_RENAMED)
 class TrainConfig:
     """The `train:` section of params.yaml."""
 
@@ -155,7 +159,7 @@ class EvalConfig:
     probe_sentences: integer(ge=0) = 100
 
 
-@params_section(frozen=True)
+@params_section(frozen=True, renamed=MICRO_BATCHES_RENAMED)
 class Phase2Config(Phase2Samples):
     """The `phase2:` section of params.yaml (`enabled` and `max_seq_length` are also the
     samples stage's, see `Phase2Samples`)."""

@@ -20,6 +20,9 @@ from helpers.bert import REPO
                                        "list of integers >= 1"),
     ("scale.py", ["--source", "no/such/corpus"], "--source: corpus source not found: "
                                                  "no/such/corpus"),
+    ("repro_processes.py", ["--steps", "1"], "argument --steps: 1 is not an integer >= 2"),
+    ("repro_processes.py", ["--set", "steps=3"], "argument --set: 'steps=3' is not "
+                                                 "section.key=value"),
 ])
 def test_a_benchmark_scripts_bad_argument_is_one_line(tmp_path, script, args, said):
     proc = subprocess.run([sys.executable, str(REPO / "benchmarks" / script), *args],

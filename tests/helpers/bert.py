@@ -146,11 +146,21 @@ def finish_paused(proc: subprocess.Popen, before: list[str]) -> subprocess.Compl
 
 def pool_workers(pid: int) -> list:
     """The worker processes (psutil) of the pool of process `pid`, spawned by
-    multiprocessing (not its resource tracker)."""
+    multiprocessing (not its resource tracker), or forked by its fork server."""
+    import psutil
+
+    children = psutil.Process(pid).children()
+    return [worker for child in children for worker in (
+        [child] if "spawn_main" in " ".join(child.cmdline()) else
+        child.children() if "forkserver" in " ".join(child.cmdline()) else [])]
+
+
+def fork_servers(pid: int) -> list:
+    """The fork servers (psutil) that process `pid` started."""
     import psutil
 
     return [child for child in psutil.Process(pid).children()
-            if "spawn_main" in " ".join(child.cmdline())]
+            if "forkserver" in " ".join(child.cmdline())]
 
 
 def wait_for_lines(path: Path, lines: int, proc: subprocess.Popen, timeout: float = 300) -> None:

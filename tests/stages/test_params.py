@@ -101,6 +101,16 @@ def test_a_process_count_that_does_not_split_the_micro_batches_is_one_line(tmp_p
                           said)
 
 
+@pytest.mark.parametrize("section", ["train", "phase2"])
+def test_a_params_file_with_gradient_accumulation_steps_is_told_its_new_name(tmp_path,
+                                                                             section):
+    write(tmp_path, f"{section}:\n  gradient_accumulation_steps: 4\n")
+    proc = run_bert("pretrain", cwd=tmp_path)
+    assert_one_line_error(proc, f"{section}.gradient_accumulation_steps: renamed micro_batches",
+                          "a power of two", "docs/training.md", code=2)
+    assert "unknown key" not in proc.stderr
+
+
 def test_unknown_section_and_malformed_override(tmp_path):
     path = write(tmp_path, "train: {}\n")
     with pytest.raises(ConfigError, match="trian: unknown section"):

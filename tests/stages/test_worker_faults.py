@@ -12,6 +12,7 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import psutil
@@ -24,6 +25,7 @@ from helpers.bert import (
     TESTS,
     assert_one_line_error,
     finish_paused,
+    fork_servers,
     pool_workers,
     run_bert,
     run_bert_paused,
@@ -33,15 +35,18 @@ from helpers.tiny_pretrain import build_data
 
 from bertcore.common.pool import TaskRunner, WorkerDied
 
+# a pool's workers spawned, and forked by a fork server that imported their module
+PRELOADS = [(), ("helpers.dying_worker",)]
 
-def results_within(seconds: float, func, tasks, workers: int = 2) -> list:
+
+def results_within(seconds: float, func, tasks, workers: int = 2, preload=()) -> list:
     """`list(run(func, tasks))` of a TaskRunner, in a thread that must end within `seconds`
     (a pool waiting for a dead worker's task would wait for ever)."""
     out: dict = {}
 
     def consume():
         try:
-            with TaskRunner(workers) as run:
+            with TaskRunner(workers, preload=preload) as run:
                 out["results"] = list(run(func, tasks))
         except BaseException as error:  # handed to the test
             out["error"] = error
@@ -55,11 +60,14 @@ def results_within(seconds: float, func, tasks, workers: int = 2) -> list:
     return out["results"]
 
 
-def test_a_task_whose_worker_died_runs_again_and_the_results_stay_in_order(tmp_path, caplog):
+@pytest.mark.parametrize("preload", PRELOADS)
+def test_a_task_whose_worker_died_runs_again_and_the_results_stay_in_order(tmp_path, caplog,
+                                                                            preload):
     marker = str(tmp_path / "died-once")
     tasks = [(n, 5, marker) for n in range(12)]
     with caplog.at_level("WARNING", logger="bertcore.common.pool"):
-        assert results_within(60, dying_worker.square, tasks) == [n * n for n in range(12)]
+        results = results_within(60, dying_worker.square, tasks, preload=preload)
+    assert results == [n * n for n in range(12)]
     assert Path(marker).exists()
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings
@@ -67,13 +75,16 @@ def test_a_task_whose_worker_died_runs_again_and_the_results_stay_in_order(tmp_p
     assert "task(s) in flight run again in new workers" in warnings[0], warnings
 
 
-def test_a_worker_killed_while_sending_its_result_never_hangs_the_pool(tmp_path, caplog):
+@pytest.mark.parametrize("preload", PRELOADS)
+def test_a_worker_killed_while_sending_its_result_never_hangs_the_pool(tmp_path, caplog,
+                                                                        preload):
     # It leaves the pool's thread waiting for the rest of the message, for ever unless the
     # pool sees the dead worker and breaks the pool itself.
     marker = str(tmp_path / "died-once")
     tasks = [(n, 5, marker) for n in range(12)]
     with caplog.at_level("WARNING", logger="bertcore.common.pool"):
-        results = results_within(60, dying_worker.square_dying_while_sending, tasks)
+        results = results_within(60, dying_worker.square_dying_while_sending, tasks,
+                                 preload=preload)
     assert results == [n * n for n in range(12)]
     warnings = [r.getMessage() for r in caplog.records]
     assert len(warnings) == 1, warnings
@@ -90,7 +101,6 @@ def test_a_worker_dying_again_on_a_retried_task_stops_with_its_pid_and_task():
 def test_a_pool_of_long_tasks_stopped_ends_its_workers_at_once():
     """SIGTERM while two fine-tune-long tasks run (`long`: a minute each): the workers are
     ended then, not waited for."""
-    import time
 
     from bertcore.common.interrupt import Interrupted, interrupt_on_signals
 
@@ -172,6 +182,33 @@ def test_the_workers_of_a_stage_killed_outright_end_quietly(tmp_path):
     for orphan in alive:
         orphan.kill()
     assert alive == [], alive
+
+
+def test_the_workers_forked_by_a_fork_server_end_with_their_stage_and_it_too():
+    """A process whose pool forks its workers from a fork server (`preload`), killed
+    outright: the server ends (no client left), and its workers with it (their parent)."""
+    script = ("import time\n"
+              "from bertcore.common.pool import TaskRunner\n"
+              "with TaskRunner(2, long=True, preload=('json',)) as run:\n"
+              "    next(run(time.sleep, [600, 600]))\n")
+    proc = subprocess.Popen([sys.executable, "-c", script], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "PYTHONPATH": str(REPO)})
+    try:
+        deadline = time.monotonic() + 120  # for the server and its two workers to start
+        while len(workers := pool_workers(proc.pid)) < 2 and time.monotonic() < deadline:
+            assert proc.poll() is None, proc.communicate()[1]
+            time.sleep(0.1)
+        assert len(workers) == 2
+        servers = fork_servers(proc.pid)
+        assert len(servers) == 1
+    finally:
+        proc.kill()
+    _, alive = psutil.wait_procs([*servers, *workers], timeout=20)
+    for orphan in alive:
+        orphan.kill()
+    assert alive == [], alive
+    stderr = proc.communicate(timeout=60)[1]  # open until its last process ends
+    assert "Traceback" not in stderr, stderr
 
 
 def test_a_worker_whose_parent_died_before_it_started_ends_at_once(tmp_path):

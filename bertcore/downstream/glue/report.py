@@ -34,6 +34,7 @@ from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
 from bertcore.downstream.config import reproduced
 from bertcore.downstream.glue.config import GLUE_DATA_HF, GlueConfig
+from bertcore.downstream.glue.fine_tunes import fine_tune_job
 from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.outcomes import glue_items, no_interval
@@ -43,7 +44,7 @@ from bertcore.downstream.glue.suite import Suite, TaskFailure, TaskResult, run_g
 from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
-from bertcore.downstream.workers import fine_tune_workers
+from bertcore.downstream.workers import fine_tune_workers, start_fine_tune_workers
 from bertcore.model.card import CardFacts, write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.devices import resolve_device
@@ -235,6 +236,8 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
                            (paths.models_dir, MODELS_LAYOUT)):  # before hours of fine-tuning
         require_own_folder(folder, layout)
     device = resolve_device(config.device, setting="glue.device")
+    workers = fine_tune_workers(config.workers, "glue.workers", device)
+    start_fine_tune_workers(workers, fine_tune_job.__module__)  # their imports meanwhile
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     require_fits("glue", config.max_seq_length, model.encoder.config.max_position_embeddings)
     finished = FinishedRuns(paths.runs_dir)
@@ -242,8 +245,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
     runs = DownstreamTracking(target, config.model or paths.model_dir, "glue",
                               flatten({"glue": dataclasses.asdict(config)}))
     with runs.failing_on_error():
-        suite = Suite(model, config, device, runs.start_child, finished,
-                      workers=fine_tune_workers(config.workers, "glue.workers", device))
+        suite = Suite(model, config, device, runs.start_child, finished, workers=workers)
         outcomes = run_glue(tasks, suite)
         failed = [o for o in outcomes if isinstance(o, TaskFailure)]
         if len(failed) == len(outcomes):  # the last good run's outputs stay as they are

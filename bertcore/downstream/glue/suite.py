@@ -166,7 +166,7 @@ def run_tasks(readable: list[TaskData], suite: Suite) -> Iterator[TaskResult]:
     worker free at a task's end starts the next task's); each task's result once its last
     fine-tune is in, made while the workers go on with the next."""
     plans = [plan_task(data, suite) for data in readable]
-    with fine_tune_pool(suite.workers) as (run, folder):
+    with fine_tune_pool(suite.workers, fine_tune_job.__module__) as (run, folder):
         # the encoder shared once a fine-tune needs it (a suite all reused writes nothing)
         encoder = cache(lambda: shared_encoder(suite.model.encoder, folder))
         jobs = (job for plan in plans for job in plan.jobs(suite, encoder, folder))
