@@ -26,6 +26,11 @@ from bertstages.options import option_for
 
 # Set by DVC in its stages' commands' environment (torchrun's processes inherit it).
 STARTED_BY_DVC = "DVC_STAGE"
+# Set by torchrun in its workers' environment.
+STARTED_BY_TORCHRUN = "TORCHELASTIC_RUN_ID"
+# The process that started this one, read as this module loads (torchrun's launcher, killed
+# while its worker imports, is told from the process that adopted the worker).
+LAUNCHER = os.getppid()
 
 STAGES = ("corpus", "vocab", "samples", "pretrain", "evaluate", "export", "finetune", "prune",
           "probe", "glue")
@@ -74,10 +79,12 @@ def cli(verbose: bool) -> None:
     level = logging.DEBUG if verbose else logging.INFO
     fmt = "%(levelname)s %(name)s: %(message)s"
     logging.basicConfig(level=level, format=fmt, stream=sys.stderr)
-    if STARTED_BY_DVC in os.environ:
+    if STARTED_BY_DVC in os.environ or STARTED_BY_TORCHRUN in os.environ:
         # DVC gone (SIGTERM to `dvc repro` alone: `timeout`, a CI cancel), no one would
         # record what the stage writes: it stops as on SIGTERM, its previous outputs kept.
-        signal_when_parent_dies(signal.SIGTERM)
+        # torchrun's launcher gone (SIGKILL), its worker would wait for its store (in
+        # torch's TCPStore, up to the group's 30-minute timeout) or train on unwatched.
+        signal_when_parent_dies(signal.SIGTERM, LAUNCHER)
 
 
 def main() -> None:

@@ -55,7 +55,8 @@ def _empty_mlflow_store(tmp_path_factory) -> Path:
 def mlflow_db(_empty_mlflow_store):
     """`mlflow_db(folder)` puts an empty MLflow SQLite store at folder/mlflow.db, a copy of
     one made once per session: creating a store runs its schema migrations (seconds each
-    time). For tests about something else; the pipeline test still creates its own."""
+    time). For tests about something else; the first repo of test_pipeline.py still creates
+    its own. `_empty_mlflow_store` is the path of that one, for a module's fixture."""
 
     def copy_into(folder: Path) -> Path:
         return Path(shutil.copy(_empty_mlflow_store, Path(folder) / "mlflow.db"))

@@ -1,6 +1,7 @@
 """Several processes on CPU with gloo: the same bytes as one process (weights, losses,
 evaluation) for 1, 2 and 4 of them, on every rank, and recovery from a killed worker under
-torchrun with resume from the latest checkpoint, to the same bytes."""
+torchrun with resume from the latest checkpoint, to the same bytes; a worker whose torchrun is
+killed ends."""
 
 from __future__ import annotations
 
@@ -145,3 +146,46 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 81))
     assert sorted(p.name for p in (crashed / "models" / "checkpoints").iterdir()) == [
         f"step-{s:08d}" for s in range(5, 81, 5)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("when", ["as it starts", "once it trains"])
+def test_a_worker_whose_torchrun_is_killed_ends(data, tmp_path, when):
+    """torchrun killed (SIGKILL: no word to its workers, which run in sessions of their own)
+    as its worker starts, or once the worker trains: the worker ends, instead of waiting for
+    the dead launcher's store (torch retries it for the group's 30-minute timeout) or
+    training on unwatched (here 100000 steps)."""
+    (tmp_path / "data").symlink_to(data)
+    _pretrain_params(tmp_path, max_steps=100_000, nproc_per_node=1)
+    env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD}
+    launcher = subprocess.Popen([sys.executable, "-m", "torch.distributed.run",
+                                 "--nproc-per-node=1", "--standalone", "-m", "--", "bertstages",
+                                 "pretrain"], cwd=tmp_path, env=env, start_new_session=True,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    worker = None
+    try:
+        worker = _first_worker(launcher)
+        first = tmp_path / "models" / "checkpoints" / "step-00000005"
+        deadline = time.monotonic() + 300
+        while when == "once it trains" and not first.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert when == "as it starts" or first.exists(), "no checkpoint of step 5"
+        os.killpg(launcher.pid, signal.SIGKILL)
+        launcher.wait()
+        worker.wait(timeout=240)  # psutil.TimeoutExpired: it waits on (seconds on an idle machine)
+    finally:
+        if launcher.poll() is None:
+            os.killpg(launcher.pid, signal.SIGKILL)
+            launcher.wait()
+        if worker is not None and worker.is_running():
+            worker.kill()  # in a session of its own
+
+
+def _first_worker(launcher: subprocess.Popen) -> psutil.Process:
+    """torchrun's worker, as soon as it exists."""
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and launcher.poll() is None:
+        for child in psutil.Process(launcher.pid).children():
+            return child
+        time.sleep(0.005)
+    raise AssertionError(f"torchrun started no worker (exit code {launcher.poll()})")

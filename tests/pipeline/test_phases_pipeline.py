@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -29,10 +30,12 @@ PHASE2 = {"enabled": True, "max_seq_length": 64, "max_steps": 6, "batch_size": 4
 TARGETS = ["evaluate", "export"]  # and the stages before them; finetune and prune read no phase
 
 
-def two_phase_repo(tmp_path: Path, name: str, **phase2) -> tuple[Path, dict]:
+def two_phase_repo(tmp_path: Path, name: str, store: Path, **phase2) -> tuple[Path, dict]:
     """One process (the kill test's shim pauses the command it starts, not torchrun's
-    processes; test_pipeline.py runs the default, one a core)."""
+    processes; test_pipeline.py runs the default, one a core). Its MLflow store starts as a
+    copy of `store`, an empty one (test_pipeline.py's first repo creates its own)."""
     repo, env = new_repo(tmp_path, name)
+    shutil.copy(store, repo / "mlflow.db")
     params = tiny_pipeline_params()
     params["train"]["nproc_per_node"] = 1
     params["phase2"] = {**PHASE2, **phase2}
@@ -47,8 +50,9 @@ def lock_outs(repo: Path) -> dict[str, str]:
 
 
 @pytest.fixture(scope="module")
-def straight(tmp_path_factory) -> tuple[Path, dict[str, str]]:
-    repo, env = two_phase_repo(tmp_path_factory.mktemp("straight"), "straight")
+def straight(tmp_path_factory, _empty_mlflow_store) -> tuple[Path, dict[str, str]]:
+    repo, env = two_phase_repo(tmp_path_factory.mktemp("straight"), "straight",
+                               _empty_mlflow_store)
     run([DVC, "repro", *TARGETS], repo, preloaded.dvc_env(env))
     return repo, lock_outs(repo)
 
@@ -77,8 +81,9 @@ def test_a_two_phase_repro_evaluates_at_both_lengths(straight):
         "max_position_embeddings"] == 64
 
 
-def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path):
-    repo, env = two_phase_repo(tmp_path, "killed")
+def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path,
+                                                            _empty_mlflow_store):
+    repo, env = two_phase_repo(tmp_path, "killed", _empty_mlflow_store)
     # `bert pretrain` of this repro pauses when it has made phase 2's second checkpoint's RNG
     # states (step 12, the last, not yet written; step 9's is), and is killed there
     shim = tmp_path / "shim"
@@ -116,8 +121,9 @@ def test_a_repro_killed_in_phase_2_resumes_to_the_same_bytes(straight, tmp_path)
     assert lock_outs(repo) == straight[1]
 
 
-def test_phase_2_turned_on_after_phase_1_goes_on_from_its_end(straight, tmp_path):
-    repo, env = two_phase_repo(tmp_path, "later", enabled=False)
+def test_phase_2_turned_on_after_phase_1_goes_on_from_its_end(straight, tmp_path,
+                                                             _empty_mlflow_store):
+    repo, env = two_phase_repo(tmp_path, "later", _empty_mlflow_store, enabled=False)
     env = preloaded.dvc_env(env)
     run([DVC, "repro", *TARGETS], repo, env)
     phase1 = lock_outs(repo)

@@ -43,6 +43,12 @@ def tiny_pipeline_params() -> dict:
     # two fine-tune seeds: the median, spread and interval over seeds, at 2/3 of the default's cost
     params["finetune"].update(learning_rate=1e-3, epochs=1, max_seq_length=32, seeds=2)
     params["prune"].update(batches=2, batch_size=8, recovery_steps=2, throughput_steps=1)
+    # One process each (the outputs do not depend on it): no torchrun and no pool starting
+    # interpreters that import torch again. The experiment of the MLflow test pretrains with
+    # the default (auto: one process a core, under torchrun).
+    params["corpus"]["workers"] = 1
+    params["train"]["nproc_per_node"] = 1
+    params["finetune"]["workers"] = 1
     return params
 
 
@@ -111,13 +117,15 @@ def reproduced(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
 
 
 @pytest.fixture(scope="module")
-def reproduced_again(tmp_path_factory) -> tuple[Path, dict, dict[str, str]]:
+def reproduced_again(tmp_path_factory, _empty_mlflow_store) -> tuple[Path, dict, dict[str, str]]:
     """A second fresh repo after its own first `dvc repro`, as `reproduced` but forked from an
     interpreter of another string hash seed: the bytes test compares the two locks; the
     fresh-clone test commits its results and clones it (so that no third repo runs the
     pipeline from scratch), its commands in the environment returned, as a user's: every
-    `bert` a process of its own."""
+    `bert` a process of its own. Its MLflow store starts as a copy of an empty one
+    (`reproduced` creates its own): creating one costs seconds of migrations."""
     repo, env = new_repo(tmp_path_factory.mktemp("pipeline-again"), "second")
+    shutil.copy(_empty_mlflow_store, repo / "mlflow.db")
     seed = str(random.SystemRandom().randrange(1, 2**32))  # `reproduced`'s is random too
     run([DVC, "repro"], repo, preloaded.dvc_env({**env, "PYTHONHASHSEED": seed}))
     return repo, env, lock_outs(repo)
@@ -156,7 +164,9 @@ def test_dvc_repro_then_an_experiment_give_two_mlflow_runs(reproduced):
     run(["git", "add", "-A"], repo, env)
     run(["git", "commit", "-q", "-m", "baseline results"], repo, env)
 
-    proc = run([DVC, "exp", "run", "-S", "train.learning_rate=0.001"], repo, env)
+    # with the default processes (auto: one a core, under torchrun; the baseline ran in one)
+    proc = run([DVC, "exp", "run", "-S", "train.learning_rate=0.001", "-S",
+                "train.nproc_per_node=auto"], repo, env)
     assert "starting fresh" in proc.stdout + proc.stderr  # the baseline's checkpoints differ
 
     from mlflow.tracking import MlflowClient
@@ -271,6 +281,7 @@ def test_a_bad_value_leaves_the_last_good_outputs_in_place(reproduced):
 
     changed = yaml.safe_load(params)
     changed["train"]["max_steps"] += 2
+    changed["train"]["nproc_per_node"] = 1  # the experiment's run extended in one process
     (repo / "params.yaml").write_text(yaml.safe_dump(changed, sort_keys=False))
     run([DVC, "repro", "--single-item", "pretrain"], repo, env)
     after = output_files(repo)

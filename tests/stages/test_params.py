@@ -4,6 +4,7 @@ shipped params.yaml equals the code defaults."""
 from __future__ import annotations
 
 import dataclasses
+import shutil
 from pathlib import Path
 from typing import Literal
 
@@ -309,3 +310,20 @@ def test_a_params_file_that_is_not_utf8_is_one_line_naming_its_line(tmp_path):
 ])
 def test_messages_show_values_as_yaml_writes_them(tmp_path, section, cls, override, message):
     assert message in refused(tmp_path, section, cls, override)
+
+
+def test_a_scoring_that_does_not_exist_is_one_line(tmp_path):
+    (tmp_path / "params.yaml").write_text("{}\n")
+    proc = run_bert("probe", "--set", "probe.scoring=word_l2r", cwd=tmp_path, env=ONE_THREAD)
+    assert_one_line_error(proc, "probe.scoring: 'word_l2r' is not allowed; expected "
+                                "'pll_word_l2r' or 'pll'", code=2)
+
+
+@pytest.mark.parametrize(("value", "said"), [("0", "0 is not allowed; expected greater than or "
+                                                     "equal to 1"),
+                                             ("-1", "-1 is not allowed"),
+                                             ("x", "'x' is not allowed; expected a valid integer")])
+def test_a_bad_count_of_seeds_is_one_line(tmp_path, value, said):
+    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
+    proc = run_bert("finetune", "--set", f"finetune.seeds={value}", cwd=tmp_path)
+    assert_one_line_error(proc, f"finetune.seeds: {said}", code=2)

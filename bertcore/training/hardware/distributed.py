@@ -13,15 +13,30 @@ from __future__ import annotations
 import datetime
 import logging
 import os
+import socket
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 import torch.distributed as dist
 
+from bertcore.common.errors import BertError
 from bertcore.training.hardware.fixed_sum import tree_sum
 
 log = logging.getLogger(__name__)
+
+
+def require_launcher(host: str, port: int) -> None:
+    """torchrun's launcher listens on its store before it starts its workers: a store that
+    refuses the connection means it is gone (killed while this worker started), and torch's
+    TCPStore would retry it for the group's whole timeout. Another failure is left to it."""
+    try:
+        socket.create_connection((host, port), timeout=10).close()
+    except ConnectionRefusedError:
+        raise BertError(f"torchrun's launcher is gone (nothing listens on its store at "
+                        f"{host}:{port}); start the run again") from None
+    except OSError:
+        pass
 
 
 @dataclass
@@ -61,9 +76,11 @@ class Distributed:
                 # torchrun keeps its store across restarts (--max-restarts): without a prefix
                 # per attempt, restarted workers read the dead workers' addresses and hang.
                 attempt = os.environ.get("TORCHELASTIC_RESTART_COUNT", "0")
+                host, port = os.environ["MASTER_ADDR"], int(os.environ["MASTER_PORT"])
+                require_launcher(host, port)
                 agent_store = dist.TCPStore(
-                    os.environ["MASTER_ADDR"],
-                    int(os.environ["MASTER_PORT"]),
+                    host,
+                    port,
                     world_size,
                     is_master=False,
                     timeout=timeout,

@@ -7,14 +7,12 @@ from __future__ import annotations
 import itertools
 import json
 import random
-import shutil
 import statistics
 from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
-from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.classifiers import transformers_accuracy
 from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, build_data, tiny_config
 from scipy import stats
@@ -188,16 +186,6 @@ def test_a_correlation_gain_is_the_difference_of_the_correlations():
         stats.pearsonr(label, pred + label).statistic - stats.pearsonr(label, base).statistic)
     assert statistic_of("spearman_gain", columns) == pytest.approx(
         stats.spearmanr(label, pred + label).statistic - stats.spearmanr(label, base).statistic)
-
-
-@pytest.mark.parametrize(("value", "said"), [("0", "0 is not allowed; expected greater than or "
-                                                     "equal to 1"),
-                                             ("-1", "-1 is not allowed"),
-                                             ("x", "'x' is not allowed; expected a valid integer")])
-def test_a_bad_count_of_seeds_is_one_line(tmp_path, value, said):
-    shutil.copy(REPO / "params.yaml", tmp_path / "params.yaml")
-    proc = run_bert("finetune", "--set", f"finetune.seeds={value}", cwd=tmp_path)
-    assert_one_line_error(proc, f"finetune.seeds: {said}", code=2)
 
 
 def test_two_workers_give_the_bytes_of_one_whichever_fine_tune_finishes_first(

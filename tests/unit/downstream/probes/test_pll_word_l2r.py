@@ -10,7 +10,6 @@ import json
 
 import pytest
 import torch
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import tiny_config
 from tokenizers import Tokenizer, normalizers, pre_tokenizers
 from tokenizers.models import WordPiece
@@ -156,10 +155,3 @@ def test_a_blimp_file_by_both_scorings_with_its_share_of_pairs_split(lm, tmp_pat
     assert set(report.outcomes.figures) == {
         "minimal_pairs.accuracy", "minimal_pairs.accuracy_pll",
         "minimal_pairs.accuracy_pll_word_l2r"}
-
-
-def test_a_scoring_that_does_not_exist_is_one_line(tmp_path):
-    (tmp_path / "params.yaml").write_text("{}\n")
-    proc = run_bert("probe", "--set", "probe.scoring=word_l2r", cwd=tmp_path, env=ONE_THREAD)
-    assert_one_line_error(proc, "probe.scoring: 'word_l2r' is not allowed; expected "
-                                "'pll_word_l2r' or 'pll'", code=2)
