@@ -30,6 +30,7 @@ from sklearn.metrics import accuracy_score, f1_score
 from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
+from bertcore.common.devices import autocast, resolve_device, resolve_precision
 from bertcore.common.dotted import flatten
 from bertcore.common.report import result_values, write_report
 from bertcore.common.schedule import linear_warmup_decay
@@ -58,7 +59,6 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.model.hf import export_hf_classifier
 from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import require_readable, unknown_tokens

@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir
+from bertcore.common.devices import resolve_device, resolve_precision
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate, difference, verdict
@@ -47,7 +48,6 @@ from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
-from bertcore.model.devices import resolve_device, resolve_precision
 from bertcore.model.hf import export_hf
 from bertcore.model.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig

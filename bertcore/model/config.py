@@ -14,8 +14,6 @@ from pydantic import model_validator
 
 from bertcore.common.errors import ConfigError, require
 from bertcore.common.validation import (
-    DEVICE_PATTERN,
-    DEVICES,
     Bool,
     Float,
     Int,
@@ -30,9 +28,6 @@ from bertcore.common.validation import (
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 Size = integer(gt=0)  # a count or a width: a positive integer
 Probability = number(ge=0, lt=1, allowed="a probability in [0, 1)")
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
-Device = text(pattern=DEVICE_PATTERN, allowed=DEVICES)
 
 
 @params_section

@@ -31,12 +31,12 @@ import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.cpu import cpu_record
+from bertcore.common.devices import device_name, resolve_device
 from bertcore.common.digests import file_sha256
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
 from bertcore.common.tracking import NOTE_TAG, Tracker
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.devices import device_name, resolve_device
 from bertcore.model.hf import WEIGHTS_NAME, save_model
 from bertcore.model.local_init import init_local_attention
 from bertcore.model.pretrained import RUN_INFO
