@@ -1,9 +1,9 @@
 """The layout's rules, checked on the source: bertcore's imports point one way (common <-
-data <- model <- training <- downstream, and inside training from its params up to a whole
-run), no module is in an import cycle, and every stage's
-deps in dvc.yaml are exactly the code the stage runs, so `dvc repro` reruns a stage when, and
-only when, that code changes. And every output in dvc.yaml persists, so that a stage that
-fails leaves the last good ones."""
+data <- model <- saved <- training <- downstream, and inside training from its params up to a
+whole run), no module is in an import cycle, and every stage's deps in dvc.yaml are exactly
+the code the stage runs, so `dvc repro` reruns a stage when, and only when, that code
+changes. And every output in dvc.yaml persists, so that a stage that fails leaves the last
+good ones."""
 
 from __future__ import annotations
 
@@ -20,8 +20,8 @@ ROOT = Path(__file__).resolve().parents[1]
 # sees, the checkpoints (and the identity they record), evaluation, the loop, one whole run.
 TRAINING = ("training.config", "training.length", "training.hardware", "training.data",
             "training.checkpoints", "training.evaluation", "training.loop", "training.run")
-ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", *TRAINING,
-         "downstream", "compare")
+ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "saved", "training",
+         *TRAINING, "downstream", "compare")
 
 
 def module_file(name: str) -> Path | None:

@@ -49,7 +49,7 @@ from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.hf import export_hf
-from bertcore.model.pretrained import load_pretrained
+from bertcore.saved.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec

@@ -20,7 +20,7 @@ from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.model_run import MODEL_TAG
 
 
 @pytest.fixture(scope="module")

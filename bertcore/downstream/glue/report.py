@@ -46,7 +46,7 @@ from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.downstream.workers import fine_tune_workers
 from bertcore.model.card import CardFacts, write_card
 from bertcore.model.card_meta import CardMeta
-from bertcore.model.run_reports import MODEL_KEY, weights_sha256
+from bertcore.saved.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 

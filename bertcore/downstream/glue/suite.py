@@ -111,7 +111,7 @@ class Suite:
 
 # the packages whose code fine-tunes and scores (those glue's stage depends on in dvc.yaml)
 FINE_TUNING_CODE = ("bertcore.common", "bertcore.data.corpus", "bertcore.data.vocab",
-                    "bertcore.model", "bertcore.downstream")
+                    "bertcore.model", "bertcore.saved", "bertcore.downstream")
 
 
 def fine_tuning_code() -> str:

@@ -32,14 +32,14 @@ from bertcore.downstream.probes.minimal_pairs import (
 )
 from bertcore.downstream.probes.pll import NAMES, SCORINGS
 from bertcore.downstream.probes.probe_items import add_cloze, add_pairs
-from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.model.tokenizer import (
     require_own_tokenizer,
     require_readable,
     tokenizer_folder,
     unknown_tokens,
 )
-from bertcore.model.trained_model import load_model_and_tokenizer
+from bertcore.saved.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
+from bertcore.saved.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 

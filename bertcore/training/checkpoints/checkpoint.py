@@ -49,7 +49,7 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.lock import folder_lock
 from bertcore.model.hf import save_model
-from bertcore.model.pretrained import META_FILE
+from bertcore.saved.pretrained import META_FILE
 
 log = logging.getLogger(__name__)
 

@@ -15,7 +15,7 @@ from bertcore.common.report import details_file, read_report_file
 from bertcore.model.card import CardFacts, Figure, figure_at
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.config import BertConfig
-from bertcore.model.run_reports import MODEL_KEY
+from bertcore.saved.run_reports import MODEL_KEY
 
 LOAD_SNIPPET = """\
 from transformers import BertForPreTraining, pipeline

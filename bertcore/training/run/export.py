@@ -15,9 +15,9 @@ from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.hf import export_hf
 from bertcore.model.onnx_export import ONNX_DIR, export_onnx, require_exporter
-from bertcore.model.pretrained import load_pretrained
-from bertcore.model.run_reports import weights_sha256
 from bertcore.model.sentence_embeddings import write_sentence_config
+from bertcore.saved.pretrained import load_pretrained
+from bertcore.saved.run_reports import weights_sha256
 from bertcore.training.run.card import pretrained_facts, read_report
 
 REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json

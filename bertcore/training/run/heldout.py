@@ -31,8 +31,8 @@ from bertcore.common.report import with_items, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
-from bertcore.model.pretrained import load_pretrained
-from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
+from bertcore.saved.pretrained import load_pretrained
+from bertcore.saved.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import (
     SCORES,

@@ -21,8 +21,8 @@ from bertcore.data.corpus.splits import SPLITS, split_file
 from bertcore.model.card import CARD_NAME, card_text
 from bertcore.model.config import BertConfig, ModelConfig
 from bertcore.model.hf import WEIGHTS_NAME, export_hf
-from bertcore.model.model_run import MODEL_TAG
-from bertcore.model.run_reports import carry_reports
+from bertcore.saved.model_run import MODEL_TAG
+from bertcore.saved.run_reports import carry_reports
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.checkpoints.identity import run_name
 from bertcore.training.config import PretrainConfig

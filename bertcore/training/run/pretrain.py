@@ -39,7 +39,7 @@ from bertcore.common.tracking import NOTE_TAG, Tracker
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.hf import WEIGHTS_NAME, save_model
 from bertcore.model.local_init import init_local_attention
-from bertcore.model.pretrained import RUN_INFO
+from bertcore.saved.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.lineage import replacing_notice
 from bertcore.training.config import PretrainConfig

@@ -52,7 +52,7 @@ from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import interval_text
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.model_run import MODEL_TAG
 from bertcore.training.config import EvalConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
