@@ -59,8 +59,8 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import export_hf_classifier
 from bertcore.model.tokenizer import require_readable, unknown_tokens
+from bertcore.saved.hf import export_hf_classifier
 from bertcore.saved.pretrained import load_pretrained
 
 log = logging.getLogger(__name__)

@@ -48,7 +48,7 @@ from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
-from bertcore.model.hf import export_hf
+from bertcore.saved.hf import export_hf
 from bertcore.saved.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
@@ -370,7 +370,7 @@ def _headline(outcome: PruneOutcome, metrics: dict[str, Any], timing: dict[str, 
 # transformers 5 has no head pruning: measured (docs/prune.md), it loads the folder's zeroed heads
 TRANSFORMERS_NOTE = ("transformers 5 ignores pruned_heads and loads this model at full size "
                      "({before:,} parameters, every head); the saving ({after:,}) needs "
-                     "bertcore.model.hf.load_model")
+                     "bertcore.saved.hf.load_model")
 
 
 def _train_batches(data: PruneData, batch_size: int, seed: int) -> PretrainingBatches:

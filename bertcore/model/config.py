@@ -149,7 +149,7 @@ class ModelConfig:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
     fields. `vocab_size` is not a parameter: it comes from the vocabulary at pretrain time.
     With `init_from` (a BERT folder to continue pretraining) the architecture is the folder's
-    (see `bertcore.model.init_from`): the preset is not used and only dropout rates may
+    (see `bertcore.saved.init_from`): the preset is not used and only dropout rates may
     differ. The overrides are checked by BertConfig, when the section is parsed."""
 
     preset: str = "tiny"

@@ -12,7 +12,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.mlflow_store import StoreLocked
 from bertcore.common.pending import PendingRun
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.hf import WEIGHTS_NAME
+from bertcore.saved.hf import WEIGHTS_NAME
 from bertcore.saved.pretrained import RUN_INFO
 
 MODEL_TAG = "model.sha256"  # set by pretraining's MLflow run (training/run/mlflow_run.py)

@@ -8,7 +8,7 @@ from pathlib import Path
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import load_model
+from bertcore.saved.hf import load_model
 
 # In a model folder our pretraining wrote: the step that made it and the run's fingerprints.
 # Not the MLflow run: its id is random, and the folder is the same bytes for the same params

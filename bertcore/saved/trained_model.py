@@ -10,9 +10,9 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bertcore.common.errors import BertError
-from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.tokenizer import model_tokenizer
+from bertcore.saved import hf
 from bertcore.saved.pretrained import META_FILE, RUN_INFO
 
 

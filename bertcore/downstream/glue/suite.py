@@ -40,7 +40,7 @@ from bertcore.downstream.glue.metrics import Spread, spread
 from bertcore.downstream.glue.records import FinishedRuns, SeedRun
 from bertcore.downstream.glue.tasks import GlueTask
 from bertcore.downstream.workers import fine_tune_pool, shared_encoder
-from bertcore.model import hf
+from bertcore.saved import hf
 
 log = logging.getLogger(__name__)
 

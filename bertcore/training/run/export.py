@@ -13,9 +13,9 @@ from typing import Any
 from bertcore.common.atomic import atomic_dir
 from bertcore.model.card import write_card
 from bertcore.model.card_meta import CardMeta
-from bertcore.model.hf import export_hf
 from bertcore.model.onnx_export import ONNX_DIR, export_onnx, require_exporter
 from bertcore.model.sentence_embeddings import write_sentence_config
+from bertcore.saved.hf import export_hf
 from bertcore.saved.pretrained import load_pretrained
 from bertcore.saved.run_reports import weights_sha256
 from bertcore.training.run.card import pretrained_facts, read_report

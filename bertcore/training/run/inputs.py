@@ -17,7 +17,7 @@ from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
 from bertcore.data.samples.verify import SamplesCheck
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.config import BertConfig
-from bertcore.model.init_from import InitModel
+from bertcore.saved.init_from import InitModel
 
 if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.run.pretrain)
     from bertcore.training.config import PretrainConfig

@@ -20,7 +20,7 @@ from bertcore.common.tracking import Tracker
 from bertcore.data.corpus.splits import SPLITS, split_file
 from bertcore.model.card import CARD_NAME, card_text
 from bertcore.model.config import BertConfig, ModelConfig
-from bertcore.model.hf import WEIGHTS_NAME, export_hf
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf
 from bertcore.saved.model_run import MODEL_TAG
 from bertcore.saved.run_reports import carry_reports
 from bertcore.training.checkpoints.checkpoint import CheckpointDir

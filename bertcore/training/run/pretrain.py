@@ -7,7 +7,7 @@ top to bottom:
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
                       (`bertcore.training.run.plan`)
   PretrainingRun      .start: build the model (new, or from an existing BERT:
-                      `bertcore.model.init_from`), open the MLflow run (a NullTracker when
+                      `bertcore.saved.init_from`), open the MLflow run (a NullTracker when
                       nothing is tracked) and the StepRunner; .train: train each phase in turn
                       from where the plan says (`bertcore.training.loop.trainer`), then write the
                       final model and metrics
@@ -37,8 +37,8 @@ from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
 from bertcore.common.tracking import NOTE_TAG, Tracker
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import WEIGHTS_NAME, save_model
 from bertcore.model.local_init import init_local_attention
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
 from bertcore.saved.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.lineage import replacing_notice

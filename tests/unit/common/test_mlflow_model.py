@@ -29,8 +29,8 @@ from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.card import CARD_NAME
 from bertcore.model.card_meta import card_meta
 from bertcore.model.config import CardConfig
-from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.model.sentence_embeddings import SENTENCE_FILES
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf, save_model
 from bertcore.saved.run_reports import MODEL_KEY, carry_reports, log_report_into
 from bertcore.training.run.charts import chart_paths, write_pretrain_charts
 from bertcore.training.run.export import export_pretrained

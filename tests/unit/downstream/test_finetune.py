@@ -51,7 +51,7 @@ from bertcore.downstream.tasks import (
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.card import interval_text
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
 from bertcore.saved.model_run import MODEL_TAG
 from bertcore.training.config import EvalConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
@@ -507,7 +507,7 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert full_size == metrics["parameters"]["before"]
     assert (f"transformers 5 ignores pruned_heads and loads this model at full size "
             f"({full_size:,} parameters, every head); the saving "
-            f"({metrics['parameters']['after']:,}) needs bertcore.model.hf.load_model"
+            f"({metrics['parameters']['after']:,}) needs bertcore.saved.hf.load_model"
             ) in proc.stderr
     card = ModelCard.load(folder / "README.md")
     assert card.data.pipeline_tag == "fill-mask" and "transformers 5 has no head" in card.text

@@ -34,7 +34,7 @@ from bertcore.downstream.finetune import (
 from bertcore.downstream.finetune_task import finetune_task
 from bertcore.downstream.tasks import read_examples, split_examples
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 from bertcore.saved.pretrained import load_pretrained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
