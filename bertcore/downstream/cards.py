@@ -1,4 +1,4 @@
-"""What the model cards of the downstream stages' folders say (`model/card.py` writes them):
+"""What the model cards of the downstream stages' folders say (`saved/card.py` writes them):
 the fine-tuned classifier (models/finetuned), the pruned model (models/pruned) and each GLUE
 task's median-seed model (models/glue/<Task>), each with its own figures beside their
 baselines (with their 95% intervals where the report has them, `<name>_ci95`), built from the
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bertcore.model.card import CardFacts, figure_at, figure_of, interval_text
-from bertcore.model.card_meta import CardMeta
+from bertcore.saved.card import CardFacts, figure_at, figure_of, interval_text
+from bertcore.saved.card_meta import CardMeta
 
 CLASSIFIER_LOAD = """\
 from transformers import pipeline

@@ -56,10 +56,10 @@ from bertcore.downstream.workers import (
     shared_encoder,
 )
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.card import write_card
-from bertcore.model.card_meta import CardMeta
 from bertcore.model.classifier import BertForSequenceClassification
 from bertcore.model.tokenizer import require_readable, unknown_tokens
+from bertcore.saved.card import write_card
+from bertcore.saved.card_meta import CardMeta
 from bertcore.saved.hf import export_hf_classifier
 from bertcore.saved.pretrained import load_pretrained
 

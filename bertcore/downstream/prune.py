@@ -46,8 +46,8 @@ from bertcore.downstream.heads import (
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import write_card
-from bertcore.model.card_meta import CardMeta
+from bertcore.saved.card import write_card
+from bertcore.saved.card_meta import CardMeta
 from bertcore.saved.hf import export_hf
 from bertcore.saved.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig

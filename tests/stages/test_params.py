@@ -21,7 +21,8 @@ from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.downstream.config import FinetuneConfig, GlueConfig, PruneConfig
 from bertcore.downstream.probes.config import ProbeConfig
-from bertcore.model.config import CardConfig, ExportConfig, ModelConfig
+from bertcore.model.config import ModelConfig
+from bertcore.saved.config import CardConfig, ExportConfig
 from bertcore.training.config import (
     EvalConfig,
     MaskingConfig,

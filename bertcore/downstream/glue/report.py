@@ -44,8 +44,8 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.downstream.workers import fine_tune_workers
-from bertcore.model.card import CardFacts, write_card
-from bertcore.model.card_meta import CardMeta
+from bertcore.saved.card import CardFacts, write_card
+from bertcore.saved.card_meta import CardMeta
 from bertcore.saved.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said

@@ -18,8 +18,8 @@ from typing import Any
 from bertcore.common.digests import file_sha256, fingerprint_files
 from bertcore.common.tracking import Tracker
 from bertcore.data.corpus.splits import SPLITS, split_file
-from bertcore.model.card import CARD_NAME, card_text
 from bertcore.model.config import BertConfig, ModelConfig
+from bertcore.saved.card import CARD_NAME, card_text
 from bertcore.saved.hf import WEIGHTS_NAME, export_hf
 from bertcore.saved.model_run import MODEL_TAG
 from bertcore.saved.run_reports import carry_reports

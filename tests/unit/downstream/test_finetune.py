@@ -49,8 +49,8 @@ from bertcore.downstream.tasks import (
     task_problem,
 )
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import interval_text
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.saved.card import interval_text
 from bertcore.saved.hf import WEIGHTS_NAME, export_hf_classifier, load_model, save_model
 from bertcore.saved.model_run import MODEL_TAG
 from bertcore.training.config import EvalConfig, TrainConfig
