@@ -62,7 +62,8 @@ from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.saved.hf import export_hf_classifier, to_hf_state_dict
+from bertcore.saved.hf import export_hf_classifier
+from bertcore.saved.hf_names import to_hf_state_dict
 
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids
 LABELS = ["0", "1"]
