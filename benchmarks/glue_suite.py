@@ -87,7 +87,7 @@ def run_suite(root: Path, seeds: int, threads: int) -> float:
     """One glue stage's library call, untracked; its wall seconds."""
     import torch
 
-    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.report import GluePaths, score_glue
 
     torch.set_num_threads(threads)

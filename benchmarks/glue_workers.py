@@ -74,7 +74,7 @@ def profile(root: Path, top: int) -> None:
     """This checkout's suite once in this process, under cProfile: the time of each part."""
     from bertcore.training.hardware.cpu import pin_cpu
 
-    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.training.config import CpuConfig
 

@@ -29,7 +29,7 @@ import click
 from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
-from bertcore.downstream.config import GlueConfig
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.saved.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (

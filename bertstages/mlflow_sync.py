@@ -25,8 +25,8 @@ def command(params_file, overrides):
     """Log into MLflow the results a locked or failing store did not take."""
     config = read_params(load_params(params_file, overrides, PARAMS), PARAMS)["tracking"]
     uri = tracking_uri(config)
+    from bertcore.common.mlflow_client import sync_pending
     from bertcore.common.pending import pending_dir
-    from bertcore.common.tracking import sync_pending
 
     logged, left = sync_pending(uri)
     if not logged and not left:

@@ -20,7 +20,6 @@ from typing import Any, TypeVar
 
 import yaml
 
-from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError, ConfigError, yaml_text
 
 T = TypeVar("T")
@@ -237,15 +236,6 @@ class Keys:
 # A stage module's PARAMS; read_params reads exactly it, and its dvc.yaml `params:` list it
 # (tests/test_stage_params.py compares the two).
 StageParams = Mapping[str, "type | Keys"]
-
-
-def run_params(params: Mapping[str, Any], sections: Mapping[str, Any]) -> dict[str, Any]:
-    """A run's params (MLflow's), under their dotted names: each section of `sections` (what
-    the stage read: `read_params`) as its config class resolved it, every key with the value
-    it trains with (the user's, the recipe's or the default); the other sections of `params`
-    (the data's, ...) as written."""
-    resolved = {name: dataclasses.asdict(config) for name, config in sections.items()}
-    return flatten({**params, **resolved})
 
 
 def read_params(params: Mapping[str, Any], wanted: StageParams) -> dict[str, Any]:

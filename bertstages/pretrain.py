@@ -21,6 +21,7 @@ defaults report on models/pretrained, and the export's card reads them).
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import os
 import signal
@@ -38,7 +39,6 @@ from bertcore.common.interrupt import signal_when_parent_dies
 from bertcore.common.report import details_file
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.splits import split_file
-from bertcore.data.vocab.files import VOCAB_FILE, read_vocab
 from bertcore.model.config import ModelConfig
 from bertcore.training.config import (
     EvalConfig,
@@ -57,8 +57,8 @@ from bertstages.options import (
     samples_option,
     vocab_option,
 )
-from bertstages.params import load_params, read_params, run_params
-from bertstages.repo import experiment_name, source_tags, tracking_uri
+from bertstages.params import load_params, read_params
+from bertstages.repo import tracking_target
 
 if TYPE_CHECKING:
     from bertcore.downstream.probes.during_pretraining import ProbeDraw
@@ -107,7 +107,7 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu, refuse_compile_on_pinned_cpu
     from bertcore.training.run.inputs import PretrainPaths
-    from bertcore.training.run.pretrain import RunLabels, run_pretraining
+    from bertcore.training.run.pretrain import run_pretraining
 
     refuse_compile_on_pinned_cpu(config.train.compile, config.train.device, cpu)
     pin_cpu(cpu)  # before torch computes; torchrun's processes inherit it
@@ -125,23 +125,14 @@ def command(samples_dir, vocab_dir, corpus_dir, checkpoint_dir, out_dir, metrics
                           metrics=Path(metrics_file), details=details_file(metrics_file),
                           log=Path(log_file),
                           eval_log=Path(eval_log_file),
-                          reports={group: Path(path) for group, path in REPORTS.items()})
-    labels = None
-    if config.tracking.enabled:
-        logged = run_params(params, sections)  # as resolved: the recipe's values, defaults
-        if (Path(vocab_dir) / VOCAB_FILE).is_file():  # the size vocab_size: auto chose
-            logged["vocab.vocab_size_actual"] = len(read_vocab(vocab_dir))
-        labels = RunLabels(
-            tracking_uri=tracking_uri(config.tracking),
-            run_name=experiment_name(),  # else named by its params (PretrainingRun.name)
-            params=logged,
-            tags={**source_tags("pretrain"),
-                  "DVC_EXP_NAME": experiment_name(),
-                  "DVC_STAGE": os.environ.get("DVC_STAGE")},
-            corpus=Path(corpus_dir),
-        )
+                          reports={group: Path(path) for group, path in REPORTS.items()},
+                          corpus=Path(corpus_dir))
+    # the run records params.yaml whole: the sections it read as they resolved, the others
+    # as written (cpu is not pretraining's config: as it resolved)
+    target = tracking_target(config.tracking, "pretrain",
+                             {**params, "cpu": dataclasses.asdict(cpu)})
     probes = probe_draw(config.eval, Path(vocab_dir), Path(corpus_dir), Path(samples_dir))
-    report = run_pretraining(config, paths, labels, probes)
+    report = run_pretraining(config, paths, target, probes)
     if report is None:
         return  # not rank 0
     val, loss = report.val, report.metrics["train"].get("loss", float("nan"))

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from bertcore.common.tracking import TrackingConfig, TrackingTarget, resolve_uri, sqlite_uri
 
@@ -36,13 +38,16 @@ def tracking_uri(config: TrackingConfig) -> str:
     return resolve_uri(config.uri, sqlite_uri(repo_root() / "mlflow.db"))
 
 
-def tracking_target(config: TrackingConfig, stage: str) -> TrackingTarget | None:
-    """Where `stage` (after pretraining) logs: the store, its experiment, the DVC
-    experiment's name and its runs' source; None with tracking.enabled false."""
+def tracking_target(config: TrackingConfig, stage: str,
+                    params: Mapping[str, Any] | None = None) -> TrackingTarget | None:
+    """Where `stage` logs: the store, its experiment, the DVC experiment's name and stage,
+    its runs' source, and `params`, the sections its run records beside those it parsed;
+    None with tracking.enabled false."""
     if not config.enabled:
         return None
     return TrackingTarget(tracking_uri(config), config.experiment, experiment_name(),
-                          source_tags(stage))
+                          source_tags(stage), os.environ.get("DVC_STAGE") or None,
+                          dict(params or {}))
 
 
 def source_tags(stage: str) -> dict[str, str]:

@@ -9,11 +9,15 @@ and, `linear` alone, fine-tuning's:
 
 The rate of a step is a function of the step number and the planned end alone, so a resumed
 run whose end moved (`train.max_steps` or `train.epochs` raised) simply follows the new line
-from where it stands, as transformers' Trainer does.
+from where it stands, as transformers' Trainer does. `StepSchedule` is that function for one
+phase of pretraining (nanoGPT's `get_lr(it)`): built once from the run's plan, called by the
+training loop with the step.
 """
 
 from __future__ import annotations
 
+import dataclasses
+from dataclasses import dataclass
 from typing import Literal
 
 # train.schedule, after the warmup: BERT's linear decay, or warmup-stable-decay
@@ -46,3 +50,24 @@ def learning_rate(peak: float, step: int, warmup_steps: int, total_steps: int,
     if schedule == "wsd":
         return peak * warmup_stable_decay(step, warmup_steps, total_steps, decay_fraction)
     return peak * linear_warmup_decay(step, warmup_steps, total_steps)
+
+
+@dataclass(frozen=True)
+class StepSchedule:
+    """The learning rate of each optimizer step of a phase that trains steps start+1 .. end
+    (numbered over the whole run): called with the step (0-based: the steps done before it)."""
+
+    peak: float
+    warmup_steps: int
+    start: int  # optimizer steps done before the phase
+    end: int  # the step the phase is planned to end at
+    schedule: Schedule = "linear"
+    decay_fraction: float = 0.2
+
+    def __call__(self, step: int) -> float:
+        return learning_rate(self.peak, step - self.start, self.warmup_steps,
+                             self.end - self.start, self.schedule, self.decay_fraction)
+
+    def ending_at(self, end: int) -> StepSchedule:
+        """This schedule re-planned to end at `end` (a time budget's plan, an extension)."""
+        return dataclasses.replace(self, end=end)

@@ -1,6 +1,6 @@
-"""MLflow, behind one small class: with `mlflow_models.py` (a model logged with MLflow's
-transformers flavour) and `run_results.py` (a stage's results logged, at once or later), the
-modules that import mlflow.
+"""MLflow, behind one small class: with `mlflow_client.py` (a client of the store, checked),
+`mlflow_models.py` (a model logged with MLflow's transformers flavour) and `run_results.py` (a
+stage's results logged, at once or later), the modules that import mlflow.
 
 A `Tracker` is one MLflow run. It is opened before any training (an unreachable store is a
 `BertError` then, so the user learns it in seconds, not after hours), it logs metrics with
@@ -33,22 +33,18 @@ from typing import Any, Literal
 
 from bertcore.common.errors import first_line
 from bertcore.common.held_logs import logs_held
+from bertcore.common.mlflow_client import store_client
 from bertcore.common.mlflow_models import log_pipeline
 from bertcore.common.mlflow_store import (
     STORE_LOGGERS,
     StoreLocked,
-    open_store,
     retried_on_lock,
     sqlite_path,
     store_errors,
 )
-from bertcore.common.pending import (
-    RunResults,
-    keep_pending,
-    pending_records,
-)
+from bertcore.common.pending import RunResults, keep_pending
 from bertcore.common.processes import has_ended, process_label
-from bertcore.common.run_results import flush_pending, kept_message, log_results, run_tagged
+from bertcore.common.run_results import kept_message, log_results, run_tagged
 from bertcore.common.validation import Bool, params_section, text
 
 log = logging.getLogger(__name__)
@@ -73,12 +69,16 @@ class TrackingConfig:
 class TrackingTarget:
     """Where a stage's MLflow runs go, as the edge resolved it: the store's URI, the
     experiment (`tracking.experiment`) and the DVC experiment the stage runs in (None outside
-    one), which names the runs of the stages after pretraining."""
+    one), which names its runs, and what else the edge knows of their surroundings."""
 
     uri: str
     experiment: str
     dvc_experiment: str | None = None
     source: Mapping[str, str] = field(default_factory=dict)  # mlflow.source.* tags of its runs
+    dvc_stage: str | None = None  # the dvc.yaml stage running it (DVC_STAGE; None outside DVC)
+    # params.yaml's sections beside those the stage parsed, which its run records with them
+    # (pretrain: every section, the others as written)
+    params: Mapping[str, Any] = field(default_factory=dict)
 
 
 def resolve_uri(configured: str | None, default: str) -> str:
@@ -123,7 +123,7 @@ class Tracker:
         it has none (its tag `mlflow.note.content`; a run's is the same tag of the run).
         """
         with store_errors(uri):
-            client = _client(uri)
+            client = store_client(uri)
             run = _resumable_run(client, run_id, uri) if run_id else None
             if run is None:
                 return cls._open(client, uri,
@@ -158,7 +158,7 @@ class Tracker:
         if database is not None and not database.exists():
             return None  # no store yet, so no run: do not create one just to look
         with store_errors(uri):
-            client = _client(uri)
+            client = store_client(uri)
             run_id = run_tagged(client, tag, value)
         return cls(client, run_id, uri) if run_id else None
 
@@ -292,61 +292,6 @@ class Tracker:
         except Exception as exc:
             log.debug("MLflow run %s could not be ended (%s): the next run in its "
                       "experiment ends it", self.run_id, first_line(exc))
-
-
-@dataclass(frozen=True)
-class RunRecord:
-    """What a finished run holds that a later reader needs: its params and tags."""
-
-    run_id: str
-    params: Mapping[str, str]
-    tags: Mapping[str, str]
-
-
-def download_run(uri: str, run_id: str, artifact_path: str,
-                 dst: str | os.PathLike) -> RunRecord | None:
-    """Run `run_id`'s artifacts under `artifact_path`, downloaded into `dst`, and its params
-    and tags; None when the store has no such run (a SQLite store that does not exist has
-    none, and is not created). A store that fails is one BertError."""
-    database = sqlite_path(uri)
-    if database is not None and not database.exists():
-        return None
-    from mlflow.exceptions import MlflowException
-
-    with store_errors(uri):
-        client = _client(uri)
-        try:
-            run = client.get_run(run_id)
-        except MlflowException as exc:
-            if exc.error_code in ("RESOURCE_DOES_NOT_EXIST", "INVALID_PARAMETER_VALUE"):
-                return None
-            raise
-        if client.list_artifacts(run_id, artifact_path):
-            client.download_artifacts(run_id, artifact_path, str(dst))
-    return RunRecord(run_id, dict(run.data.params), dict(run.data.tags))
-
-
-def sync_pending(uri: str) -> tuple[int, int]:
-    """`bert mlflow-sync`: log into the store `uri` the results kept while it did not take
-    them (`flush_pending`); returns how many records were logged and how many still wait. A
-    store that fails (locked past the wait, unreachable) is one BertError."""
-    before = len(list(pending_records(uri)))
-    if before:
-        with store_errors(uri):
-            _client(uri)  # which logs them
-    left = len(list(pending_records(uri)))
-    return before - left, left
-
-
-def _client(uri: str) -> Any:
-    """A client of the store, checked first (`open_store`: MLflow itself would retry for
-    minutes, or fail with a database traceback)."""
-    open_store(uri)
-    from mlflow.tracking import MlflowClient
-
-    client = MlflowClient(tracking_uri=uri)
-    flush_pending(client, uri)
-    return client
 
 
 def _resumable_run(client: Any, run_id: str, uri: str) -> Any:

@@ -13,8 +13,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.common.mlflow_client import download_run
 from bertcore.common.outcomes import StageItems, read_items
-from bertcore.common.tracking import download_run
 from bertcore.compare import revisions
 
 STAGE_ORDER = ("eval", "probe", "finetune", "prune", "glue")  # the rest after, by name

@@ -27,7 +27,7 @@ from pathlib import Path
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.splits import read_documents
-from bertcore.downstream.probes.movable import movable_positions
+from bertcore.downstream.movable import movable_positions
 from bertcore.downstream.tasks import Example
 
 ORIGINAL = "original"

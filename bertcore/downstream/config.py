@@ -1,5 +1,6 @@
-"""The params sections of the downstream stages (`finetune:`, `glue:`, `prune:`) and the
-fine-tuning recipe they share.
+"""The params sections of the downstream stages (`finetune:`, `prune:`; `glue:`'s is
+`glue/config.py`) and the fine-tuning recipe they share, with the keys of a section that
+fine-tunes (`RecipeSection`).
 
 A `Recipe` is how one model is fine-tuned: AdamW, a linear warmup then linear decay to 0,
 gradients clipped, a step cap for a CPU. `finetune` makes one from its section, `glue` one per
@@ -10,7 +11,7 @@ it, the one fine-tuning loop of the project.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, replace
+from dataclasses import asdict, dataclass, field, replace
 from typing import Annotated, Literal
 
 from pydantic import model_validator
@@ -28,7 +29,6 @@ from bertcore.common.validation import (
     text,
 )
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
-from bertcore.downstream.glue.tasks import GLUE_TASKS
 
 # learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
 # low for a 2-layer model. Turc et al. (2019) searched rates per miniature size (3e-4, 1e-4,
@@ -37,29 +37,58 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS
 # (docs/finetune.md). Between tiny and base, their grid's 1e-4 (not measured here).
 AUTO_LEARNING_RATES: tuple[tuple[int | None, float], ...] = ((128, 3e-4), (512, 1e-4), (None, 4e-5))
 
-# Turc et al. (2019), "Well-Read Students Learn Better", the miniatures' fine-tuning grid:
-# 4 epochs, every pair of these, the best on dev.
-GRID_LEARNING_RATES = (3e-4, 1e-4, 5e-5, 3e-5)
-GRID_BATCH_SIZES = (8, 16, 32, 64, 128)
-GRID_EPOCHS = 4.0
-
 LearningRate = Annotated[number(gt=0) | Literal["auto"], Allowed("auto or a number > 0")]
-
-
 # finetune.seed, glue.seed: numpy's generators take no negative seed, torch none of 2**64
 Seed = integer(ge=0, le=2**63 - 1)
 # finetune.workers, glue.workers: processes that fine-tune at once (0: one per core)
 Workers = integer(ge=0, le=1024, allowed="0..1024 (0: one per core)")
+# the keys whose default differs between the sections (each section gives its own)
+BatchSize = integer(ge=1)
+Epochs = number(gt=0)
+MaxSteps = integer(ge=1, allowed="null or an integer >= 1") | None
+SeedCount = integer(ge=1)
 # what does not change a result: left out of the params a model card says reproduce it
 NOT_REPRODUCED = ("workers",)
 
 
-def reproduced(section: FinetuneConfig | GlueConfig) -> dict:
+@dataclass
+class RecipeSection:
+    """The keys of a section that fine-tunes (`finetune:`, `glue:`), after its own: the
+    recipe, the length, the seeds, the device and the workers. A section is `class
+    XConfig(RecipeSection, XKeys)`, its own keys in XKeys: a dataclass lists the fields of its
+    last base first, so the section's keys keep their order (a model card lists them so)."""
+
+    max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
+    learning_rate: LearningRate = "auto"  # auto: by the model's width (AUTO_LEARNING_RATES)
+    batch_size: BatchSize = field(kw_only=True)
+    epochs: Epochs = field(kw_only=True)
+    max_steps: MaxSteps = field(kw_only=True)  # cap on the optimizer steps; null: no cap
+    warmup_fraction: number(ge=0, lt=1) = 0.1
+    weight_decay: number(ge=0) = 0.01
+    max_grad_norm: number(gt=0) = 1.0
+    seed: Seed = 42
+    seeds: SeedCount = field(kw_only=True)  # fine-tunes of each recipe: seed, seed + 1, ...
+    device: Device = "auto"
+    # fine-tunes at once, each in a process of its own (cpu.threads each); 0: one per core
+    # (one on a GPU). The outputs do not depend on it
+    workers: Workers = 0
+
+    def learning_rates(self) -> tuple[float | str, ...]:
+        """Every learning rate the section fine-tunes with."""
+        return (self.learning_rate,)
+
+    @model_validator(mode="after")
+    def _weights_decay(self) -> RecipeSection:
+        require_decay_below_one(*self.learning_rates(), weight_decay=self.weight_decay)
+        return self
+
+
+def reproduced(section: RecipeSection) -> dict:
     """The section's params that make its results (a model card's), `workers` left out."""
     return {key: value for key, value in asdict(section).items() if key not in NOT_REPRODUCED}
 
 
-def recipe_for(section: FinetuneConfig | GlueConfig, hidden_size: int) -> Recipe:
+def recipe_for(section: RecipeSection, hidden_size: int) -> Recipe:
     """The section's recipe for a model of this width, an `auto` learning rate resolved to the
     rate of AUTO_LEARNING_RATES that fits the width."""
     rate = (next(rate for width, rate in AUTO_LEARNING_RATES
@@ -100,9 +129,9 @@ class Recipe:
         return min(steps, self.max_steps) if self.max_steps else steps
 
 
-@params_section
-class FinetuneConfig:
-    """The `finetune:` section of params.yaml."""
+@dataclass
+class FinetuneKeys:
+    """The `finetune:` section's own keys: its task."""
 
     # a built-in task, or a .jsonl / .csv / .tsv file
     data: checked(str, lambda data: bool(data.strip()) and (not data.startswith("builtin:")
@@ -117,28 +146,18 @@ class FinetuneConfig:
     # regression: numeric labels, STS-B's head and loss, Pearson and Spearman; auto: regression
     # when every label is a number and one is not whole (bertcore.downstream.tasks.task_problem)
     task: Literal["classification", "regression", "auto"] = "auto"
-    max_seq_length: integer(ge=8) = 128  # longer inputs are truncated (counted in the metrics)
-    learning_rate: LearningRate = "auto"  # auto: by the model's width (AUTO_LEARNING_RATES)
-    batch_size: integer(ge=1) = 16
-    epochs: number(gt=0) = 5.0
-    # cap on the optimizer steps (CPU); null: no cap
-    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = 1000
-    warmup_fraction: number(ge=0, lt=1) = 0.1
-    weight_decay: number(ge=0) = 0.01
-    max_grad_norm: number(gt=0) = 1.0
-    seed: Seed = 42
-    # fine-tunes of each model (seeds seed, seed + 1, ...), all on the one test split of `seed`:
-    # the median, its interval over seeds and items, the spread (params.yaml: why this count)
-    seeds: integer(ge=1) = 3
-    device: Device = "auto"
-    # fine-tunes at once, each in a process of its own (cpu.threads each); 0: one per core
-    # (one on a GPU). The outputs do not depend on it
-    workers: Workers = 0
 
-    @model_validator(mode="after")
-    def _weights_decay(self) -> FinetuneConfig:
-        require_decay_below_one(self.learning_rate, weight_decay=self.weight_decay)
-        return self
+
+@params_section
+class FinetuneConfig(RecipeSection, FinetuneKeys):
+    """The `finetune:` section of params.yaml: its task's keys, then the recipe's."""
+
+    batch_size: BatchSize = 16
+    epochs: Epochs = 5.0
+    max_steps: MaxSteps = 1000  # a CPU's
+    # every seed on the one test split of `seed`: the median, its interval over seeds and
+    # items, the spread (params.yaml: why this count)
+    seeds: SeedCount = 3
 
     @model_validator(mode="after")
     def _builtin_tasks_have_classes(self) -> FinetuneConfig:
@@ -150,50 +169,6 @@ class FinetuneConfig:
         """One recipe per seed (seed, seed + 1, ...), the same but for the seed."""
         base = recipe_for(self, hidden_size)
         return [replace(base, seed=self.seed + i) for i in range(self.seeds)]
-
-
-GLUE_DATA_HF = "hf:glue"
-
-
-@params_section
-class GlueConfig:
-    """The `glue:` section of params.yaml."""
-
-    # null: no GLUE data (the stage says so); a folder in GLUE's layout; or hf:glue
-    data: text(min_length=1, allowed="null, a folder in GLUE's layout or hf:glue") | None = None
-    # task keys (cola sst2 mrpc stsb qqp mnli qnli rte wnli); null: every task the folder has
-    tasks: checked(list[str], lambda keys: bool(keys) and set(keys) <= set(GLUE_TASKS),
-                   f"null or a list of {', '.join(GLUE_TASKS)}") | None = None
-    model: str | None = None  # a Hugging Face BERT folder; null: the pipeline's pretrained model
-    seeds: integer(ge=1) = 5  # fine-tunes per task (seed, seed + 1, ...): median, min, max
-    grid: Bool = False  # Turc et al.'s grid (learning rates x batch sizes, 4 epochs): best on dev
-    learning_rate: LearningRate = "auto"
-    batch_size: integer(ge=1) = 32
-    epochs: number(gt=0) = 4.0
-    max_steps: integer(ge=1, allowed="null or an integer >= 1") | None = None
-    # a seeded subset of each train file, for a CPU (QQP and MNLI have ~400k); null: all
-    max_train_examples: integer(ge=1, allowed="null or an integer >= 1") | None = None
-    max_seq_length: integer(ge=8) = 128
-    warmup_fraction: number(ge=0, lt=1) = 0.1
-    weight_decay: number(ge=0) = 0.01
-    max_grad_norm: number(gt=0) = 1.0
-    seed: Seed = 42
-    device: Device = "auto"
-    workers: Workers = 0  # as finetune.workers
-
-    @model_validator(mode="after")
-    def _weights_decay(self) -> GlueConfig:
-        rates = GRID_LEARNING_RATES if self.grid else (self.learning_rate,)
-        require_decay_below_one(*rates, weight_decay=self.weight_decay)
-        return self
-
-    def recipes(self, hidden_size: int) -> list[Recipe]:
-        """The recipes to try on a task, each to be run with every seed: one, or the grid's."""
-        base = recipe_for(self, hidden_size)
-        if not self.grid:
-            return [base]
-        return [replace(base, learning_rate=lr, batch_size=bs, epochs=GRID_EPOCHS)
-                for lr in GRID_LEARNING_RATES for bs in GRID_BATCH_SIZES]
 
 
 @params_section

@@ -19,14 +19,13 @@ from __future__ import annotations
 import logging
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 import torch
 import torch.nn.functional as F
-from sklearn.metrics import accuracy_score, f1_score
 from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
@@ -43,7 +42,7 @@ from bertcore.downstream.config import FinetuneConfig, Recipe, reproduced
 from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
 from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
-from bertcore.downstream.glue.metrics import correlations
+from bertcore.downstream.metrics import correlations, scores
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.downstream.workers import (
@@ -64,14 +63,6 @@ from bertcore.saved.hf import export_hf_classifier
 from bertcore.saved.pretrained import load_pretrained
 
 log = logging.getLogger(__name__)
-
-
-def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
-    """Accuracy, and macro-F1: the mean over classes of 2TP / (2TP + FP + FN), over the classes
-    that occur in the labels or the predictions (scikit-learn's). A regression task's scores
-    are STS-B's instead: Pearson's and Spearman's r (`correlations`)."""
-    return {"accuracy": float(accuracy_score(labels, predictions)),
-            "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0.0))}
 
 
 def build_classifier(
@@ -115,55 +106,78 @@ def train_classifier(
     on a terminal (none in a worker process: its bars would overwrite the others')."""
     model.to(device).train()
     total = recipe.total_steps(len(train))
-    warmup = round(recipe.warmup_fraction * total)
-    # fused on the CPU too, as pretraining's: torch's default there is its single-tensor
-    # AdamW, a fifth of a BERT-tiny step (benchmarks/finetune_step.py)
-    optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay),
-                                  lr=recipe.learning_rate, eps=1e-6, fused=True)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: linear_warmup_decay(step, warmup, total))
-    autocast_dtype = resolve_precision("auto", device)
+    step = _Step(model, recipe, total, device)
     order_rng = np.random.default_rng(recipe.seed)
     torch.manual_seed(recipe.seed + 1)  # dropout
-    step, window = 0, 0
+    steps, window = 0, 0
     window_loss = torch.zeros((), device=device)  # summed on the device, read at log steps
     last_loss = math.nan
     # disable=None: a bar only on a terminal
     progress = tqdm(total=total, desc=name, unit="step", leave=False, dynamic_ncols=True,
                     disable=None if bar else True)
     with progress:
-        while step < total:
-            order = order_rng.permutation(len(train))
-            for start in range(0, len(order), recipe.batch_size):
-                if step >= total:
-                    break
-                batch = train.batch(order[start : start + recipe.batch_size].tolist(), pad_id)
-                unpad = pads(batch)
-                batch = {k: v.to(device) for k, v in batch.items()}
-                labels = batch.pop("labels")
-                with autocast(device, autocast_dtype):
-                    logits = model(**batch, unpad=unpad)
-                loss = task_loss(model, logits, labels)
-                optimizer.zero_grad(set_to_none=True)
-                loss.backward()
-                torch.nn.utils.clip_grad_norm_(model.parameters(), recipe.max_grad_norm)
-                optimizer.step()
-                scheduler.step()
-                step += 1
-                progress.update(1)
-                window += 1
-                window_loss += loss.detach()
-                if step % log_every == 0 or step == total:
-                    last_loss = float(window_loss) / window
-                    if on_log:
-                        on_log(step, last_loss)
-                    progress.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
-                    window = 0
-                    window_loss.zero_()
+        for examples in batch_order(len(train), recipe.batch_size, total, order_rng):
+            window_loss += step(train.batch(examples, pad_id))
+            steps += 1
+            window += 1
+            progress.update(1)
+            if steps % log_every == 0 or steps == total:
+                last_loss = float(window_loss) / window
+                if on_log:
+                    on_log(steps, last_loss)
+                progress.set_postfix(loss=f"{last_loss:.3f}", refresh=False)
+                window = 0
+                window_loss.zero_()
     # the last step's gradients, a model's size again, outlive the loop otherwise (GLUE runs
     # dozens of fine-tunes in one process)
     model.zero_grad(set_to_none=True)
-    return step, last_loss
+    return steps, last_loss
+
+
+def batch_order(examples: int, batch_size: int, total: int, rng: np.random.Generator
+                ) -> Iterator[list[int]]:
+    """The examples of each of `total` steps: the epochs' batches in turn, each epoch a new
+    permutation drawn from `rng` (its last batch the rest: smaller)."""
+    step = 0
+    while step < total:
+        order = rng.permutation(examples)
+        for start in range(0, examples, batch_size):
+            if step >= total:
+                return
+            yield order[start : start + batch_size].tolist()
+            step += 1
+
+
+class _Step:
+    """One optimizer step of a fine-tune: AdamW (fused on the CPU too, as pretraining's:
+    torch's default there is its single-tensor AdamW, a fifth of a BERT-tiny step,
+    benchmarks/finetune_step.py), the learning rate warmed up then decayed over `total`
+    steps, the gradients clipped."""
+
+    def __init__(self, model: BertForSequenceClassification, recipe: Recipe, total: int,
+                 device: torch.device):
+        self.model, self.device, self.max_grad_norm = model, device, recipe.max_grad_norm
+        warmup = round(recipe.warmup_fraction * total)
+        self.optimizer = torch.optim.AdamW(model.param_groups(recipe.weight_decay),
+                                           lr=recipe.learning_rate, eps=1e-6, fused=True)
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda step: linear_warmup_decay(step, warmup, total))
+        self.autocast_dtype = resolve_precision("auto", device)
+
+    def __call__(self, batch: dict[str, torch.Tensor]) -> torch.Tensor:
+        """One step on a collated batch (on the CPU); its loss, on the device."""
+        unpad = pads(batch)
+        batch = {k: v.to(self.device) for k, v in batch.items()}
+        labels = batch.pop("labels")
+        with autocast(self.device, self.autocast_dtype):
+            logits = self.model(**batch, unpad=unpad)
+        loss = task_loss(self.model, logits, labels)
+        self.optimizer.zero_grad(set_to_none=True)
+        loss.backward()
+        torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.max_grad_norm)
+        self.optimizer.step()
+        self.scheduler.step()
+        return loss.detach()
 
 
 def pads(batch: dict[str, torch.Tensor]) -> bool:

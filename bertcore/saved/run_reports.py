@@ -1,5 +1,7 @@
 """The reports of the stages that log into a model's pretraining run (evaluate, probe): each
-logged once per run, and carried into every run that wrote the weights it was made from.
+logged once per run, and carried into every run that wrote the weights it was made from. With
+the run's recorder (`bertcore.training.run.mlflow_run`), the one other module that decides
+what goes into a pretraining's MLflow run.
 
 A report records the sha256 of the weights it scored in its details (`MODEL_KEY`), the value
 the pretraining run that wrote them carries as its tag `model.sha256`. Pretraining, when it

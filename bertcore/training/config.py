@@ -20,7 +20,7 @@ from pydantic import model_validator
 
 from bertcore.common.config import Device, Precision
 from bertcore.common.errors import BertError, ConfigError, require
-from bertcore.common.schedule import Schedule
+from bertcore.common.schedule import Schedule, StepSchedule
 from bertcore.common.tracking import TrackingConfig
 from bertcore.common.validation import (
     Bool,
@@ -120,9 +120,17 @@ class TrainConfig:
         return self
 
     def total_steps(self, steps_per_epoch: int) -> int:
+        """The optimizer steps this section trains: `max_steps`, or `epochs` over batches of
+        `steps_per_epoch`."""
         if self.max_steps is not None:
             return self.max_steps
         return max(1, math.ceil(self.epochs * steps_per_epoch))
+
+    def rate_schedule(self, start: int, end: int) -> StepSchedule:
+        """The learning rate of each step of a phase that trains steps start+1 .. end on this
+        section's peak, warmup and schedule."""
+        return StepSchedule(self.learning_rate, self.warmup_steps, start, end, self.schedule,
+                            self.decay_fraction)
 
 
 @params_section(frozen=True)

@@ -419,8 +419,8 @@ def test_syncs_are_the_total_over_the_steps_of_fit_fed_by_the_data_path(tiny_dat
     trainer = make_trainer(tiny_data, max_steps=8, log_every=100)
     train_step = trainer.train_step
 
-    def step(micro_batches, stop=False, length=None):
-        result = train_step(micro_batches, stop, length)
+    def step(micro_batches, stop=False, learning_rate=None):
+        result = train_step(micro_batches, stop, learning_rate)
         if trainer.step in (3, 6):
             result.values.sum().item()  # a host read planted in steps 3 and 6
         if trainer.step == 6:

@@ -332,8 +332,8 @@ def test_the_grid_keeps_the_recipe_of_the_best_median_on_dev(monkeypatch, tmp_pa
     seed keeps its model on disk."""
     from bertcore.common.null_tracker import NullTracker
     from bertcore.downstream import glue
-    from bertcore.downstream.config import GlueConfig
     from bertcore.downstream.glue import suite
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.fine_tunes import FineTuned
     from bertcore.downstream.glue.records import FinishedRuns
 
@@ -542,8 +542,8 @@ def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tm
     import gc
 
     from bertcore.common.null_tracker import NullTracker
-    from bertcore.downstream.config import GlueConfig
     from bertcore.downstream.glue import fine_tunes, inputs, suite
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.records import FinishedRuns
     from bertcore.downstream.glue.tasks import GLUE_TASKS
 

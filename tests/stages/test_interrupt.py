@@ -200,7 +200,7 @@ def test_a_signal_while_glue_puts_its_outputs_in_place_leaves_one_runs(tmp_path,
     import pytest
 
     from bertcore.common.interrupt import Interrupted, interrupt_on_signals
-    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.report import GluePaths, write_glue_outputs
 
     out = tmp_path / "out"

@@ -19,7 +19,13 @@ from bertcore.common.validation import Bool, Int, integer, number, params_sectio
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.downstream.config import FinetuneConfig, GlueConfig, PruneConfig
+from bertcore.downstream.config import (
+    FinetuneConfig,
+    FinetuneKeys,
+    PruneConfig,
+    RecipeSection,
+)
+from bertcore.downstream.glue.config import GlueConfig, GlueKeys
 from bertcore.downstream.probes.config import ProbeConfig
 from bertcore.model.config import ModelConfig
 from bertcore.saved.config import CardConfig, ExportConfig
@@ -133,6 +139,26 @@ SECTION_CONFIGS = {
     "export": ExportConfig,
     "card": CardConfig,
 }
+
+
+def test_a_fine_tuning_sections_own_keys_come_before_the_recipes():
+    """A model card's reproduce block lists its section's keys in the class's order (no
+    sorting): the section's own keys, then those every fine-tuning section shares, finetune's
+    in the order its cards have always had."""
+    shared = [field.name for field in dataclasses.fields(RecipeSection)]
+    for cls, own in ((FinetuneConfig, FinetuneKeys), (GlueConfig, GlueKeys)):
+        assert [field.name for field in dataclasses.fields(cls)] == [
+            field.name for field in dataclasses.fields(own)] + shared
+    assert shared[:3] == ["max_seq_length", "learning_rate", "batch_size"]
+
+
+def test_glues_grid_holds_the_weight_decay_to_the_grids_largest_rate():
+    """glue.grid fine-tunes at every rate of Turc et al.'s grid, up to 3e-4, whatever
+    glue.learning_rate is: the weight decay must keep AdamW's shrink factor above 0 at each."""
+    assert GlueConfig(learning_rate=1e-5, weight_decay=4000.0).weight_decay == 4000.0
+    with pytest.raises(ConfigError, match=r"4000\.0 is not allowed with a learning rate of "
+                                          r"0\.0003"):
+        GlueConfig(grid=True, learning_rate=1e-5, weight_decay=4000.0)
 
 
 def test_the_shipped_params_are_the_code_defaults():

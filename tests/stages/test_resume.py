@@ -35,7 +35,6 @@ from bertcore.training.checkpoints.resume import plan_resume
 from bertcore.training.config import Phase2Config, PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.evaluation.metrics import EvalConfig
-from bertcore.training.length import RunLength
 from bertstages.pretrain import torchrun_command
 
 TINY_RECIPELESS = {k: v for k, v in TINY_MODEL.items() if k != "preset"}
@@ -226,14 +225,14 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     same inputs: resume; only the length changed: extend."""
     run = PretrainConfig(ModelConfig(), MaskingConfig(), TrainConfig(learning_rate=0.003),
                          EvalConfig(), TrackingConfig())
-    same = phase1_identity(run, data / "vocab", data / "samples", RunLength(0, 8, 8))
+    same = phase1_identity(run, data / "vocab", data / "samples", 8)
     checkpoints = CheckpointDir(tmp_path / "ckpt")
     model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
     # as the loop writes it: with the end the run was planned to reach
     checkpoints.save(4, model, {"step": 4}, {**same.meta(world_size=1), "total_steps": 8})
-    assert plan_resume(checkpoints.latest(), same).checkpoint.step == 4
-    longer_run = phase1_identity(run, data / "vocab", data / "samples", RunLength(0, 12, 12))
-    longer = plan_resume(checkpoints.latest(), longer_run)
+    assert plan_resume(checkpoints.latest(), same, 8).checkpoint.step == 4
+    longer_run = phase1_identity(run, data / "vocab", data / "samples", 12)
+    longer = plan_resume(checkpoints.latest(), longer_run, 12)
     assert longer.extends and longer.previous_total == 8
 
     samples = tmp_path / "samples"
@@ -247,10 +246,10 @@ def test_only_a_checkpoint_of_the_same_inputs_is_resumed(data, tmp_path):
     config = VocabConfig(vocab_size=90, min_frequency=1)
     save_vocab(train_tokenizer(LineBatches(data / "corpus" / "train.txt"), config), vocab)
     for what, identity in (
-        ("samples", phase1_identity(run, data / "vocab", samples, RunLength(0, 8, 8))),
-        ("vocab", phase1_identity(run, vocab, data / "samples", RunLength(0, 8, 8))),
+        ("samples", phase1_identity(run, data / "vocab", samples, 8)),
+        ("vocab", phase1_identity(run, vocab, data / "samples", 8)),
     ):
-        plan = plan_resume(checkpoints.latest(), identity)
+        plan = plan_resume(checkpoints.latest(), identity, 8)
         assert plan.checkpoint is None, what
         assert f"made with other {what}: starting fresh" in plan.notice, plan.notice
 

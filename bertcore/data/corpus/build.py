@@ -156,6 +156,19 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
             writer.balance()
         stats.train, stats.val = writer.stats["train"], writer.stats["val"]
     stats.documents = stats.train.documents + stats.val.documents
+    _write_split(out_dir, config, stats, writer, plan)
+    if stats.documents == 0:
+        raise BertError(_nothing_left(config, stats))
+    if plan is None:
+        _warn_too_small_for_nsp(config, stats, writer)
+    return stats
+
+
+def _write_split(out_dir: Path, config: CorpusConfig, stats: CorpusStats, writer: SplitWriter,
+                 plan: PartPlan | None) -> None:
+    """Write `parts.json`, saying how the split was made: by whole documents (`plan` None),
+    or by parts of documents, cut now from the written splits (their stats then replace the
+    documents')."""
     if plan is None:
         write_parts_file(out_dir, {"split_by": "documents", "requested": config.split_by})
     else:
@@ -171,11 +184,6 @@ def build_corpus(config: CorpusConfig, out_dir: str | Path, progress: bool = Tru
         }
         write_parts_file(out_dir, {"split_by": "parts", "requested": config.split_by,
                                    "part_sentences": plan.part_sentences, **entries})
-    if stats.documents == 0:
-        raise BertError(_nothing_left(config, stats))
-    if plan is None:
-        _warn_too_small_for_nsp(config, stats, writer)
-    return stats
 
 
 def _parts(results: Iterator[TaskResult],

@@ -1,1 +1,2 @@
-"""GLUE: its tasks and files (`tasks`), scores (`metrics`), prediction files (`predictions`)."""
+"""GLUE: its params section (`config`), its tasks and files (`tasks`), scores (`metrics`),
+prediction files (`predictions`)."""

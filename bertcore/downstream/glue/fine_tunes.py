@@ -21,7 +21,7 @@ from bertcore.common.shared import Shared
 from bertcore.downstream.config import Recipe
 from bertcore.downstream.finetune import build_classifier, predict, train_classifier
 from bertcore.downstream.glue.metrics import task_metrics, task_score
-from bertcore.downstream.glue.records import FinishedRuns, SeedRun
+from bertcore.downstream.glue.records import FinishedRuns, SeedRun, fine_tune_name
 from bertcore.downstream.glue.tasks import GlueTask
 from bertcore.downstream.workers import computing_with, sendable_errors
 from bertcore.saved import hf
@@ -47,9 +47,7 @@ class GlueJob:
 
     @property
     def run_name(self) -> str:
-        recipe = self.recipe
-        return (f"{self.task.key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-"
-                f"seed{recipe.seed}")
+        return fine_tune_name(self.task.key, self.recipe)
 
 
 @dataclass

@@ -18,7 +18,7 @@ from typing import Any
 from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import load_tokenizer
-from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig
+from bertcore.downstream.glue.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.tasks import (
     GlueExample,
     GlueTask,

@@ -1,51 +1,20 @@
-"""GLUE's metrics (scikit-learn's and scipy's), its per-task score and its average, and the
-spread of a score over seeds. Values are plain floats, as fractions (accuracy 0..1,
-correlations -1..1); a report scales them."""
+"""GLUE's metrics (scikit-learn's, and a regression's of `downstream/metrics.py`), its
+per-task score and its average, and the spread of a score over seeds. Values are plain
+floats, as fractions (accuracy 0..1, correlations -1..1); a report scales them."""
 
 from __future__ import annotations
 
 import logging
 import statistics
-import warnings
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-import numpy as np
-from scipy import stats
 from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
 
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask
+from bertcore.downstream.metrics import pearson, spearman
 
 log = logging.getLogger(__name__)
-
-
-# Values that span less than this are one value: the prediction files hold 3 decimals, and a
-# regression head's outputs that differ only by float noise (1e-7 apart) would otherwise
-# correlate with the golds by the noise's chance order, to any score
-CONSTANT_SPAN = 1e-3
-
-
-def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
-                    what: str) -> float:
-    if _span(predictions) < CONSTANT_SPAN or _span(golds) < CONSTANT_SPAN:
-        # a constant side: no correlation, as MCC counts it
-        log.warning("%s: %s of constant predictions or golds (all within %g) is "
-                    "undefined, counted as 0", what, function.__name__, CONSTANT_SPAN)
-        return 0.0
-    with warnings.catch_warnings():  # scipy's own doubts of precision: the span is checked
-        warnings.simplefilter("ignore", stats.NearConstantInputWarning)
-        return float(function(predictions, golds).statistic)
-
-
-def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str, float]:
-    """STS-B's metrics of any regression: Pearson's and Spearman's r of the predictions
-    against the golds (a constant side counted 0, with a warning naming `what`)."""
-    return {"pearson": _correlation_of(stats.pearsonr, predictions, golds, what),
-            "spearman": _correlation_of(stats.spearmanr, predictions, golds, what)}
-
-
-def _span(values: Sequence) -> float:
-    return float(np.max(values) - np.min(values))
 
 
 def _matthews(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
@@ -60,10 +29,8 @@ _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
     "accuracy": lambda task, predictions, golds: accuracy_score(golds, predictions),
     "f1": lambda task, predictions, golds: f1_score(
         golds, predictions, pos_label=task.labels.index("1"), average="binary", zero_division=0.0),
-    "pearson": lambda task, predictions, golds: _correlation_of(stats.pearsonr, predictions,
-                                                                golds, task.key),
-    "spearman": lambda task, predictions, golds: _correlation_of(stats.spearmanr, predictions,
-                                                                 golds, task.key),
+    "pearson": lambda task, predictions, golds: pearson(predictions, golds, task.key),
+    "spearman": lambda task, predictions, golds: spearman(predictions, golds, task.key),
 }
 
 

@@ -18,9 +18,9 @@ import numpy as np
 
 from bertcore.common.intervals import Runs
 from bertcore.common.outcomes import Figure, ItemSet, StageItems, items_digest
-from bertcore.downstream.glue.metrics import CONSTANT_SPAN
 from bertcore.downstream.glue.suite import TaskResult
 from bertcore.downstream.glue.tasks import GlueExample, GlueTask
+from bertcore.downstream.metrics import CONSTANT_SPAN
 
 SCALE = 100.0  # glue.json's figures are GLUE's scale, x100
 STATISTIC = {"accuracy": "mean", "f1": "f1", "matthews": "mcc", "pearson": "pearson",

@@ -45,8 +45,14 @@ DROPPED = f".{MODEL}.dropped"  # a model on its way out (`_remove_folder`)
 # a record of another format is not read (1: without its files' digests; 2: with every
 # seed's test predictions)
 FORMAT = 3
-# `FinishedRuns.name`'s: <task>-lr<rate>-bs<batch>-seed<seed>-<16 hex>
+# `FinishedRuns.name`'s: `fine_tune_name`-<16 hex>
 RECORD_NAME = re.compile(r"[a-z0-9]+-lr[^/]+-bs\d+-seed-?\d+-[0-9a-f]{16}")
+
+
+def fine_tune_name(task_key: str, recipe: Recipe) -> str:
+    """A fine-tune's name, its MLflow run's: `<task>-lr<rate>-bs<batch>-seed<seed>`; its
+    record's folder adds the digits of its key (`FinishedRuns.name`)."""
+    return f"{task_key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-seed{recipe.seed}"
 
 
 @dataclass(eq=False)  # its arrays have no truth value: runs compare by identity
@@ -85,8 +91,7 @@ class FinishedRuns:
         `identity` (digests and settings) stands for."""
         key = fingerprint_params({"format": FORMAT, "task": task_key,
                                   "recipe": dataclasses.asdict(recipe), **identity})
-        return (f"{task_key}-lr{recipe.learning_rate:g}-bs{recipe.batch_size}-"
-                f"seed{recipe.seed}-{key[:16]}")
+        return f"{fine_tune_name(task_key, recipe)}-{key[:16]}"
 
     def find(self, name: str, rows: Mapping[str, int]) -> SeedRun | None:
         """The fine-tune saved under `name`, with its predictions of the `rows` of each dev

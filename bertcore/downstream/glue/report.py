@@ -33,7 +33,8 @@ from bertcore.common.report import details_file, with_items
 from bertcore.common.together import outputs_together
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
-from bertcore.downstream.config import GLUE_DATA_HF, GlueConfig, reproduced
+from bertcore.downstream.config import reproduced
+from bertcore.downstream.glue.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.outcomes import glue_items, no_interval

@@ -26,8 +26,9 @@ import torch
 from bertcore.common.digests import source_digest
 from bertcore.common.errors import BertError
 from bertcore.common.shared import Shared
-from bertcore.downstream.config import GlueConfig, Recipe
+from bertcore.downstream.config import Recipe
 from bertcore.downstream.finetune import predict
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.glue.fine_tunes import GlueJob, fine_tune_job, log_fine_tune
 from bertcore.downstream.glue.inputs import (
     GlueModel,

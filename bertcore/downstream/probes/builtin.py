@@ -21,11 +21,11 @@ from pathlib import Path
 
 from bertcore.common.errors import BertError
 from bertcore.data.corpus.splits import read_documents
+from bertcore.downstream.movable import movable_positions
 from bertcore.downstream.probes.cloze import ClozeItem
 from bertcore.downstream.probes.frequencies import TrainCounts
 from bertcore.downstream.probes.masked_lm import MASK, MaskedLM
 from bertcore.downstream.probes.minimal_pairs import MinimalPair
-from bertcore.downstream.probes.movable import movable_positions
 
 CLOZE_GROUP, SWAPPED, REPLACED = "held-out word", "swapped", "replaced"
 

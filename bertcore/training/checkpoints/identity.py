@@ -2,7 +2,7 @@
 
 A phase-1 checkpoint records fingerprints of what made it: the optimisation params without the
 run's length (`params`), the vocabulary, the samples, the content of the model it started from
-(`init_model`, with `model.init_from`) and the planned length (`length`); beside them the
+(`init_model`, with `model.init_from`) and the configured length (`length`); beside them the
 optimisation params in full, only to name what changed. A checkpoint of BERT's second phase
 records the phase 1 it continues (all of phase 1's fingerprints, length included, hashed), the
 vocabulary, phase 2's own params and samples and its length; its params are phase 1's plus the
@@ -12,7 +12,9 @@ Which checkpoint is resumed, extended or replaced is `bertcore.training.checkpoi
 The checkpoints of one phase that differ at most in their length are one line
 (`RunIdentity.continues`): a run extends the line it continues.
 `RunIdentity` is that identity for one phase, built here alone (`phase1_identity`,
-`phase2_identity`), and meta.json is built from it.
+`phase2_identity`), and meta.json is built from it. It holds fingerprints, not the length
+itself: where a phase is planned to end is the run's plan's (`bertcore.training.run.plan`), and
+a checkpoint records it beside its position (`Checkpoint.planned_end`).
 """
 
 from __future__ import annotations
@@ -29,7 +31,6 @@ from bertcore.common.errors import yaml_text
 from bertcore.data.samples.store import samples_fingerprint
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoints.checkpoint import Checkpoint
-from bertcore.training.length import RunLength
 
 if TYPE_CHECKING:
     from bertcore.training.config import Phase2Config, PretrainConfig, TrainConfig
@@ -57,12 +58,11 @@ LINEAR_SCHEDULE = ("schedule", "decay_fraction")
 class RunIdentity:
     """What a checkpoint of one phase must share with this run to be resumed (all of
     `fingerprints`), or extended (all but the length); `params` name what changed in a
-    notice; `length`: where the phase starts and ends (phase 2: numbered on from phase 1's)."""
+    notice."""
 
     phase: int  # 1, or 2 for BERT's second phase
     fingerprints: dict[str, str]
     params: dict[str, Any]  # the optimisation params, length included
-    length: RunLength
 
     def meta(self, world_size: int) -> dict[str, Any]:
         """What each checkpoint of the phase records besides its position (meta.json)."""
@@ -118,25 +118,25 @@ def after_phase1(checkpoint: Checkpoint, phase1: RunIdentity) -> bool:
 
 
 def phase1_identity(config: PretrainConfig, vocab_dir: str | Path, samples_dir: str | Path,
-                    length: RunLength, init_model: str | None = None) -> RunIdentity:
-    """Phase 1's identity (a run without phase 2 is phase 1 alone): its configured length is
-    fingerprinted, its planned end recorded; `init_model`: the content hash of the model it
-    starts from (`InitModel.fingerprint`)."""
+                    steps: int, init_model: str | None = None) -> RunIdentity:
+    """Phase 1's identity (a run without phase 2 is phase 1 alone): `steps`, the length its
+    params configure, is fingerprinted with the time budget; `init_model`: the content hash
+    of the model it starts from (`InitModel.fingerprint`)."""
     fingerprints = {
         "params": fingerprint_params(resumable_params(config)),
         "vocab": vocab_fingerprint(vocab_dir),
         "samples": samples_fingerprint(samples_dir),
-        LENGTH: length_fingerprint(length.configured, config.train.max_minutes),
+        LENGTH: length_fingerprint(steps, config.train.max_minutes),
     }
     if init_model is not None:
         fingerprints[INIT_MODEL] = init_model
-    return RunIdentity(1, fingerprints, optimisation_params(config), length)
+    return RunIdentity(1, fingerprints, optimisation_params(config))
 
 
-def phase2_identity(phase1: RunIdentity, config: Phase2Config, samples_dir: str | Path,
-                    length: RunLength) -> RunIdentity:
-    """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`,
-    of `length` (its steps numbered on from phase 1's)."""
+def phase2_identity(phase1: RunIdentity, config: Phase2Config, samples_dir: str | Path
+                    ) -> RunIdentity:
+    """The identity of BERT's second phase after `phase1`, on the samples in `samples_dir`
+    (its length: `config.max_steps`, fingerprinted)."""
     params = _without(dataclasses.asdict(config), ("enabled",))
     fingerprints = {
         PHASE1: fingerprint_params(phase1.fingerprints),
@@ -145,17 +145,17 @@ def phase2_identity(phase1: RunIdentity, config: Phase2Config, samples_dir: str 
         "samples": samples_fingerprint(samples_dir),
         LENGTH: str(config.max_steps),
     }
-    return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params}, length)
+    return RunIdentity(2, fingerprints, {**phase1.params, "phase2": params})
 
 
-def run_name(model: str, phases: Sequence[RunIdentity], max_minutes: float | None = None
-             ) -> str:
+def run_name(model: str, phases: Sequence[RunIdentity], steps: Sequence[int],
+             max_minutes: float | None = None) -> str:
     """A run's name in a list of runs, from what makes it: `model` (its preset, or the folder
-    it starts from), its length (`1500steps`; `1500+500steps` with phase 2; `-30min` with a
-    time budget) and 6 hex digits of the rest of its identity (params, data, initial model),
-    so that two runs share a name only when they are the same run, or one extends the other."""
-    length = "+".join(str(phase.length.planned - phase.length.start) for phase in phases)
-    length += "steps"
+    it starts from), its length (`steps` of each phase as planned: `1500steps`;
+    `1500+500steps` with phase 2; `-30min` with a time budget) and 6 hex digits of the rest of
+    its identity (params, data, initial model), so that two runs share a name only when they
+    are the same run, or one extends the other."""
+    length = "+".join(str(count) for count in steps) + "steps"
     if max_minutes is not None:
         length += f"-{max_minutes:g}min"
     rest = [{key: value for key, value in phase.fingerprints.items()

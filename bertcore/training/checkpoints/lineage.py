@@ -72,9 +72,9 @@ def replacing_notice(replaced: Sequence[Checkpoint], root: Path, keep: bool,
             "deletes replaced checkpoints instead)")
 
 
-def left_notice(left: Sequence[Checkpoint], phase1: RunIdentity, out: Path) -> str:
-    """The line that says phase 2 is off: phase 1's model is the result, and phase 2's
-    checkpoints stay."""
-    return (f"phase 2 is off: the run ends with phase 1 at step {phase1.length.planned}, whose "
+def left_notice(left: Sequence[Checkpoint], phase1_end: int, out: Path) -> str:
+    """The line that says phase 2 is off: phase 1's model, at its end `phase1_end`, is the
+    result, and phase 2's checkpoints stay."""
+    return (f"phase 2 is off: the run ends with phase 1 at step {phase1_end}, whose "
             f"model goes to {out}; phase 2's checkpoints after it ({names(left)}) stay where "
             "they are, for phase2.enabled: true")

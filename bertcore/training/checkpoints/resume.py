@@ -30,10 +30,10 @@ class ResumePlan:
         return self.checkpoint is not None and self.previous_total is not None
 
 
-def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
+def plan_resume(latest: Checkpoint | None, identity: RunIdentity, end: int) -> ResumePlan:
     """Decide from the latest intact checkpoint (`CheckpointDir.latest()`, which verifies
-    every file: read it once). `identity.length.planned`: where this run would end if it
-    resumed `latest` (with a time budget: as re-planned from its timing)."""
+    every file: read it once). `end`: the step this run would end at if it resumed `latest`
+    (with a time budget: as re-planned from its timing)."""
     if latest is None:
         return ResumePlan(None)
     changed = identity.changed(latest)
@@ -46,13 +46,13 @@ def plan_resume(latest: Checkpoint | None, identity: RunIdentity) -> ResumePlan:
         return ResumePlan(latest)
     # The end it was heading for (with a time budget: as planned, when the plan was made).
     saved_total = latest.planned_end
-    what, total_steps = identity.param_changes(latest), identity.length.planned
-    if latest.step > total_steps:
+    what = identity.param_changes(latest)
+    if latest.step > end:
         return ResumePlan(None, f"checkpoint {latest.path} is at step {latest.step}, past the "
-                                f"new end of the run{what} at step {total_steps}: starting "
+                                f"new end of the run{what} at step {end}: starting "
                                 "fresh (a shorter run cannot go on from a longer one's "
                                 "learning-rate schedule)")
     return ResumePlan(latest, f"the run's length changed{what}: resuming from step "
                               f"{latest.step} with the learning-rate schedule re-planned to end "
-                              f"at step {total_steps} instead of {saved_total}",
+                              f"at step {end} instead of {saved_total}",
                       previous_total=saved_total)

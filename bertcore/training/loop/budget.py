@@ -13,15 +13,16 @@ whatever the end, so this holds too.)
 - The plan leaves time for the periodic evaluations (forward passes only: an evaluation of N
   sequences is costed as N / (3 x batch_size) training steps) and a reserve of 5% of the
   budget for checkpoints, the final save and noise.
-- The timing is part of the run's state (checkpoint meta): a resumed run re-plans from it, with
-  the current params, instead of measuring again, so it keeps its planned end; a changed
-  `max_minutes` (or `max_steps`) re-plans that end from the same timing, as an extension.
+- The timing is part of the run's state (checkpoint meta): a resumed run's plan
+  (`bertcore.training.run.plan`) re-plans from it, with the current params, instead of
+  measuring again, so it keeps its planned end; a changed `max_minutes` (or `max_steps`)
+  re-plans that end from the same timing, as an extension.
 - The budget counts the training loop (steps, evaluations, checkpoints), not the setup before
   it or the export after it.
 
-`BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop.trainer`): the
-loop asks it after every step, and it answers once, at the plan step, with the run's length planned
-(`RunLength.planned`), from the steps it timed up to there.
+`BudgetPlanner` does this for one `Trainer.train()` call (`bertcore.training.loop.trainer`) of
+a run without a timing: the loop asks it after every step, and it answers once, at the plan
+step, with the step the run is planned to end at, from the steps it timed up to there.
 """
 
 from __future__ import annotations
@@ -34,7 +35,6 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from bertcore.training.checkpoints.checkpoint import Checkpoint
-from bertcore.training.length import RunLength
 
 PROBE_STEPS = 20  # the plan step, at most (and the steps timed after a late start)
 RESERVE = 0.05  # share of the budget kept for checkpoints, the final save and noise
@@ -103,11 +103,11 @@ class TimeBudget:
     def eval_seconds(self, step_s: float) -> float:
         return step_s * EVAL_COST * self.eval_sequences / max(1, self.batch_size)
 
-    def plan(self, length: RunLength, timing: StepTiming) -> RunLength:
-        """`length` with the end planned from `timing`: its configured end or earlier."""
-        return length.planned_at(planned_steps(length.configured, self.seconds, timing,
-                                               self.eval_seconds(timing.step_s),
-                                               self.eval_every))
+    def planned_end(self, configured: int, timing: StepTiming) -> int:
+        """The step a run configured to end at `configured` is planned to end at from
+        `timing`: that one or earlier."""
+        return planned_steps(configured, self.seconds, timing, self.eval_seconds(timing.step_s),
+                             self.eval_every)
 
 
 def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
@@ -116,38 +116,37 @@ def recorded_timing(checkpoint: Checkpoint) -> StepTiming | None:
 
 
 class BudgetPlanner:
-    """The planned end of one training run (one `Trainer.train()`) under a time budget: from the
-    timing a resumed run recorded, at once; else from its own first steps, timed up to the
-    plan step (`TimeBudget.plan_step`), once, there. Every process plans from rank 0's timing,
-    so all of them end at the same step."""
+    """The planned end of one training run (one `Trainer.train()`) under a time budget that
+    has no timing yet: from its own first steps, timed up to the plan step
+    (`TimeBudget.plan_step`), once, there. Every process plans from rank 0's timing, so all
+    of them end at the same step. (A run that resumes with a timing has its end planned from
+    it before it starts: `TimeBudget.planned_end`.)"""
 
-    def __init__(self, budget: TimeBudget, length: RunLength, start_step: int,
-                 timing: StepTiming | None, *, synchronize: Callable[[], None],
-                 broadcast: Callable[[Any], Any]):
-        """`length`: the run's length as configured; `start_step`: the step the run starts (or
-        resumes) at; `timing`: what the checkpoint it resumed from recorded (None: time the
-        first steps); `synchronize()` waits for the device; `broadcast(obj)` returns rank 0's
-        `obj` on every process."""
-        self.budget, self.configured = budget, length
-        self.timing = timing  # what the plan is made from (None until the plan step)
+    def __init__(self, budget: TimeBudget, configured: int, start_step: int, *,
+                 synchronize: Callable[[], None], broadcast: Callable[[Any], Any]):
+        """`configured`: the step the params end the run at; `start_step`: the step the run
+        starts (or resumes) at; `synchronize()` waits for the device; `broadcast(obj)` returns
+        rank 0's `obj` on every process."""
+        self.budget, self.configured = budget, configured
+        self.timing: StepTiming | None = None  # what the plan is made from, at the plan step
         self.synchronize, self.broadcast = synchronize, broadcast
         self.start_step = start_step
         self.plan_step = budget.plan_step(start_step)
         # Time from the end of the first step of this call, unless that leaves nothing.
         self.timed_from = start_step + 2 if self.plan_step - start_step >= 2 else start_step + 1
         # Timed only when a plan could shorten the run (one that ends by then is never timed).
-        self.timing_steps = timing is None and self.plan_step < length.configured
+        self.timing_steps = self.plan_step < configured
         self.started = self.mark = budget.clock()
 
     @property
-    def length(self) -> RunLength:
-        """The run's length as planned so far: as configured until there is a timing."""
+    def end(self) -> int:
+        """The step the run is planned to end at so far: as configured until the plan."""
         if self.timing is None:
             return self.configured
-        return self.budget.plan(self.configured, self.timing)
+        return self.budget.planned_end(self.configured, self.timing)
 
-    def after_step(self, step: int) -> RunLength | None:
-        """Called after every step: the run's length planned after the plan step, else None.
+    def after_step(self, step: int) -> int | None:
+        """Called after every step: the planned end after the plan step, else None.
         Waits for the device only on the steps whose end the clock is read after."""
         if not self.timing_steps or not (
                 step == self.plan_step or step == self.timed_from - 1 > self.start_step):
@@ -163,12 +162,12 @@ class BudgetPlanner:
         elapsed = now - self.started + self.start_step * step_s
         timing = StepTiming(self.plan_step, elapsed, step_s, self.timed_from)
         self.timing = StepTiming.from_dict(self.broadcast(timing.to_dict()))
-        return self.length
+        return self.end
 
     def announcement(self) -> tuple[int, str]:
         """The log level and line of the plan just made: a warning when the budget fits no
         step after the plan step (of fewer than configured)."""
-        timing, total, configured = self.timing, self.length.planned, self.configured.configured
+        timing, total, configured = self.timing, self.end, self.configured
         line = (f"time budget {self.budget.minutes:g} min: {timing.step_s:.3g} s/step over "
                 f"steps {timing.timed_from}-{timing.plan_step} -> {total} of {configured} "
                 "steps planned")

@@ -1,6 +1,8 @@
 """The record of a training run: two TSV files (one row per logging step, one per
-evaluation) written row by row, mirrored into MLflow (a NullTracker when nothing is tracked).
-Their whole text also goes into every checkpoint, so a resumed run continues the same files."""
+evaluation) written row by row, each row also handed to its mirror (`RecordMirror`: by
+default none; pretraining's MLflow run, `bertcore.training.run.mlflow_run`, which names its
+metrics). Their whole text also goes into every checkpoint, so a resumed run continues the
+same files."""
 
 from __future__ import annotations
 
@@ -8,7 +10,6 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from bertcore.common.null_tracker import NullTracker
 from bertcore.training.evaluation.metrics import EvalMetrics
 
 TRAIN_COLUMNS = (
@@ -78,57 +79,57 @@ def _format(value: Any) -> str:
     return str(value)
 
 
+class RecordMirror:
+    """Where a record's rows go besides its files: nowhere, as here (transformers'
+    `TrainerCallback` in small). Pretraining's recorder sends them to its MLflow run."""
+
+    def log_train(self, row: Mapping[str, Any], tokens_per_s: float | None = None) -> None:
+        """A row of the train log (`tokens_per_s`: the window's speed, which the files leave
+        out; None for a row read back)."""
+
+    def log_eval(self, step: int, values: Mapping[str, Any]) -> None:
+        """A row of the eval log, by column (those of probes that did not run: None or
+        absent)."""
+
+
 class TrainingRecord:
-    """The local record (TSV files) and its mirror in MLflow (`tracker`; None: nothing is
-    tracked)."""
+    """The local record (TSV files) and its `mirror` (None: a `RecordMirror`, nowhere)."""
 
     def __init__(
         self,
         train_path: str | Path | None = None,
         eval_path: str | Path | None = None,
-        tracker: Any = None,
+        mirror: RecordMirror | None = None,
         previous: Mapping[str, str] | None = None,
     ):
         previous = previous or {}
         self.train = TsvLog(train_path, TRAIN_COLUMNS, previous.get(TRAIN_LOG))
         self.eval = TsvLog(eval_path, EVAL_COLUMNS, previous.get(EVAL_LOG))
-        self.tracker = tracker or NullTracker()
+        self.mirror = mirror or RecordMirror()
 
-    def log_train(self, row: Mapping[str, Any], extra: Mapping[str, float] = ()) -> None:
+    def log_train(self, row: Mapping[str, Any], tokens_per_s: float | None = None) -> None:
+        """A row of the train log; `tokens_per_s` goes to the mirror alone (a measurement of
+        the machine: the files are the same bytes on any)."""
         self.train.add(row)
-        self.tracker.log_metrics({**_train_metrics(row), **dict(extra), "epoch": row["epoch"]},
-                                 step=row["step"])
+        self.mirror.log_train(row, tokens_per_s)
 
     def log_eval(self, step: int, metrics: EvalMetrics, track: bool = True) -> None:
         """A row of the eval log, unless its last row is of this step (a rerun of a finished
-        run evaluates its last step again: the same weights and masks, the same row); `track`:
-        mirrored into MLflow (False: it is there already)."""
+        run evaluates its last step again: the same weights and masks, the same row);
+        `track`: handed to the mirror too (False: it has it already)."""
         values = {**metrics.to_dict(), **metrics.probes}
         if self.eval.last_row().get("step") != step:
             self.eval.add({"step": step, **values})
         if track:
-            self.tracker.log_metrics(_val_metrics(values), step=step)
+            self.mirror.log_eval(step, values)
 
     def texts(self) -> dict[str, str]:
         return {TRAIN_LOG: self.train.text, EVAL_LOG: self.eval.text}
 
     def replay(self) -> None:
-        """Send every row recorded so far to the tracker: a new MLflow run that continues an
+        """Hand every row recorded so far to the mirror: a new MLflow run that continues an
         earlier one (an extended run) then shows the whole curve from step 1."""
         for row in self.train.rows():
-            metrics = _train_metrics(row)
-            self.tracker.log_metrics({**metrics, "epoch": row.get("epoch")}, step=int(row["step"]))
+            self.mirror.log_train(row)
         for row in self.eval.rows():
-            self.tracker.log_metrics(_val_metrics(row), step=int(row["step"]))
-
-
-def _train_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
-    """A train row under its MLflow names: `train/<column>`, and `lr` for the learning rate."""
-    return {("lr" if k == "learning_rate" else f"train/{k}"): v
-            for k, v in row.items() if k not in ("step", "epoch")}
-
-
-def _val_metrics(row: Mapping[str, Any]) -> dict[str, Any]:
-    """An eval row under its MLflow names, `val/<column>`; the columns it has no value for
-    (probes that did not run) left out."""
-    return {f"val/{k}": row[k] for k in EVAL_COLUMNS[1:] if row.get(k) is not None}
+            self.mirror.log_eval(int(row["step"]), row)

@@ -34,7 +34,7 @@ from typing import Any
 import torch
 
 from bertcore.common.devices import autocast, resolve_device, resolve_precision
-from bertcore.common.schedule import learning_rate as scheduled_rate
+from bertcore.common.schedule import StepSchedule
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
 from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
@@ -44,7 +44,6 @@ from bertcore.training.config import CompileMode, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.hardware.distributed import Distributed
 from bertcore.training.hardware.fixed_sum import TreeSum
-from bertcore.training.length import RunLength
 from bertcore.training.loop.state import TOTALS, WINDOW, LoggingWindow, TrainingState
 
 log = logging.getLogger(__name__)
@@ -82,16 +81,22 @@ class PhaseSteps:
     """What a StepRunner steps through in one phase: the phase's config (batch, schedule, loss
     weights), its batches, the steps done before it (`start`) and the epoch it starts in
     (phase 1: 0; BERT's second phase numbers its steps and epochs on from phase 1's, see
-    `bertcore.training.run.phases`). Where it is planned to end is the Trainer's to hold."""
+    `bertcore.training.run.phases`). Where it is planned to end is the run's plan's to say
+    (`bertcore.training.run.plan`), and the Trainer's to train to."""
 
     config: TrainConfig
     batches: PretrainingBatches
     start: int = 0
     first_epoch: int = 0
 
-    def configured_length(self) -> RunLength:
-        """The phase's length as `config` sets it (`max_steps`, or `epochs` of its batches)."""
-        return RunLength.configured_by(self.config, self.batches.steps_per_epoch, self.start)
+    def configured_end(self) -> int:
+        """The step `config` ends the phase at (`max_steps`, or `epochs` of its batches, after
+        `start`): for a runner stepped without a plan."""
+        return self.start + self.config.total_steps(self.batches.steps_per_epoch)
+
+    def configured_schedule(self) -> StepSchedule:
+        """The phase's learning rate per step, ending where `config` ends it."""
+        return self.config.rate_schedule(self.start, self.configured_end())
 
     def position(self, step: int) -> tuple[int, int]:
         """(epoch, step within it) of the step after `step`: which batch, and which masks,
@@ -102,13 +107,6 @@ class PhaseSteps:
     def epochs_done(self, step: int) -> float:
         """Passes over the data after `step` (over phase 1's samples, then over phase 2's)."""
         return self.first_epoch + (step - self.start) / self.batches.steps_per_epoch
-
-    def learning_rate(self, step: int, length: RunLength) -> float:
-        """The rate of optimizer step `step` (0-based) on the phase's schedule, which ends
-        where `length` is planned to end."""
-        cfg = self.config
-        return scheduled_rate(cfg.learning_rate, step - length.start, cfg.warmup_steps,
-                              length.planned - length.start, cfg.schedule, cfg.decay_fraction)
 
 
 def compile_model(model: torch.nn.Module, mode: CompileMode,
@@ -237,10 +235,10 @@ class StepRunner:
             offset += p.numel()
 
     def train_step(self, micro_batches: list[dict[str, torch.Tensor]], stop: bool = False,
-                   length: RunLength | None = None) -> StepResult:
+                   learning_rate: float | None = None) -> StepResult:
         """One optimizer step over this process's micro-batches (see accumulate_gradients), at
-        the rate of the phase's schedule ending where `length` is planned to end (the
-        Trainer's; None: as the params set it, for a runner stepped without a Trainer)."""
+        `learning_rate` (the Trainer's schedule at this step; None: the phase's schedule as
+        its params set it, for a runner stepped without a Trainer)."""
         cfg = self.config
         counts, sums = self.accumulate_gradients(micro_batches, stop)
         mlm_den, nsp_den = counts[0].clamp_min(1), counts[1].clamp_min(1)
@@ -254,7 +252,8 @@ class StepRunner:
         ).double()
         loss_finite = torch.isfinite(total_loss)
         good = loss_finite & torch.isfinite(grad_norm)
-        rate = self.phase.learning_rate(self.step, length or self.phase.configured_length())
+        rate = (learning_rate if learning_rate is not None
+                else self.phase.configured_schedule()(self.step))
         for group in self.optimizer.param_groups:
             group["lr"] = rate
         self.optimizer.found_inf = (~good).float()  # fused AdamW: skip the update when set

@@ -6,10 +6,11 @@ The data position, (epoch, step within it), follows from the step number
 plus the RNG states is all that resuming needs: the resumed run draws the same batches, masks
 and dropout as an uninterrupted one.
 
-The Trainer is the one holder of the phase's `RunLength` as planned
-(`bertcore.training.length`): the one the run was planned with, or the new one a time budget
-plans after its first steps (`bertcore.training.loop.budget`); it hands it to each step (the
-schedule) and each checkpoint (the planned end). The StepRunner steps, the Checkpointer saves.
+The Trainer trains to `end`, the step the run's plan (`bertcore.training.run.plan`) ends the
+phase at, and steps at `learning_rate(step)`, the phase's schedule built once from the same plan
+(`bertcore.common.schedule.StepSchedule`, nanoGPT's `get_lr(it)`); a time budget without a
+timing moves both once, after its first steps (`bertcore.training.loop.budget`). Each
+checkpoint records the end. The StepRunner steps, the Checkpointer saves.
 What the loop changes is small and owned elsewhere: the step and the run's
 counters (`TrainingState`), the logging window (`LoggingWindow`, both on the StepRunner) and
 the last checkpoint written (`Checkpointer`, which also decides when one is due).
@@ -41,10 +42,10 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from bertcore.common.errors import BertError
+from bertcore.common.schedule import StepSchedule
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.data.batches import DataWorkerDied
 from bertcore.training.evaluation.metrics import EvalMetrics
-from bertcore.training.length import RunLength
 from bertcore.training.loop.budget import BudgetPlanner, StepTiming, TimeBudget
 from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import TrainingRecord
@@ -78,7 +79,8 @@ class Trainer:
         self,
         runner: StepRunner,
         *,
-        length: RunLength | None = None,
+        end: int | None = None,
+        learning_rate: StepSchedule | None = None,
         timing: StepTiming | None = None,
         record: TrainingRecord | None = None,
         checkpointer: Checkpointer | None = None,
@@ -88,14 +90,16 @@ class Trainer:
         progress: bool | None = None,
         budget: TimeBudget | None = None,
     ):
-        """`length`: the phase's as planned (None: as its params set it). `budget`: a time
-        budget; without `timing` (what the checkpoint the runner resumed from recorded) the
-        first steps are timed and the end is planned once, at the budget's plan step (see
-        `bertcore.training.loop.budget`). `checkpointer`: where and when checkpoints are written
-        (None: never). `evaluate(model)` scores the model every `eval_every` steps and at the
-        end. `on_step(result)` is called after every step (reading a number of `result` waits
-        for the device). `stop_after`: stop (with a checkpoint) after this step, as
-        an interruption would. `progress`: a progress bar (None: on a terminal, on rank 0)."""
+        """`end`: the step the plan ends the phase at, and `learning_rate`: the rate of each
+        step, on a schedule ending there (None: as the runner's params set them). `budget`: a
+        time budget; without `timing` (what the plan was made from, as the checkpoint the
+        runner resumed from recorded) the first steps are timed and the end is planned once,
+        at the budget's plan step (see `bertcore.training.loop.budget`). `checkpointer`:
+        where and when checkpoints are written (None: never). `evaluate(model)` scores the
+        model every `eval_every` steps and at the end. `on_step(result)` is called after
+        every step (reading a number of `result` waits for the device). `stop_after`: stop
+        (with a checkpoint) after this step, as an interruption would. `progress`: a
+        progress bar (None: on a terminal, on rank 0)."""
         self.runner, self.dist = runner, runner.dist
         self.record = record or TrainingRecord()
         self.checkpointer = checkpointer or Checkpointer(None)
@@ -103,10 +107,15 @@ class Trainer:
         self.on_step = on_step
         self.stop_after = stop_after
         self.progress = progress
-        self.length = length or runner.phase.configured_length()  # as planned so far
+        self.end = runner.phase.configured_end() if end is None else end  # as planned so far
+        self.learning_rate = learning_rate or runner.config.rate_schedule(runner.phase.start,
+                                                                          self.end)
+        if self.learning_rate.end != self.end:
+            raise ValueError(f"a schedule ending at step {self.learning_rate.end} for a run "
+                             f"ending at step {self.end}")
         self.timing = timing  # what a time budget planned from
-        self.planner = None if budget is None else BudgetPlanner(
-            budget, self.length, runner.step, timing, synchronize=runner.synchronize,
+        self.planner = None if budget is None or timing is not None else BudgetPlanner(
+            budget, self.end, runner.step, synchronize=runner.synchronize,
             broadcast=self.dist.broadcast_object)
         # What the loop has done so far, set up by train().
         self.last_train: dict[str, float] = {}
@@ -122,7 +131,7 @@ class Trainer:
         self.begin()
         with StopRequest() as stop, self.progress_bar() as bar:
             try:
-                while self.runner.step < self.length.planned and not self.stopped:
+                while self.runner.step < self.end and not self.stopped:
                     self.train_epoch(stop, bar)
             except DataWorkerDied as died:
                 raise self.lost_worker(died) from None
@@ -132,33 +141,32 @@ class Trainer:
         return self.result()
 
     def begin(self) -> None:
-        """The counters, the logging window's clock and the plan at the start of the run."""
+        """The counters and the logging window's clock at the start of the run."""
         counters = self.runner.read_counters()
         self.skipped_reported = counters["skipped_steps"]
         self.runner.window.restart_clock(counters)
         self.last_train = self.record.train.last_row()  # resumed at the end: not empty
-        if self.planner is not None:
-            self.length = self.planner.length  # a resumed run: re-planned, not re-timed
 
     def train_epoch(self, stop: StopRequest, bar: tqdm) -> None:
         """The steps from the data position to the end of its epoch, or of the run."""
         runner = self.runner
         epoch, start = runner.phase.position(runner.step)
         for micro_batches in runner.batches.iterate(epoch, start):
-            result = runner.train_step(micro_batches, stop=stop.requested, length=self.length)
+            result = runner.train_step(micro_batches, stop=stop.requested,
+                                       learning_rate=self.learning_rate(runner.step))
             bar.update(1)
             if self.on_step:
                 self.on_step(result)
             self.plan(runner.step, bar)
             self.sync(result, stop, bar)
-            if self.stopped or runner.step >= self.length.planned:
+            if self.stopped or runner.step >= self.end:
                 return
 
     def sync(self, result: StepResult, stop_request: StopRequest, bar: tqdm) -> None:
         """After a step: on a sync step, read the device's counters (once), check health, then
         log, evaluate, checkpoint and stop as due; a step with nothing due never waits on the
         device."""
-        step, cfg, end = self.runner.step, self.runner.config, self.length.planned
+        step, cfg, end = self.runner.step, self.runner.config, self.end
         log_due = step % cfg.log_every == 0 or step == end
         evaluate = bool(cfg.eval_every) and step % cfg.eval_every == 0 and step != end
         # The last step's checkpoint comes after the final evaluation (`train`): it then holds
@@ -187,12 +195,15 @@ class Trainer:
 
     # ---------------------------------------------------------------- what a step does
     def plan(self, step: int, bar: tqdm) -> None:
-        """Let a time budget plan the end after `step` (once, at its plan step)."""
-        length = self.planner.after_step(step) if self.planner is not None else None
-        if length is None:
+        """Let a time budget plan the end after `step` (once, at its plan step): the
+        schedule ends there too (the steps so far ran in its warmup, where the end does not
+        matter)."""
+        end = self.planner.after_step(step) if self.planner is not None else None
+        if end is None:
             return
-        self.length, self.timing = length, self.planner.timing
-        bar.total = length.planned
+        self.end, self.timing = end, self.planner.timing
+        self.learning_rate = self.learning_rate.ending_at(end)
+        bar.total = end
         if self.dist.is_main:
             level, line = self.planner.announcement()
             log.log(level, "%s", line)
@@ -228,9 +239,7 @@ class Trainer:
             "skipped_steps": int(counters["skipped_steps"]),
         }
         if self.dist.is_main:  # speed: a measurement of the machine, so MLflow's, not the TSV's
-            self.record.log_train(self.last_train, extra={
-                "train/tokens_per_s": tokens_per_s,
-                "tokens_per_s_per_process": tokens_per_s / self.dist.world_size})
+            self.record.log_train(self.last_train, tokens_per_s)
         bar.set_postfix(loss=f"{window['loss']:.3f}", lr=f"{result.learning_rate:.2e}",
                         tok_s=f"{tokens_per_s:,.0f}", refresh=False)
 
@@ -245,18 +254,17 @@ class Trainer:
             last = self.last_train
             train = f"train loss {last['loss']:.4f}; " if "loss" in last else ""
             log.info("step %d/%d: %sval MLM loss %.4f accuracy %.4f, NSP accuracy %.4f",
-                     step, self.length.planned, train, e.mlm_loss, e.mlm_accuracy, e.nsp_accuracy)
+                     step, self.end, train, e.mlm_loss, e.mlm_accuracy, e.nsp_accuracy)
 
     def save_checkpoint(self, counters: Mapping[str, float]) -> None:
-        self.checkpointer.save(self.runner, counters, self.record, self.length.planned,
-                               self.timing)
+        self.checkpointer.save(self.runner, counters, self.record, self.end, self.timing)
 
     # ---------------------------------------------------------------------- the end
     def progress_bar(self) -> tqdm:
         # tqdm's disable=None shows the bar only on a terminal
         progress = self.progress
         disable = (None if self.dist.is_main else True) if progress is None else not progress
-        return tqdm(total=self.length.planned, initial=self.runner.step, desc="pretrain",
+        return tqdm(total=self.end, initial=self.runner.step, desc="pretrain",
                     unit="step", dynamic_ncols=True, disable=disable, leave=False)
 
     def interrupted(self, stop: StopRequest) -> TrainingInterrupted:
@@ -279,7 +287,7 @@ class Trainer:
             steps=runner.step,
             tokens_seen=totals["tokens_seen"],
             skipped_steps=totals["skipped_steps"],
-            planned_steps=self.length.planned,
+            planned_steps=self.end,
             step_timing=self.timing,
             last_train=self.last_train,
             last_eval=self.last_eval,

@@ -38,6 +38,7 @@ class PretrainPaths:
     # the reports of the stages that log into the run (prefix -> metrics file), carried into
     # a new run that wrote the weights they scored (`run_reports.carry_reports`)
     reports: Mapping[str, Path] = field(default_factory=dict)
+    corpus: Path | None = None  # the corpus the samples were made of: the run's dataset
 
     @property
     def phase2_samples(self) -> Path:

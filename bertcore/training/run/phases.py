@@ -20,7 +20,8 @@ checkpoints stay for when it is on again (`bertcore.training.checkpoints.lineage
 This module sequences the phases: which phase a run starts in and from which checkpoint
 (`plan_run`), phase 1's closing evaluation (`close_phase1`) and entering phase 2
 (`enter_phase2`). What a phase's checkpoints share and record is its `RunIdentity`
-(`bertcore.training.checkpoints.identity`).
+(`bertcore.training.checkpoints.identity`); where it ends, its `end`, is planned with the run
+(`bertcore.training.run.plan`).
 """
 
 from __future__ import annotations
@@ -32,6 +33,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.common.errors import BertError
+from bertcore.common.schedule import StepSchedule
 from bertcore.data.samples.store import SampleStore
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
@@ -40,7 +42,6 @@ from bertcore.training.checkpoints.lineage import RunLine
 from bertcore.training.checkpoints.resume import ResumePlan, plan_resume
 from bertcore.training.config import MaskingConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
-from bertcore.training.length import RunLength
 from bertcore.training.loop.budget import StepTiming, TimeBudget
 from bertcore.training.loop.records import TrainingRecord
 from bertcore.training.loop.step import PhaseSteps, StepRunner
@@ -64,8 +65,8 @@ def first_epoch(phase1_steps: int, phase1_steps_per_epoch: int) -> int:
 @dataclass(frozen=True)
 class Phase:
     """One phase of the run as the loop runs it: phase 1 (`train`), and BERT's second phase
-    when it is on. Its length is planned once (`plan_pretraining`): its identity's, which its
-    checkpoints record and its Trainer trains to."""
+    when it is on. It trains steps start+1 .. `end`, planned once (`plan_pretraining`): its
+    Trainer trains to `end` at `learning_rate(step)`, and its checkpoints record it."""
 
     number: int
     max_seq_length: int  # of its samples
@@ -73,12 +74,19 @@ class Phase:
     steps: PhaseSteps  # its config, batches, first step and first epoch
     val_store: SampleStore
     identity: RunIdentity  # what its checkpoints share and record
+    end: int  # the step it is planned to end at (a time budget's plan: at most the configured)
     budget: TimeBudget | None = None  # train.max_minutes (phase 1 only)
     timing: StepTiming | None = None  # what the budget planned from, as a checkpoint recorded
 
     @property
-    def length(self) -> RunLength:
-        return self.identity.length
+    def start(self) -> int:
+        """Optimizer steps done before the phase (phase 2: phase 1's end)."""
+        return self.steps.start
+
+    @property
+    def learning_rate(self) -> StepSchedule:
+        """The rate of each of its steps: its schedule, ending at `end`."""
+        return self.train.rate_schedule(self.start, self.end)
 
     @property
     def train(self) -> TrainConfig:
@@ -140,14 +148,14 @@ class RunPlan:
         return self.notices + ((resume.notice,) if resume.notice and not resume.extends else ())
 
 
-def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase1: RunIdentity,
-             phase2: RunIdentity | None = None) -> RunPlan:
+def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, first: Phase,
+             second: Phase | None = None) -> RunPlan:
     """The latest phase-2 checkpoint made after this very phase 1 is resumed (or extended,
     as `plan_resume` decides); failing that, phase 1 resumes from `phase1_latest` (the latest
     phase-1 checkpoint, looked up once by the caller) or starts as it would alone (a run whose
     phase 1 is done then goes straight on to phase 2, from its last checkpoint). Every other
     checkpoint in the folder is kept or replaced as `RunLine.keeps` says."""
-    plan = _where_it_starts(checkpoints, phase1_latest, RunLine(phase1, phase2))
+    plan = _where_it_starts(checkpoints, phase1_latest, first, second)
     found = checkpoints.all()
     return dataclasses.replace(
         plan, replaced=tuple(c for c in found if not plan.line.keeps(c, plan.continued)),
@@ -155,25 +163,26 @@ def plan_run(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None, phase
 
 
 def _where_it_starts(checkpoints: CheckpointDir, phase1_latest: Checkpoint | None,
-                     line: RunLine) -> RunPlan:
+                     first: Phase, second: Phase | None) -> RunPlan:
+    line = RunLine(first.identity, second.identity if second is not None else None)
     notices = []
-    if line.phase2 is not None:
+    if second is not None:
         latest = checkpoints.latest(where=lambda c: phase_of(c) == 2)
-        plan = plan_resume(latest, line.phase2)
+        plan = plan_resume(latest, second.identity, second.end)
         if plan.checkpoint is not None:
             return RunPlan(2, plan, line)
         if plan.notice:
             notices.append(plan.notice.replace("starting fresh",
                                                "phase 2 starts over from phase 1's end"))
-    plan = plan_resume(phase1_latest, line.phase1)
-    done = line.phase2 is not None and ends_phase1(plan.checkpoint, line.phase1)
+    plan = plan_resume(phase1_latest, first.identity, first.end)
+    done = second is not None and ends_phase1(plan.checkpoint, first)
     return RunPlan(1, plan, line, done, tuple(notices))
 
 
-def ends_phase1(checkpoint: Checkpoint | None, phase1: RunIdentity) -> bool:
-    """Whether `checkpoint` is phase 1's last: at its last step, made with its identity."""
+def ends_phase1(checkpoint: Checkpoint | None, first: Phase) -> bool:
+    """Whether `checkpoint` is phase 1's last: at its end, made with its identity."""
     return (checkpoint is not None and in_phase1(checkpoint)
-            and checkpoint.step == phase1.length.planned and phase1.made(checkpoint))
+            and checkpoint.step == first.end and first.identity.made(checkpoint))
 
 
 # --------------------------------------------------------------------------- entering phase 2
@@ -199,11 +208,11 @@ def enter_phase2(runner: StepRunner, checkpoints: CheckpointDir, plan: RunPlan, 
     same bytes). Phase 1's last checkpoint stays while phase 2 runs: it is a finished one,
     which `keep_last` never takes."""
     found = checkpoints.latest(where=in_phase1)  # read now: phase 1 may have ended in this run
-    edge = found if ends_phase1(found, first.identity) else None
+    edge = found if ends_phase1(found, first) else None
     start_from = plan.resume.checkpoint if plan.phase == 2 else edge
     if start_from is None:
         raise BertError(f"phase 1 left no checkpoint at its last step "
-                        f"({first.length.planned}) for phase 2 to start from (see the "
+                        f"({first.end}) for phase 2 to start from (see the "
                         "warnings above): run again")
     runner.phase = second.steps  # the model, its wrappers and the optimizer stay
     runner.resume_from(start_from)

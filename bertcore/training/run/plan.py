@@ -1,7 +1,14 @@
 """A pretraining run planned before a weight is touched: its phases, each with its batches,
-length (`bertcore.training.length`) and identity (`bertcore.training.checkpoints.identity`),
-and where the run (re)starts (`bertcore.training.run.phases.plan_run`), with the warnings that
-go with it: a `PretrainingPlan`, which `pretrain.PretrainingRun` trains."""
+identity (`bertcore.training.checkpoints.identity`) and planned end, and where the run
+(re)starts (`bertcore.training.run.phases.plan_run`), with the warnings that go with it: a
+`PretrainingPlan`, which `pretrain.PretrainingRun` trains.
+
+The planned end of each phase (`Phase.end`) is made here, once: `train.max_steps` (or
+`train.epochs` over its batches) after the steps before the phase; with `train.max_minutes`
+and a checkpoint that recorded a timing, the end a time budget plans from that timing. Each
+phase's Trainer trains to it, at the learning rate of its schedule ending there
+(`Phase.learning_rate`). The one end planned later is a time budget's without a timing: the
+Trainer times the first steps and plans it then (`bertcore.training.loop.budget`)."""
 
 from __future__ import annotations
 
@@ -22,7 +29,6 @@ from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import PretrainingCollator, VocabSpec
 from bertcore.training.data.order import LengthBins
 from bertcore.training.hardware.distributed import Distributed
-from bertcore.training.length import RunLength
 from bertcore.training.loop.budget import TimeBudget, recorded_timing
 from bertcore.training.loop.step import PhaseSteps
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
@@ -66,17 +72,16 @@ def plan_pretraining(config: PretrainConfig, paths: PretrainPaths, inputs: Pretr
     phases = (first,)
     if config.phase2.enabled:
         phases += (_second_phase(config, paths, inputs, first, vocab, dist, device),)
-    start = plan_run(checkpoints, phase1_latest, *(phase.identity for phase in phases))
+    start = plan_run(checkpoints, phase1_latest, *phases)
     if first.timing is not None and start.resume.checkpoint is None:
         # planned from a checkpoint the run does not resume: it times its own first steps
-        length = first.length.planned_at(first.length.configured)
-        first = replace(first, timing=None, identity=replace(first.identity, length=length))
+        first = replace(first, timing=None, end=_configured_end(config.train, first.batches))
         phases = (first, *phases[1:])
     if dist.is_main:
         for warning in start.warnings:
             log.warning("%s", warning)
         if start.left:
-            log.warning("%s", left_notice(start.left, first.identity, paths.out))
+            log.warning("%s", left_notice(start.left, first.end, paths.out))
     return PretrainingPlan(config=config, paths=paths, inputs=inputs, dist=dist,
                            device=device, vocab=vocab, checkpoints=checkpoints,
                            phases=phases, start=start)
@@ -99,6 +104,12 @@ def _batches(store: SampleStore, max_seq_length: int, masking: MaskingConfig,
         raise exc.in_section(section) from None
 
 
+def _configured_end(train: TrainConfig, batches: PretrainingBatches, start: int = 0) -> int:
+    """The step `train` ends a phase at that begins after `start` steps: `max_steps`, or
+    `epochs` over its batches, more."""
+    return start + train.total_steps(batches.steps_per_epoch)
+
+
 def _time_budget(config: PretrainConfig, inputs: PretrainInputs) -> TimeBudget | None:
     """train.max_minutes (never with phase 2: PretrainConfig refuses it), over phase 1."""
     train = config.train
@@ -117,18 +128,18 @@ def _first_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainI
     """Phase 1: the `train` section on the samples. With a time budget, a run that resumes
     `latest` (phase 1's latest checkpoint) plans its end from the timing it recorded."""
     budget = _time_budget(config, inputs)
-    length = RunLength.configured_by(config.train, batches.steps_per_epoch)
+    end = configured = _configured_end(config.train, batches)
     timing = recorded_timing(latest) if budget is not None and latest else None
     if timing is not None:
-        length = budget.plan(length, timing)
+        end = budget.planned_end(configured, timing)
     # The init model's content, hashed once (by rank 0) per start: a resume must not continue
     # a run begun from other weights.
     init = inputs.init
     init_hash = dist.broadcast_object(init.fingerprint() if init and dist.is_main else None)
-    identity = phase1_identity(config, paths.vocab, paths.samples, length, init_hash)
+    identity = phase1_identity(config, paths.vocab, paths.samples, configured, init_hash)
     return Phase(number=1, max_seq_length=inputs.max_seq_length, masking=config.masking,
                  steps=PhaseSteps(config.train, batches), val_store=inputs.val_store,
-                 identity=identity, budget=budget, timing=timing)
+                 identity=identity, end=end, budget=budget, timing=timing)
 
 
 def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: PretrainInputs,
@@ -142,9 +153,9 @@ def _second_phase(config: PretrainConfig, paths: PretrainPaths, inputs: Pretrain
     batches = _batches(inputs.phase2_train, settings.max_seq_length, masking, train, vocab,
                        dist, device, section="phase2")
     # from phase 1's last step, in the first epoch phase 1 did not reach
-    end = first.length.planned
-    steps = PhaseSteps(train, batches, end, first_epoch(end, first.batches.steps_per_epoch))
-    identity = phase2_identity(first.identity, settings, paths.phase2_samples,
-                               steps.configured_length())
+    start = first.end
+    steps = PhaseSteps(train, batches, start, first_epoch(start, first.batches.steps_per_epoch))
+    identity = phase2_identity(first.identity, settings, paths.phase2_samples)
     return Phase(number=2, max_seq_length=settings.max_seq_length, masking=masking, steps=steps,
-                 val_store=inputs.phase2_val, identity=identity)
+                 val_store=inputs.phase2_val, identity=identity,
+                 end=_configured_end(train, batches, start))

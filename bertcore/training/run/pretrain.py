@@ -2,18 +2,20 @@
 top to bottom:
 
   run_pretraining     open and check the inputs (`bertcore.training.run.inputs`)
-  plan_pretraining    build each phase, its length (`bertcore.training.length`) and identity
+  plan_pretraining    build each phase, its planned end and identity
                       (`bertcore.training.checkpoints.identity`), and plan where the run (re)starts
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
                       (`bertcore.training.run.plan`)
   PretrainingRun      .start: build the model (new, or from an existing BERT:
-                      `bertcore.saved.init_from`), open the MLflow run (a NullTracker when
-                      nothing is tracked) and the StepRunner; .train: train each phase in turn
-                      from where the plan says (`bertcore.training.loop.trainer`), then write the
-                      final model and metrics
+                      `bertcore.saved.init_from`), open the MLflow run (its recorder,
+                      `bertcore.training.run.mlflow_run`; one that logs nothing, and says why,
+                      when nothing is tracked) and the StepRunner; .train: train each phase in
+                      turn from where the plan says (`bertcore.training.loop.trainer`), then
+                      write the final model and metrics
 
-The caller (the pretrain stage) parses the params sections and says where things live and how
-the MLflow run is labelled; nothing here reads params.yaml or knows the pipeline's layout.
+The caller (the pretrain stage) parses the params sections and says where things live and
+where the MLflow run goes (a `TrackingTarget`, as every stage's); nothing here reads
+params.yaml or knows the pipeline's layout.
 """
 
 from __future__ import annotations
@@ -21,9 +23,7 @@ from __future__ import annotations
 import logging
 import random
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from functools import partial
-from pathlib import Path
 from typing import Any
 
 import numpy as np
@@ -33,9 +33,8 @@ from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.cpu import cpu_record
 from bertcore.common.devices import device_name, resolve_device
 from bertcore.common.digests import file_sha256
-from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import write_metrics
-from bertcore.common.tracking import NOTE_TAG, Tracker
+from bertcore.common.tracking import TrackingTarget
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.local_init import init_local_attention
 from bertcore.saved.hf import WEIGHTS_NAME, save_model
@@ -48,20 +47,10 @@ from bertcore.training.hardware.distributed import Distributed
 from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.records import EVAL_LOG, TRAIN_LOG, TrainingRecord
 from bertcore.training.loop.step import StepRunner
-from bertcore.training.loop.stopping import TrainingInterrupted
 from bertcore.training.loop.trainer import Trainer, TrainResult
 from bertcore.training.run.charts import write_pretrain_charts
 from bertcore.training.run.inputs import PretrainInputs, PretrainPaths
-from bertcore.training.run.mlflow_run import (
-    EXPERIMENT_NOTE,
-    PHASE_TAG,
-    checkpoint_written,
-    default_run_name,
-    finish_run,
-    log_corpus,
-    run_note,
-    run_tags,
-)
+from bertcore.training.run.mlflow_run import NullRecorder, PretrainRecorder
 from bertcore.training.run.phases import (
     Phase,
     close_phase1,
@@ -73,23 +62,12 @@ from bertcore.training.run.report import PretrainReport, pretrain_report
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class RunLabels:
-    """How the MLflow run is found and labelled (the caller knows the surroundings)."""
-
-    tracking_uri: str
-    run_name: str | None = None  # None: named by what makes the run (`default_run_name`)
-    params: dict[str, Any] = field(default_factory=dict)  # flattened params.yaml
-    tags: dict[str, Any] = field(default_factory=dict)  # git commit, DVC experiment, ...
-    corpus: Path | None = None  # the corpus folder the samples were made of: its dataset
-
-
 def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
-                    labels: RunLabels | None = None, probes: ProbeSource | None = None
+                    target: TrackingTarget | None = None, probes: ProbeSource | None = None
                     ) -> PretrainReport | None:
     """Pretrain; returns what was reported (on rank 0; None elsewhere).
-    `labels`: where and how to record the MLflow run (with tracking.enabled). `probes`: the
-    zero-shot probes scored at each periodic evaluation, by rank 0 (None: none)."""
+    `target`: where the MLflow run goes (None: nowhere, as with tracking.enabled false).
+    `probes`: the zero-shot probes scored at each periodic evaluation, by rank 0 (None: none)."""
     inputs = PretrainInputs.open(config, paths)  # checked before anything slow
     device = resolve_device(config.train.device)
     dist = Distributed.from_env(device.type)
@@ -98,7 +76,7 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
         # One run at a time in a checkpoint folder (rank 0 holds the lock for its run).
         with checkpoints.lock(enabled=dist.is_main):
             plan = plan_pretraining(config, paths, inputs, dist, checkpoints)
-            return PretrainingRun.start(plan, labels, probes).train()
+            return PretrainingRun.start(plan, target, probes).train()
     finally:
         dist.close()
 
@@ -106,27 +84,27 @@ def run_pretraining(config: PretrainConfig, paths: PretrainPaths,
 # ------------------------------------------------------------------------------------- run
 class PretrainingRun:
     """A planned run with what it trains with: the StepRunner (model, optimizer, counters)
-    and the MLflow run (`tracker`, a NullTracker when nothing is tracked)."""
+    and the MLflow run's recorder (a NullRecorder when nothing is tracked)."""
 
-    def __init__(self, plan: PretrainingPlan, runner: StepRunner, tracker: Tracker | NullTracker,
-                 probes: Probes | None = None):
-        self.plan, self.runner, self.tracker, self.probes = plan, runner, tracker, probes
+    def __init__(self, plan: PretrainingPlan, runner: StepRunner,
+                 recorder: PretrainRecorder | NullRecorder, probes: Probes | None = None):
+        self.plan, self.runner, self.recorder, self.probes = plan, runner, recorder, probes
 
     @classmethod
-    def start(cls, plan: PretrainingPlan, labels: RunLabels | None,
+    def start(cls, plan: PretrainingPlan, target: TrackingTarget | None,
               source: ProbeSource | None = None) -> PretrainingRun:
         """Build the model, open the MLflow run (before any training: an unreachable store
         fails now, in one line), set aside the checkpoints the run replaces, put the model
         on its StepRunner for phase 1, and draw the probes (rank 0)."""
         model = build_model(plan)
-        tracker = open_tracker(plan, labels)
+        recorder = PretrainRecorder.start(plan, target)
         replace_checkpoints(plan)
         first = plan.phases[0]
         runner = StepRunner(model, first.train, first.batches, device=plan.device,
                             dist=plan.dist)
         probes = source.prepare(runner.raw_model, plan.device) if (
             source is not None and plan.dist.is_main) else None
-        return cls(plan, runner, tracker, probes)
+        return cls(plan, runner, recorder, probes)
 
     def train(self) -> PretrainReport | None:
         """Train each phase from where the plan says, and write the model and metrics;
@@ -134,13 +112,12 @@ class PretrainingRun:
         try:
             result = self.train_phases()
         except BaseException as exc:
-            interrupted = isinstance(exc, KeyboardInterrupt | TrainingInterrupted)
-            self.tracker.finish("KILLED" if interrupted else "FAILED")
+            self.recorder.fail(exc)
             raise
         if not self.plan.dist.is_main:
             return None
         report = self.write_outputs(result)
-        finish_run(self.tracker, self.plan.config, self.plan.paths, self.runner, result)
+        self.recorder.finish(result, self.runner.raw_model, self.runner.step)
         return report
 
     def train_phases(self) -> TrainResult:
@@ -173,27 +150,25 @@ class PretrainingRun:
     def train_phase(self, phase: Phase, start_from: Checkpoint | None,
                     previous: Phase | None) -> TrainResult:
         """Train `phase` to its end, its record going on from `start_from`'s."""
-        plan, tracker, main = self.plan, self.tracker, self.plan.dist.is_main
+        plan, recorder, main = self.plan, self.recorder, self.plan.dist.is_main
         # the training logs, going on from those of `start_from` (rank 0 writes the files)
         logs = ({name: start_from.read_text(name) for name in (TRAIN_LOG, EVAL_LOG)}
                 if start_from else None)
         record = TrainingRecord(plan.paths.log if main else None,
-                                plan.paths.eval_log if main else None, tracker, logs)
+                                plan.paths.eval_log if main else None, recorder, logs)
         if plan.start.replays(phase.number):
             record.replay()  # a new run that continues an earlier one shows the whole curve
         if previous is not None:
             close_phase1(plan.start, record, self.evaluator(previous), self.runner)
-        if len(plan.phases) > 1:
-            tracker.set_tags({PHASE_TAG: phase.number})
+        recorder.on_phase(phase.number)
         checkpointer = Checkpointer(
             plan.checkpoints, phase.train.checkpoint_every,
             meta=phase.identity.meta(plan.dist.world_size),
-            on_written=partial(checkpoint_written, plan.checkpoints, tracker,
-                               plan.config.tracking.log_checkpoints == "all"),
+            on_written=recorder.on_checkpoint,
             line=plan.start.line)
-        return Trainer(self.runner, length=phase.length, timing=phase.timing, record=record,
-                       checkpointer=checkpointer, evaluate=self.evaluator(phase),
-                       budget=phase.budget).train()
+        return Trainer(self.runner, end=phase.end, learning_rate=phase.learning_rate,
+                       timing=phase.timing, record=record, checkpointer=checkpointer,
+                       evaluate=self.evaluator(phase), budget=phase.budget).train()
 
     def evaluator(self, phase: Phase) -> Callable[[BertPretrainingModel], Any] | None:
         """The periodic evaluation of `phase`: its val samples with fixed masks (None when
@@ -213,12 +188,12 @@ class PretrainingRun:
             return
         runner, resume = self.runner, self.plan.start.resume
         log.info("resuming from %s (step %d of %d%s)", resume.checkpoint.path, runner.step,
-                 phase.length.planned, ", phase 2" if phase.number == 2 else "")
+                 phase.end, ", phase 2" if phase.number == 2 else "")
         if resume.extends:
-            before = phase.length.planned_at(resume.previous_total)
+            rate = phase.learning_rate
+            before = rate.ending_at(resume.previous_total)
             log.warning("%s; the learning rate goes from %.3g to %.3g", resume.notice,
-                        phase.steps.learning_rate(runner.step, before),
-                        phase.steps.learning_rate(runner.step, phase.length))
+                        before(runner.step), rate(runner.step))
 
     def say_entered(self, phase: Phase, start_from: Checkpoint) -> None:
         """What a phase after the first goes on from: its own checkpoint (resumed), or the
@@ -226,9 +201,8 @@ class PretrainingRun:
         if self.plan.start.phase == phase.number:
             self.say_resumed(phase)
         elif self.plan.dist.is_main:
-            length = phase.length
             log.info("phase %d: steps %d-%d on samples of up to %d tokens (batch %d, learning "
-                     "rate %g), from %s", phase.number, length.start + 1, length.planned,
+                     "rate %g), from %s", phase.number, phase.start + 1, phase.end,
                      phase.max_seq_length, phase.train.batch_size, phase.train.learning_rate,
                      start_from.path)
 
@@ -293,28 +267,3 @@ def replace_checkpoints(plan: PretrainingPlan) -> None:
             checkpoints.delete(replaced)
     dist.barrier()
 
-
-def open_tracker(plan: PretrainingPlan, labels: RunLabels | None) -> Tracker | NullTracker:
-    """The MLflow run (rank 0, with tracking on; else a NullTracker): the checkpoint's own
-    when resuming; a new one otherwise. An extended run is a new run too (MLflow params
-    cannot change inside a run, and the old run keeps the model it ended with), tagged with
-    the run it continues; so is a run whose phase 2 begins after a phase 1 that ended in an
-    earlier run."""
-    config = plan.config
-    if not (plan.dist.is_main and config.tracking.enabled and labels is not None):
-        return NullTracker()
-    resume = plan.start.resume.checkpoint
-    previous_run = plan.checkpoints.run_id(resume) if resume else None
-    tracker = Tracker.start(
-        labels.tracking_uri,
-        config.tracking.experiment,
-        run_id=None if plan.start.continues_earlier_run else previous_run,
-        run_name=labels.run_name or default_run_name(config.model, config.train.max_minutes,
-                                                     list(plan.phases)),
-        params=labels.params,
-        tags={**labels.tags, **run_tags(plan.start, plan.phases, previous_run),
-              NOTE_TAG: run_note(config.model, plan.phases)},
-        experiment_note=EXPERIMENT_NOTE,
-    )
-    log_corpus(tracker, labels.corpus)
-    return tracker

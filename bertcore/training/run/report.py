@@ -56,9 +56,8 @@ def pretrain_report(result: TrainResult, model: BertPretrainingModel, max_seq_le
         "timed_steps": f"{timing.timed_from}-{timing.plan_step}" if timing else None,
     }
     if second is not None:  # only then: with phase 2 off the file is what it always was
-        length = second.length
-        details["phase2"] = {"first_step": length.start + 1,
-                             "steps": length.planned - length.start,
+        details["phase2"] = {"first_step": second.start + 1,
+                             "steps": second.end - second.start,
                              "max_seq_length": second.max_seq_length,
                              "batch_size": second.train.batch_size}
     details["computed_with"] = computed_with

@@ -29,7 +29,6 @@ from bertcore.common.tracking import (
 )
 from bertcore.downstream.tracking import child_run_name
 from bertcore.training.checkpoints.identity import RunIdentity, run_name
-from bertcore.training.length import RunLength
 from bertstages.repo import experiment_name, repo_root
 
 
@@ -264,25 +263,25 @@ def test_a_run_left_running_by_a_process_that_ended_is_ended_by_the_next(store):
     elsewhere.finish()
 
 
-def _identity(phase: int, total_steps: int, start: int = 0, **fingerprints: str
-              ) -> RunIdentity:
-    prints = {"params": "p", "vocab": "v", "samples": "s", "length": str(total_steps - start),
+def _identity(phase: int, steps: int, **fingerprints: str) -> RunIdentity:
+    prints = {"params": "p", "vocab": "v", "samples": "s", "length": str(steps),
               **fingerprints}
-    return RunIdentity(phase, prints, {}, RunLength(start, total_steps, total_steps))
+    return RunIdentity(phase, prints, {})
 
 
 def test_a_run_is_named_by_its_model_length_and_what_else_makes_it():
-    name = run_name("tiny", [_identity(1, 1500)])
+    name = run_name("tiny", [_identity(1, 1500)], [1500])
     assert re.fullmatch(r"tiny-1500steps-[0-9a-f]{6}", name)
     # only the length differs (an extended run): the same hash
-    assert run_name("tiny", [_identity(1, 3000)]) == name.replace("1500", "3000")
+    assert run_name("tiny", [_identity(1, 3000)], [3000]) == name.replace("1500", "3000")
     # anything else that makes the run differs: another name
-    assert run_name("tiny", [_identity(1, 1500, params="q")]) != name
-    assert run_name("tiny", [_identity(1, 1500, samples="t")]) != name
-    two_phases = [_identity(1, 1500), _identity(2, 2000, 1500, phase1="x", params="r")]
-    assert re.fullmatch(r"base-1500\+500steps-[0-9a-f]{6}", run_name("base", two_phases))
+    assert run_name("tiny", [_identity(1, 1500, params="q")], [1500]) != name
+    assert run_name("tiny", [_identity(1, 1500, samples="t")], [1500]) != name
+    two_phases = [_identity(1, 1500), _identity(2, 500, phase1="x", params="r")]
+    assert re.fullmatch(r"base-1500\+500steps-[0-9a-f]{6}",
+                        run_name("base", two_phases, [1500, 500]))
     assert re.fullmatch(r"tiny-1500steps-30min-[0-9a-f]{6}",
-                        run_name("tiny", [_identity(1, 1500)], max_minutes=30))
+                        run_name("tiny", [_identity(1, 1500)], [1500], max_minutes=30))
 
 
 def test_finetune_and_prune_runs_are_named_by_their_experiment_or_params(monkeypatch):

@@ -37,7 +37,8 @@ from bertcore.data.vocab.files import load_tokenizer, read_vocab
 from bertcore.downstream.bag_of_words import bag_of_words_predictions
 from bertcore.downstream.builtin_tasks import builtin_task, swap_two_words
 from bertcore.downstream.config import FinetuneConfig
-from bertcore.downstream.finetune import build_classifier, scores
+from bertcore.downstream.finetune import build_classifier
+from bertcore.downstream.metrics import scores
 from bertcore.downstream.tasks import (
     EncodedExamples,
     Example,

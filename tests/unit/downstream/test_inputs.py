@@ -11,7 +11,7 @@ import pytest
 from helpers.glue_files import write_glue_folder
 
 from bertcore.common.errors import BertError
-from bertcore.downstream.config import GlueConfig
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.tasks import tasks_in
 from bertcore.downstream.probes.config import ProbeConfig

@@ -424,7 +424,7 @@ def test_a_task_folder_in_another_case_is_its_task_and_others_are_said(tmp_path,
 
 
 def test_mnli_with_only_test_matched_predicts_it_and_names_what_is_missing(tmp_path, caplog):
-    from bertcore.downstream.config import GlueConfig
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.suite import read_task
 
     folder = write_glue_folder(tmp_path, ["mnli"], rows=2)
@@ -448,7 +448,8 @@ def test_a_test_file_with_a_row_that_does_not_parse_gets_no_leaderboard_file(tmp
 
     import numpy as np
 
-    from bertcore.downstream.config import GlueConfig, Recipe
+    from bertcore.downstream.config import Recipe
+    from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.records import SeedRun
     from bertcore.downstream.glue.report import glue_report, write_predictions
     from bertcore.downstream.glue.suite import TaskResult, read_task

@@ -20,10 +20,17 @@ from helpers.tiny_pretrain import tiny_config
 
 from bertcore.common.null_tracker import NullTracker
 from bertcore.data.vocab.files import read_vocab
-from bertcore.downstream.config import GlueConfig
 from bertcore.downstream.glue import inputs as glue_inputs
 from bertcore.downstream.glue import suite as glue_suite
-from bertcore.downstream.glue.records import PREDICTIONS, RECORD, FinishedRuns
+from bertcore.downstream.glue.config import GlueConfig
+from bertcore.downstream.glue.fine_tunes import GlueJob
+from bertcore.downstream.glue.records import (
+    PREDICTIONS,
+    RECORD,
+    RECORD_NAME,
+    FinishedRuns,
+    fine_tune_name,
+)
 from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import WEIGHTS_NAME, save_model
@@ -115,6 +122,19 @@ def test_the_device_and_the_code_are_parts_of_a_records_name(workdir, tmp_path):
     assert name(cpu) != name(suite_for(workdir, tmp_path, device="meta"))
     assert name(cpu) != name(suite_for(workdir, tmp_path, code="other code"))
     assert cpu.code == glue_suite.fine_tuning_code()
+
+
+def test_a_records_folder_is_its_runs_name_and_its_key(workdir, tmp_path):
+    """One name per fine-tune: its MLflow run's, and its record's folder with the key's 16
+    hex digits after it (the folder name a --runs folder's records are known by)."""
+    recipe = glue_config(workdir).recipes(128)[0]
+    suite = suite_for(workdir, tmp_path)
+    folder = suite.finished.name(RTE.key, recipe, suite.identity(
+        glue_suite.read_task(RTE, glue_config(workdir))))
+    run = GlueJob(RTE, recipe, folder, None, None, tmp_path, tmp_path, "cpu", 0, 1, False)
+    assert run.run_name == fine_tune_name(RTE.key, recipe) == "rte-lr0.0003-bs4-seed42"
+    assert folder.startswith(f"{run.run_name}-") and len(folder) == len(run.run_name) + 17
+    assert RECORD_NAME.fullmatch(folder)
 
 
 def test_the_code_digest_follows_the_source_of_the_packages(tmp_path, monkeypatch):

@@ -14,8 +14,8 @@ from helpers.glue_files import write_glue_folder, write_glue_vocab
 from helpers.tiny_pretrain import tiny_config
 
 from bertcore.data.vocab.files import read_vocab
-from bertcore.downstream.config import GlueConfig
 from bertcore.downstream.glue import suite
+from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.glue.report import GluePaths, score_glue
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model

@@ -16,7 +16,6 @@ from bertcore.training.checkpoints.identity import (
 )
 from bertcore.training.checkpoints.resume import plan_resume
 from bertcore.training.config import EvalConfig, MaskingConfig, PretrainConfig, TrainConfig
-from bertcore.training.length import RunLength
 
 
 def pretrain_config(**model) -> PretrainConfig:
@@ -53,8 +52,8 @@ def test_a_checkpoint_of_the_recipe_in_code_starts_fresh_naming_what_changed(tmp
                      {"fingerprints": fingerprints, "total_steps": 1500,
                       "params": {**params, "model": OLD_DEFAULT_MODEL}})
     identity = RunIdentity(1, {**fingerprints, "params": fingerprint_params(
-        resumable_params(tiny))}, params, RunLength(0, 1500, 1500))
-    plan = plan_resume(old, identity)
+        resumable_params(tiny))}, params)
+    plan = plan_resume(old, identity, 1500)
     assert plan.checkpoint is None
     assert plan.notice == (
         f"checkpoint {old.path} was made with other params (model.local_attention_heads null "

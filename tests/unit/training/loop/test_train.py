@@ -19,7 +19,7 @@ from helpers.tiny_pretrain import build_data, write_params
 from helpers.trainer import make_trainer
 
 from bertcore.common.errors import ConfigError
-from bertcore.common.schedule import learning_rate, linear_warmup_decay
+from bertcore.common.schedule import StepSchedule, learning_rate, linear_warmup_decay
 from bertcore.common.tracking import sqlite_uri
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
@@ -61,6 +61,29 @@ def test_wsd_holds_the_peak_then_decays_over_the_last_fraction():
         learning_rate(1.0, s, 4, 20) for s in range(21)]
     # a decay longer than what follows the warmup starts at the warmup's end
     assert learning_rate(1.0, 5, 4, 20, "wsd", 0.9) == learning_rate(1.0, 5, 4, 20)
+
+
+def test_a_phase_schedule_is_the_schedule_over_its_own_steps():
+    # phase 2 of a run: steps 7..12 after phase 1's 6, its warmup and decay over its own 6
+    schedule = StepSchedule(2.0, 2, start=6, end=12, schedule="wsd", decay_fraction=0.5)
+    assert [schedule(s) for s in range(6, 12)] == [
+        learning_rate(2.0, s, 2, 6, "wsd", 0.5) for s in range(6)]
+    assert schedule.ending_at(16)(10) == learning_rate(2.0, 4, 2, 10, "wsd", 0.5)
+    assert TrainConfig(learning_rate=0.1, warmup_steps=3).rate_schedule(6, 12) == StepSchedule(
+        0.1, 3, 6, 12, "linear", 0.2)
+
+
+def test_the_trainer_trains_to_the_planned_end_at_the_rate_the_plan_built(data):
+    trainer = make_trainer(data, max_steps=12)
+    planned = trainer.config.rate_schedule(0, 6)  # a plan that ends before the params' 12
+    results = []
+    result = Trainer(trainer, end=6, learning_rate=planned, on_step=results.append,
+                     progress=False).train()
+    assert result.steps == result.planned_steps == trainer.step == 6
+    assert [r.learning_rate for r in results] == [planned(s) for s in range(6)]
+    assert results[-1].learning_rate > 0  # decayed towards step 6, not cut short of 12
+    with pytest.raises(ValueError, match="schedule ending at step 6 for a run ending at step 8"):
+        Trainer(make_trainer(data), end=8, learning_rate=planned)
 
 
 def test_config_is_checked():

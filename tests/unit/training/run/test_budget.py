@@ -26,7 +26,6 @@ from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
 from bertcore.training.hardware.distributed import Distributed
-from bertcore.training.length import RunLength
 from bertcore.training.loop.budget import (
     BudgetPlanner,
     StepTiming,
@@ -98,10 +97,9 @@ def test_the_planner_plans_once_from_rank_0s_timing():
     clock, syncs = FakeClock(1.0), []
     budget = TimeBudget(0.5, warmup_steps=4, batch_size=16, clock=clock)
 
-    def planner(configured: int, timing: StepTiming | None = None) -> BudgetPlanner:
+    def planner(configured: int) -> BudgetPlanner:
         # rank 0 measured 2 s a step where this process measured 1
-        return BudgetPlanner(budget, RunLength(0, configured, configured), 0, timing,
-                             synchronize=lambda: syncs.append(1),
+        return BudgetPlanner(budget, configured, 0, synchronize=lambda: syncs.append(1),
                              broadcast=lambda timing: {**timing, "step_s": 2.0})
 
     plan = planner(40)
@@ -110,19 +108,24 @@ def test_the_planner_plans_once_from_rank_0s_timing():
         clock.tick()
         answers.append(plan.after_step(step))
     # 28.5 s after the reserve, 4 spent, 2 s a step: 12 more steps after the plan step 4
-    assert answers == [None, None, None, RunLength(0, 40, 16), None, None, None]
+    assert answers == [None, None, None, 16, None, None, None]
     assert syncs == [1, 1]  # the clock read after step 1 (the start of timing) and step 4
-    assert plan.length.planned == 16 and plan.timing == StepTiming(4, 4.0, 2.0, 2)
+    assert plan.end == 16 and plan.timing == StepTiming(4, 4.0, 2.0, 2)
     assert plan.announcement() == (
         logging.INFO, "time budget 0.5 min: 2 s/step over steps 2-4 -> 16 of 40 steps planned")
-    # a run that ends by the plan step is never timed; a resumed one plans from its timing
+    # a run that ends by the plan step is never timed; a resumed one's plan is made from its
+    # timing, before it starts (`plan_pretraining`)
     assert not planner(4).timing_steps and planner(4).after_step(4) is None
-    resumed = planner(40, StepTiming(4, 4.0, 1.0, 2))
-    assert not resumed.timing_steps and resumed.length.planned == 28
-    tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), RunLength(0, 40, 40), 0,
-                         StepTiming(4, 4.0, 1, 2), synchronize=lambda: None,
-                         broadcast=lambda timing: timing)
-    assert tiny.length.planned == 4 and tiny.announcement()[0] == logging.WARNING
+    assert budget.planned_end(40, StepTiming(4, 4.0, 1.0, 2)) == 28
+    clock = FakeClock(1.0)
+    tiny = BudgetPlanner(TimeBudget(0.0001, 4, 16, clock=clock), 40, 0,
+                         synchronize=lambda: None, broadcast=lambda timing: timing)
+    answers = []
+    for step in range(1, 5):
+        clock.tick()
+        answers.append(tiny.after_step(step))
+    assert answers == [None, None, None, 4]
+    assert tiny.end == 4 and tiny.announcement()[0] == logging.WARNING
 
 
 def make_trainer(data: Path, world: tuple[int, int] = (0, 1), **train) -> StepRunner:
@@ -215,8 +218,10 @@ def test_a_resumed_budget_run_keeps_its_plan_without_timing_again(data, tmp_path
     second = make_trainer(data, checkpoint_every=5)
     latest = checkpoints.latest()
     second.resume_from(latest)
-    result, _ = run(second, slow, budget=budget_of(second, 0.5, slow),
-                    timing=recorded_timing(latest),
+    # as the run's plan makes it: its end from the recorded timing (`plan_pretraining`)
+    budget, timing = budget_of(second, 0.5, slow), recorded_timing(latest)
+    result, _ = run(second, slow, budget=budget, timing=timing,
+                    end=budget.planned_end(40, timing),
                     checkpointer=Checkpointer(checkpoints, every=5))
     assert result.steps == result.planned_steps == 28
     assert result.step_timing == StepTiming(plan_step=4, elapsed_s=4.0, step_s=1.0,

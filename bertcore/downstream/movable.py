@@ -1,6 +1,7 @@
-"""The words a built-in task or probe may replace or swap (`builtin_tasks.py`, `builtin.py`):
-lower-case alphabetic, not the first, in a sentence short enough never to be truncated. So
-capitals and punctuation give nothing away."""
+"""The words a built-in task or probe may replace or swap (`builtin_tasks.py`,
+`probes/builtin.py`): lower-case alphabetic, not the first, in a sentence short enough never to
+be truncated. So capitals and punctuation give nothing away. Below both the fine-tuning and
+the probes, so that neither imports the other for it."""
 
 from __future__ import annotations
 
