@@ -55,14 +55,15 @@ import torch.nn.functional as F
 from model_step import add_pinning_options, compare_pinning, cpu_config, pinning_worker
 
 from bertcore.common.cpu import pin_cpu
+from bertcore.common.devices import autocast, resolve_precision
 from bertcore.common.schedule import linear_warmup_decay
 from bertcore.downstream.config import FinetuneConfig, Recipe, recipe_for
 from bertcore.downstream.finetune import pads, train_classifier
 from bertcore.downstream.tasks import EncodedExamples
 from bertcore.model.bert import BertConfig
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.devices import autocast, resolve_precision
-from bertcore.model.hf import export_hf_classifier, to_hf_state_dict
+from bertcore.saved.hf import export_hf_classifier
+from bertcore.saved.hf_names import to_hf_state_dict
 
 CLS, SEP, PAD, FIRST_WORD = 2, 3, 0, 5  # a trained vocabulary's special ids
 LABELS = ["0", "1"]

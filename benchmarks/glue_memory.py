@@ -36,7 +36,7 @@ from helpers.glue_files import write_glue_folder, write_glue_vocab  # noqa: E402
 
 from bertcore.data.vocab.files import read_vocab  # noqa: E402
 from bertcore.model.bert import BertConfig, BertPretrainingModel  # noqa: E402
-from bertcore.model.hf import save_model  # noqa: E402
+from bertcore.saved.hf import save_model  # noqa: E402
 
 TASKS = ["sst2", "mrpc", "rte"]
 # a child's peak resident memory, read by a parent that waited for it alone

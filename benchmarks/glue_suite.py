@@ -67,7 +67,7 @@ def prepare(root: Path, rows: int) -> None:
     from bertcore.data.vocab.files import read_vocab, save_vocab
     from bertcore.data.vocab.training import LineBatches, train_tokenizer
     from bertcore.model.bert import BertConfig, BertPretrainingModel
-    from bertcore.model.hf import save_model
+    from bertcore.saved.hf import save_model
 
     write_folder(root, rows)
     text = root / "text.txt"

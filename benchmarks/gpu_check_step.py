@@ -175,7 +175,7 @@ def build_transformers(config, weights: dict, batch: dict, sizes: StepSizes, ben
     from transformers import BertConfig as HFBertConfig
     from transformers import BertForPreTraining
 
-    from bertcore.model.hf import to_hf_state_dict
+    from bertcore.saved.hf_names import to_hf_state_dict
 
     model = BertForPreTraining._from_config(HFBertConfig(**config.to_dict()),
                                             attn_implementation="sdpa")

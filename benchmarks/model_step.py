@@ -43,7 +43,7 @@ import torch
 
 from bertcore.common.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import to_hf_state_dict
+from bertcore.saved.hf_names import to_hf_state_dict
 from bertcore.training.data.masking import labels_to_slots
 
 MAX_PREDICTIONS = 20  # Google's max_predictions_per_seq at length 128

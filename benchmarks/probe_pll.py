@@ -34,7 +34,7 @@ from bertcore.data.vocab.training import train_tokenizer
 from bertcore.downstream.probes.masked_lm import MaskedLM
 from bertcore.downstream.probes.pll import masked_copies, pseudo_log_likelihoods
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.trained_model import load_model_and_tokenizer
+from bertcore.saved.trained_model import load_model_and_tokenizer
 
 
 def one_copy_at_a_time(lm: MaskedLM, sentences: list[list[int]]) -> list[float]:

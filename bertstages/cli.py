@@ -19,8 +19,9 @@ from pathlib import Path
 
 import click
 
-from bertcore.common.atomic import ForeignFolderError, NoSpaceError
+from bertcore.common.atomic import ForeignFolderError
 from bertcore.common.errors import BertError
+from bertcore.common.filesystems import NoSpaceError
 from bertcore.common.interrupt import signal_when_parent_dies
 from bertstages.options import option_for
 

@@ -7,7 +7,7 @@ interval beside it, `mlm_accuracy_ci95`) and, beside it, `metrics/eval_details.j
 baselines they are read against, and how much was scored) and `metrics/eval_items.json` (what
 the model got on each val pair, which the intervals are drawn from), and logs them into the
 MLflow run that trained the model (found by the sha256 of its weights, the run's tag
-`model.sha256`: see `bertcore/model/model_run.py`): the scores as results at the model's last
+`model.sha256`: see `bertcore/saved/model_run.py`): the scores as results at the model's last
 step (`eval_mlm_accuracy`, `eval_mlm_accuracy_ci95_low`, ...), the details as tags
 (`eval.mlm_baseline_accuracy`, ...), the files as artifacts.
 """

@@ -15,7 +15,8 @@ from bertcore.common.errors import BertError
 from bertcore.data.corpus.config import CorpusConfig
 from bertcore.data.samples.config import SamplesConfig
 from bertcore.data.vocab.config import VocabConfig
-from bertcore.model.config import CardConfig, ExportConfig, ModelConfig
+from bertcore.model.config import ModelConfig
+from bertcore.saved.config import CardConfig, ExportConfig
 from bertcore.training.config import MaskingConfig, Phase2Config, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import folder_option, pretrained_option, stage_options, vocab_option
@@ -46,7 +47,7 @@ def command(model_dir, vocab_dir, out_dir, metrics_dir, params_file, overrides):
         raise BertError(f"--metrics-dir {metrics_dir} does not exist: point it at the folder "
                         "of the reports the card shows (pretrain.json, eval.json, ...)")
     # torch, once the params are read (cli.py)
-    from bertcore.model.card_meta import card_meta
+    from bertcore.saved.card_meta import card_meta
     from bertcore.training.run.export import export_pretrained
 
     reproduce = {name: params[name] for name in PARAMS

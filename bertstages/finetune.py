@@ -22,7 +22,7 @@ from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
 from bertcore.data.corpus.splits import split_file
 from bertcore.downstream.config import FinetuneConfig
-from bertcore.model.config import CardConfig
+from bertcore.saved.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     corpus_option,
@@ -61,7 +61,7 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
-    from bertcore.model.card_meta import card_meta
+    from bertcore.saved.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = FinetunePaths(model_dir, vocab_dir, split_file(corpus_dir, "val"), out_dir,

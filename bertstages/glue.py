@@ -30,7 +30,7 @@ from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
 from bertcore.downstream.glue.config import GlueConfig
-from bertcore.model.config import CardConfig
+from bertcore.saved.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
     KEPT_WHEN_STOPPED,
@@ -75,7 +75,7 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.glue.report import GluePaths, score_glue
-    from bertcore.model.card_meta import card_meta
+    from bertcore.saved.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,

@@ -98,7 +98,7 @@ def nsp(model_dir: str | None, vocab_dir: str | None, sentence_a: str, sentence_
 def load(model_dir: str | None, vocab_dir: str | None, head: str):
     """(the folder, its model, its tokenizer) of --model, else of the pipeline's export, which
     must exist (`load_model_and_tokenizer`)."""
-    from bertcore.model.trained_model import load_model_and_tokenizer
+    from bertcore.saved.trained_model import load_model_and_tokenizer
 
     if model_dir is None:
         if not Path(PIPELINE_MODEL).is_dir():

@@ -68,7 +68,7 @@ log = logging.getLogger("bert.pretrain")
 
 # ---------------------------------------------------------------------------------- command
 # The reports of the stages that log into the pretraining run (evaluate's and probe's --out):
-# a new run that wrote the weights they scored logs them too (bertcore.model.run_reports)
+# a new run that wrote the weights they scored logs them too (bertcore.saved.run_reports)
 REPORTS = {"eval": "metrics/eval.json", "probe": "metrics/probe.json"}
 # What the stage reads of params.yaml (dvc.yaml lists the same: tests/test_stage_params.py),
 # by the names of PretrainConfig's fields, and cpu, which the stage pins before it computes

@@ -20,7 +20,7 @@ from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
 from bertcore.downstream.config import PruneConfig
-from bertcore.model.config import CardConfig
+from bertcore.saved.config import CardConfig
 from bertcore.training.config import EvalConfig, MaskingConfig, TrainConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
@@ -59,7 +59,7 @@ def command(model_dir, samples_dir, vocab_dir, out_dir, metrics_file, params_fil
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.prune import PrunePaths, prune_pretrained
-    from bertcore.model.card_meta import card_meta
+    from bertcore.saved.card_meta import card_meta
 
     pin_cpu(sections["cpu"])  # before torch computes
     paths = PrunePaths(model_dir, samples_dir, vocab_dir, out_dir, metrics_file)

@@ -1,9 +1,9 @@
 """The layout's rules, checked on the source: bertcore's imports point one way (common <-
-data <- model <- training <- downstream, inside training from its params up to a whole run,
-inside downstream from the words a task may change up to GLUE), no module is in an import
-cycle, and every stage's deps in dvc.yaml are exactly the code the stage runs, so `dvc repro`
-reruns a stage when, and only when, that code changes. And every output in dvc.yaml persists,
-so that a stage that fails leaves the last good ones."""
+data <- model <- saved <- training <- downstream, inside training from its params up to a
+whole run, inside downstream from the words a task may change up to GLUE), no module is in an
+import cycle, and every stage's deps in dvc.yaml are exactly the code the stage runs, so
+`dvc repro` reruns a stage when, and only when, that code changes. And every output in
+dvc.yaml persists, so that a stage that fails leaves the last good ones."""
 
 from __future__ import annotations
 
@@ -24,8 +24,8 @@ TRAINING = ("training.config", "training.hardware", "training.data",
 # the fine-tuning (downstream's own modules: the loop, its tasks, scores and recipes, pruning),
 # GLUE on the fine-tuning's loop.
 DOWNSTREAM = ("downstream.movable", "downstream.probes", "downstream", "downstream.glue")
-ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "training", *TRAINING,
-         *DOWNSTREAM, "compare")
+ORDER = ("common", "data.corpus", "data.vocab", "data.samples", "model", "saved", "training",
+         *TRAINING, *DOWNSTREAM, "compare")
 # A package and those it never imports, though the order would let it: what fine-tunes runs
 # none of the probes (nor do the stages that fine-tune depend on them).
 APART = {"downstream": ("downstream.probes",), "downstream.glue": ("downstream.probes",)}

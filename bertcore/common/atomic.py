@@ -9,7 +9,8 @@ a folder that is not empty, a mount point or a link; clean up after a killed pro
 Temporary names say who owns them: `.<name>.tmp-<host>-<pid>-<random>`. A process killed
 with SIGKILL (or by the OOM killer) cannot clean up, so the next write of the same output
 removes the temporaries of processes that are gone (same host only: a live process's
-temporary is never touched). A full disk is a `NoSpaceError`, one line for the user.
+temporary is never touched). A full disk is a `NoSpaceError`, one line for the user; what the
+filesystem under an output is (full, a mount point) is `filesystems.py`'s to say.
 
 Two kinds of output folder cannot be renamed and are written differently:
 
@@ -38,6 +39,7 @@ from collections.abc import Iterable, Iterator
 from pathlib import Path
 
 from bertcore.common.errors import BertError
+from bertcore.common.filesystems import DISK_FULL, NoSpaceError, is_disk_full, is_mount_point
 from bertcore.common.interrupt import note_replaced
 
 log = logging.getLogger(__name__)
@@ -47,27 +49,6 @@ log = logging.getLogger(__name__)
 _TEMPORARY = re.compile(
     r"^\.(?P<name>.+)\.(?P<kind>tmp|old|was|new)-(?P<host>.+)-(?P<pid>\d+)-[a-z0-9_]+$"
 )
-_MOUNTINFO_ESCAPE = re.compile(r"\\([0-7]{3})")  # a space in a mount point is \040
-_DISK_FULL = (errno.ENOSPC, errno.EDQUOT)
-# Some libraries lose the errno of a failed write (numpy: "N requested and M written", torch:
-# "unexpected pos"): after such an error, this little space left means the disk was full.
-_NEARLY_FULL_BYTES = 1 << 20
-
-
-class NoSpaceError(BertError):
-    """The filesystem of an output is full: nothing was replaced, temporaries are gone."""
-
-    def __init__(self, path: str | os.PathLike, advice: str = "point --out elsewhere"):
-        self.path, self.advice = Path(path), advice
-        self.mount = mount_point(self.path)
-        super().__init__(
-            f"no space left on {self.mount} while writing {self.path}; free space or {advice}"
-        )
-
-    def __reduce__(self):  # from a worker process, whole: the stage names the path's option
-        return type(self), (self.path, self.advice)
-
-
 class ForeignFolderError(BertError):
     """An output folder that holds what its stage does not write there: not an earlier output
     of the stage, and replacing it would delete the user's files."""
@@ -97,42 +78,6 @@ def require_own_folder(final: str | os.PathLike, layout: Iterable[str] = (),
                      if not any(fnmatch.fnmatchcase(child.name, p) for p in patterns))
     if foreign:
         raise ForeignFolderError(final, foreign, advice)
-
-
-def is_disk_full(exc: BaseException, path: str | os.PathLike) -> bool:
-    """Whether `exc`, raised while writing under `path`, means that its disk is full."""
-    if isinstance(exc, NoSpaceError):
-        return True
-    if not isinstance(exc, Exception) or isinstance(exc, BertError):
-        return False
-    cause: BaseException | None = exc
-    while cause is not None:
-        if isinstance(cause, OSError) and cause.errno in _DISK_FULL:
-            return True
-        if "No space left on device" in str(cause):  # safetensors' Rust I/O errors
-            return True
-        cause = cause.__cause__ or cause.__context__
-    if not isinstance(exc, OSError | RuntimeError):
-        return False
-    try:
-        return shutil.disk_usage(_existing(Path(path))).free < _NEARLY_FULL_BYTES
-    except OSError:
-        return False
-
-
-def mount_point(path: str | os.PathLike) -> Path:
-    """The mount point of the filesystem holding `path` (or its nearest existing parent)."""
-    path = _existing(Path(path)).resolve()
-    while not os.path.ismount(path) and path != path.parent:
-        path = path.parent
-    return path
-
-
-def _existing(path: Path) -> Path:
-    path = Path(os.path.abspath(path))
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    return path
 
 
 # ------------------------------------------------------------------------------ temporaries
@@ -214,7 +159,7 @@ def _replace(tmp: Path, final: Path) -> None:
         try:
             try:
                 os.replace(final, old)
-            except OSError as exc:  # a mount point `_is_mount_point` could not see
+            except OSError as exc:  # a mount point `is_mount_point` could not see
                 if exc.errno != errno.EBUSY:
                     raise
                 _swap_children(tmp, final)
@@ -259,7 +204,7 @@ def _swap_children(tmp: Path, final: Path) -> None:
 
 def _move_inside(tmp: Path, new: Path) -> None:
     """Rename `tmp` to `new`, or copy it where `new` is across a mount point (EXDEV: one that
-    `_is_mount_point` could not see, so `tmp` was staged outside it)."""
+    `is_mount_point` could not see, so `tmp` was staged outside it)."""
     try:
         os.replace(tmp, new)
     except OSError as exc:
@@ -268,28 +213,12 @@ def _move_inside(tmp: Path, new: Path) -> None:
         shutil.copytree(tmp, new, symlinks=True)
 
 
-def _is_mount_point(path: Path) -> bool:
-    """Whether `path` is a mount point, a bind mount within one filesystem included (which
-    os.path.ismount, comparing devices, cannot see; Linux's mount table lists it)."""
-    if os.path.ismount(path):
-        return True
-    if not path.is_dir():
-        return False
-    try:
-        table = Path("/proc/self/mountinfo").read_text(encoding="utf-8", errors="replace")
-    except OSError:
-        return False
-    real = os.path.realpath(path)
-    return any(_MOUNTINFO_ESCAPE.sub(lambda m: chr(int(m[1], 8)), line.split(" ")[4]) == real
-               for line in table.splitlines() if line.count(" ") >= 4)
-
-
 def _children(output: Path) -> list[Path]:
     """What `output` holds, without the temporaries of its own replacement (nor a mounted
     filesystem's lost+found)."""
     return [child for child in output.iterdir()
             if not ((match := _TEMPORARY.match(child.name)) and match["name"] == output.name)
-            and not (child.name == "lost+found" and _is_mount_point(output))]
+            and not (child.name == "lost+found" and is_mount_point(output))]
 
 
 def _undo_swap(output: Path, was: Path | None, new: Path | None) -> None:
@@ -328,7 +257,7 @@ def atomic_dir(
         remove_stale_temporaries(final.parent, final.name)
         remove_stale_temporaries(final, final.name)  # a swap of its children, half done
         # a mount point cannot be renamed: its new content is staged inside it
-        staging_parent = final if _is_mount_point(final) else final.parent
+        staging_parent = final if is_mount_point(final) else final.parent
         tmp = _temporary(final, staging_parent)
         tmp.mkdir()
     with _staged(final, tmp, advice):
@@ -380,7 +309,7 @@ def _creating(final: Path, advice: str = "point --out elsewhere") -> Iterator[No
     try:
         yield
     except OSError as exc:
-        if exc.errno in _DISK_FULL:
+        if exc.errno in DISK_FULL:
             raise NoSpaceError(final, advice) from None
         if exc.errno in (errno.EACCES, errno.EPERM, errno.EROFS):
             raise BertError(f"cannot write {final}: {exc.strerror} in {final.parent}; fix its "

@@ -1,4 +1,4 @@
-"""What the model cards of the downstream stages' folders say (`model/card.py` writes them):
+"""What the model cards of the downstream stages' folders say (`saved/card.py` writes them):
 the fine-tuned classifier (models/finetuned), the pruned model (models/pruned) and each GLUE
 task's median-seed model (models/glue/<Task>), each with its own figures beside their
 baselines (with their 95% intervals where the report has them, `<name>_ci95`), built from the
@@ -9,8 +9,8 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from bertcore.model.card import CardFacts, figure_at, figure_of, interval_text
-from bertcore.model.card_meta import CardMeta
+from bertcore.saved.card import CardFacts, figure_at, figure_of, interval_text
+from bertcore.saved.card_meta import CardMeta
 
 CLASSIFIER_LOAD = """\
 from transformers import pipeline
@@ -21,7 +21,7 @@ classify({example})
 PAIR_EXAMPLE = '{"text": "the first sentence.", "text_pair": "the second one."}'
 ONE_EXAMPLE = '"a sentence to classify."'
 PRUNED_LOAD = """\
-from bertcore.model.hf import load_model
+from bertcore.saved.hf import load_model
 
 model = load_model("{folder}")   # the pruned heads removed: the smaller, faster model
 # transformers.BertForPreTraining.from_pretrained("{folder}") loads every head, full size
@@ -32,7 +32,7 @@ PRUNED_NOTE = (
     "transformers 5 has no head pruning: it ignores `pruned_heads` and loads every head at "
     "full size, so in transformers this model is as large and as slow as the unpruned one "
     "(the same function: a zeroed head adds nothing). The saving needs a loader that drops "
-    "the heads: this project's (`bertcore.model.hf.load_model`), which builds the smaller "
+    "the heads: this project's (`bertcore.saved.hf.load_model`), which builds the smaller "
     "shapes, as the parameters above count them.")
 
 

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 from pydantic import model_validator
 
+from bertcore.common.config import Device
 from bertcore.common.errors import ConfigError, require, yaml_text
 from bertcore.common.validation import (
     Allowed,
@@ -28,7 +29,6 @@ from bertcore.common.validation import (
     text,
 )
 from bertcore.downstream.builtin_tasks import BUILTIN_TASKS
-from bertcore.model.config import Device
 
 # learning_rate: auto, by hidden size. The GLUE recipe's 4e-5 (BERT-base, Cramming) is far too
 # low for a 2-layer model. Turc et al. (2019) searched rates per miniature size (3e-4, 1e-4,

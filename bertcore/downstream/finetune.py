@@ -29,6 +29,7 @@ import torch.nn.functional as F
 from tqdm.auto import tqdm
 
 from bertcore.common.atomic import atomic_dir
+from bertcore.common.devices import autocast, resolve_device, resolve_precision
 from bertcore.common.dotted import flatten
 from bertcore.common.report import result_values, write_report
 from bertcore.common.schedule import linear_warmup_decay
@@ -55,13 +56,12 @@ from bertcore.downstream.workers import (
     start_fine_tune_workers,
 )
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.card import write_card
-from bertcore.model.card_meta import CardMeta
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.devices import autocast, resolve_device, resolve_precision
-from bertcore.model.hf import export_hf_classifier
-from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import require_readable, unknown_tokens
+from bertcore.saved.card import write_card
+from bertcore.saved.card_meta import CardMeta
+from bertcore.saved.hf import export_hf_classifier
+from bertcore.saved.pretrained import load_pretrained
 
 log = logging.getLogger(__name__)
 

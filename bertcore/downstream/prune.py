@@ -25,6 +25,7 @@ import numpy as np
 import torch
 
 from bertcore.common.atomic import atomic_dir
+from bertcore.common.devices import resolve_device, resolve_precision
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate, difference, verdict
@@ -45,11 +46,10 @@ from bertcore.downstream.heads import (
 )
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import write_card
-from bertcore.model.card_meta import CardMeta
-from bertcore.model.devices import resolve_device, resolve_precision
-from bertcore.model.hf import export_hf
-from bertcore.model.pretrained import load_pretrained
+from bertcore.saved.card import write_card
+from bertcore.saved.card_meta import CardMeta
+from bertcore.saved.hf import export_hf
+from bertcore.saved.pretrained import load_pretrained
 from bertcore.training.config import TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
@@ -370,7 +370,7 @@ def _headline(outcome: PruneOutcome, metrics: dict[str, Any], timing: dict[str, 
 # transformers 5 has no head pruning: measured (docs/prune.md), it loads the folder's zeroed heads
 TRANSFORMERS_NOTE = ("transformers 5 ignores pruned_heads and loads this model at full size "
                      "({before:,} parameters, every head); the saving ({after:,}) needs "
-                     "bertcore.model.hf.load_model")
+                     "bertcore.saved.hf.load_model")
 
 
 def _train_batches(data: PruneData, batch_size: int, seed: int) -> PretrainingBatches:

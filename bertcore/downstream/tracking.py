@@ -16,7 +16,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.null_tracker import NullTracker
 from bertcore.common.report import track_report
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.model_run import pretraining_run
+from bertcore.saved.model_run import pretraining_run
 
 log = logging.getLogger("bert.downstream")
 

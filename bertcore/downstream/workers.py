@@ -22,8 +22,8 @@ import torch
 from safetensors.torch import load as load_safetensors
 from safetensors.torch import save as safetensors_bytes
 
-from bertcore.common.atomic import NoSpaceError
 from bertcore.common.errors import BertError
+from bertcore.common.filesystems import NoSpaceError
 from bertcore.common.pool import TaskRunner, available_cores, fork_server
 from bertcore.common.shared import Shared, shared_folder
 from bertcore.model.bert import BertConfig, BertPretrainingModel

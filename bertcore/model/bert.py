@@ -2,8 +2,9 @@
 
 Read top to bottom: the embeddings, one post-LN encoder layer, the pooler and the two heads,
 then the whole model with its losses (its config and presets: `bertcore/model/config.py`).
-Parameter names are our own (short, one fused QKV projection per layer); `bertcore/model/hf.py`
-is the one place that maps them to Hugging Face's `modeling_bert` names.
+Parameter names are our own (short, one fused QKV projection per layer);
+`bertcore/saved/hf_names.py` is the one place that maps them to Hugging Face's `modeling_bert`
+names.
 """
 
 from __future__ import annotations

@@ -4,7 +4,7 @@ labels, a regression head of one output (transformers' `problem_type="regression
 
 The encoder and pooler have the same parameter names as `BertPretrainingModel`, so a pretrained
 model's weights load into it by name (its MLM and NSP heads are left behind);
-`bertcore.model.hf.export_hf_classifier` writes it in Hugging Face's format.
+`bertcore.saved.hf.export_hf_classifier` writes it in Hugging Face's format.
 """
 
 from __future__ import annotations

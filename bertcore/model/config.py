@@ -1,21 +1,19 @@
 """The model's params: the `model:` section of params.yaml (a preset of the BERT family plus
-overrides, turned into the model's `BertConfig` once the vocabulary's size is known), BERT's
-hyper-parameters themselves (`BertConfig`, with its presets) and the `export:` section.
-Nothing here imports torch (the stages read their params before they import what computes),
-as transformers' configuration_bert.py beside modeling_bert.py."""
+overrides, turned into the model's `BertConfig` once the vocabulary's size is known) and BERT's
+hyper-parameters themselves (`BertConfig`, with its presets). Nothing here imports torch (the
+stages read their params before they import what computes), as transformers'
+configuration_bert.py beside modeling_bert.py."""
 
 from __future__ import annotations
 
 import dataclasses
 from dataclasses import field
-from typing import Any, Literal
+from typing import Any
 
 from pydantic import model_validator
 
 from bertcore.common.errors import ConfigError, require
 from bertcore.common.validation import (
-    DEVICE_PATTERN,
-    DEVICES,
     Bool,
     Float,
     Int,
@@ -30,9 +28,6 @@ from bertcore.common.validation import (
 HIDDEN_ACTS = ("gelu", "gelu_new", "gelu_pytorch_tanh", "relu")
 Size = integer(gt=0)  # a count or a width: a positive integer
 Probability = number(ge=0, lt=1, allowed="a probability in [0, 1)")
-Precision = Literal["auto", "fp32", "bf16", "fp16"]
-# A params `device` (train, finetune, prune): auto (cuda if available, else cpu) or a torch one
-Device = text(pattern=DEVICE_PATTERN, allowed=DEVICES)
 
 
 @params_section
@@ -154,7 +149,7 @@ class ModelConfig:
     """The `model:` section of params.yaml: a preset plus optional overrides of BertConfig
     fields. `vocab_size` is not a parameter: it comes from the vocabulary at pretrain time.
     With `init_from` (a BERT folder to continue pretraining) the architecture is the folder's
-    (see `bertcore.model.init_from`): the preset is not used and only dropout rates may
+    (see `bertcore.saved.init_from`): the preset is not used and only dropout rates may
     differ. The overrides are checked by BertConfig, when the section is parsed."""
 
     preset: str = "tiny"
@@ -229,39 +224,3 @@ class ModelConfig:
     def to_config(self, vocab_size: int) -> BertConfig:
         """The preset with the overrides."""
         return BertConfig.from_preset(self.preset, vocab_size=vocab_size, **self.overrides())
-
-
-@params_section
-class ExportConfig:
-    """The `export:` section of params.yaml."""
-
-    # also the encoder as ONNX, onnx/model.onnx in the export (model/onnx_export.py): needs
-    # the `onnx` extra
-    onnx: Bool = False
-
-
-# a language as the Hub's cards name it: an ISO 639-1 (or 639-3) code, with a region or not
-_LANGUAGE = r"^[a-z]{2,3}(-[A-Za-z0-9]+)?$"
-Language = text(pattern=_LANGUAGE, allowed="auto, null, a language code (en) or a list of them")
-
-
-@params_section
-class CardConfig:
-    """The `card:` section of params.yaml: what the model cards' metadata say that the data
-    cannot (`model/card_meta.py` resolves `auto` from `corpus.source`). The weights are a
-    function of the user's corpus, so their licence is the user's to state."""
-
-    # the pretrained model's name: its card's model-index and the downstream cards' base_model
-    # (the Hub repo it goes to); auto: bert-<the corpus's name>
-    model_name: text(pattern=r"^[A-Za-z0-9][A-Za-z0-9_./-]*$",
-                     allowed="auto or a Hub model name (letters, digits, - _ . /)") = "auto"
-    # a Hub licence id (apache-2.0, mit, cc-by-4.0, other, unknown, ...); auto: the built-in
-    # corpus's (other: psf-2.0, Python's documentation licence), else unknown
-    license: text(pattern=r"^[a-z0-9][a-z0-9.+-]*$", allowed="auto or a Hub licence id") = "auto"
-    license_name: str | None = None  # with license: other, its name and link
-    license_link: str | None = None
-    # the corpus's language(s); auto: en for the built-in corpus, else none said
-    language: Literal["auto"] | Language | list[Language] | None = "auto"
-    # the corpus's name in `datasets` and the results (a Hub dataset id where it is one);
-    # auto: from corpus.source (python-docs, the hf: NAME, a file's or folder's name)
-    dataset: text(pattern=r"\S", allowed="auto or a dataset name") = "auto"

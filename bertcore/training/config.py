@@ -18,6 +18,7 @@ from typing import Literal
 
 from pydantic import model_validator
 
+from bertcore.common.config import Device, Precision
 from bertcore.common.errors import BertError, ConfigError, require
 from bertcore.common.schedule import Schedule, StepSchedule
 from bertcore.common.tracking import TrackingConfig
@@ -31,7 +32,7 @@ from bertcore.common.validation import (
     params_section,
 )
 from bertcore.data.samples.config import Phase2Samples
-from bertcore.model.config import Device, ModelConfig, Precision
+from bertcore.model.config import ModelConfig
 
 # train.compile: false (eager), true (torch.compile; a graph break splits the graph and runs
 # the pieces), fullgraph (torch.compile that raises on a graph break instead of running slower).

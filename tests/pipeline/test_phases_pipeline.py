@@ -21,7 +21,7 @@ from helpers import preloaded
 from helpers.bert import _PAUSE_AT
 from test_pipeline import DVC, VENV_BIN, new_repo, run, tiny_pipeline_params
 
-from bertcore.model.card import written_decimals
+from bertcore.saved.card import written_decimals
 
 pytestmark = [pytest.mark.skipif(DVC is None, reason="dvc is not installed"), pytest.mark.slow]
 

@@ -521,7 +521,7 @@ def assert_each_model_folder_has_its_card(repo: Path) -> None:
     for folder, tag in tags.items():
         card = ModelCard.load(repo / "models" / folder / "README.md")
         assert (card.data.library_name, card.data.pipeline_tag) == ("transformers", tag)
-        # the card section's defaults on a user's corpus (model/card_meta.py): its name
+        # the card section's defaults on a user's corpus (saved/card_meta.py): its name
         assert (card.data.license, card.data.language) == ("unknown", None)
         assert card.data.base_model == (None if folder == "hf" else "bert-corpus")
         figures = {r.metric_name: r.metric_value for r in card.data.eval_results}

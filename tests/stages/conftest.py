@@ -11,7 +11,7 @@ from helpers.tiny_pretrain import build_data, tiny_config
 
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 
 
 @pytest.fixture(scope="module")

@@ -35,9 +35,9 @@ from bertcore.downstream.tasks import (
     split_examples,
 )
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import interval_text
-from bertcore.model.hf import WEIGHTS_NAME, load_model, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.card import interval_text
+from bertcore.saved.hf import WEIGHTS_NAME, load_model, save_model
+from bertcore.saved.model_run import MODEL_TAG
 from bertcore.training.config import EvalConfig, TrainConfig
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
@@ -187,7 +187,7 @@ def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
     assert full_size == metrics["parameters"]["before"]
     assert (f"transformers 5 ignores pruned_heads and loads this model at full size "
             f"({full_size:,} parameters, every head); the saving "
-            f"({metrics['parameters']['after']:,}) needs bertcore.model.hf.load_model"
+            f"({metrics['parameters']['after']:,}) needs bertcore.saved.hf.load_model"
             ) in proc.stderr
     card = ModelCard.load(folder / "README.md")
     assert card.data.pipeline_tag == "fill-mask" and "transformers 5 has no head" in card.text

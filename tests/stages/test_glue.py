@@ -39,8 +39,8 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.finetune import task_loss
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import WEIGHTS_NAME, export_hf, export_hf_classifier, load_model, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf, export_hf_classifier, load_model, save_model
+from bertcore.saved.model_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
 

@@ -18,7 +18,7 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import export_hf
+from bertcore.saved.hf import export_hf
 from bertstages.cli import cli
 
 DOCUMENT = [

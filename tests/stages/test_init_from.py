@@ -23,8 +23,8 @@ from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel
 from bertcore.model.config import ModelConfig
-from bertcore.model.hf import load_model
-from bertcore.model.init_from import InitModel
+from bertcore.saved.hf import load_model
+from bertcore.saved.init_from import InitModel
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 from bertcore.training.data.batches import PretrainingBatches
 from bertcore.training.data.masking import MaskingConfig, PretrainingCollator, VocabSpec
@@ -189,7 +189,7 @@ def test_weights_a_folder_lacks_start_as_in_a_fresh_model(data, tmp_path, caplog
     folder = hf_bert(tmp_path / "bert", data / "vocab", kind=kind, seed=1, bin_file=bin_file)
     theirs = getattr(transformers, kind).from_pretrained(folder)
     init = InitModel.open(ModelConfig(init_from=str(folder)))
-    with caplog.at_level("WARNING", logger="bertcore.model.hf"):
+    with caplog.at_level("WARNING", logger="bertcore.saved.hf"):
         torch.manual_seed(11)
         model = init.load()
     torch.manual_seed(11)

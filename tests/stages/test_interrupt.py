@@ -13,7 +13,7 @@ from helpers.tiny_pretrain import build_data, tiny_config
 
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 
 
 def tree(folder: Path) -> dict[str, bytes]:
@@ -98,7 +98,7 @@ def test_sigterm_during_export_keeps_the_previous_export(tmp_path):
     save_model(model, tmp_path / "models" / "pretrained")
     run_bert("export", cwd=tmp_path, env=ONE_THREAD, check=True)
     before = tree(tmp_path / "models" / "hf")
-    proc = run_bert_interrupted("export", at="bertcore.model.hf:export_hf", signum=signal.SIGTERM,
+    proc = run_bert_interrupted("export", at="bertcore.saved.hf:export_hf", signum=signal.SIGTERM,
                                 cwd=tmp_path)  # the new export is written, not yet in place
     assert_one_line_error(proc, "interrupted by SIGTERM: nothing was written",
                           "rerun `bert export`", code=128 + signal.SIGTERM)

@@ -19,7 +19,8 @@ from helpers.tiny_fs import bert_in_namespace, bert_on_tiny_fs, needs_mounts, tr
 from helpers.tiny_pretrain import build_data, write_params
 from helpers.unprivileged import without_root_powers
 
-from bertcore.common.atomic import NoSpaceError, atomic_dir, atomic_file
+from bertcore.common.atomic import atomic_dir, atomic_file
+from bertcore.common.filesystems import NoSpaceError
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
 

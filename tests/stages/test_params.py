@@ -28,7 +28,8 @@ from bertcore.downstream.config import (
 )
 from bertcore.downstream.glue.config import GlueConfig, GlueKeys
 from bertcore.downstream.probes.config import ProbeConfig
-from bertcore.model.config import CardConfig, ExportConfig, ModelConfig
+from bertcore.model.config import ModelConfig
+from bertcore.saved.config import CardConfig, ExportConfig
 from bertcore.training.config import (
     EvalConfig,
     MaskingConfig,

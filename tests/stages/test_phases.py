@@ -30,8 +30,8 @@ from bertcore.common.outcomes import read_items
 from bertcore.common.schedule import learning_rate
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.samples.store import SampleStore, read_meta
-from bertcore.model.card import interval_text
-from bertcore.model.hf import load_model
+from bertcore.saved.card import interval_text
+from bertcore.saved.hf import load_model
 from bertcore.training.data.masking import MaskingConfig
 from bertcore.training.run.phases import first_epoch, scaled_masking
 

@@ -20,7 +20,7 @@ from bertcore.common.lock import lock_path
 from bertcore.common.tracking import sqlite_uri
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
 

@@ -19,8 +19,8 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
+from bertcore.saved.model_run import MODEL_TAG
 
 
 @pytest.fixture(scope="module")

@@ -23,13 +23,14 @@ from bertcore.common.schedule import learning_rate
 from bertcore.common.tracking import TrackingConfig, sqlite_uri
 from bertcore.data.samples.build import build_samples
 from bertcore.data.samples.config import SamplesConfig
+from bertcore.data.samples.store import samples_fingerprint
 from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import load_tokenizer, read_vocab, save_vocab, vocab_fingerprint
 from bertcore.data.vocab.training import LineBatches, train_tokenizer
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.config import ModelConfig
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
-from bertcore.training.checkpoints.identity import phase1_identity, samples_fingerprint
+from bertcore.training.checkpoints.identity import phase1_identity
 from bertcore.training.checkpoints.resume import plan_resume
 from bertcore.training.config import Phase2Config, PretrainConfig, TrainConfig
 from bertcore.training.data.masking import MaskingConfig

@@ -16,7 +16,7 @@ from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 SIDE = ("--out", "side", "--checkpoints", "side-checkpoints", "--set", "train.max_steps=5")

@@ -38,7 +38,6 @@ from bertcore.data.samples.config import Phase2Samples, SamplesConfig
 from bertcore.data.samples.doctable import NEIGHBOURS, ORIGINS, DocTable
 from bertcore.data.samples.pairing import PairTask, pair_shard
 from bertcore.data.samples.store import (
-    META_FILE,
     PHASE1_DIR,
     PHASE2_DIR,
     TOKENS,
@@ -46,6 +45,7 @@ from bertcore.data.samples.store import (
     SplitPairsWriter,
     new_meta,
     token_dtype,
+    write_meta,
 )
 from bertcore.data.samples.tokenizing import (
     LineBatch,
@@ -250,7 +250,7 @@ def build_samples(
                 metas[phase_dir]["arrays_sha256"][split] = digest
     shutil.rmtree(out_dir / ".work", ignore_errors=True)
     for phase_dir, meta in metas.items():
-        write_json(out_dir / phase_dir / META_FILE, meta)  # last: then the arrays are whole
+        write_meta(out_dir / phase_dir, meta)  # last: then the arrays are whole
     return metas
 
 

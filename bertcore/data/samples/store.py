@@ -1,6 +1,8 @@
 """The samples folder on disk, its writer and its reader: each split's tokenised corpus,
 written once, and its NSP pairs as references into it; meta.json beside them
-(`bertcore.data.samples.build` builds them with what is written here).
+(`bertcore.data.samples.build` builds them with what is written here). The one module that
+knows meta.json: its name, its writer (`write_meta`), its reader (`read_meta`) and the samples'
+fingerprint made of it (`samples_fingerprint`).
 
     meta.json                          format, vocab fingerprint, [CLS]/[SEP] ids, lengths,
                                        counts, NSP balance per split, `arrays_sha256` per split
@@ -14,7 +16,8 @@ written once, and its NSP pairs as references into it; meta.json beside them
 A and B are each one contiguous run of a document's tokens (whole sentences, then truncated at
 either end), so sample i is `[CLS] A [SEP] B [SEP]`, assembled when it is read (`SampleStore`).
 Written by appending (`NpyAppender`, `SplitPairsWriter`, hashing as they write), meta.json
-last (`new_meta`, its splits added by `build`); read by memory map (`read_meta`, `SampleStore`).
+last (`new_meta`, its splits added by `build`, `write_meta`); read by memory map (`read_meta`,
+`SampleStore`).
 """
 
 from __future__ import annotations
@@ -28,6 +31,8 @@ from typing import TYPE_CHECKING, Any
 
 import numpy as np
 
+from bertcore.common.atomic import write_json
+from bertcore.common.digests import fingerprint_files
 from bertcore.common.errors import BertError
 
 if TYPE_CHECKING:
@@ -60,10 +65,15 @@ def token_dtype(vocab_size: int) -> np.dtype:
     return np.dtype(np.uint16 if vocab_size <= 65536 else np.int32)
 
 
+def holds_samples(folder: str | Path) -> bool:
+    """Whether `folder` holds samples: their meta.json, written last, is there."""
+    return (Path(folder) / META_FILE).is_file()
+
+
 def phase2_samples(samples_dir: str | Path) -> Path | None:
     """The phase-2 samples folder inside `samples_dir`, when the samples stage built one."""
     folder = Path(samples_dir) / PHASE2_DIR
-    return folder if (folder / META_FILE).is_file() else None
+    return folder if holds_samples(folder) else None
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,6 +209,11 @@ def new_meta(phase_dir: str, config: SamplesConfig, vocab_fingerprint: str, voca
     }
 
 
+def write_meta(folder: str | Path, meta: dict) -> None:
+    """Write one phase's meta.json into `folder`, once its arrays are whole (it marks them so)."""
+    write_json(Path(folder) / META_FILE, meta)
+
+
 # ---------------------------------------------------------------------------------------------
 # Reading
 
@@ -222,13 +237,23 @@ def read_meta(samples_dir: str | Path) -> dict:
         raise BertError(f"no samples at {samples_dir} ({META_FILE} missing): run `bert samples`")
     try:
         meta = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError:
+    except ValueError:  # not JSON, or not even UTF-8
         raise BertError(f"{path} is not valid JSON: rerun `bert samples`") from None
     found = meta.get("format") if isinstance(meta, dict) else None
     if found != FORMAT_VERSION:
         raise BertError(f"the samples in {samples_dir} are of format {found}, this version "
                         f"reads format {FORMAT_VERSION}: rerun `bert samples`")
     return meta
+
+
+def samples_fingerprint(samples_dir: str | Path) -> str:
+    """The samples' fingerprint: sha256 of their meta.json, which records the hashes of the
+    arrays (`arrays_sha256`, written by the samples stage), so a start never reads them."""
+    meta_file = Path(samples_dir) / META_FILE
+    if not read_meta(samples_dir).get("arrays_sha256"):
+        raise BertError(f"{meta_file} does not record the hashes of the samples' arrays "
+                        "(arrays_sha256): rebuild the samples with `bert samples`")
+    return fingerprint_files([meta_file])
 
 
 def split_files(split_dir: Path, meta: dict) -> dict[str, Path]:

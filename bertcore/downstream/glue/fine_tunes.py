@@ -24,7 +24,7 @@ from bertcore.downstream.glue.metrics import task_metrics, task_score
 from bertcore.downstream.glue.records import FinishedRuns, SeedRun, fine_tune_name
 from bertcore.downstream.glue.tasks import GlueTask
 from bertcore.downstream.workers import computing_with, sendable_errors
-from bertcore.model import hf
+from bertcore.saved import hf
 
 log = logging.getLogger(__name__)
 

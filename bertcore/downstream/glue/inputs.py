@@ -29,15 +29,15 @@ from bertcore.downstream.glue.tasks import (
     task_file,
 )
 from bertcore.downstream.tasks import EncodedExamples, encode_examples
-from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.pretrained import load_pretrained
 from bertcore.model.tokenizer import (
     model_tokenizer,
     require_own_tokenizer,
     require_readable,
     unknown_tokens,
 )
+from bertcore.saved import hf
+from bertcore.saved.pretrained import load_pretrained
 
 log = logging.getLogger(__name__)
 

@@ -24,6 +24,7 @@ from typing import BinaryIO
 
 from bertcore.common.atomic import atomic_dir, atomic_file, dump_json, require_own_folder
 from bertcore.common.charts import Series, write_chart
+from bertcore.common.devices import resolve_device
 from bertcore.common.dotted import flatten
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate
@@ -45,10 +46,9 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS, tasks_in
 from bertcore.downstream.tasks import require_fits
 from bertcore.downstream.tracking import DownstreamTracking
 from bertcore.downstream.workers import fine_tune_workers, start_fine_tune_workers
-from bertcore.model.card import CardFacts, write_card
-from bertcore.model.card_meta import CardMeta
-from bertcore.model.devices import resolve_device
-from bertcore.model.run_reports import MODEL_KEY, weights_sha256
+from bertcore.saved.card import CardFacts, write_card
+from bertcore.saved.card_meta import CardMeta
+from bertcore.saved.run_reports import MODEL_KEY, weights_sha256
 
 log = logging.getLogger("bert.glue")  # the stage's name, as its warnings have always said
 

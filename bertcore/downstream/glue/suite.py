@@ -41,7 +41,7 @@ from bertcore.downstream.glue.metrics import Spread, spread
 from bertcore.downstream.glue.records import FinishedRuns, SeedRun
 from bertcore.downstream.glue.tasks import GlueTask
 from bertcore.downstream.workers import fine_tune_pool, shared_encoder
-from bertcore.model import hf
+from bertcore.saved import hf
 
 log = logging.getLogger(__name__)
 
@@ -112,7 +112,7 @@ class Suite:
 
 # the packages whose code fine-tunes and scores (those glue's stage depends on in dvc.yaml)
 FINE_TUNING_CODE = ("bertcore.common", "bertcore.data.corpus", "bertcore.data.vocab",
-                    "bertcore.model", "bertcore.downstream")
+                    "bertcore.model", "bertcore.saved", "bertcore.downstream")
 
 
 def fine_tuning_code() -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.common.atomic import atomic_dir, require_own_folder
+from bertcore.common.devices import resolve_device
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate
 from bertcore.common.outcomes import StageItems
@@ -31,15 +32,14 @@ from bertcore.downstream.probes.minimal_pairs import (
 )
 from bertcore.downstream.probes.pll import NAMES, SCORINGS
 from bertcore.downstream.probes.probe_items import add_cloze, add_pairs
-from bertcore.model.devices import resolve_device
-from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.model.tokenizer import (
     require_own_tokenizer,
     require_readable,
     tokenizer_folder,
     unknown_tokens,
 )
-from bertcore.model.trained_model import load_model_and_tokenizer
+from bertcore.saved.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
+from bertcore.saved.trained_model import load_model_and_tokenizer
 
 log = logging.getLogger("bert.probe")  # the stage's name, as its warnings have always said
 

@@ -1,7 +1,7 @@
 """Training checkpoints: written whole or not at all, loaded only as plain data.
 
 A checkpoint is a folder `step-00001234/` holding
-  model.safetensors  the weights (with config.json: `bertcore.model.hf.load_model` reads it)
+  model.safetensors  the weights (with config.json: `bertcore.saved.hf.load_model` reads it)
   trainer.pt         optimizer, scaler, step, planned end and counters, plus the RNG states of
                      every process (no scheduler: the learning rate is a function of the
                      step): plain tensors, dicts, lists and numbers, so it loads with
@@ -48,8 +48,8 @@ from bertcore.common.atomic import atomic_dir, remove_stale_temporaries, write_j
 from bertcore.common.digests import file_sha256
 from bertcore.common.errors import BertError
 from bertcore.common.lock import folder_lock
-from bertcore.model.hf import save_model
-from bertcore.model.pretrained import META_FILE
+from bertcore.saved.hf import save_model
+from bertcore.saved.pretrained import META_FILE
 
 log = logging.getLogger(__name__)
 

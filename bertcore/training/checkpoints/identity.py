@@ -20,15 +20,15 @@ a checkpoint records it beside its position (`Checkpoint.planned_end`).
 from __future__ import annotations
 
 import dataclasses
-import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from bertcore.common.digests import changed_fingerprints, fingerprint_files, fingerprint_params
+from bertcore.common.digests import changed_fingerprints, fingerprint_params
 from bertcore.common.dotted import flatten
-from bertcore.common.errors import BertError, yaml_text
+from bertcore.common.errors import yaml_text
+from bertcore.data.samples.store import samples_fingerprint
 from bertcore.data.vocab.files import vocab_fingerprint
 from bertcore.training.checkpoints.checkpoint import Checkpoint
 
@@ -191,20 +191,6 @@ def resumable_params(config: PretrainConfig) -> dict[str, Any]:
 
 def _without(values: Mapping[str, Any], names: tuple[str, ...]) -> dict[str, Any]:
     return {k: v for k, v in values.items() if k not in names}
-
-
-def samples_fingerprint(samples_dir: str | Path) -> str:
-    """The samples' fingerprint: sha256 of their meta.json, which records the hashes of the
-    arrays (`arrays_sha256`, written by the samples stage), so a start never reads them."""
-    meta_file = Path(samples_dir) / "meta.json"
-    try:
-        meta = json.loads(meta_file.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        meta = None
-    if not (isinstance(meta, dict) and meta.get("arrays_sha256")):
-        raise BertError(f"{meta_file} does not record the hashes of the samples' arrays "
-                        "(arrays_sha256): rebuild the samples with `bert samples`")
-    return fingerprint_files([meta_file])
 
 
 def length_fingerprint(configured: int, max_minutes: float | None = None) -> str:

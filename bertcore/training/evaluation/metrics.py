@@ -24,9 +24,9 @@ import torch
 import torch.nn.functional as F
 from torch.utils.data import DataLoader
 
+from bertcore.common.devices import autocast
 from bertcore.common.outcomes import Figure, one_run
 from bertcore.model.bert import IGNORE_INDEX
-from bertcore.model.devices import autocast
 from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.data.batches import SampleSource, eval_batches
 from bertcore.training.data.masking import PretrainingCollator, VocabSpec

@@ -1,2 +1,2 @@
 """Where pretraining computes: the CPU's kernels and threads, torch.distributed (the device
-and precision: `bertcore.model.devices`)."""
+and precision: `bertcore.common.devices`)."""

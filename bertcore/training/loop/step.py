@@ -33,9 +33,9 @@ from typing import Any
 
 import torch
 
+from bertcore.common.devices import autocast, resolve_device, resolve_precision
 from bertcore.common.schedule import StepSchedule
 from bertcore.model.bert import IGNORE_INDEX, BertPretrainingModel, pretraining_loss
-from bertcore.model.devices import autocast, resolve_device, resolve_precision
 from bertcore.training.checkpoints.checkpoint import (
     Checkpoint,
     restore_rng_state,

@@ -1,4 +1,4 @@
-"""What the model card of a pretrained model says (`model/card.py` writes it): its shape, what
+"""What the model card of a pretrained model says (`saved/card.py` writes it): its shape, what
 it was trained on and how long, the figures of evaluate, probe and GLUE beside their
 baselines (each with its 95% interval where the report has one beside it, `<name>_ci95`), and
 how to load it. It reads the reports as the stages wrote them (their metrics
@@ -12,10 +12,10 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.common.report import details_file, read_report_file
-from bertcore.model.card import CardFacts, Figure, figure_at
-from bertcore.model.card_meta import CardMeta
 from bertcore.model.config import BertConfig
-from bertcore.model.run_reports import MODEL_KEY
+from bertcore.saved.card import CardFacts, Figure, figure_at
+from bertcore.saved.card_meta import CardMeta
+from bertcore.saved.run_reports import MODEL_KEY
 
 LOAD_SNIPPET = """\
 from transformers import BertForPreTraining, pipeline

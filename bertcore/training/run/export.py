@@ -1,8 +1,8 @@
 """The export stage: the pretrained model as a Hugging Face `BertForPreTraining` folder with its
 tokenizer, its model card (README.md: `card.py`), whose figures are the reports in the
 metrics folder made from these very weights, the sentence-transformers configuration that
-embeds a text by mean pooling (`model/sentence_embeddings.py`) and, when asked, the encoder
-as ONNX (`model/onnx_export.py`)."""
+embeds a text by mean pooling (`saved/sentence_embeddings.py`) and, when asked, the encoder
+as ONNX (`saved/onnx_export.py`)."""
 
 from __future__ import annotations
 
@@ -11,13 +11,13 @@ from pathlib import Path
 from typing import Any
 
 from bertcore.common.atomic import atomic_dir
-from bertcore.model.card import write_card
-from bertcore.model.card_meta import CardMeta
-from bertcore.model.hf import export_hf
-from bertcore.model.onnx_export import ONNX_DIR, export_onnx, require_exporter
-from bertcore.model.pretrained import load_pretrained
-from bertcore.model.run_reports import weights_sha256
-from bertcore.model.sentence_embeddings import write_sentence_config
+from bertcore.saved.card import write_card
+from bertcore.saved.card_meta import CardMeta
+from bertcore.saved.hf import export_hf
+from bertcore.saved.onnx_export import ONNX_DIR, export_onnx, require_exporter
+from bertcore.saved.pretrained import load_pretrained
+from bertcore.saved.run_reports import weights_sha256
+from bertcore.saved.sentence_embeddings import write_sentence_config
 from bertcore.training.run.card import pretrained_facts, read_report
 
 REPORT_GROUPS = ("pretrain", "eval", "probe", "glue")  # metrics/<group>.json

@@ -23,6 +23,7 @@ from typing import Any
 import numpy as np
 import torch
 
+from bertcore.common.devices import resolve_device, resolve_precision
 from bertcore.common.errors import BertError
 from bertcore.common.intervals import Estimate
 from bertcore.common.outcomes import ItemSet, StageItems, items_digest
@@ -30,9 +31,8 @@ from bertcore.common.report import with_items, write_report
 from bertcore.common.tracking import TrackingTarget
 from bertcore.data.samples.store import SampleStore, phase2_samples
 from bertcore.data.samples.verify import SamplesCheck
-from bertcore.model.devices import resolve_device, resolve_precision
-from bertcore.model.pretrained import load_pretrained
-from bertcore.model.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
+from bertcore.saved.pretrained import load_pretrained
+from bertcore.saved.run_reports import MODEL_KEY, log_report_into, report_run, weights_sha256
 from bertcore.training.data.masking import MaskingConfig, VocabSpec
 from bertcore.training.evaluation.metrics import (
     SCORES,

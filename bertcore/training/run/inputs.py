@@ -13,11 +13,11 @@ from typing import TYPE_CHECKING
 
 from bertcore.common.errors import BertError
 from bertcore.data.samples.config import require_longer_phase2
-from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab
+from bertcore.data.samples.store import PHASE2_DIR, SampleStore, check_vocab, holds_samples
 from bertcore.data.samples.verify import SamplesCheck
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.config import BertConfig
-from bertcore.model.init_from import InitModel
+from bertcore.saved.init_from import InitModel
 
 if TYPE_CHECKING:  # the sections it reads: parsed by the caller (bertcore.training.run.pretrain)
     from bertcore.training.config import PretrainConfig
@@ -94,7 +94,7 @@ class PretrainInputs:
                             f"max_position_embeddings={positions}: {fix}")
         folder = paths.phase2_samples
         rebuild = "rebuild the samples with `bert samples` (dvc repro does) with phase2 on"
-        if not (folder / "meta.json").is_file():
+        if not holds_samples(folder):
             raise BertError(f"phase2.enabled, but {paths.samples} holds no samples of phase 2 "
                             f"({PHASE2_DIR}/): {rebuild}")
         built = check_vocab(folder, paths.vocab).get("max_seq_length")

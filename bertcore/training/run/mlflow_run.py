@@ -1,6 +1,6 @@
 """The pretraining run's recorder: everything `bert pretrain` puts into its MLflow run is
 decided here (what evaluate and probe add to it, and the reports it carries, is
-`bertcore.model.run_reports`'s), as transformers' `MLflowCallback` keeps it in one class.
+`bertcore.saved.run_reports`'s), as transformers' `MLflowCallback` keeps it in one class.
 
 `PretrainRecorder.start` opens the run (rank 0, tracking on; else a `NullRecorder` that says
 why not, so no caller asks): its name, params (the resolved config, flattened, beside the
@@ -28,11 +28,11 @@ from bertcore.common.dotted import flatten
 from bertcore.common.tracking import NOTE_TAG, Tracker, TrackingTarget
 from bertcore.data.corpus.splits import SPLITS, split_file
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import CARD_NAME, card_text
 from bertcore.model.config import BertConfig, ModelConfig
-from bertcore.model.hf import WEIGHTS_NAME, export_hf
-from bertcore.model.model_run import MODEL_TAG
-from bertcore.model.run_reports import carry_reports
+from bertcore.saved.card import CARD_NAME, card_text
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf
+from bertcore.saved.model_run import MODEL_TAG
+from bertcore.saved.run_reports import carry_reports
 from bertcore.training.checkpoints.identity import run_name
 from bertcore.training.config import PretrainConfig
 from bertcore.training.loop.records import EVAL_COLUMNS, RecordMirror

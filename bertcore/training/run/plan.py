@@ -17,9 +17,9 @@ from dataclasses import dataclass, replace
 
 import torch
 
+from bertcore.common.devices import resolve_device
 from bertcore.common.errors import ConfigError
 from bertcore.data.samples.store import SampleStore
-from bertcore.model.devices import resolve_device
 from bertcore.model.local_init import MEASURED_ON
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.identity import in_phase1, phase1_identity, phase2_identity

@@ -7,7 +7,7 @@ top to bottom:
                       (`bertcore.training.run.phases.plan_run`): a PretrainingPlan
                       (`bertcore.training.run.plan`)
   PretrainingRun      .start: build the model (new, or from an existing BERT:
-                      `bertcore.model.init_from`), open the MLflow run (its recorder,
+                      `bertcore.saved.init_from`), open the MLflow run (its recorder,
                       `bertcore.training.run.mlflow_run`; one that logs nothing, and says why,
                       when nothing is tracked) and the StepRunner; .train: train each phase in
                       turn from where the plan says (`bertcore.training.loop.trainer`), then
@@ -31,14 +31,14 @@ import torch
 
 from bertcore.common.atomic import atomic_dir, write_json
 from bertcore.common.cpu import cpu_record
+from bertcore.common.devices import device_name, resolve_device
 from bertcore.common.digests import file_sha256
 from bertcore.common.report import write_metrics
 from bertcore.common.tracking import TrackingTarget
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.devices import device_name, resolve_device
-from bertcore.model.hf import WEIGHTS_NAME, save_model
 from bertcore.model.local_init import init_local_attention
-from bertcore.model.pretrained import RUN_INFO
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
+from bertcore.saved.pretrained import RUN_INFO
 from bertcore.training.checkpoints.checkpoint import Checkpoint, CheckpointDir
 from bertcore.training.checkpoints.lineage import replacing_notice
 from bertcore.training.config import PretrainConfig

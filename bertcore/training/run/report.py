@@ -8,7 +8,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.run_reports import MODEL_KEY
+from bertcore.saved.run_reports import MODEL_KEY
 from bertcore.training.evaluation.plateau import plateau_notice
 from bertcore.training.loop.records import as_logged
 from bertcore.training.loop.trainer import TrainResult

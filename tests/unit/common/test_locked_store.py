@@ -20,8 +20,8 @@ from bertcore.common.digests import file_sha256
 from bertcore.common.mlflow_store import LOCK_WAIT_ENV
 from bertcore.common.pending import pending_dir
 from bertcore.common.tracking import Tracker, TrackingTarget, sqlite_uri
-from bertcore.model.model_run import MODEL_TAG
-from bertcore.model.run_reports import log_report_into, report_run
+from bertcore.saved.model_run import MODEL_TAG
+from bertcore.saved.run_reports import log_report_into, report_run
 from bertstages.cli import cli
 
 REPORT = {"mlm_accuracy": 0.25, "mlm_accuracy_ci95": [0.2, 0.3], "nsp_accuracy": 0.5}

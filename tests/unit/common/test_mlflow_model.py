@@ -26,12 +26,12 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.card import CARD_NAME
-from bertcore.model.card_meta import card_meta
-from bertcore.model.config import CardConfig
-from bertcore.model.hf import WEIGHTS_NAME, export_hf, save_model
-from bertcore.model.run_reports import MODEL_KEY, carry_reports, log_report_into
-from bertcore.model.sentence_embeddings import SENTENCE_FILES
+from bertcore.saved.card import CARD_NAME
+from bertcore.saved.card_meta import card_meta
+from bertcore.saved.config import CardConfig
+from bertcore.saved.hf import WEIGHTS_NAME, export_hf, save_model
+from bertcore.saved.run_reports import MODEL_KEY, carry_reports, log_report_into
+from bertcore.saved.sentence_embeddings import SENTENCE_FILES
 from bertcore.training.run.charts import chart_paths, write_pretrain_charts
 from bertcore.training.run.export import export_pretrained
 from bertstages.cli import cli
@@ -252,7 +252,7 @@ def test_the_downstream_cards_show_the_intervals_their_reports_have():
     shown with its interval; pruning's paired differences in words; none where there are
     none."""
     from bertcore.downstream.cards import finetuned_facts, glue_task_facts, pruned_facts
-    from bertcore.model.card import card_text
+    from bertcore.saved.card import card_text
 
     finetuned = card_text(finetuned_facts(
         "f", {"task": "t", "pretrained": {"accuracy": 0.79, "accuracy_ci95": [0.75, 0.83],

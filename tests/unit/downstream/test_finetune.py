@@ -40,7 +40,7 @@ from bertcore.downstream.tasks import (
 )
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
-from bertcore.model.hf import export_hf_classifier
+from bertcore.saved.hf import export_hf_classifier
 
 transformers = pytest.importorskip("transformers")
 

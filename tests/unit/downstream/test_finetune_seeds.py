@@ -32,8 +32,8 @@ from bertcore.downstream.finetune import (
 from bertcore.downstream.finetune_task import finetune_task
 from bertcore.downstream.tasks import read_examples, split_examples
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
-from bertcore.model.pretrained import load_pretrained
+from bertcore.saved.hf import save_model
+from bertcore.saved.pretrained import load_pretrained
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 # measured: 40 steps at 3e-3 take the tiny model's seeds from 0.36 (the majority) to 0.60

@@ -21,7 +21,7 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.downstream.config import FinetuneConfig
 from bertcore.downstream.finetune import FinetunePaths, run_finetune
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 A = "the red fox runs to the old farm ."

@@ -22,7 +22,8 @@ from bertcore.downstream.heads import (
     speed_ratio,
 )
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model, to_hf_state_dict
+from bertcore.saved.hf import CONFIG_NAME, WEIGHTS_NAME, export_hf, load_model
+from bertcore.saved.hf_names import to_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 

@@ -9,7 +9,7 @@ import torch
 from bertcore.common.errors import ConfigError
 from bertcore.model.bert import BertConfig, BertPretrainingModel, pretraining_loss
 from bertcore.model.config import ModelConfig
-from bertcore.model.hf import to_hf_state_dict
+from bertcore.saved.hf_names import to_hf_state_dict
 from bertcore.training.data.masking import labels_to_slots
 from bertstages.params import parse_section
 

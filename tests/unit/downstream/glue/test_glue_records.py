@@ -33,7 +33,7 @@ from bertcore.downstream.glue.records import (
 )
 from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import WEIGHTS_NAME, save_model
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 RTE = GLUE_TASKS["rte"]

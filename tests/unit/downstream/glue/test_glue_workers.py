@@ -18,7 +18,7 @@ from bertcore.downstream.glue import suite
 from bertcore.downstream.glue.config import GlueConfig
 from bertcore.downstream.glue.report import GluePaths, score_glue
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import save_model
+from bertcore.saved.hf import save_model
 
 pytestmark = pytest.mark.usefixtures("one_thread")
 TASKS = ["rte", "stsb"]  # classes and a regression, each with a test file

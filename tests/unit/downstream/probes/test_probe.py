@@ -37,8 +37,8 @@ from bertcore.downstream.probes.minimal_pairs import (
 from bertcore.downstream.probes.pll import PLL, WORD_L2R, SentenceScores, pseudo_log_likelihoods
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import export_hf
-from bertcore.model.trained_model import load_model_and_tokenizer
+from bertcore.saved.hf import export_hf
+from bertcore.saved.trained_model import load_model_and_tokenizer
 
 transformers = pytest.importorskip("transformers")
 pytestmark = pytest.mark.usefixtures("one_thread")

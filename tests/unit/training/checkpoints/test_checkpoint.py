@@ -22,7 +22,7 @@ from bertcore.common.digests import changed_fingerprints, fingerprint_files, fin
 from bertcore.common.errors import BertError
 from bertcore.common.lock import FolderInUseError, lock_path
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import load_model
+from bertcore.saved.hf import load_model
 from bertcore.training.checkpoints.checkpoint import (
     CheckpointDir,
     capture_rng_state,

@@ -21,9 +21,9 @@ from bertcore.common.tracking import Tracker, TrackingTarget, sqlite_uri
 from bertcore.data.samples.store import PHASE2_DIR, SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.card import interval_text, written_decimals
-from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.model.model_run import MODEL_TAG
+from bertcore.saved.card import interval_text, written_decimals
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
+from bertcore.saved.model_run import MODEL_TAG
 from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.evaluation.metrics import SCORES
 from bertcore.training.run.heldout import HeldOutPaths, evaluate_pretrained, heldout_splits

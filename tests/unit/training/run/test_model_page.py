@@ -15,8 +15,8 @@ from mlflow.tracking import MlflowClient
 from bertcore.common.digests import fingerprint_files
 from bertcore.common.report import write_report
 from bertcore.common.tracking import NOTE_TAG, Tracker, TrackingTarget, sqlite_uri
-from bertcore.model.model_run import MODEL_TAG
-from bertcore.model.run_reports import MODEL_KEY, carry_reports, log_report_into, report_run
+from bertcore.saved.model_run import MODEL_TAG
+from bertcore.saved.run_reports import MODEL_KEY, carry_reports, log_report_into, report_run
 from bertcore.training.run.mlflow_run import EXPERIMENT_NOTE, MODEL_NAME, log_corpus
 
 EVAL = {"mlm_accuracy": 0.25, "mlm_accuracy_ci95": [0.2, 0.3], "perplexity": 80.0}

@@ -11,9 +11,10 @@ import pytest
 from huggingface_hub import EvalResult, ModelCard
 
 from bertcore.downstream.cards import finetuned_facts, glue_task_facts, pruned_facts
-from bertcore.model.card import card_text
-from bertcore.model.card_meta import card_meta, corpus_name
-from bertcore.model.config import BertConfig, CardConfig
+from bertcore.model.config import BertConfig
+from bertcore.saved.card import card_text
+from bertcore.saved.card_meta import card_meta, corpus_name
+from bertcore.saved.config import CardConfig
 from bertcore.training.run.card import pretrained_facts
 
 BUILTIN = card_meta(CardConfig(), "builtin:python-docs")

@@ -1,5 +1,6 @@
-"""Where a model runs and in which precision: the device, the autocast dtype. Below training,
-as pretraining, evaluation and every downstream stage pick their device here."""
+"""Where a model runs and in which precision: the device, the autocast dtype. The hardware,
+beside the CPU's (`cpu.py`): pretraining, evaluation and every downstream stage pick their
+device here, from the params values `config.py` checks."""
 
 from __future__ import annotations
 
@@ -7,8 +8,8 @@ import contextlib
 
 import torch
 
+from bertcore.common.config import Precision
 from bertcore.common.errors import BertError
-from bertcore.model.config import Precision
 
 
 def resolve_device(name: str = "auto", local_rank: int = 0,

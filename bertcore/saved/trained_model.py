@@ -10,10 +10,10 @@ from pathlib import Path
 from tokenizers import Tokenizer
 
 from bertcore.common.errors import BertError
-from bertcore.model import hf
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.pretrained import META_FILE, RUN_INFO
 from bertcore.model.tokenizer import model_tokenizer
+from bertcore.saved import hf
+from bertcore.saved.pretrained import META_FILE, RUN_INFO
 
 
 def load_model_and_tokenizer(model_dir: str, vocab_dir: str | None, head: str

@@ -9,7 +9,7 @@ import re
 from dataclasses import dataclass
 from pathlib import PurePosixPath
 
-from bertcore.model.config import CardConfig
+from bertcore.saved.config import CardConfig
 
 AUTO = "auto"
 BUILTIN_CORPUS = "builtin:python-docs"

@@ -12,8 +12,8 @@ from bertcore.common.errors import BertError
 from bertcore.common.mlflow_store import StoreLocked
 from bertcore.common.pending import PendingRun
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.hf import WEIGHTS_NAME
-from bertcore.model.pretrained import RUN_INFO
+from bertcore.saved.hf import WEIGHTS_NAME
+from bertcore.saved.pretrained import RUN_INFO
 
 MODEL_TAG = "model.sha256"  # set by pretraining's MLflow run (training/run/mlflow_run.py)
 

@@ -27,8 +27,8 @@ from bertcore.common.pending import PendingRun, pending_dir
 from bertcore.common.report import details_file, read_report_file, result_values, track_report
 from bertcore.common.run_results import kept_message
 from bertcore.common.tracking import Tracker, TrackingTarget
-from bertcore.model.hf import WEIGHTS_NAME
-from bertcore.model.model_run import pretraining_run
+from bertcore.saved.hf import WEIGHTS_NAME
+from bertcore.saved.model_run import pretraining_run
 
 MODEL_KEY = "model_sha256"  # in a report's details: the sha256 of the weights it scored
 REPORT_TAG = "report.sha256"  # under the report's prefix: the digest of its two files

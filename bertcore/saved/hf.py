@@ -13,8 +13,8 @@
   wrote it, and `load_model` rebuilds the smaller model from it (from full, zeroed shapes or
   from 4.x's physically pruned ones).
 
-`hf_name_pairs` is the ONE place that knows HF's `modeling_bert` parameter names. Only
-safetensors are written; a legacy `pytorch_model.bin` is read with `weights_only=True`.
+HF's parameter names and its config.json are `hf_names`'s. Only safetensors are written; a
+legacy `pytorch_model.bin` is read with `weights_only=True`.
 """
 
 from __future__ import annotations
@@ -32,6 +32,7 @@ from bertcore.common.atomic import atomic_file, write_json
 from bertcore.common.errors import BertError
 from bertcore.model.bert import BertConfig, BertPretrainingModel, head_units
 from bertcore.model.classifier import BertForSequenceClassification
+from bertcore.saved.hf_names import from_hf_state_dict, hf_config_dict, to_hf_state_dict
 
 log = logging.getLogger(__name__)
 
@@ -45,109 +46,12 @@ TOKENIZER_FILES = (
 )
 FORMAT_KEY = "bertcore_format"  # in our config.json; HF's has model_type instead
 FORMAT_VERSION = 1
-# HF ties these to other tensors and leaves them out of its files.
-HF_TIED_KEYS = ("cls.predictions.decoder.weight", "cls.predictions.decoder.bias")
-# Buffers older HF checkpoints stored; not weights.
-HF_BUFFERS = ("bert.embeddings.position_ids", "bert.embeddings.token_type_ids")
 # The parts a BERT file may lack (BertModel, BertForMaskedLM), as a user knows them.
 HEAD_GROUPS = {
     "pooler.": "the pooler (bert.pooler)",
     "mlm_head.": "the MLM transform and output bias (cls.predictions)",
     "nsp_head.": "the NSP head (cls.seq_relationship)",
 }
-
-
-# ------------------------------------------------------------------------- the name mapping
-def hf_name_pairs(num_layers: int) -> list[tuple[str, tuple[str, ...]]]:
-    """(our name, HF names) for every parameter. Several HF names mean that our tensor is
-    theirs concatenated along dim 0 (the fused QKV projection = [query; key; value])."""
-    pairs = [
-        ("embeddings.tokens.weight", ("bert.embeddings.word_embeddings.weight",)),
-        ("embeddings.positions.weight", ("bert.embeddings.position_embeddings.weight",)),
-        ("embeddings.segments.weight", ("bert.embeddings.token_type_embeddings.weight",)),
-    ]
-    for kind in ("weight", "bias"):
-        pairs.append((f"embeddings.norm.{kind}", (f"bert.embeddings.LayerNorm.{kind}",)))
-    for i in range(num_layers):
-        ours, hf = f"layers.{i}.", f"bert.encoder.layer.{i}."
-        for kind in ("weight", "bias"):
-            qkv = tuple(f"{hf}attention.self.{n}.{kind}" for n in ("query", "key", "value"))
-            pairs += [
-                (f"{ours}attention.qkv.{kind}", qkv),
-                (f"{ours}attention.out.{kind}", (f"{hf}attention.output.dense.{kind}",)),
-                (f"{ours}attention_norm.{kind}", (f"{hf}attention.output.LayerNorm.{kind}",)),
-                (f"{ours}ffn_in.{kind}", (f"{hf}intermediate.dense.{kind}",)),
-                (f"{ours}ffn_out.{kind}", (f"{hf}output.dense.{kind}",)),
-                (f"{ours}ffn_norm.{kind}", (f"{hf}output.LayerNorm.{kind}",)),
-            ]
-    for kind in ("weight", "bias"):
-        pairs += [
-            (f"pooler.dense.{kind}", (f"bert.pooler.dense.{kind}",)),
-            (f"mlm_head.dense.{kind}", (f"cls.predictions.transform.dense.{kind}",)),
-            (f"mlm_head.norm.{kind}", (f"cls.predictions.transform.LayerNorm.{kind}",)),
-            (f"nsp_head.{kind}", (f"cls.seq_relationship.{kind}",)),
-        ]
-    pairs.append(("mlm_head.bias", ("cls.predictions.bias",)))
-    return pairs
-
-
-def to_hf_state_dict(tensors: dict[str, torch.Tensor], num_layers: int) -> dict[str, torch.Tensor]:
-    """Our names -> HF names (also usable on a dict of gradients). Missing names are skipped."""
-    out = {}
-    for ours, hf_names in hf_name_pairs(num_layers):
-        if ours not in tensors:
-            continue
-        tensor = tensors[ours]
-        if len(hf_names) == 1:
-            out[hf_names[0]] = tensor
-        else:
-            for name, part in zip(hf_names, tensor.chunk(len(hf_names), dim=0), strict=True):
-                out[name] = part.contiguous()
-    return out
-
-
-def from_hf_state_dict(
-    tensors: dict[str, torch.Tensor], num_layers: int
-) -> tuple[dict[str, torch.Tensor], list[str]]:
-    """HF names -> ours. Returns (state dict, HF names not used); what is not found is not in
-    the state dict (`load_state_dict` names it).
-
-    Accepts the variants found in the wild: BertModel files without the `bert.` prefix,
-    TF-era LayerNorm `gamma`/`beta`, the tied decoder keys, the position_ids buffer."""
-    tensors = {_normalise_hf_name(name): t for name, t in tensors.items()}
-    if "cls.predictions.bias" not in tensors and "cls.predictions.decoder.bias" in tensors:
-        tensors["cls.predictions.bias"] = tensors["cls.predictions.decoder.bias"]
-    used = set(HF_TIED_KEYS) | set(HF_BUFFERS)
-    out = {}
-    for ours, hf_names in hf_name_pairs(num_layers):
-        if not all(name in tensors for name in hf_names):
-            continue
-        used.update(hf_names)
-        parts = [tensors[name] for name in hf_names]
-        out[ours] = parts[0] if len(parts) == 1 else torch.cat(parts, dim=0)
-    return out, sorted(set(tensors) - used)
-
-
-def _normalise_hf_name(name: str) -> str:
-    if name.startswith(("embeddings.", "encoder.", "pooler.")):
-        name = f"bert.{name}"
-    name = name.replace(".LayerNorm.gamma", ".LayerNorm.weight")  # TF-era names
-    return name.replace(".LayerNorm.beta", ".LayerNorm.bias")
-
-
-def hf_config_dict(config: BertConfig, dtype: torch.dtype = torch.float32) -> dict:
-    """config.json for transformers' BertForPreTraining."""
-    return {
-        "architectures": ["BertForPreTraining"],
-        "model_type": "bert",
-        **config.to_dict(),
-        "dtype": str(dtype).removeprefix("torch."),
-        "tie_word_embeddings": True,
-        "classifier_dropout": None,
-        "is_decoder": False,
-        "add_cross_attention": False,
-        "use_cache": True,
-    }
 
 
 # -------------------------------------------------------------------------- save and load

@@ -24,7 +24,7 @@ import yaml
 
 from bertcore.common.atomic import atomic_file
 from bertcore.common.intervals import Estimate
-from bertcore.model.card_meta import CardMeta
+from bertcore.saved.card_meta import CardMeta
 
 CARD_NAME = "README.md"
 INTERVALS_NOTE = ("In brackets: the 95% interval of the figure over the items it was measured "

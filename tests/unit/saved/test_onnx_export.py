@@ -20,9 +20,9 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import WEIGHTS_NAME, save_model
-from bertcore.model.onnx_export import INPUTS, ONNX_FILE, OUTPUTS
-from bertcore.model.sentence_embeddings import SENTENCE_FILES
+from bertcore.saved.hf import WEIGHTS_NAME, save_model
+from bertcore.saved.onnx_export import INPUTS, ONNX_FILE, OUTPUTS
+from bertcore.saved.sentence_embeddings import SENTENCE_FILES
 from bertcore.training.run.export import export_pretrained
 
 SENTENCES = ["paris is the capital of france.", "berlin is the capital of germany.",

@@ -23,7 +23,7 @@ from bertcore.common.errors import BertError, ConfigError, yaml_text
 from bertcore.data.vocab.files import TOKENIZER_FILE, VOCAB_FILE, read_vocab
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.config import ModelConfig
-from bertcore.model.hf import CONFIG_NAME, load_model, read_config, weight_files
+from bertcore.saved.hf import CONFIG_NAME, load_model, read_config, weight_files
 
 KEY = "model.init_from"
 # What `model:` may set to another value than the folder's config.json.
@@ -89,7 +89,7 @@ class InitModel:
     def load(self) -> BertPretrainingModel:
         """The model with the folder's weights. What the folder lacks keeps the init that
         `BertPretrainingModel(config)` draws from torch's global generator now (seed it as for a
-        fresh model); `bertcore.model.hf` says which groups, one line each."""
+        fresh model); `bertcore.saved.hf` says which groups, one line each."""
         return load_model(self.path, strict=False, config=self.config)
 
 

@@ -17,7 +17,8 @@ from bertcore.data.vocab.config import VocabConfig
 from bertcore.data.vocab.files import save_vocab
 from bertcore.data.vocab.training import train_tokenizer
 from bertcore.model.bert import BertConfig, BertPretrainingModel
-from bertcore.model.hf import export_hf, from_hf_state_dict, load_model, save_model
+from bertcore.saved.hf import export_hf, load_model, save_model
+from bertcore.saved.hf_names import from_hf_state_dict
 
 transformers = pytest.importorskip("transformers")
 
@@ -188,7 +189,7 @@ def test_legacy_names_are_understood():
     the decoder bias under its tied name."""
     torch.manual_seed(3)
     model = BertPretrainingModel(tiny_config(num_hidden_layers=1))
-    from bertcore.model.hf import to_hf_state_dict
+    from bertcore.saved.hf_names import to_hf_state_dict
 
     hf = to_hf_state_dict(model.state_dict(), 1)
     legacy = {}

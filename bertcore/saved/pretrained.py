@@ -8,12 +8,12 @@ from pathlib import Path
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
-from bertcore.model.hf import load_model
+from bertcore.saved.hf import load_model
 
 # In a model folder our pretraining wrote: the step that made it and the run's fingerprints.
 # Not the MLflow run: its id is random, and the folder is the same bytes for the same params
 # and data. That run carries the weights' sha256 as the tag MODEL_TAG instead
-# (`bertcore.model.model_run`), so a later stage finds it.
+# (`bertcore.saved.model_run`), so a later stage finds it.
 RUN_INFO = "training.json"
 # In a checkpoint folder (`bertcore.training.checkpoints.checkpoint`): its step, files and the
 # run's fingerprints, which say, as RUN_INFO does, which vocabulary the model was trained with.
