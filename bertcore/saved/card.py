@@ -199,13 +199,20 @@ def _results(figures: Sequence[Figure]) -> str:
     return "\n".join(lines)
 
 
+# Params that say how many processes share the work, never what it makes (the same bytes with
+# any of their values): left out of a card, which is then the same file on any machine.
+PROCESS_COUNTS = ("workers", "num_workers", "nproc_per_node")
+
+
 def _reproduce(reproduce: Mapping[str, Any], commit: str | None) -> str:
     if not reproduce and not commit:
         return ""
     lead = (f"The pipeline's code at git commit `{commit}`, with these params:" if commit else
             "`dvc repro` with these params.yaml sections (the git commit whose dvc.lock "
             "records this folder holds the code):")
-    plain = json.loads(json.dumps(reproduce, default=str))  # tuples: lists
+    shown = {name: {key: value for key, value in section.items() if key not in PROCESS_COUNTS}
+             if isinstance(section, Mapping) else section for name, section in reproduce.items()}
+    plain = json.loads(json.dumps(shown, default=str))  # tuples: lists
     return f"{lead}\n\n```yaml\n{yaml.safe_dump(plain, sort_keys=False).strip()}\n```"
 
 

@@ -62,6 +62,22 @@ def test_the_pretrained_card_has_the_hub_s_metadata_and_sections():
     assert not re.search(r"20\d\d-\d\d-\d\d", text)
 
 
+def test_a_card_is_the_same_file_with_any_count_of_processes():
+    """How many processes shared the work (`workers`, `nproc_per_node`, `num_workers`) makes
+    the same weights, so it is no part of what reproduces them: the card is the same bytes
+    on a machine of any size, and still shows every other param."""
+    def card(nproc, workers) -> str:
+        reproduce = {**REPRODUCE, "corpus": {"seed": 7, "workers": workers},
+                     "train": {**REPRODUCE["train"], "nproc_per_node": nproc, "num_workers": 2}}
+        config = BertConfig.from_preset("tiny", vocab_size=1000)
+        return card_text(pretrained_facts(config, "models/hf", REPORTS, reproduce, BUILTIN))
+
+    assert card(1, 1) == card("auto", 0)
+    reproduced = card(1, 1).split("## How to reproduce it")[1]
+    assert "seed: 7" in reproduced and "learning_rate: 0.002" in reproduced
+    assert "workers" not in reproduced and "nproc_per_node" not in reproduced
+
+
 def test_a_user_s_corpus_leaves_licence_and_language_to_the_user():
     meta = card_meta(CardConfig(), "/data/my_notes.jsonl")
     card = ModelCard(pretrained_card(meta))
