@@ -218,3 +218,22 @@ def test_architecture_names_every_module_that_imports_mlflow():
             importers.append(name.removeprefix("bertcore.").replace(".", "/") + ".py")
     architecture = (ROOT / "ARCHITECTURE.md").read_text(encoding="utf-8")
     assert importers and not [m for m in importers if f"`{m}`" not in architecture], importers
+
+
+LONGEST_FUNCTION, LONGEST_MODULE = 60, 400  # lines, docstrings and comments included
+
+
+def test_every_function_and_module_reads_at_once():
+    """No function of the code is over 60 lines and no module over 400: one that grows past
+    them is split along a concept, not squeezed."""
+    too_long = []
+    for path in sorted([*(ROOT / "bertcore").rglob("*.py"), *(ROOT / "bertstages").rglob("*.py")]):
+        source = path.read_text(encoding="utf-8")
+        name = path.relative_to(ROOT)
+        if (lines := len(source.splitlines())) > LONGEST_MODULE:
+            too_long.append(f"{name}: {lines} lines")
+        too_long += [f"{name}:{node.lineno} {node.name}: {length} lines"
+                     for node in ast.walk(ast.parse(source))
+                     if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+                     and (length := node.end_lineno - node.lineno + 1) > LONGEST_FUNCTION]
+    assert not too_long, "split along a concept: " + "; ".join(too_long)
