@@ -15,6 +15,19 @@ from bertcore.saved.hf import save_model
 
 
 @pytest.fixture(scope="module")
+def data(tmp_path_factory) -> Path:
+    """The tiny corpus's data/ (corpus, vocabulary, samples), built once for a module."""
+    return build_data(tmp_path_factory.mktemp("tiny"))
+
+
+@pytest.fixture()
+def workdir(data, tmp_path) -> Path:
+    """A folder of its own for a test, holding `data` (a link) as data/."""
+    (tmp_path / "data").symlink_to(data)
+    return tmp_path
+
+
+@pytest.fixture(scope="module")
 def model_dir(tmp_path_factory) -> Path:
     """data/ and an untrained tiny model in models/pretrained (fine-tuning and export read
     it), with params for a fine-tune of two steps and no tracking."""

@@ -10,13 +10,8 @@ from pathlib import Path
 import pytest
 import torch
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
-from helpers.tiny_pretrain import build_data, write_params
+from helpers.tiny_pretrain import write_params
 from safetensors.torch import load_file
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
 
 
 def bert(*args: str, cwd: Path):

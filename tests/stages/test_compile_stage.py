@@ -9,12 +9,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bert import ONE_THREAD, run_bert
-from helpers.tiny_pretrain import build_data, write_params
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
+from helpers.tiny_pretrain import write_params
 
 
 def log_row(folder: Path, name: str, index: int) -> dict[str, float]:

@@ -15,7 +15,7 @@ import torch
 import torch.nn.functional as F
 import yaml
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
-from helpers.tiny_pretrain import TINY_MODEL, build_data, tiny_params, write_corpus
+from helpers.tiny_pretrain import TINY_MODEL, tiny_params, write_corpus
 
 from bertcore.common.errors import BertError
 from bertcore.common.tracking import sqlite_uri
@@ -36,11 +36,6 @@ POOLER, MLM, NSP = ("the pooler", "the MLM transform and output bias", "the NSP 
 
 
 pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
 
 
 def bert(*args: str, cwd: Path, check: bool = True):

@@ -38,17 +38,6 @@ def wait_for_rows(log: Path, rows: int, proc: subprocess.Popen) -> None:
     wait_for_lines(log, rows, proc)
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture()
-def workdir(data, tmp_path) -> Path:
-    (tmp_path / "data").symlink_to(data)
-    return tmp_path
-
-
 def damage(kind: str, checkpoint: Path) -> None:
     weights = checkpoint / "model.safetensors"
     if kind == "truncated weights":

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
-from helpers.tiny_pretrain import TINY_MODEL, build_data, tiny_config, write_params
+from helpers.tiny_pretrain import TINY_MODEL, tiny_config, write_params
 
 from bertcore.common.config import CpuConfig
 from bertcore.common.digests import file_sha256, fingerprint_files
@@ -38,11 +38,6 @@ from bertcore.training.evaluation.metrics import EvalConfig
 from bertstages.pretrain import torchrun_command
 
 TINY_RECIPELESS = {k: v for k, v in TINY_MODEL.items() if k != "preset"}
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
 
 
 def bert(*args: str, cwd: Path):

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
-from helpers.tiny_pretrain import build_data, write_params
+from helpers.tiny_pretrain import write_params
 
 from bertcore.common.tracking import sqlite_uri
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
@@ -20,17 +20,6 @@ from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
 def bert(*args: str, cwd: Path, check: bool = False):
     return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
-
-
-@pytest.fixture(scope="module")
-def data(tmp_path_factory) -> Path:
-    return build_data(tmp_path_factory.mktemp("tiny"))
-
-
-@pytest.fixture()
-def workdir(data, tmp_path) -> Path:
-    (tmp_path / "data").symlink_to(data)
-    return tmp_path
 
 
 @pytest.mark.slow
