@@ -78,9 +78,11 @@ DRY = Sizes(short=StepSizes("tiny", 2000, 32, 8, warmup=2, rounds=2, per_round=1
                           compile=5, datapath=10, phase2=20),
             # the samples as long as the short steps, phase 2 as the long ones (as on a GPU:
             # 128 and 512): the compiled model's shapes fit the real data path, and nothing
-            # is evaluated at 512 tokens on a CPU; val one pass (~1/3: each part evaluates)
+            # is evaluated at 512 tokens on a CPU; val one pass (~1/3: each part evaluates),
+            # each evaluation on 2 of its batches, with probes of 10 sentences (the code they
+            # run is the same; the figures are not what a dry run checks)
             overrides=["samples.max_seq_length=32", "samples.dupe_factor=1",
-                       "samples.val_pairs=0",
+                       "samples.val_pairs=0", "eval.max_batches=2", "eval.probe_sentences=10",
                        "vocab.vocab_size=2000",
                        "model.hidden_size=32", "model.num_hidden_layers=1",
                        "model.intermediate_size=64", "train.batch_size=8"])

@@ -408,17 +408,27 @@ cli(sys.argv[1:], prog_name="bert")
 """
 
 
+NO_DROPOUT = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
+# compiling on the CPU with the kernels pinned to AVX2 is refused (test_cpu.py): the runs
+# compared with the eager one take the native kernels, as it does, so they run the same ones
+NATIVE = {"isa": "native"}
+
+
+@pytest.fixture(scope="module")
+def eager(data, tmp_path_factory) -> Path:
+    """The eager reference of the compiled and DDP runs (one run for both): the two phases,
+    no dropout, the native kernels."""
+    folder = workdir(tmp_path_factory.mktemp("eager") / "run", data, model=NO_DROPOUT,
+                     cpu=NATIVE)
+    bert("pretrain", cwd=folder)
+    return folder
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize("setting", ["compile", "ddp"])
-def test_compiled_and_under_ddp_both_phases_train_as_eager_in_one_process(data, tmp_path,
-                                                                         setting):
-    no_dropout = {"hidden_dropout_prob": 0.0, "attention_probs_dropout_prob": 0.0}
-    # compiling on the CPU with the kernels pinned to AVX2 is refused (test_cpu.py): both runs
-    # of the compile case take the native kernels, so they still run the same ones
-    cpu = {"isa": "native"} if setting == "compile" else {}
-    eager = workdir(tmp_path / "eager", data, model=no_dropout, cpu=cpu)
-    bert("pretrain", cwd=eager)
-    other = workdir(tmp_path / setting, data, model=no_dropout, cpu=cpu)
+def test_compiled_and_under_ddp_both_phases_train_as_eager_in_one_process(data, eager,
+                                                                         tmp_path, setting):
+    other = workdir(tmp_path / setting, data, model=NO_DROPOUT, cpu=NATIVE)
     if setting == "compile":  # fullgraph: a graph break in either phase fails the run
         proc = subprocess.run([sys.executable, "-c", _AOT_EAGER, "pretrain", "--set",
                                "train.compile=fullgraph"], cwd=other, capture_output=True,
