@@ -79,8 +79,10 @@ def workdir(tmp_path_factory) -> Path:
         "eval": {"batch_size": 32},
         # word order: what this corpus teaches ("the ADJ NOUN VERB the NOUN ."), and a scratch
         # model cannot learn from 700 examples
+        # one worker: the fine-tunes in the stage's process, with no pool to start (a pool
+        # gives the same bytes: tests/unit/downstream/test_finetune_seeds.py)
         "finetune": {"data": "builtin:word-order", "learning_rate": 1e-3, "max_seq_length": 32,
-                     "max_steps": None},
+                     "max_steps": None, "workers": 1},
         "prune": {"fraction": 0.5, "batches": 4, "batch_size": 16, "recovery_steps": 5,
                   "throughput_steps": 2},
         "tracking": {"experiment": "tiny-downstream"},
