@@ -27,6 +27,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -249,22 +250,27 @@ def _cores() -> int:
     return os.cpu_count() or 1
 
 
-def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str]) -> list[str]:
-    """The torchrun command line that runs `bert STAGE_ARGS` in `nproc` processes. The stage's
-    arguments come after `--`, so torchrun never reads them as its own (`--log` would be an
-    ambiguous abbreviation of its `--log-dir`)."""
+def torchrun_command(nproc: int, max_restarts: int, stage_args: list[str],
+                     log_dir: str) -> list[str]:
+    """The torchrun command line that runs `bert STAGE_ARGS` in `nproc` processes, torchrun's
+    own files in `log_dir`. The stage's arguments come after `--`, so torchrun never reads
+    them as its own (`--log` would be an ambiguous abbreviation of its `--log-dir`)."""
     return [sys.executable, "-m", "torch.distributed.run", f"--nproc-per-node={nproc}",
-            f"--max-restarts={max_restarts}", "--standalone", "-m", "--", "bertstages", *stage_args]
+            f"--max-restarts={max_restarts}", f"--log-dir={log_dir}", "--standalone", "-m",
+            "--", "bertstages", *stage_args]
 
 
 def _relaunch_under_torchrun(nproc: int, max_restarts: int) -> None:
     """Run this very command under torchrun with `nproc` processes on this machine; after a
     worker failure torchrun restarts them all (`max_restarts` times), and they resume from
     the latest checkpoint."""
-    args = torchrun_command(nproc, max_restarts, sys.argv[1:])
-    log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
-    # torchrun ends with this process (SIGTERM: it stops its workers, which checkpoint)
-    code = subprocess.call(args, preexec_fn=partial(signal_when_parent_dies, signal.SIGTERM))
+    # torchrun's files (one folder a run) in a folder removed after it: left to torchrun, a
+    # torchelastic_* folder stays in the temp folder for every run
+    with tempfile.TemporaryDirectory(prefix="bert-torchrun-") as log_dir:
+        args = torchrun_command(nproc, max_restarts, sys.argv[1:], log_dir)
+        log.info("launching %d processes: %s", nproc, " ".join(args[1:]))
+        # torchrun ends with this process (SIGTERM: it stops its workers, which checkpoint)
+        code = subprocess.call(args, preexec_fn=partial(signal_when_parent_dies, signal.SIGTERM))
     if code != 0:
         raise BertError(f"torchrun with {nproc} processes failed (exit code {code}); "
                         "see the messages above")

@@ -121,11 +121,13 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
 
     _pretrain_params(crashed, max_restarts=1)
+    temp = tmp_path / "temp"  # where torchrun would leave a torchelastic_* folder a run
+    temp.mkdir()
     # --log also names a torchrun option (--log-dir): the relaunch must pass it through
     launcher = subprocess.Popen([sys.executable, "-m", "bertstages", "pretrain",
                                  "--log", "metrics/rows.tsv"], cwd=crashed,
-                                env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                text=True)
+                                env={**env, "TMPDIR": str(temp)}, stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
     first = crashed / "models" / "checkpoints" / "step-00000010"
     deadline = time.monotonic() + 300  # the kill comes once step 10 is really done
     while not first.exists() and time.monotonic() < deadline and launcher.poll() is None:
@@ -146,6 +148,7 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
     assert [int(r.split("\t")[0]) for r in rows[1:]] == list(range(1, 81))
     assert sorted(p.name for p in (crashed / "models" / "checkpoints").iterdir()) == [
         f"step-{s:08d}" for s in range(5, 81, 5)]
+    assert not [p.name for p in temp.iterdir() if p.name.startswith(("torchelastic_", "bert-"))]
 
 
 @pytest.mark.slow

@@ -277,10 +277,11 @@ def test_torchrun_gets_the_stage_options_untouched():
     from torch.distributed.run import get_args_parser
 
     stage = ["pretrain", "--log", "x.tsv", "--set", "train.max_steps=3", "--metrics", "m.json"]
-    command = torchrun_command(2, 1, stage)
+    command = torchrun_command(2, 1, stage, "logs")
     assert command[1:3] == ["-m", "torch.distributed.run"]
     parsed = get_args_parser().parse_args(command[3:])
     assert (parsed.nproc_per_node, parsed.max_restarts, parsed.module) == ("2", 1, True)
+    assert parsed.log_dir == "logs"
     assert parsed.training_script == "bertstages"
     assert parsed.training_script_args == stage
 
