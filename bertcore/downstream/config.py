@@ -11,7 +11,7 @@ it, the one fine-tuning loop of the project.
 from __future__ import annotations
 
 import math
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Annotated, Literal
 
 from pydantic import model_validator
@@ -47,8 +47,6 @@ BatchSize = integer(ge=1)
 Epochs = number(gt=0)
 MaxSteps = integer(ge=1, allowed="null or an integer >= 1") | None
 SeedCount = integer(ge=1)
-# what does not change a result: left out of the params a model card says reproduce it
-NOT_REPRODUCED = ("workers",)
 
 
 @dataclass
@@ -81,11 +79,6 @@ class RecipeSection:
     def _weights_decay(self) -> RecipeSection:
         require_decay_below_one(*self.learning_rates(), weight_decay=self.weight_decay)
         return self
-
-
-def reproduced(section: RecipeSection) -> dict:
-    """The section's params that make its results (a model card's), `workers` left out."""
-    return {key: value for key, value in asdict(section).items() if key not in NOT_REPRODUCED}
 
 
 def recipe_for(section: RecipeSection, hidden_size: int) -> Recipe:

@@ -38,7 +38,7 @@ from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.cards import finetuned_facts
-from bertcore.downstream.config import FinetuneConfig, Recipe, reproduced
+from bertcore.downstream.config import FinetuneConfig, Recipe
 from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
 from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
@@ -339,7 +339,7 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
                                 on_log=runs.log_train_loss, workers=workers)
     report = finetune_report(task, result, recipes[0], config.max_seq_length)
     card = finetuned_facts(str(paths.out_dir), report.metrics, report.details,
-                           {"finetune": reproduced(config)}, meta)
+                           {"finetune": asdict(config)}, meta)
     with atomic_dir(paths.out_dir) as staging:
         export_hf_classifier(result.median_run().pretrained.model, staging, paths.vocab_dir)
         write_card(staging, card)

@@ -18,7 +18,7 @@ import logging
 import os
 import shutil
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import BinaryIO
 
@@ -33,7 +33,6 @@ from bertcore.common.report import details_file, with_items
 from bertcore.common.together import outputs_together
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
-from bertcore.downstream.config import reproduced
 from bertcore.downstream.glue.config import GLUE_DATA_HF, GlueConfig
 from bertcore.downstream.glue.fine_tunes import fine_tune_job
 from bertcore.downstream.glue.inputs import glue_model
@@ -286,7 +285,7 @@ def write_glue_outputs(outcomes: Sequence[Outcome], model_name: str | None, conf
     items, missing = glue_items(results, config.max_seq_length)
     metrics, details, estimates = with_items(metrics, details, items)
     details["intervals"] |= no_interval(results, missing)
-    reproduce = {"glue": reproduced(config)}
+    reproduce = {"glue": asdict(config)}  # the card leaves out the workers
     files = (Path(paths.metrics_file), details_file(paths.metrics_file),
              items_file(paths.metrics_file))
     with outputs_together() as outputs:  # all replaced at its end, signals held
