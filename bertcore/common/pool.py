@@ -13,13 +13,11 @@ costs a warning, where a bare `BrokenProcessPool` would stop the stage.
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import multiprocessing
 import multiprocessing.forkserver
 import os
 import signal
-import sys
 import time
 from collections import deque
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -29,6 +27,7 @@ from dataclasses import dataclass
 from itertools import chain, islice
 
 from bertcore.common.errors import BertError
+from bertcore.common.fork_server import fork_server, leave_fork_server_to_stage, quiet_tracker
 from bertcore.common.interrupt import (
     ctrl_c_held,
     ignore_interrupts_in_worker,
@@ -67,11 +66,6 @@ class WorkerDied(BertError):
     """A worker process died running a task that had run once already in one that died."""
 
 
-# For Python's resource tracker (a process multiprocessing starts, with the interpreter's
-# -W options, once per process): a stage killed outright leaves its pool's semaphores to it,
-# which it removes, warning of them as "leaked"; nothing for a user to act on.
-QUIET_TRACKER = "ignore::UserWarning:multiprocessing.resource_tracker"
-
 # How often a wait for a result looks for a dead worker, and how long a worker may be dead
 # with the pool not broken before it is taken for wedged (`TaskRunner._wait`): the pool's
 # own thread notices a death at once, unless the worker died sending its result.
@@ -100,7 +94,7 @@ def start_worker(cells, parent: int, environ: dict[str, str] | None = None) -> N
     global _board_row
     ignore_interrupts_in_worker()
     signal_when_parent_dies(signal.SIGKILL, parent)
-    _leave_fork_server_to_stage()
+    leave_fork_server_to_stage()
     if environ is not None:
         os.environ.clear()
         os.environ.update(environ)
@@ -108,76 +102,6 @@ def start_worker(cells, parent: int, environ: dict[str, str] | None = None) -> N
         row = next(i for i in range(0, len(cells), 2) if cells[i] == 0)
         cells[row] = os.getpid()
     _board_row = (cells, row + 1)
-
-
-def _leave_fork_server_to_stage() -> None:
-    """In a worker forked by the fork server: close its copy of the pipe whose end tells the
-    server that its clients are gone (every process it forks gets one), so the server ends
-    when the stage does, and its workers then with it (`start_worker`'s signal)."""
-    server = multiprocessing.forkserver._forkserver
-    if server._forkserver_alive_fd is not None:
-        os.close(server._forkserver_alive_fd)
-        server._forkserver_alive_fd = None
-
-
-# The environment and module path the fork server started with, which its imports read
-_fork_server_env: dict[str, str] = {}
-_fork_server_path: list[str] = []
-# Variables that native libraries read as they load or first compute (threads, kernels): a
-# server started without one that the stage has now imported its modules without it.
-NATIVE_VARIABLES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA_")
-
-
-def _fork_server_stale() -> bool:
-    """Whether the environment changed since the server started in a way its imports may
-    have read: a variable changed or gone, or a native library's added. Other variables
-    added since (MLflow's timeouts) reach its workers as they start (`start_worker`)."""
-    now = os.environ
-    return (sys.path != _fork_server_path
-            or any(now.get(name) != value for name, value in _fork_server_env.items())
-            or any(name.startswith(NATIVE_VARIABLES) for name in now.keys() - _fork_server_env))
-
-
-def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseContext, int]:
-    """The forkserver context, its server running with the modules `preload` imported once
-    (or, started before, with those it had) and this process's environment, and the server's
-    pid: its workers start forked from it, with those modules, in no time. A server that
-    started in an environment its imports may have read otherwise is stopped first."""
-    global _fork_server_env, _fork_server_path
-    context = multiprocessing.get_context("forkserver")
-    server = multiprocessing.forkserver._forkserver
-    if server._forkserver_pid is not None and _fork_server_stale():
-        server._stop()
-    if server._forkserver_pid is None:
-        _quiet_tracker()
-        context.set_forkserver_preload(list(preload))
-        _fork_server_env, _fork_server_path = dict(os.environ), list(sys.path)
-    with _module_path_for_children():
-        server.ensure_running()  # a server that died starts again
-    return context, server._forkserver_pid
-
-
-@contextlib.contextmanager
-def _module_path_for_children() -> Iterator[None]:
-    """PYTHONPATH set to this process's module path (`sys.path`) while the server starts: it
-    imports its modules from where this process would (Python 3.11's server is handed the
-    path and ignores it: a path added in-process, a test's, would be missing there, and an
-    installed copy of the package imported instead). Its workers take the stage's
-    environment back as they start (`start_worker`)."""
-    saved = os.environ.get("PYTHONPATH")
-    os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
-    try:
-        yield
-    finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
-
-
-def _quiet_tracker() -> None:
-    if QUIET_TRACKER not in sys.warnoptions:  # read when the tracker (or a server) starts
-        sys.warnoptions.append(QUIET_TRACKER)
 
 
 def _run_numbered(func: Callable, number: int, task: object):
@@ -366,7 +290,7 @@ class TaskRunner:
             (context, parent), environ = fork_server(self.preload), dict(os.environ)
         else:
             context, parent, environ = multiprocessing.get_context("spawn"), os.getpid(), None
-            _quiet_tracker()
+            quiet_tracker()
         self.board = context.Array("q", 2 * self.workers)
         self.pool = ProcessPoolExecutor(self.workers, mp_context=context, initializer=start_worker,
                                         initargs=(self.board, parent, environ))
