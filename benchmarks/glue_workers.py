@@ -100,11 +100,10 @@ def digests(out: Path) -> dict[str, str]:
 
 def profile(root: Path, top: int) -> None:
     """This checkout's suite once in this process, under cProfile: the time of each part."""
-    from bertcore.training.hardware.cpu import pin_cpu
-
+    from bertcore.common.config import CpuConfig
+    from bertcore.common.cpu import pin_cpu
     from bertcore.downstream.glue.config import GlueConfig
     from bertcore.downstream.glue.report import GluePaths, score_glue
-    from bertcore.training.config import CpuConfig
 
     pin_cpu(CpuConfig())
     settings = yaml.safe_load((root / "params.yaml").read_text())["glue"]

@@ -41,7 +41,9 @@ from pathlib import Path
 
 import torch
 
-from bertcore.common.cpu import PINNED_NAMES, CpuConfig, cpu_record, pin_cpu
+from bertcore.common.config import CpuConfig
+from bertcore.common.cpu import cpu_record, pin_cpu
+from bertcore.common.cpu_env import PINNED_NAMES
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.saved.hf_names import to_hf_state_dict
 from bertcore.training.data.masking import labels_to_slots

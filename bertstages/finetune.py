@@ -21,7 +21,8 @@ from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
 from bertcore.data.corpus.splits import split_file
-from bertcore.downstream.config import FinetuneConfig
+from bertcore.downstream.config import FINETUNE_JOB_MODULE, FinetuneConfig
+from bertcore.downstream.worker_server import start_worker_server
 from bertcore.saved.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
@@ -58,12 +59,15 @@ def command(model_dir, vocab_dir, corpus_dir, out_dir, metrics_file, params_file
     sections = read_params(load_params(params_file, overrides, PARAMS), PARAMS)
     config = sections["finetune"]
     keep_outputs_apart({"finetune.data": config.data, "finetune.test_data": config.test_data})
+    # its imports while this process imports torch and the rest
+    start_worker_server(config, sections["cpu"], FINETUNE_JOB_MODULE)
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
+
+    pin_cpu(sections["cpu"])  # before torch computes
     from bertcore.downstream.finetune import FinetunePaths, run_finetune
     from bertcore.saved.card_meta import card_meta
 
-    pin_cpu(sections["cpu"])  # before torch computes
     paths = FinetunePaths(model_dir, vocab_dir, split_file(corpus_dir, "val"), out_dir,
                           metrics_file)
     target = tracking_target(sections["tracking"], "finetune")

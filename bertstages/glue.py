@@ -29,7 +29,8 @@ import click
 from bertcore.common.config import CpuConfig
 from bertcore.common.tracking import TrackingConfig
 from bertcore.data.corpus.config import CorpusSource
-from bertcore.downstream.glue.config import GlueConfig
+from bertcore.downstream.glue.config import GLUE_JOB_MODULE, GlueConfig
+from bertcore.downstream.worker_server import start_worker_server
 from bertcore.saved.config import CardConfig
 from bertstages.apart import keep_outputs_apart
 from bertstages.options import (
@@ -72,12 +73,15 @@ def command(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir, mod
     config = sections["glue"]
     keep_outputs_apart({"glue.data": config.data, "glue.model": config.model})
     click.get_current_context().meta[KEPT_WHEN_STOPPED] = partial(saved_fine_tunes, runs_dir)
+    if config.data is not None:  # its imports while this process imports torch and the suite
+        start_worker_server(config, sections["cpu"], GLUE_JOB_MODULE)
     # torch, once the params are read (cli.py)
     from bertcore.common.cpu import pin_cpu
+
+    pin_cpu(sections["cpu"])  # before torch computes
     from bertcore.downstream.glue.report import GluePaths, score_glue
     from bertcore.saved.card_meta import card_meta
 
-    pin_cpu(sections["cpu"])  # before torch computes
     paths = GluePaths(model_dir, vocab_dir, metrics_file, seeds_file, predictions_dir,
                       models_dir, runs_dir)
     outcome = score_glue(sections["glue"], paths, tracking_target(sections["tracking"], "glue"),

@@ -9,16 +9,16 @@ numerical reproducibility: one fixed code branch) and oneDNN's primitives (GELU;
 their work by it (measured with torch 2.13: 1, 2, 3, 4, 8 and 16 threads, six different
 weights after five steps).
 
-`pin_cpu` sets the three variables (`PINNED_ENV`), replacing values from outside (the bytes
-must not depend on the environment; `cpu.isa: native` is the way to leave them), and torch's
-thread count to `cpu.threads`. Each library reads its variable at its first kernel, not when
-torch is imported, so a stage pins right after reading its params, before it builds or loads a
-model; torch, or MKL, found to have chosen before that is an error. `cpu_record` reads back
-what is in effect. MKL honours a branch other than AUTO or COMPATIBLE only on Intel
-processors and runs AUTO elsewhere: `isa: avx2` (MKL's AVX2 branch, AUTO on AMD) gives the
-same bytes among machines of one vendor, `isa: portable` (MKL's COMPATIBLE branch, honoured by
-both vendors; ATen and oneDNN at AVX2, which choose by instruction set, not vendor) among
-Intel and AMD machines alike, at the cost docs/training.md measures.
+`pin_cpu` sets the three variables (`PINNED_ENV`, in cpu_env.py: they need no torch), replacing
+values from outside (the bytes must not depend on the environment; `cpu.isa: native` is the way
+to leave them), and torch's thread count to `cpu.threads`. Each library reads its variable at
+its first kernel, not when torch is imported, so a stage pins right after reading its params,
+before it builds or loads a model; torch, or MKL, found to have chosen before that is an error.
+`cpu_record` reads back what is in effect. MKL honours a branch other than AUTO or COMPATIBLE
+only on Intel processors and runs AUTO elsewhere: `isa: avx2` (MKL's AVX2 branch, AUTO on AMD)
+gives the same bytes among machines of one vendor, `isa: portable` (MKL's COMPATIBLE branch,
+honoured by both vendors; ATen and oneDNN at AVX2, which choose by instruction set, not vendor)
+among Intel and AMD machines alike, at the cost docs/training.md measures.
 """
 
 from __future__ import annotations
@@ -33,20 +33,10 @@ from typing import Any
 import torch
 
 from bertcore.common.config import CpuConfig
+from bertcore.common.cpu_env import PINNED_ENV, pin_kernels_environment
 from bertcore.common.errors import BertError
 
 log = logging.getLogger(__name__)
-
-# What each pinned `cpu.isa` puts into the environment before the first kernel (read by this
-# process, and inherited by the processes it starts: torchrun's).
-# The modes differ only in MKL's branch: ATen and oneDNN choose by instruction set, not vendor.
-_AVX2_KERNELS = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2"}
-PINNED_ENV = {
-    "avx2": {**_AVX2_KERNELS, "MKL_CBWR": "AVX2"},
-    "portable": {**_AVX2_KERNELS, "MKL_CBWR": "COMPATIBLE"},
-}
-# The environment variables the pinning sets (a benchmark leaves them out of its workers').
-PINNED_NAMES = tuple(PINNED_ENV["avx2"])
 
 # MKL's branch constants (mkl_cbwr_get(MKL_CBWR_BRANCH)) by name; 1: CNR off
 MKL_BRANCHES = {1: "OFF", 2: "AUTO", 3: "COMPATIBLE", 4: "SSE2", 6: "SSSE3", 7: "SSE4_1",
@@ -57,17 +47,10 @@ MKL_CBWR_BRANCH = 1
 def pin_cpu(config: CpuConfig) -> None:
     """Pin the kernels and the thread count of this process (and of those it starts) before
     torch computes anything; BertError if torch already chose its kernels."""
-    pinned = PINNED_ENV.get(config.isa)
-    if pinned is not None:
-        replaced = {name: os.environ[name] for name, value in pinned.items()
-                    if os.environ.get(name, value) != value}
-        if replaced:
-            log.info("cpu.isa %s: replacing %s from the environment", config.isa,
-                     ", ".join(f"{name}={value}" for name, value in replaced.items()))
-        os.environ.update(pinned)
+    pinned = pin_kernels_environment(config)
     if config.threads is not None:
         torch.set_num_threads(config.threads)
-    if pinned is not None:
+    if pinned:
         _check_pinned(config.isa)
 
 

@@ -122,6 +122,11 @@ class Recipe:
         return min(steps, self.max_steps) if self.max_steps else steps
 
 
+# The module of a fine-tune's job (`finetune.fine_tune_job`), which the workers' server imports:
+# named here, so that the stage starts the server before it imports the module.
+FINETUNE_JOB_MODULE = "bertcore.downstream.finetune"
+
+
 @dataclass
 class FinetuneKeys:
     """The `finetune:` section's own keys: its task."""

@@ -38,7 +38,7 @@ from bertcore.common.tracking import TrackingTarget
 from bertcore.data.vocab.files import load_tokenizer
 from bertcore.downstream.bag_of_words import bag_of_words_predictions, bag_of_words_values
 from bertcore.downstream.cards import finetuned_facts
-from bertcore.downstream.config import FinetuneConfig, Recipe
+from bertcore.downstream.config import FINETUNE_JOB_MODULE, FinetuneConfig, Recipe
 from bertcore.downstream.finetune_report import MODELS, FinetuneOutcome, finetune_report
 from bertcore.downstream.finetune_runs import Comparison, FinetuneResult, SeedRun
 from bertcore.downstream.finetune_task import FinetuneTask, finetune_task
@@ -263,7 +263,7 @@ def fine_tune_seeds(pretrained: BertPretrainingModel, task: FinetuneTask,
                     on_log: Callable[[str, int, float], None], workers: int) -> list[SeedRun]:
     """Both models fine-tuned with each recipe, `workers` fine-tunes at once; the runs in
     recipe order whatever finished first, each curve logged in that order."""
-    with fine_tune_pool(workers, __name__) as (run, folder):
+    with fine_tune_pool(workers, FINETUNE_JOB_MODULE) as (run, folder):
         encoder, shared_task = shared_encoder(pretrained, folder), Shared(task, folder)
         jobs = [FinetuneJob(which, recipe, encoder, shared_task, str(device), pad_id,
                             torch.get_num_threads(), folder is not None)
@@ -324,7 +324,7 @@ def run_finetune(config: FinetuneConfig, paths: FinetunePaths,
     what its card says of the model it was made from."""
     device = resolve_device(config.device, setting="finetune.device")
     workers = fine_tune_workers(config.workers, "finetune.workers", device)
-    start_fine_tune_workers(workers, __name__)  # their imports while the model loads
+    start_fine_tune_workers(workers, FINETUNE_JOB_MODULE)  # their imports while the model loads
     model, _ = load_pretrained(paths.model_dir, paths.vocab_dir)
     tokenizer = load_tokenizer(paths.vocab_dir)
     task = finetune_task(config, paths.corpus_file, tokenizer,  # tokenised once for all seeds

@@ -1,7 +1,12 @@
 """What a fine-tune is scored on, the `finetune` stage's and GLUE's alike: accuracy and
 macro-F1 of classes (`scores`), Pearson's and Spearman's r of a regression (`correlations`, as
 GLUE scores STS-B), each against the golds. Values are plain floats, as fractions (accuracy
-0..1, correlations -1..1); a report scales them."""
+0..1, correlations -1..1); a report scales them.
+
+scikit-learn and scipy are imported where a score is computed, not with the module: their
+~1.5 s import is then paid by the processes that score (a fine-tune's worker, which its fork
+server preloads them for: `workers.FINE_TUNE_IMPORTS`), not by a stage that only plans and
+collects fine-tunes."""
 
 from __future__ import annotations
 
@@ -10,8 +15,6 @@ import warnings
 from collections.abc import Callable, Sequence
 
 import numpy as np
-from scipy import stats
-from sklearn.metrics import accuracy_score, f1_score
 
 log = logging.getLogger(__name__)
 
@@ -26,6 +29,8 @@ def scores(predictions: np.ndarray, labels: np.ndarray) -> dict[str, float]:
     """Accuracy, and macro-F1: the mean over classes of 2TP / (2TP + FP + FN), over the classes
     that occur in the labels or the predictions (scikit-learn's). A regression task's scores
     are STS-B's instead: Pearson's and Spearman's r (`correlations`)."""
+    from sklearn.metrics import accuracy_score, f1_score
+
     return {"accuracy": float(accuracy_score(labels, predictions)),
             "macro_f1": float(f1_score(labels, predictions, average="macro", zero_division=0.0))}
 
@@ -39,11 +44,15 @@ def correlations(predictions: Sequence, golds: Sequence, what: str) -> dict[str,
 
 def pearson(predictions: Sequence, golds: Sequence, what: str) -> float:
     """Pearson's r of the predictions against the golds (`correlations`)."""
+    from scipy import stats
+
     return _correlation_of(stats.pearsonr, predictions, golds, what)
 
 
 def spearman(predictions: Sequence, golds: Sequence, what: str) -> float:
     """Spearman's r of the predictions against the golds (`correlations`)."""
+    from scipy import stats
+
     return _correlation_of(stats.spearmanr, predictions, golds, what)
 
 
@@ -54,8 +63,10 @@ def _correlation_of(function: Callable, predictions: Sequence, golds: Sequence,
         log.warning("%s: %s of constant predictions or golds (all within %g) is "
                     "undefined, counted as 0", what, function.__name__, CONSTANT_SPAN)
         return 0.0
+    from scipy.stats import NearConstantInputWarning
+
     with warnings.catch_warnings():  # scipy's own doubts of precision: the span is checked
-        warnings.simplefilter("ignore", stats.NearConstantInputWarning)
+        warnings.simplefilter("ignore", NearConstantInputWarning)
         return float(function(predictions, golds).statistic)
 
 

@@ -24,8 +24,10 @@ from safetensors.torch import save as safetensors_bytes
 
 from bertcore.common.errors import BertError
 from bertcore.common.filesystems import NoSpaceError
-from bertcore.common.pool import TaskRunner, available_cores, fork_server
+from bertcore.common.fork_server import fork_server
+from bertcore.common.pool import TaskRunner, available_cores
 from bertcore.common.shared import Shared, shared_folder
+from bertcore.downstream.worker_server import FINE_TUNE_IMPORTS, stop_early_server
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
@@ -47,11 +49,6 @@ def fine_tune_workers(requested: int, key: str, device: torch.device) -> int:
     return requested
 
 
-# What a fine-tune imports besides its own module: the optimizers' first step imports
-# torch._dynamo (torch 2.13's `_use_grad_for_differentiable`), a second of CPU per process.
-FINE_TUNE_IMPORTS = ("torch._dynamo",)
-
-
 @contextmanager
 def fine_tune_pool(workers: int, job_module: str
                    ) -> Iterator[tuple[Callable[[Callable, Iterable], Iterator], Path | None]]:
@@ -67,11 +64,14 @@ def fine_tune_pool(workers: int, job_module: str
 
 def start_fine_tune_workers(workers: int, job_module: str) -> None:
     """With more than one worker, the server that forks them (`fine_tune_pool`'s) started
-    now: its imports run while this process loads the model and encodes the examples, and
-    the pool's workers are forked at once. After the CPU's pinning (`pin_cpu`): the server's
-    imports read the environment."""
+    now, unless the stage started it already (`worker_server.start_worker_server`): its
+    imports run while this process loads the model and encodes the examples, and the pool's
+    workers are forked at once. After the CPU's pinning (`pin_cpu`): the server's imports
+    read the environment. With one, a server the stage started for nothing is stopped."""
     if workers > 1:
         fork_server((job_module, *FINE_TUNE_IMPORTS))
+    else:
+        stop_early_server()
 
 
 @contextmanager

@@ -17,8 +17,8 @@ import torch
 from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import build_data, write_params
 
-from bertcore.common.cpu import PINNED_NAMES as UNPINNED  # what a run must not inherit
 from bertcore.common.cpu import CpuConfig, mkl_branch
+from bertcore.common.cpu_env import PINNED_NAMES as UNPINNED  # what a run must not inherit
 from bertcore.common.errors import ConfigError
 from bertstages.params import load_params, parse_section
 

@@ -24,6 +24,9 @@ GRID_BATCH_SIZES = (8, 16, 32, 64, 128)
 GRID_EPOCHS = 4.0
 
 GLUE_DATA_HF = "hf:glue"
+# The module of a fine-tune's job (`fine_tunes.fine_tune_job`), which the workers' server
+# imports: named here, so that the stage starts the server before it imports the suite.
+GLUE_JOB_MODULE = "bertcore.downstream.glue.fine_tunes"
 
 
 @dataclass

@@ -1,6 +1,7 @@
 """GLUE's metrics (scikit-learn's, and a regression's of `downstream/metrics.py`), its
 per-task score and its average, and the spread of a score over seeds. Values are plain
-floats, as fractions (accuracy 0..1, correlations -1..1); a report scales them."""
+floats, as fractions (accuracy 0..1, correlations -1..1); a report scales them.
+scikit-learn is imported where a metric is computed (`downstream/metrics.py` says why)."""
 
 from __future__ import annotations
 
@@ -9,8 +10,6 @@ import statistics
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 
-from sklearn.metrics import accuracy_score, f1_score, matthews_corrcoef
-
 from bertcore.downstream.glue.tasks import GLUE_TASKS, GlueTask
 from bertcore.downstream.metrics import pearson, spearman
 
@@ -18,17 +17,31 @@ log = logging.getLogger(__name__)
 
 
 def _matthews(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
+    from sklearn.metrics import matthews_corrcoef
+
     if len(set(golds)) < 2:
         log.warning("%s: Matthews correlation of a dev set of one class is undefined, counted "
                     "as 0", task.key)
     return matthews_corrcoef(golds, predictions)
 
 
+def _accuracy(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
+    from sklearn.metrics import accuracy_score
+
+    return accuracy_score(golds, predictions)
+
+
+def _f1(task: GlueTask, predictions: Sequence, golds: Sequence) -> float:
+    from sklearn.metrics import f1_score
+
+    return f1_score(golds, predictions, pos_label=task.labels.index("1"), average="binary",
+                    zero_division=0.0)
+
+
 _METRICS: dict[str, Callable[[GlueTask, Sequence, Sequence], float]] = {
     "matthews": _matthews,
-    "accuracy": lambda task, predictions, golds: accuracy_score(golds, predictions),
-    "f1": lambda task, predictions, golds: f1_score(
-        golds, predictions, pos_label=task.labels.index("1"), average="binary", zero_division=0.0),
+    "accuracy": _accuracy,
+    "f1": _f1,
     "pearson": lambda task, predictions, golds: pearson(predictions, golds, task.key),
     "spearman": lambda task, predictions, golds: spearman(predictions, golds, task.key),
 }

@@ -33,8 +33,7 @@ from bertcore.common.report import details_file, with_items
 from bertcore.common.together import outputs_together
 from bertcore.common.tracking import TrackingTarget
 from bertcore.downstream.cards import glue_task_facts
-from bertcore.downstream.glue.config import GLUE_DATA_HF, GlueConfig
-from bertcore.downstream.glue.fine_tunes import fine_tune_job
+from bertcore.downstream.glue.config import GLUE_DATA_HF, GLUE_JOB_MODULE, GlueConfig
 from bertcore.downstream.glue.inputs import glue_model
 from bertcore.downstream.glue.metrics import glue_score
 from bertcore.downstream.glue.outcomes import glue_items, no_interval
@@ -236,7 +235,7 @@ def score_glue(config: GlueConfig, paths: GluePaths, target: TrackingTarget | No
         require_own_folder(folder, layout)
     device = resolve_device(config.device, setting="glue.device")
     workers = fine_tune_workers(config.workers, "glue.workers", device)
-    start_fine_tune_workers(workers, fine_tune_job.__module__)  # their imports meanwhile
+    start_fine_tune_workers(workers, GLUE_JOB_MODULE)  # their imports meanwhile
     model = glue_model(config, paths.model_dir, paths.vocab_dir)
     require_fits("glue", config.max_seq_length, model.encoder.config.max_position_embeddings)
     finished = FinishedRuns(paths.runs_dir)

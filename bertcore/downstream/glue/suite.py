@@ -28,7 +28,7 @@ from bertcore.common.errors import BertError
 from bertcore.common.shared import Shared
 from bertcore.downstream.config import Recipe
 from bertcore.downstream.finetune import predict
-from bertcore.downstream.glue.config import GlueConfig
+from bertcore.downstream.glue.config import GLUE_JOB_MODULE, GlueConfig
 from bertcore.downstream.glue.fine_tunes import GlueJob, fine_tune_job, log_fine_tune
 from bertcore.downstream.glue.inputs import (
     GlueModel,
@@ -166,7 +166,7 @@ def run_tasks(readable: list[TaskData], suite: Suite) -> Iterator[TaskResult]:
     worker free at a task's end starts the next task's); each task's result once its last
     fine-tune is in, made while the workers go on with the next."""
     plans = [plan_task(data, suite) for data in readable]
-    with fine_tune_pool(suite.workers, fine_tune_job.__module__) as (run, folder):
+    with fine_tune_pool(suite.workers, GLUE_JOB_MODULE) as (run, folder):
         # the encoder shared once a fine-tune needs it (a suite all reused writes nothing)
         encoder = cache(lambda: shared_encoder(suite.model.encoder, folder))
         jobs = (job for plan in plans for job in plan.jobs(suite, encoder, folder))
