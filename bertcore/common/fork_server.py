@@ -38,9 +38,11 @@ _fork_server_path: list[str] = []
 NATIVE_VARIABLES = ("OMP_", "MKL_", "KMP_", "OPENBLAS_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA_")
 
 
-# Imported by the fork server last: it then ends without tearing down what it imported
-# (fork_server_exit.py)
+# Imported by the fork server first: it then ends the moment its stage does, without tearing
+# down what it imported (fork_server_exit.py)
 SERVER_EXIT = "bertcore.common.fork_server_exit"
+# The variable that tells it its stage's pid (the parent it checks it still has)
+STAGE_PID = "BERT_FORK_SERVER_STAGE"
 
 
 def _fork_server_stale() -> bool:
@@ -65,9 +67,9 @@ def fork_server(preload: Sequence[str]) -> tuple[multiprocessing.context.BaseCon
         server._stop()
     if server._forkserver_pid is None:
         quiet_tracker()
-        context.set_forkserver_preload([*preload, SERVER_EXIT])
+        context.set_forkserver_preload([SERVER_EXIT, *preload])
         _fork_server_env, _fork_server_path = dict(os.environ), list(sys.path)
-    with _module_path_for_children():
+    with _server_environment():
         server.ensure_running()  # a server that died starts again
     return context, server._forkserver_pid
 
@@ -80,21 +82,24 @@ def stop_fork_server() -> None:
 
 
 @contextlib.contextmanager
-def _module_path_for_children() -> Iterator[None]:
-    """PYTHONPATH set to this process's module path (`sys.path`) while the server starts: it
+def _server_environment() -> Iterator[None]:
+    """While the server starts, PYTHONPATH set to this process's module path (`sys.path`): it
     imports its modules from where this process would (Python 3.11's server is handed the
     path and ignores it: a path added in-process, a test's, would be missing there, and an
-    installed copy of the package imported instead). Its workers take the stage's
-    environment back as they start (pool.py's `start_worker`)."""
-    saved = os.environ.get("PYTHONPATH")
+    installed copy of the package imported instead); and STAGE_PID to this process's pid.
+    Its workers take the stage's environment back as they start (pool.py's
+    `start_worker`)."""
+    saved = {name: os.environ.get(name) for name in ("PYTHONPATH", STAGE_PID)}
     os.environ["PYTHONPATH"] = os.pathsep.join(path for path in sys.path if path)
+    os.environ[STAGE_PID] = str(os.getpid())  # for fork_server_exit.py
     try:
         yield
     finally:
-        if saved is None:
-            del os.environ["PYTHONPATH"]
-        else:
-            os.environ["PYTHONPATH"] = saved
+        for name, value in saved.items():
+            if value is None:
+                del os.environ[name]
+            else:
+                os.environ[name] = value
 
 
 def quiet_tracker() -> None:

@@ -58,7 +58,11 @@ def log_pipeline(client: Any, run_id: str, uri: str, source: Mapping[str, str], 
                     python_model=str(SERVED), artifacts={ARTIFACT: str(folder)},
                     model_config={"task": task, "pairs": pairs, "top_k": DEFAULT_TOP_K},
                     signature=signature, input_example=example, pip_requirements=requirements,
-                    tags=source or None, metadata={"task": task})
+                    tags=source or None, metadata={"task": task},
+                    # MLflow would load the model back and predict on the example (1-2 s a
+                    # model), only to warn on a failure, which logs_quiet hides: the example is
+                    # saved for `mlflow models serve` all the same, and tests serve it
+                    validate_serving_input=False)
         finally:
             client.update_run(run_id, status=status)  # not ended by this
             if bars:
@@ -100,6 +104,7 @@ class _PortableModel:
     def save_model(path: str, mlflow_model: Any, **kwargs: Any) -> None:
         import mlflow.pyfunc
 
+        kwargs.pop("validate_serving_input", None)  # `Model.log`'s, which it passes on too
         mlflow.pyfunc.save_model(path, mlflow_model=mlflow_model, **kwargs)
         config = mlflow_model.flavors["python_function"]
         config["model_code_path"] = SERVED.name  # loaded from the model's folder by its name

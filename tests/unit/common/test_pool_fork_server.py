@@ -56,18 +56,49 @@ def test_the_server_ends_with_its_stage_without_tearing_down_its_imports(tmp_pat
         f"HERE = pathlib.Path({str(tmp_path)!r})\n"
         "(HERE / 'imported').touch()\n"
         "atexit.register((HERE / 'torn down').touch)\n")
-    stage = ("import sys; sys.path.insert(0, sys.argv[1]); "
-             "from bertcore.common.fork_server import fork_server; "
-             "print(fork_server(['teardown_probe'])[1], flush=True)")
-    proc = subprocess.run([sys.executable, "-c", stage, str(tmp_path)], capture_output=True,
-                          text=True, check=True, env={**os.environ, "PYTHONPATH": str(REPO)})
-    server = int(proc.stdout)  # its stage has ended: so does it, on its own
-    deadline = time.monotonic() + 60
-    while not ended(server) and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert ended(server)
-    assert (tmp_path / "imported").exists()
+    server = server_of_a_stage(tmp_path, "teardown_probe", "imported")
+    assert ended_soon(server)
     assert not (tmp_path / "torn down").exists()
+
+
+def test_a_stage_that_ends_at_once_ends_its_server_in_its_imports(tmp_path):
+    """A stage stopped by a bad input right after it started the server (which it starts
+    before its own imports) leaves no server importing torch for seconds: the server's
+    import of a module that takes 60 s is cut short."""
+    (tmp_path / "slow_probe.py").write_text(
+        "import pathlib, time\n"
+        f"HERE = pathlib.Path({str(tmp_path)!r})\n"
+        "(HERE / 'importing').touch()\n"
+        "time.sleep(60)\n"
+        "(HERE / 'imported').touch()\n")
+    server = server_of_a_stage(tmp_path, "slow_probe", "importing")
+    assert ended_soon(server)
+    assert not (tmp_path / "imported").exists()
+
+
+def server_of_a_stage(folder, module: str, marker: str) -> int:
+    """The pid of the fork server a stage (a process) started with `module` preloaded; the
+    stage ends once `marker` is in `folder`."""
+    stage = ("import pathlib, sys, time\n"
+             "sys.path.insert(0, sys.argv[1])\n"
+             "from bertcore.common.fork_server import fork_server\n"
+             "print(fork_server([sys.argv[2]])[1], flush=True)\n"
+             "deadline = time.monotonic() + 60\n"
+             "while not pathlib.Path(sys.argv[1], sys.argv[3]).exists() "
+             "and time.monotonic() < deadline:\n"
+             "    time.sleep(0.02)\n")
+    proc = subprocess.run([sys.executable, "-c", stage, str(folder), module, marker],
+                          capture_output=True, text=True, check=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO)})
+    return int(proc.stdout)
+
+
+def ended_soon(pid: int) -> bool:
+    """Whether process `pid` ends within 30 s."""
+    deadline = time.monotonic() + 30
+    while not ended(pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return ended(pid)
 
 
 def ended(pid: int) -> bool:
