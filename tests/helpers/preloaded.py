@@ -1,7 +1,8 @@
 """`bert ARGS` in a fresh process that does not pay the big libraries' imports: a forked child
 of an interpreter that imported torch, torch._dynamo (which every optimizer's constructor
-imports) and mlflow's client and SQL store once (as a fork server does), so the ~3 s of CPU
-those imports cost is paid once per pytest worker instead of once per command.
+imports), mlflow's client and SQL store, matplotlib (the charts) and scikit-learn with scipy
+(a fine-tune's scores) once (as a fork server does), so the ~5 s of CPU those imports cost is
+paid once per pytest worker and environment instead of once per command.
 
 The child is a process of its own, as `python -m bertstages ARGS` is: its own pid, exit code,
 signals, stdout and stderr, environment, working folder and `sys.path`, and its own import of
@@ -58,6 +59,10 @@ import torch  # noqa: F401  (the import paid once; nothing here runs a kernel)
 import torch._dynamo  # noqa: F401  (every optimizer's constructor imports it: ~1 s)
 import mlflow.tracking  # noqa: F401  (a stage that tracks: ~1 s, and its store's ~0.7 s)
 import mlflow.store.tracking.sqlalchemy_store  # noqa: F401
+import matplotlib.figure  # noqa: F401  (a stage's charts: ~0.6 s)
+import matplotlib.backends.backend_agg  # noqa: F401
+import sklearn.metrics  # noqa: F401  (a fine-tune's scores: ~1.3 s with scipy's)
+import scipy.stats  # noqa: F401
 
 # Objects that exist now are never collected: a child's collector then leaves their pages
 # shared instead of copying the whole heap (gc.freeze's documented use before fork).
