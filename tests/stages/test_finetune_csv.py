@@ -10,8 +10,10 @@ from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
 
 
 def finetune(root: Path, data: Path, *more: str):
-    return run_bert("finetune", "--set", f"finetune.data={data}", "--out", "finetuned",
-                    "--metrics", "finetune.json", *more, cwd=root, env=ONE_THREAD)
+    # in the stage's process: the workers are tests/unit/downstream/test_finetune_seeds.py's
+    return run_bert("finetune", "--set", f"finetune.data={data}", "--set", "finetune.workers=1",
+                    "--out", "finetuned", "--metrics", "finetune.json", *more, cwd=root,
+                    env=ONE_THREAD)
 
 
 def finetune_data(root: Path) -> dict:
