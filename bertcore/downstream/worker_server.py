@@ -22,14 +22,21 @@ FINE_TUNE_IMPORTS = ("torch._dynamo", "sklearn.metrics", "scipy.stats")
 _started_early = False
 
 
+def workers_for(requested: int, on_cpu: bool, threads: int | None) -> int:
+    """`requested`, or for 0 as many as the cores hold workers of `threads` threads each on
+    the CPU, one on a GPU: the count `workers.fine_tune_workers` gives, and the one the params
+    plan (`planned_workers`)."""
+    if requested:
+        return requested
+    return max(1, available_cores() // threads) if on_cpu else 1
+
+
 def planned_workers(config: RecipeSection, cpu: CpuConfig) -> int:
     """The workers `workers.fine_tune_workers` gives on the CPU, from the params alone: one
     where it depends on what torch finds (a GPU's device, torch's own thread count)."""
-    if config.workers:
-        return config.workers
-    if config.device not in ("cpu", "auto") or cpu.threads is None:
+    if cpu.threads is None and not config.workers:
         return 1
-    return max(1, available_cores() // cpu.threads)
+    return workers_for(config.workers, config.device in ("cpu", "auto"), cpu.threads)
 
 
 def start_worker_server(config: RecipeSection, cpu: CpuConfig, job_module: str) -> None:

@@ -27,7 +27,7 @@ from bertcore.common.filesystems import NoSpaceError
 from bertcore.common.fork_server import fork_server
 from bertcore.common.pool import TaskRunner, available_cores
 from bertcore.common.shared import Shared, shared_folder
-from bertcore.downstream.worker_server import FINE_TUNE_IMPORTS, stop_early_server
+from bertcore.downstream.worker_server import FINE_TUNE_IMPORTS, stop_early_server, workers_for
 from bertcore.model.bert import BertConfig, BertPretrainingModel
 from bertcore.model.classifier import BertForSequenceClassification
 
@@ -40,13 +40,11 @@ def fine_tune_workers(requested: int, key: str, device: torch.device) -> int:
     More than the cores hold is allowed, the outputs being the same, but warned of."""
     threads = torch.get_num_threads()
     cores = available_cores()
-    if requested == 0:
-        return 1 if device.type != "cpu" else max(1, cores // threads)
     if requested * threads > cores:
         log.warning("%s: %d workers of %d thread(s) each on the %d cores this stage may use "
                     "take turns on them, each with its own memory: set %s: 0 (as many as the "
                     "cores hold)", key, requested, threads, cores, key)
-    return requested
+    return workers_for(requested, device.type == "cpu", threads)
 
 
 @contextmanager
