@@ -27,7 +27,7 @@ class Pipeline:
     """The parts that run `bert` stages in the work folder (the current directory)."""
 
     def __init__(self, common: list[str], env: dict[str, str], deadline: Deadline,
-                 signals: StopSignals | None, device):
+                 signals: StopSignals, device):
         self.common = common  # --set options for every stage
         self.env = env  # for subprocesses: mlflow and dvc blocked in a dry run
         self.deadline = deadline
@@ -56,8 +56,7 @@ class Pipeline:
             raise RuntimeError(f"bert {args[0]}: {exc.format_message()}") from None
         finally:
             logging.getLogger().removeHandler(handler)
-        if self.signals is not None:
-            self.signals.check()  # a SIGTERM the training loop took, after a whole run
+        self.signals.check()  # a SIGTERM the training loop took, after a whole run
         return stream.getvalue()
 
     # ------------------------------------------------------------------------ the parts
@@ -128,7 +127,7 @@ class Pipeline:
                 "--eval-log", "metrics/ddp_eval.tsv", "--set", f"train.max_steps={steps}",
                 "--set", f"train.checkpoint_every={steps // 2}",
                 "--set", f"train.eval_every={steps // 2}"]
-        proc = run_subprocess(args, self.env, Path("ddp.log"), self.deadline)
+        proc = run_subprocess(args, self.env, Path("ddp.log"), self.signals)
         assert proc.returncode == 0, proc.stdout[-3000:]
         assert f"joined the {backend} process group" in proc.stdout, proc.stdout[-3000:]
         done = read_json("metrics/ddp.json")["pretrain"]

@@ -17,13 +17,14 @@ while it ran), stopped (a signal came while it ran), not_run (the check stopped 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -89,6 +90,7 @@ class StopSignals:
         self._previous: dict[int, object] = {}
         self._pipe: tuple[int, int] | None = None
         self._previous_fd = -1
+        self._holding = False
 
     def __enter__(self) -> StopSignals:
         for signum in (*STOP_SIGNALS, signal.SIGALRM):
@@ -109,7 +111,19 @@ class StopSignals:
             self.stopping = Stop("deadline")
         else:
             self.stopping = Stop(signal.Signals(signum).name, signum)
-        raise self.stopping
+        if not self._holding:
+            raise self.stopping
+
+    @contextlib.contextmanager
+    def held(self) -> Iterator[None]:
+        """Inside, a stop is noted, not raised (`check` raises it after): for code that must
+        not be cut in the middle. A Stop raised while `Popen` waits for its child's exec
+        leaves that child running, out of reach of whatever would have ended it."""
+        self._holding = True
+        try:
+            yield
+        finally:
+            self._holding = False
 
     def check(self) -> None:
         """Raise Stop if a stop signal came that another handler took (e.g. the training
@@ -261,14 +275,17 @@ def run_parts(parts: list[Part], record: CheckRecord, signals: StopSignals | Non
 
 
 def run_subprocess(args: list[str], env: dict[str, str], log: Path,
-                   deadline: Deadline) -> subprocess.CompletedProcess:
+                   signals: StopSignals) -> subprocess.CompletedProcess:
     """Run `args` in a session of its own, output into `log`; whatever ends the wait (its end,
-    the deadline, a Stop) its whole process group is gone afterwards."""
+    the deadline, a Stop, even one that came while it started) its whole process group is
+    gone afterwards."""
     with open(log, "w", encoding="utf-8") as out:
-        proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
-                                start_new_session=True)
+        with signals.held():
+            proc = subprocess.Popen(args, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                    start_new_session=True)
         try:  # the deadline's SIGALRM comes first; this timeout is for a run without one
-            code = proc.wait(timeout=max(deadline.left(), 0.0) + 5.0)
+            signals.check()
+            code = proc.wait(timeout=max(signals.deadline.left(), 0.0) + 5.0)
         except subprocess.TimeoutExpired:
             raise Stop("deadline") from None
         finally:

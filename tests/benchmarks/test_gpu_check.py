@@ -32,6 +32,7 @@ from gpu_check_run import (  # the benchmarks folder is not a package
     Stop,
     StopSignals,
     run_parts,
+    run_subprocess,
     stop_from,
 )
 from gpu_check_syncs import count_step_syncs, datapath_check
@@ -183,6 +184,8 @@ def test_sigterm_in_any_part_prints_the_summary_of_what_finished(dry_run_data, t
     saved = json.loads(results.read_text())
     assert saved["summary"] == last and saved["parts"][part]["status"] == "stopped"
     wait_until_gone(work)
+    # what a part had started was ended with it, not left to finish on its own
+    assert not (work / "metrics" / "ddp.json").exists()
 
 
 def torchrun_worker(proc: subprocess.Popen) -> psutil.Process:
@@ -377,6 +380,23 @@ def test_signals_raise_stop_once_even_when_another_handler_took_them():
     assert stopped_after(swallowing) == {"a": "ok", "b": "not_run"}
     with StopSignals(Deadline(0.05)), pytest.raises(Stop, match="deadline"):
         time.sleep(30)  # SIGALRM at the deadline interrupts whatever runs
+
+
+def test_a_stop_while_a_subprocess_starts_still_ends_it(tmp_path, monkeypatch):
+    # the signal lands inside Popen, after the fork (as SIGTERM did while torchrun started)
+    started: list[subprocess.Popen] = []
+    real_popen = subprocess.Popen
+
+    def popen_then_signal(*args, **kwargs):
+        started.append(real_popen(*args, **kwargs))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return started[-1]
+
+    monkeypatch.setattr(subprocess, "Popen", popen_then_signal)
+    with StopSignals(Deadline(600)) as signals, pytest.raises(Stop, match="SIGTERM"):
+        run_subprocess(["sleep", "30"], dict(os.environ), tmp_path / "log", signals)
+    (child,) = started
+    assert child.wait(timeout=10) == -signal.SIGTERM  # ended, not left running
 
 
 # ------------------------------------------------- counting host syncs (CUDA, faked here)
