@@ -23,23 +23,30 @@ def pytest_collection_modifyitems(config, items):
     items.sort(key=lambda item: (item.module not in slow) + (item.module in fast))  # stable
 
 
+def pytest_configure(config):
+    # Off the network and off the user's tracking server from the start, module fixtures
+    # included: one environment for the preloaded interpreters (helpers/preloaded.py), which
+    # read HF_HUB_OFFLINE as they import transformers.
+    os.environ.update(HF_HUB_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+    os.environ.pop("MLFLOW_TRACKING_URI", None)
+
+
 @pytest.fixture(autouse=True)
 def _quiet_env(monkeypatch):
-    # Keep tests off the network and off the user's tracking server.
+    # As pytest_configure left it, whatever a test before changed.
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
     monkeypatch.setenv("TOKENIZERS_PARALLELISM", "false")
     monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
 
 
-@pytest.fixture(scope="module")
-def one_thread():
-    """torch on one thread in this process for a module (`pytestmark = usefixtures(...)`)."""
+@pytest.fixture(scope="session", autouse=True)
+def _one_thread():
+    """torch on one thread in the test's own process: its models are tiny, and the cores are
+    shared with the other pytest worker and the commands (two threads on a busy 2-core box
+    made a 2 s test take 24 s). A `bert` command sets its own."""
     import torch
 
-    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(threads)
 
 
 @pytest.fixture(scope="session")

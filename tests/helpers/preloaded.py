@@ -1,8 +1,9 @@
 """`bert ARGS` in a fresh process that does not pay the big libraries' imports: a forked child
 of an interpreter that imported torch, torch._dynamo (which every optimizer's constructor
-imports), mlflow's client and SQL store, matplotlib (the charts) and scikit-learn with scipy
-(a fine-tune's scores) once (as a fork server does), so the ~5 s of CPU those imports cost is
-paid once per pytest worker and environment instead of once per command.
+imports), mlflow's client, SQL store and pyfunc, matplotlib (the charts), scikit-learn with
+scipy (a fine-tune's scores) and transformers (a model's card and MLflow Model) once (as a
+fork server does), so the ~6 s of CPU those imports cost is paid once per pytest worker and
+environment instead of once per command.
 
 The child is a process of its own, as `python -m bertstages ARGS` is: its own pid, exit code,
 signals, stdout and stderr, environment, working folder and `sys.path`, and its own import of
@@ -36,9 +37,12 @@ import sys
 import tempfile
 from pathlib import Path
 
-# Read by our code or its libraries when used, not when the interpreter or torch loads.
-LATE_READ = ("PYTEST_CURRENT_TEST", "PYTHONPATH", "MLFLOW_", "HF_", "TRANSFORMERS_", "DVC_",
-             "GIT_", "TOKENIZERS_PARALLELISM", "COVERAGE_", "COLUMNS", "TESTS_PRELOADED_",
+from bertcore.common.cpu_env import PINNED_NAMES
+
+# Read by our code or its libraries when used, not when the interpreter or what it preloads
+# loads: the kernels' pinning is read at torch's first kernel (bertcore/common/cpu.py).
+LATE_READ = ("PYTEST_CURRENT_TEST", "PYTHONPATH", "PATH", "MLFLOW_", "DVC_", "GIT_",
+             "TOKENIZERS_PARALLELISM", "COVERAGE_", "COLUMNS", "TESTS_PRELOADED_", *PINNED_NAMES,
              "PWD", "OLDPWD", "SHLVL", "_")  # the last four: what a shell sets
 
 _SERVER = r"""
@@ -63,6 +67,15 @@ import matplotlib.figure  # noqa: F401  (a stage's charts: ~0.6 s)
 import matplotlib.backends.backend_agg  # noqa: F401
 import sklearn.metrics  # noqa: F401  (a fine-tune's scores: ~1.3 s with scipy's)
 import scipy.stats  # noqa: F401
+import transformers  # noqa: F401  (a model's card and its MLflow Model: ~0.9 s with the Hub's)
+from transformers import BertForPreTraining, pipeline  # noqa: F401  (its lazy parts)
+import huggingface_hub.hf_api  # noqa: F401
+import mlflow.pyfunc  # noqa: F401  (an MLflow Model logged: ~0.2 s with what it takes along)
+from mlflow.utils import requirements_utils
+
+# MLflow checks a logged model's requirements against a map of every installed package to
+# its modules, built from their metadata on first use (~0.8 s): built here once
+requirements_utils._init_modules_to_packages_map()
 
 # Objects that exist now are never collected: a child's collector then leaves their pages
 # shared instead of copying the whole heap (gc.freeze's documented use before fork).
@@ -153,14 +166,12 @@ def serve_connection(connection):
         connection.send(json.dumps({"returncode": exit_code(pid)}).encode())
 
 
-listener = None
-if len(sys.argv) > 1:
-    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-    listener.bind(sys.argv[1])
-    listener.listen()
-    reply({"listening": True})
+listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+listener.bind(sys.argv[1])
+listener.listen()
+reply({"listening": True})
 while True:
-    ready, _, _ = select.select([sys.stdin] + [listener] * (listener is not None), [], [])
+    ready, _, _ = select.select([sys.stdin, listener], [], [])
     if listener in ready:
         serve_connection(listener.accept()[0])
     if sys.stdin in ready:
@@ -173,10 +184,8 @@ while True:
             serve_line(line)
 """
 
-_servers: dict[tuple, subprocess.Popen] = {}
-# a dvc command's environment and its interpreter, by the environment it was made from
-_shims: dict[tuple, tuple[dict, subprocess.Popen]] = {}
-_shim_folders: list[str] = []
+# by the environment at load time: an interpreter, and the folder of its socket and `bert` shim
+_servers: dict[tuple, tuple[subprocess.Popen, str]] = {}
 
 # `bert` for the stages dvc starts: handed to the preloaded interpreter listening at
 # $TESTS_PRELOADED_SOCKET with this process's stdin, stdout and stderr, or started from
@@ -213,49 +222,43 @@ def _load_time_key(env: dict) -> tuple:
     return tuple(sorted((k, v) for k, v in env.items() if not k.startswith(LATE_READ)))
 
 
-def _server(env: dict, socket_path: str | None = None) -> subprocess.Popen:
-    key = (_load_time_key(env), socket_path)
-    server = _servers.get(key)
-    if server is None or server.poll() is not None:
-        start_env = {k: v for k, v in env.items() if not k.startswith(LATE_READ)}
+def _server(env: dict) -> tuple[subprocess.Popen, Path]:
+    """The interpreter preloaded under `env` (one per pytest worker and environment at load
+    time), started if need be, and its folder: the socket it listens at and the `bert` shim
+    that hands a command to it. It starts with `env`'s variables read at load, and this
+    process's PATH (what it runs while it imports: gitpython runs `git`)."""
+    key = _load_time_key(env)
+    if key not in _servers or _servers[key][0].poll() is not None:
+        folder = Path(tempfile.mkdtemp(prefix="bert-shim-"))
+        shim = folder / "bert"
+        shim.write_text(_SHIM.replace("PYTHON", sys.executable, 1))
+        shim.chmod(0o755)
+        start_env = {**dict(key), "PATH": os.environ.get("PATH", os.defpath)}
         source = _SERVER.replace("LATE_READ_TUPLE", repr(LATE_READ))
-        listen = [socket_path] if socket_path else []
-        server = subprocess.Popen([sys.executable, "-c", source, *listen],
+        server = subprocess.Popen([sys.executable, "-c", source, str(folder / "socket")],
                                   env=start_env, text=True, stdin=subprocess.PIPE,
                                   stdout=subprocess.PIPE, cwd="/")
-        _servers[key] = server
-    return server
+        _servers[key] = server, folder
+        assert _reply(server, 120) == {"listening": True}
+    return _servers[key]
 
 
 def dvc_env(env: dict) -> dict:
     """`env` for a `dvc` command whose stages' `bert` are forked as `run` forks them: a `bert`
-    shim first on PATH hands each to an interpreter preloaded under this environment (one per
-    pytest worker and environment). Its commands share that interpreter's string hash seed:
-    a test that catches output depending on it compares with a run under another seed
-    (`PYTHONHASHSEED` in `env`: another interpreter). `TESTS_REAL_PROCESSES=1` gives `env`
-    as it is."""
+    shim first on PATH hands each to the interpreter preloaded under this environment.
+    Its commands share that interpreter's string hash seed: a test that catches output
+    depending on it compares with a run under another seed (`PYTHONHASHSEED` in `env`:
+    another interpreter). `TESTS_REAL_PROCESSES=1` gives `env` as it is."""
     if os.environ.get("TESTS_REAL_PROCESSES"):
         return env
-    key = _load_time_key(env)
-    if key in _shims and _shims[key][1].poll() is None:
-        return _shims[key][0]
-    folder = tempfile.mkdtemp(prefix="bert-shim-")
-    _shim_folders.append(folder)
-    shim = Path(folder, "bert")
-    shim.write_text(_SHIM.replace("PYTHON", sys.executable, 1))
-    shim.chmod(0o755)
-    forking = {**env, "PATH": f"{folder}{os.pathsep}{env['PATH']}",
-               "TESTS_PRELOADED_SOCKET": str(Path(folder, "socket"))}
-    server = _server(forking, forking["TESTS_PRELOADED_SOCKET"])
-    assert _reply(server, 120) == {"listening": True}
-    _shims[key] = forking, server
-    return forking
+    folder = _server(env)[1]
+    return {**env, "PATH": f"{folder}{os.pathsep}{env['PATH']}",
+            "TESTS_PRELOADED_SOCKET": str(folder / "socket")}
 
 
 def forked_by_shims(env: dict) -> int:
     """How many commands the shim of `dvc_env(env)` has had forked so far."""
-    dvc_env(env)
-    server = _shims[_load_time_key(env)][1]
+    server = _server(env)[0]
     server.stdin.write("forked\n")
     server.stdin.flush()
     return _reply(server, 60)["forked"]
@@ -274,7 +277,7 @@ def _reply(server: subprocess.Popen, timeout: float | None) -> dict:
 def run(args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.CompletedProcess:
     """`python -m bertstages ARGS` in `cwd` with exactly `env`, as `subprocess.run` with
     `capture_output=True, text=True` would give it."""
-    server = _server(env)
+    server = _server(env)[0]
     with tempfile.TemporaryDirectory() as folder:
         out, err = Path(folder, "stdout"), Path(folder, "stderr")
         out.touch()
@@ -298,9 +301,8 @@ def run(args: list[str], cwd: Path, env: dict, timeout: float) -> subprocess.Com
 
 @atexit.register
 def _stop_servers() -> None:
-    for server in _servers.values():
+    for server, folder in _servers.values():
         if server.poll() is None:
             server.stdin.close()
             server.wait(timeout=30)
-    for folder in _shim_folders:
         shutil.rmtree(folder, ignore_errors=True)

@@ -79,6 +79,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(repo),
         "OMP_NUM_THREADS": "1",
+        "MKL_NUM_THREADS": "1",
         "GIT_AUTHOR_NAME": "test",
         "GIT_AUTHOR_EMAIL": "test@example.com",
         "GIT_COMMITTER_NAME": "test",

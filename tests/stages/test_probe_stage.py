@@ -48,7 +48,7 @@ def repo(tmp_path_factory):
 
 
 def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
-    proc = run_bert("probe", cwd=repo, env={"OMP_NUM_THREADS": "1"}, check=True)
+    proc = run_bert("probe", cwd=repo, env=ONE_THREAD, check=True)
     metrics = json.loads((repo / "metrics/probe.json").read_text())["probe"]
     details = json.loads((repo / "metrics/probe_details.json").read_text())
     assert set(metrics["builtin"]) == {"cloze", "swapped_pairs", "replaced_pairs"}
