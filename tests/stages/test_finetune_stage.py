@@ -48,9 +48,6 @@ from bertcore.training.run.heldout import heldout_splits
 transformers = pytest.importorskip("transformers")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 @pytest.fixture(scope="module")
 def workdir(tmp_path_factory) -> Path:
     """A tiny model pretrained here (300 steps on the synthetic topic corpus) with its data,

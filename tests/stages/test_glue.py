@@ -44,7 +44,6 @@ from bertcore.saved.model_run import MODEL_TAG
 
 transformers = pytest.importorskip("transformers")
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 TASKS = ["cola", "mrpc", "stsb", "mnli"]  # single, pair with F1, regression, two dev files
 SEEDS = 3

@@ -83,15 +83,10 @@ def export_dir(tmp_path_factory):
     )
     model = BertPretrainingModel(config)
     optimizer = torch.optim.AdamW(model.param_groups(0.01), lr=3e-3)
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)  # tiny matmuls: 2 threads on a busy 2-core box are 20x slower
-    try:
-        for _ in range(300):
-            model(**training_batch(tokenizer, rng)).loss.backward()
-            optimizer.step()
-            optimizer.zero_grad()
-    finally:
-        torch.set_num_threads(threads)
+    for _ in range(300):
+        model(**training_batch(tokenizer, rng)).loss.backward()
+        optimizer.step()
+        optimizer.zero_grad()
     export_hf(model.eval(), root / "hf", vocab_dir=vocab_dir)
     return root / "hf"
 

@@ -35,9 +35,6 @@ FRESH = "): it starts from a fresh init"  # ends each notice, after the group's 
 POOLER, MLM, NSP = ("the pooler", "the MLM transform and output bias", "the NSP head")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 def bert(*args: str, cwd: Path, check: bool = True):
     return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
 

@@ -27,7 +27,6 @@ from bertcore.training.config import EvalConfig
 from bertcore.training.loop.records import EVAL_COLUMNS
 from bertstages.pretrain import probe_draw
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 PROBES = ("cloze_p_at_1", "cloze_p_at_10", "swapped_pairs", "replaced_pairs")
 
 

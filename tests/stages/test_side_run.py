@@ -18,7 +18,6 @@ from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 SIDE = ("--out", "side", "--checkpoints", "side-checkpoints", "--set", "train.max_steps=5")
 OWN_REPORTS = ("--log", "side-metrics/log.tsv", "--eval-log", "side-metrics/eval.tsv")
 

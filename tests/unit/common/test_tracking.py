@@ -294,7 +294,7 @@ def test_finetune_and_prune_runs_are_named_by_their_experiment_or_params(monkeyp
 
 
 def test_pretraining_runs_with_one_seed_get_names_that_tell_them_apart(tmp_path, mlflow_db,
-                                                                      monkeypatch, one_thread):
+                                                                      monkeypatch):
     """MLflow names a run at random from Python's global generator, which pretraining seeds:
     every run of one train.seed had the same name. Read back through MLflow's client: runs
     that differ are named apart, and a DVC experiment's run after the experiment."""

@@ -45,10 +45,6 @@ from bertcore.saved.hf import export_hf_classifier
 transformers = pytest.importorskip("transformers")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
-
 # ------------------------------------------------------------------------------- the data
 def test_labels_strings_or_integers_in_natural_order(tmp_path):
     rows = [{"text": f"t{i}", "label": label} for i, label in enumerate([10, 2, 1, 2, "1"])]

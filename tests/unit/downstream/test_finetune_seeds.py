@@ -35,7 +35,6 @@ from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model
 from bertcore.saved.pretrained import load_pretrained
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 # measured: 40 steps at 3e-3 take the tiny model's seeds from 0.36 (the majority) to 0.60
 SETTINGS = dict(batch_size=8, max_steps=40, max_seq_length=16, learning_rate=3e-3,
                 device="cpu", workers=1)  # in this process (a pool: the test of workers)

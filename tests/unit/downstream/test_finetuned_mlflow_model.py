@@ -23,7 +23,6 @@ from bertcore.downstream.finetune import FinetunePaths, run_finetune
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 A = "the red fox runs to the old farm ."
 B = "a big city sleeps under the tall tower ."
 

@@ -28,9 +28,6 @@ from bertcore.saved.hf_names import to_hf_state_dict
 transformers = pytest.importorskip("transformers")
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 def tiny(dtype=torch.float32, **changes) -> BertPretrainingModel:
     values = dict(vocab_size=40, hidden_size=32, num_hidden_layers=2, num_attention_heads=4,
                   intermediate_size=48, max_position_embeddings=24, hidden_dropout_prob=0.0,

@@ -29,8 +29,6 @@ SENTENCES = ["paris is the capital of france.", "berlin is the capital of german
              "the cat sat on the mat.", "the dog slept on the rug."]
 MAX_LENGTH = 32
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 def export(root, out, onnx: bool):
     return export_pretrained(root / "pretrained", root / "vocab", out, root / "no-metrics",

@@ -35,7 +35,6 @@ from bertcore.downstream.glue.tasks import GLUE_TASKS
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import WEIGHTS_NAME, save_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 RTE = GLUE_TASKS["rte"]
 
 

@@ -20,7 +20,6 @@ from bertcore.downstream.glue.report import GluePaths, score_glue
 from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model
 
-pytestmark = pytest.mark.usefixtures("one_thread")
 TASKS = ["rte", "stsb"]  # classes and a regression, each with a test file
 
 

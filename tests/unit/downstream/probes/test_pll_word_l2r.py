@@ -21,8 +21,6 @@ from bertcore.downstream.probes.pll import sentence_scores
 from bertcore.downstream.probes.probing import run_probes
 from bertcore.model.bert import BertPretrainingModel
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 VOCAB = ["[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]", "the", "cat", "dog", "sat", "slept",
          "ran", "run", "on", "mat", ".", "un", "##bel", "##iev", "##able", "sleep", "##ed",
          "sit", "##s"]

@@ -41,7 +41,6 @@ from bertcore.saved.hf import export_hf
 from bertcore.saved.trained_model import load_model_and_tokenizer
 
 transformers = pytest.importorskip("transformers")
-pytestmark = pytest.mark.usefixtures("one_thread")
 
 SENTENCES = [
     "paris is the capital of france .",
@@ -454,7 +453,6 @@ def test_a_figure_over_no_item_is_null_not_zero(exported, tmp_path):
     assert f"P@10 {estimates['builtin.cloze.p_at_10'].text()} (word frequency" in builtin_cloze
     assert "close frequency null (unigram null, 0 pairs); null: no item to score" in pairs
     assert "P@1 null, P@10 null (word frequency null, null); null: no item" in cloze
-
 
 
 # ------------------------------------------------- per-item outcomes and their intervals

@@ -22,8 +22,6 @@ from bertcore.training.evaluation.metrics import EvalConfig
 from bertcore.training.loop.step import compile_model
 from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:

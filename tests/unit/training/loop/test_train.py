@@ -25,9 +25,6 @@ from bertcore.training.loop.trainer import NonFiniteLossError, Trainer
 # One thread: these models are tiny, and two cores are shared with other test processes.
 
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
-
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:
     return build_data(tmp_path_factory.mktemp("tiny"))

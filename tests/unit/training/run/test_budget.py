@@ -36,8 +36,6 @@ from bertcore.training.loop.checkpointer import Checkpointer
 from bertcore.training.loop.step import StepRunner
 from bertcore.training.loop.trainer import Trainer
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 
 @pytest.fixture(scope="module")
 def data(tmp_path_factory) -> Path:

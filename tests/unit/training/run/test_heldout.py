@@ -28,8 +28,6 @@ from bertcore.training.config import EvalConfig, MaskingConfig
 from bertcore.training.evaluation.metrics import SCORES
 from bertcore.training.run.heldout import HeldOutPaths, evaluate_pretrained, heldout_splits
 
-pytestmark = pytest.mark.usefixtures("one_thread")
-
 MASKING = MaskingConfig(max_predictions_per_seq=5)
 EVAL = EvalConfig(batch_size=16, seed=3)
 
