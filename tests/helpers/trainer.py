@@ -1,12 +1,16 @@
 """A StepRunner built as the pretrain stage builds one, on the tiny data: for the tests of the
-loop, its steps, several processes and the device check."""
+loop, its steps, several processes and the device check; and the processes of a run of
+several (`spawn_ranks`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from pathlib import Path
 
 import torch
+import torch.multiprocessing as mp
 
+from bertcore.common.fork_server import fork_server, stop_fork_server
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
 from bertcore.model.bert import BertPretrainingModel
@@ -56,3 +60,14 @@ def make_trainer(data: Path, dropout: float = 0.1, model: dict | None = None,
     joined = torch.distributed.is_initialized()
     return StepRunner(net, config, batches, device="cpu",
                    dist=Distributed(rank, world_size, initialized=joined))
+
+
+def spawn_ranks(fn: Callable, args: tuple, nprocs: int) -> None:
+    """`torch.multiprocessing.spawn(fn, args, nprocs)`, its processes forked from a fork
+    server that imported torch and this module once (bertcore's, stopped after): spawned,
+    each imported them again, ~3 s of CPU a process."""
+    fork_server(["torch.distributed", __name__])
+    try:
+        mp.start_processes(fn, args=args, nprocs=nprocs, join=True, start_method="forkserver")
+    finally:
+        stop_fork_server()

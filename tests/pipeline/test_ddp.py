@@ -17,9 +17,9 @@ import psutil
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from helpers.bert import ONE_THREAD, REPO, run_bert
 from helpers.tiny_pretrain import build_data, write_params
+from helpers.trainer import spawn_ranks
 
 from bertcore.data.samples.store import SampleStore
 from bertcore.data.vocab.files import read_vocab
@@ -75,7 +75,7 @@ def test_one_two_and_four_processes_give_the_same_bytes(data, tmp_path):
     evaluation, to the bit, on every rank."""
     _train(data, tmp_path, 0, 1)
     for world_size in (2, 4):  # 4 processes on fewer cores: only slower
-        mp.spawn(_worker, args=(world_size, data, tmp_path), nprocs=world_size, join=True)
+        spawn_ranks(_worker, (world_size, data, tmp_path), world_size)
     one = torch.load(tmp_path / "rank0-of-1.pt", weights_only=True)
     assert len(one["losses"]) == TRAIN["max_steps"]
     assert one["eval"]["sequences"] == len(SampleStore(data / "samples" / "val"))
@@ -118,7 +118,7 @@ def test_a_worker_killed_under_torchrun_resumes_and_finishes(data, tmp_path):
         workdir.mkdir()
         (workdir / "data").symlink_to(data)
     _pretrain_params(straight, nproc_per_node=1)
-    run_bert("pretrain", cwd=straight, env=ONE_THREAD, check=True)
+    run_bert("pretrain", cwd=straight, check=True)
 
     _pretrain_params(crashed, max_restarts=1)
     temp = tmp_path / "temp"  # where torchrun would leave a torchelastic_* folder a run

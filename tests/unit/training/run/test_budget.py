@@ -13,8 +13,8 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-import torch.multiprocessing as mp
 from helpers.tiny_pretrain import build_data, tiny_config
+from helpers.trainer import spawn_ranks
 
 from bertcore.common.errors import ConfigError
 from bertcore.data.samples.store import SampleStore
@@ -242,7 +242,7 @@ def _budget_worker(rank: int, world_size: int, data: Path, out: Path) -> None:
 
 @pytest.mark.slow
 def test_all_processes_follow_the_plan_of_rank_0(data, tmp_path):
-    mp.spawn(_budget_worker, args=(2, data, tmp_path), nprocs=2, join=True)
+    spawn_ranks(_budget_worker, (2, data, tmp_path), 2)
     rank0, rank1 = (json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1))
     assert rank0 == rank1
     assert rank0["steps"] == 28 and rank0["timing"]["step_s"] == 1.0
