@@ -16,7 +16,9 @@ from helpers import preloaded
 
 REPO = Path(__file__).resolve().parents[2]
 TESTS = REPO / "tests"
-# Tiny models run faster on one thread, and the two cores are shared with the subprocesses.
+# Tiny models run faster on one thread, and the two cores are shared with the subprocesses:
+# every `bert` of the tests runs with these unless a test says otherwise (`cpu.threads`, 1 by
+# default, sets torch's count all the same).
 ONE_THREAD = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
 
 
@@ -24,7 +26,7 @@ def run_bert(*args: str, cwd: Path, env: dict | None = None, check: bool = False
     """Run `bert ARGS` in a process of its own (as a user would) and return the
     CompletedProcess. The process is forked from an interpreter that has imported torch
     (helpers/preloaded.py); `TESTS_REAL_PROCESSES=1` starts each one from scratch instead."""
-    full_env = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+    full_env = {**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD, **(env or {})}
     if not os.environ.get("TESTS_REAL_PROCESSES"):
         proc = preloaded.run(list(args), cwd=cwd, env=full_env, timeout=600)
     else:

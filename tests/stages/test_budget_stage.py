@@ -5,17 +5,14 @@ the plan, on a fake clock)."""
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.tiny_pretrain import write_params
 from safetensors.torch import load_file
 
-
-def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+bert = run_bert
 
 
 @pytest.mark.slow

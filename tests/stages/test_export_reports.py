@@ -7,7 +7,7 @@ from __future__ import annotations
 import shutil
 
 import pytest
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.damaged_reports import DAMAGED
 
 
@@ -19,6 +19,6 @@ def test_a_damaged_report_is_one_line_naming_it(model_dir, tmp_path, damage):
     text, message = DAMAGED[damage]
     (work / "metrics" / "eval.json").write_text(text)
     (work / "metrics" / "eval_details.json").write_text("{}\n")
-    proc = run_bert("export", "--out", "exported", cwd=work, env=ONE_THREAD)
+    proc = run_bert("export", "--out", "exported", cwd=work)
     assert_one_line_error(proc, f"metrics/eval.json{message}")
     assert not (work / "exported").exists()

@@ -6,14 +6,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 
 
 def finetune(root: Path, data: Path, *more: str):
     # in the stage's process: the workers are tests/unit/downstream/test_finetune_seeds.py's
     return run_bert("finetune", "--set", f"finetune.data={data}", "--set", "finetune.workers=1",
-                    "--out", "finetuned", "--metrics", "finetune.json", *more, cwd=root,
-                    env=ONE_THREAD)
+                    "--out", "finetuned", "--metrics", "finetune.json", *more, cwd=root)
 
 
 def finetune_data(root: Path) -> dict:

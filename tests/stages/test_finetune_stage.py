@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.classifiers import transformers_accuracy
 from helpers.task_files import write_jsonl
 from helpers.tiny_pretrain import (
@@ -90,7 +90,7 @@ def workdir(tmp_path_factory) -> Path:
 
 @pytest.mark.slow
 def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
-    run_bert("finetune", cwd=workdir, env=ONE_THREAD, check=True)
+    run_bert("finetune", cwd=workdir, check=True)
     metrics = json.loads((workdir / "metrics" / "finetune.json").read_text())["finetune"]
     details = json.loads((workdir / "metrics" / "finetune_details.json").read_text())
     assert list(metrics) == ["task", "pretrained", "scratch", "gain"]
@@ -156,7 +156,7 @@ def test_finetune_stage_beats_the_majority_and_the_scratch_control(workdir):
 
 
 def test_prune_stage_shrinks_the_model_and_exports_it(workdir):
-    proc = run_bert("prune", cwd=workdir, env=ONE_THREAD, check=True)
+    proc = run_bert("prune", cwd=workdir, check=True)
     metrics = json.loads((workdir / "metrics" / "prune.json").read_text())["prune"]
     assert list(metrics) == ["heads", "val", "parameters", "heads_per_layer"]  # no timing
     assert metrics["heads"] == {"before": 4, "after": 2, "removed": 2, "removed_fraction": 0.5}
@@ -288,7 +288,7 @@ def test_prune_with_no_head_to_remove_writes_the_model_unchanged(workdir, tmp_pa
     weights written as they were, and a speed ratio of exactly 1 (one model, timed once)."""
     out, metrics_file = tmp_path / "pruned", tmp_path / "prune.json"
     proc = run_bert("prune", "--set", "prune.fraction=0", "--out", str(out), "--metrics",
-                    str(metrics_file), cwd=workdir, env=ONE_THREAD, check=True)
+                    str(metrics_file), cwd=workdir, check=True)
     assert "removes none: the model is written unchanged, with no recovery steps" in proc.stderr
     metrics = json.loads(metrics_file.read_text())["prune"]
     details = json.loads((tmp_path / "prune_details.json").read_text())
@@ -325,14 +325,14 @@ def _artifacts(client, run_id: str, folder: Path) -> dict[str, dict]:
 def test_stages_answer_bad_input_in_one_line(workdir, tmp_path):
     (tmp_path / "empty.csv").write_text("")
     proc = run_bert("finetune", "--set", f"finetune.data={tmp_path / 'empty.csv'}",
-                    cwd=workdir, env=ONE_THREAD)
+                    cwd=workdir)
     assert_one_line_error(proc, "empty.csv is empty")
     rows = [{"sentence": "a", "label": 1}]
     write_jsonl(tmp_path / "d.jsonl", rows)
     proc = run_bert("finetune", "--set", f"finetune.data={tmp_path / 'd.jsonl'}",
-                    cwd=workdir, env=ONE_THREAD)
+                    cwd=workdir)
     assert_one_line_error(proc, "no text field 'text'", "finetune.text_field")
-    proc = run_bert("prune", "--set", "prune.fraction=1", cwd=workdir, env=ONE_THREAD)
+    proc = run_bert("prune", "--set", "prune.fraction=1", cwd=workdir)
     assert_one_line_error(proc, "prune.fraction", "[0, 1)", code=2)
 
 
@@ -343,7 +343,7 @@ def test_a_task_the_tokenizer_reads_as_unk_stops_before_training(workdir, tmp_pa
     data = write_jsonl(tmp_path / "greek.jsonl", rows)
     out = tmp_path / "finetuned"
     proc = run_bert("finetune", "--set", f"finetune.data={data}", "--out", str(out),
-                    "--metrics", str(tmp_path / "finetune.json"), cwd=workdir, env=ONE_THREAD)
+                    "--metrics", str(tmp_path / "finetune.json"), cwd=workdir)
     assert_one_line_error(proc, "the tokenizer in data/vocab reads 48 of the 64 tokens of the "
                           "training examples of greek.jsonl as [UNK] (75%)", "trained with")
     assert not out.exists() and not (tmp_path / "finetune.json").exists()
@@ -374,7 +374,7 @@ def test_a_file_of_scores_is_fine_tuned_as_a_regression_as_sts_b(workdir, tmp_pa
     proc = run_bert("finetune", "--set", f"finetune.data={data}", "--set",
                     "finetune.label_field=score", "--set", "finetune.epochs=30", "--set",
                     "finetune.seeds=1", "--set", "tracking.enabled=false", "--out",
-                    str(out), "--metrics", str(metrics_file), cwd=workdir, env=ONE_THREAD,
+                    str(out), "--metrics", str(metrics_file), cwd=workdir,
                     check=True)
     assert "finetune (1 seed): gain in Pearson " in proc.stderr, proc.stderr
     assert "; regression (auto: the labels are numbers, not all whole) -> " in proc.stderr

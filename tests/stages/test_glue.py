@@ -101,7 +101,7 @@ def read_tsv(path: Path) -> list[dict]:
 
 @pytest.mark.slow
 def test_glue_stage_scores_every_task_kind_over_seeds(glue_workdir):
-    proc = run_bert("glue", cwd=glue_workdir, env=ONE_THREAD, check=True)
+    proc = run_bert("glue", cwd=glue_workdir, check=True)
     metrics = json.loads((glue_workdir / "metrics" / "glue.json").read_text())["glue"]
     details = json.loads((glue_workdir / "metrics" / "glue_details.json").read_text())
     assert list(metrics) == ["score", *TASKS]
@@ -221,7 +221,7 @@ def test_a_task_that_fails_keeps_the_scores_of_the_others(glue_workdir, tmp_path
                     "--set", "tracking.enabled=false", "--metrics", str(out),
                     "--seeds", str(tmp_path / "seeds.tsv"),
                     "--predictions", str(tmp_path / "predictions"),
-                    "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
+                    "--out", str(tmp_path / "models"), cwd=glue_workdir)
     assert_one_line_error(proc, "1 task(s) left out", "dev.tsv:4", "maybe")
     metrics = json.loads(out.read_text())["glue"]
     assert list(metrics) == ["score", "sst2"]
@@ -241,7 +241,7 @@ def test_a_task_the_tokenizer_reads_as_unk_stops_before_any_training(glue_workdi
     proc = run_bert("glue", "--set", f"glue.data={folder}", "--set", "tracking.enabled=false",
                     "--metrics", str(out), "--seeds", str(tmp_path / "seeds.tsv"),
                     "--predictions", str(tmp_path / "predictions"),
-                    "--out", str(tmp_path / "models"), cwd=glue_workdir, env=ONE_THREAD)
+                    "--out", str(tmp_path / "models"), cwd=glue_workdir)
     # 3 words [UNK] and a digit, known, per row
     assert_one_line_error(proc, "the tokenizer in data/vocab reads 18 of the 24 tokens of "
                           f"{train} (its first 6 rows) as [UNK] (75%)", "trained with")
@@ -258,7 +258,7 @@ def test_a_model_folder_whose_tokenizer_has_5_tokens_is_refused(glue_workdir, tm
     out = tmp_path / "glue.json"
     proc = run_bert("glue", "--set", f"glue.data={write_glue_folder(tmp_path / 'glue', ['rte'])}",
                     "--set", f"glue.model={model}", "--set", "tracking.enabled=false",
-                    "--metrics", str(out), cwd=glue_workdir, env=ONE_THREAD)
+                    "--metrics", str(out), cwd=glue_workdir)
     size = len(read_vocab(glue_workdir / "data" / "vocab"))
     assert_one_line_error(proc, f"the tokenizer in {model} has 5 tokens, its model {size}: "
                           "it does not cover")
@@ -267,7 +267,7 @@ def test_a_model_folder_whose_tokenizer_has_5_tokens_is_refused(glue_workdir, tm
 
 def test_without_glue_data_it_says_so_and_writes_empty_outputs(tmp_path):
     (tmp_path / "params.yaml").write_text("{}\n")
-    proc = run_bert("glue", cwd=tmp_path, env=ONE_THREAD, check=True)
+    proc = run_bert("glue", cwd=tmp_path, check=True)
     assert "no GLUE data (glue.data is null)" in proc.stderr
     assert json.loads((tmp_path / "metrics" / "glue.json").read_text()) == {"glue": {
         "score": None, "status": "no GLUE data (glue.data is null)"}}
@@ -399,7 +399,7 @@ def test_each_median_has_its_interval_over_seeds_and_dev_examples(glue_workdir, 
     glue.json again from it, with the 95% interval beside it; the same bytes when every
     fine-tune is reused from its record."""
     args = glue_args(tmp_path, "glue.tasks=[cola, mrpc, stsb, mnli]", "glue.seeds=2")
-    proc = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    proc = run_bert(*args, cwd=glue_workdir, check=True)
     metrics = json.loads((tmp_path / "glue.json").read_text())["glue"]
     details = json.loads((tmp_path / "glue_details.json").read_text())
     items = read_items(tmp_path / "glue_items.json")
@@ -426,15 +426,14 @@ def test_each_median_has_its_interval_over_seeds_and_dev_examples(glue_workdir, 
     assert f"glue cola: {cola.text()} (95% interval over seeds and dev examples;" in proc.stderr
 
     before = (tmp_path / "glue_items.json").read_bytes()
-    again = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    again = run_bert(*args, cwd=glue_workdir, check=True)
     assert "glue: mnli: 2 of 2 fine-tunes reused" in again.stderr
     assert (tmp_path / "glue_items.json").read_bytes() == before
 
 
 def test_a_max_seq_length_beyond_the_models_positions_is_refused_before_training(
         glue_workdir, tmp_path):
-    proc = run_bert(*glue_args(tmp_path, "glue.max_seq_length=65"), cwd=glue_workdir,
-                    env=ONE_THREAD)
+    proc = run_bert(*glue_args(tmp_path, "glue.max_seq_length=65"), cwd=glue_workdir)
     assert_one_line_error(proc, "glue.max_seq_length=65", "max_position_embeddings=64")
     assert not (tmp_path / "runs").exists() and not (tmp_path / "glue.json").exists()
 
@@ -451,7 +450,7 @@ def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_
     finished = {path: path.stat().st_mtime_ns for path in runs.glob("*/record.json")}
     assert len(finished) == 4 and not (tmp_path / "resumed" / "glue.json").exists()
 
-    proc = run_bert(*args, cwd=glue_workdir, env=ONE_THREAD, check=True)
+    proc = run_bert(*args, cwd=glue_workdir, check=True)
     assert "glue: cola: 3 of 3 fine-tunes reused from" in proc.stderr
     assert "glue: mrpc: 1 of 3 fine-tunes reused from" in proc.stderr
     assert all(path.stat().st_mtime_ns == mtime for path, mtime in finished.items())
@@ -459,7 +458,7 @@ def test_a_suite_killed_midway_resumes_without_redoing_finished_fine_tunes(glue_
     assert len(list(runs.glob("*/record.json"))) == 6 and len(list(runs.glob("*/model"))) == 2
 
     fresh = run_bert(*glue_args(tmp_path / "fresh", "glue.tasks=[cola, mrpc]"),
-                     cwd=glue_workdir, env=ONE_THREAD, check=True)
+                     cwd=glue_workdir, check=True)
     assert "reused" not in fresh.stderr
     resumed = output_digests(tmp_path / "resumed")
     assert resumed == output_digests(tmp_path / "fresh")  # the same bytes, models included
@@ -501,7 +500,7 @@ def test_a_pool_stopped_midway_keeps_what_its_workers_finished(glue_workdir, tmp
                                 "and recipe", code=128 + signal.SIGTERM)
 
     again = run_bert(*args[:-6], "--set", "glue.workers=1", *args[-6:], cwd=glue_workdir,
-                     env=ONE_THREAD, check=True)
+                     check=True)
     assert f"glue: cola: {saved} of {SEEDS} fine-tunes reused from" in again.stderr
     assert (tmp_path / "out" / "glue.json").is_file()
 
@@ -510,7 +509,7 @@ def test_a_pool_stopped_midway_keeps_what_its_workers_finished(glue_workdir, tmp
 def test_a_failed_run_leaves_the_last_good_runs_outputs_as_they_were(glue_workdir, tmp_path):
     out = tmp_path / "out"
     run_bert(*glue_args(out, "glue.tasks=[cola, mrpc]", "glue.seeds=1"), cwd=glue_workdir,
-             env=ONE_THREAD, check=True)
+             check=True)
     before = output_digests(out)
     assert "models/MRPC/model.safetensors" in before and "predictions/cola_dev.tsv" in before
 
@@ -520,8 +519,7 @@ def test_a_failed_run_leaves_the_last_good_runs_outputs_as_they_were(glue_workdi
         path = folder / "RTE" / name
         path.write_text(path.read_text(encoding="utf-8").replace("\tnot_entailment\n", "\t1\n")
                         .replace("\tentailment\n", "\t0\n"), encoding="utf-8")
-    proc = run_bert(*glue_args(out, f"glue.data={folder}", "glue.seeds=1"), cwd=glue_workdir,
-                    env=ONE_THREAD)
+    proc = run_bert(*glue_args(out, f"glue.data={folder}", "glue.seeds=1"), cwd=glue_workdir)
     assert output_digests(out) == before
     assert_one_line_error(proc, "glue: every task left out", "label '0'",
                           "the outputs of the last run are as they were")
@@ -529,7 +527,7 @@ def test_a_failed_run_leaves_the_last_good_runs_outputs_as_they_were(glue_workdi
     # a task that diverges (no weight decay: with it, such a rate is refused before training)
     proc = run_bert(*glue_args(out, "glue.tasks=[cola, mrpc]", "glue.seeds=1",
                                "glue.learning_rate=1e10", "glue.weight_decay=0"),
-                    cwd=glue_workdir, env=ONE_THREAD)
+                    cwd=glue_workdir)
     assert output_digests(out) == before
     assert_one_line_error(proc, "glue: cola diverged with seed 42", "lower glue.learning_rate",
                           "No output was written")
@@ -569,8 +567,7 @@ def test_no_fine_tuned_model_or_gradient_outlives_its_fine_tune(glue_workdir, tm
     assert all((folder / WEIGHTS_NAME).is_file() for folder in medians)
 
 
-def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+bert = run_bert
 
 
 @pytest.mark.skipif(torch.cuda.is_available(), reason="a machine without a CUDA GPU")

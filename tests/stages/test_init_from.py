@@ -14,7 +14,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 import yaml
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.tiny_pretrain import TINY_MODEL, tiny_params, write_corpus
 
 from bertcore.common.errors import BertError
@@ -36,7 +36,7 @@ POOLER, MLM, NSP = ("the pooler", "the MLM transform and output bias", "the NSP 
 
 
 def bert(*args: str, cwd: Path, check: bool = True):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+    return run_bert(*args, cwd=cwd, check=check)
 
 
 def hf_bert(folder: Path, vocab_dir: Path, kind: str = "BertForPreTraining", seed: int = 0,

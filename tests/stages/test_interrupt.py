@@ -8,7 +8,7 @@ import signal
 from pathlib import Path
 
 import yaml
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.bert import assert_one_line_error, run_bert, run_bert_interrupted
 from helpers.tiny_pretrain import build_data, tiny_config
 
 from bertcore.data.vocab.files import read_vocab
@@ -96,7 +96,7 @@ def test_sigterm_during_export_keeps_the_previous_export(tmp_path):
     (tmp_path / "params.yaml").write_text("export: {}\n")
     model = BertPretrainingModel(tiny_config(len(read_vocab(data / "vocab"))))
     save_model(model, tmp_path / "models" / "pretrained")
-    run_bert("export", cwd=tmp_path, env=ONE_THREAD, check=True)
+    run_bert("export", cwd=tmp_path, check=True)
     before = tree(tmp_path / "models" / "hf")
     proc = run_bert_interrupted("export", at="bertcore.saved.hf:export_hf", signum=signal.SIGTERM,
                                 cwd=tmp_path)  # the new export is written, not yet in place

@@ -9,7 +9,7 @@ import shutil
 import pytest
 import torch
 import yaml
-from helpers.bert import ONE_THREAD, REPO, run_bert
+from helpers.bert import REPO, run_bert
 from helpers.tiny_pretrain import build_data, tiny_params, write_params
 from safetensors.torch import load_file
 
@@ -55,7 +55,7 @@ def test_the_pretrain_stage_starts_from_the_local_init_unless_told_not_to(tmp_pa
                  train={"max_steps": 1, "learning_rate": 1e-7, "warmup_steps": 0,
                         "eval_every": 0, "checkpoint_every": 0},
                  tracking={"enabled": False})
-    proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
+    proc = run_bert("pretrain", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sinusoidal, local_rows = saved_local_init(tmp_path / "models" / "pretrained")
     assert sinusoidal == local
@@ -82,7 +82,7 @@ def test_the_pretrain_stage_trains_tinys_recipe(tmp_path, recipe, betas, expecte
     if betas:
         params["train"]["adam_betas"] = betas
     (tmp_path / "params.yaml").write_text(yaml.safe_dump(params), encoding="utf-8")
-    proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
+    proc = run_bert("pretrain", cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr
     sinusoidal, local_rows = saved_local_init(tmp_path / "models" / "pretrained")
     if recipe == "tiny":

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.tiny_fs import bert_in_namespace, bert_on_tiny_fs, needs_mounts, tree
 from helpers.tiny_pretrain import build_data, write_params
 from helpers.unprivileged import without_root_powers
@@ -205,14 +205,14 @@ def test_export_through_a_link_to_a_folder_on_another_disk(model_dir, tmp_path):
     (disk / "hf").mkdir(parents=True)
     (disk / "hf" / "README.md").write_text("the previous export")
     (work / "models" / "hf").symlink_to(disk / "hf")
-    proc = run_bert("export", cwd=work, env=ONE_THREAD)
+    proc = run_bert("export", cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert (work / "models" / "hf").is_symlink()  # the link stays, its folder is replaced
     assert_exported(disk / "hf")
     assert sorted(p.name for p in disk.iterdir()) == ["hf"]
     # a link to a folder not made yet: made there
     (work / "models" / "later").symlink_to(disk / "later")
-    proc = run_bert("export", "--out", "models/later", cwd=work, env=ONE_THREAD)
+    proc = run_bert("export", "--out", "models/later", cwd=work)
     assert proc.returncode == 0, proc.stderr
     assert (work / "models" / "later").is_symlink()
     assert {p.name for p in (disk / "later").iterdir()} >= EXPORTED
@@ -242,12 +242,12 @@ def test_export_into_a_users_folder_of_models_is_refused_and_keeps_it(model_dir,
         (work / "my_models" / name).write_bytes(b"someone's weights")
     (work / "my_models" / "NOTES.md").write_text("which model is which")
     before = tree(work / "my_models")
-    proc = run_bert("export", "--out", "my_models", cwd=work, env=ONE_THREAD)
+    proc = run_bert("export", "--out", "my_models", cwd=work)
     assert_one_line_error(proc, "my_models holds 'NOTES.md' and 2 more, which this stage does "
                           "not write", "point --out elsewhere (to a new or empty folder)")
     assert tree(work / "my_models") == before
     # its own earlier export is replaced
-    run_bert("export", "--out", "models/hf", cwd=work, env=ONE_THREAD, check=True)
+    run_bert("export", "--out", "models/hf", cwd=work, check=True)
     (work / "models" / "hf" / "README.md").write_text("the previous card")
-    run_bert("export", "--out", "models/hf", cwd=work, env=ONE_THREAD, check=True)
+    run_bert("export", "--out", "models/hf", cwd=work, check=True)
     assert (work / "models" / "hf" / "README.md").read_text() != "the previous card"

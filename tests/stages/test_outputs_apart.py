@@ -8,11 +8,9 @@ from pathlib import Path
 
 import pytest
 import yaml
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 
-
-def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+bert = run_bert
 
 
 def files(folder: Path) -> dict[str, bytes]:

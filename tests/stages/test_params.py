@@ -5,11 +5,10 @@ from __future__ import annotations
 
 import dataclasses
 import shutil
-from pathlib import Path
 from typing import Literal
 
 import pytest
-from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import build_data, write_params
 
 from bertcore.common.config import CpuConfig
@@ -223,19 +222,17 @@ def test_an_empty_params_file_is_refused(tmp_path):
 def test_a_tracking_uri_without_a_scheme_is_explained_with_mlflows_advice_whole(tmp_path):
     build_data(tmp_path)
     write_params(tmp_path / "params.yaml")
-    proc = run_bert("pretrain", "--set", "tracking.uri=garbage-uri", cwd=tmp_path,
-                    env=ONE_THREAD)
+    proc = run_bert("pretrain", "--set", "tracking.uri=garbage-uri", cwd=tmp_path)
     assert_one_line_error(proc, "'garbage-uri' has no scheme", "sqlite:///",
                           "MLFLOW_ALLOW_FILE_STORE=true", "fix tracking.uri")
     proc = run_bert("pretrain", "--set", f"tracking.uri={(tmp_path / 'mlruns').as_uri()}",
-                    cwd=tmp_path, env=ONE_THREAD)
+                    cwd=tmp_path)
     assert_one_line_error(proc, "MLFLOW_ALLOW_FILE_STORE=true")
     assert "has no scheme" not in proc.stderr
     assert not (tmp_path / "models").exists()  # before any training
 
 
-def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+bert = run_bert
 
 
 @pytest.mark.parametrize("section, value", [
@@ -315,7 +312,7 @@ def test_messages_show_values_as_yaml_writes_them(tmp_path, section, cls, overri
 
 def test_a_scoring_that_does_not_exist_is_one_line(tmp_path):
     (tmp_path / "params.yaml").write_text("{}\n")
-    proc = run_bert("probe", "--set", "probe.scoring=word_l2r", cwd=tmp_path, env=ONE_THREAD)
+    proc = run_bert("probe", "--set", "probe.scoring=word_l2r", cwd=tmp_path)
     assert_one_line_error(proc, "probe.scoring: 'word_l2r' is not allowed; expected "
                                 "'pll_word_l2r' or 'pll'", code=2)
 

@@ -60,7 +60,7 @@ def workdir(folder: Path, data: Path, *, tracking: bool = False, **sections) -> 
 
 
 def bert(*args: str, cwd: Path, env: dict | None = None):
-    return run_bert(*args, cwd=cwd, env={**ONE_THREAD, **(env or {})}, check=True)
+    return run_bert(*args, cwd=cwd, env=env, check=True)
 
 
 def outputs(folder: Path) -> dict[str, str]:
@@ -273,8 +273,7 @@ def test_phase_2_must_be_longer_than_phase_1(data, tmp_path):
     # as long as phase 1's samples, or shorter: one line naming the key, before any work
     for stage, length in (("samples", 32), ("samples", 16), ("pretrain", 32)):
         out = ["--out", "samples", "--metrics", "samples.json"] if stage == "samples" else []
-        proc = run_bert(stage, *out, "--set", f"phase2.max_seq_length={length}", cwd=work,
-                        env=ONE_THREAD)
+        proc = run_bert(stage, *out, "--set", f"phase2.max_seq_length={length}", cwd=work)
         where = ("samples.max_seq_length is 32" if stage == "samples" else
                  "those in data/samples are up to 32")
         assert_one_line_error(proc, f"phase2.max_seq_length: {length} is not longer than "
@@ -336,17 +335,17 @@ def test_phase_2_mistakes_are_one_line_naming_the_key(data, tmp_path):
         (["train.max_minutes=5"], ["phase2.enabled", "train.max_minutes: null"], 2),
     ]:
         overrides = [item for value in args for item in ("--set", value)]
-        proc = run_bert("pretrain", *overrides, cwd=work, env=ONE_THREAD)
+        proc = run_bert("pretrain", *overrides, cwd=work)
         assert_one_line_error(proc, *fragments, code=code)
     assert not (work / "models").exists()
     proc = run_bert("samples", "--out", "samples", "--set", "phase2.max_seq_length=4",
-                    cwd=work, env=ONE_THREAD)
+                    cwd=work)
     assert_one_line_error(proc, "phase2.max_seq_length: 4 is not allowed", code=2)
 
     bare = tmp_path / "bare"  # samples built with phase 2 off
     shutil.copytree(data, bare / "data", ignore=shutil.ignore_patterns("phase2"))
     shutil.copy(work / "params.yaml", bare / "params.yaml")
-    proc = run_bert("pretrain", cwd=bare, env=ONE_THREAD)
+    proc = run_bert("pretrain", cwd=bare)
     assert_one_line_error(proc, "phase2.enabled", "holds no samples of phase 2", "bert samples")
 
 
@@ -357,8 +356,7 @@ def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp
     store = SampleStore(data / "samples" / "phase2" / "train")
     count = len(store)
     proc = run_bert("pretrain", "--set", f"phase2.batch_size={count + 1}",
-                    "--set", "phase2.micro_batches=1", cwd=work,
-                    env=ONE_THREAD)
+                    "--set", "phase2.micro_batches=1", cwd=work)
     assert_one_line_error(proc, f"only {count} training samples for a batch of {count + 1}",
                           "lower phase2.batch_size, or make more: raise samples.dupe_factor",
                           code=1)
@@ -366,8 +364,7 @@ def test_a_phase_2_batch_its_samples_cannot_fill_names_phase_2s_params(data, tmp
     fullest = int(np.bincount((store.lengths - 1) // 32).max())  # phase 2's bins: 32 tokens
     assert fullest < count
     proc = run_bert("pretrain", "--set", f"phase2.batch_size={fullest + 1}",
-                    "--set", "phase2.micro_batches=1", cwd=work,
-                    env=ONE_THREAD)
+                    "--set", "phase2.micro_batches=1", cwd=work)
     assert_one_line_error(proc, f"of phase2.length_bin_width=32 holds {fullest}",
                           "lower phase2.batch_size or raise phase2.length_bin_width", code=1)
     assert not (work / "models").exists()

@@ -23,9 +23,7 @@ from bertcore.model.bert import BertPretrainingModel
 from bertcore.saved.hf import save_model
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
-
-def bert(*args: str, cwd: Path, check: bool = False):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+bert = run_bert
 
 
 def start_bert(*args: str, cwd: Path) -> subprocess.Popen:
@@ -276,6 +274,6 @@ def test_a_run_that_diverges_to_infinite_weights_stops_without_a_model(tmp_path)
     write_params(tmp_path / "params.yaml", train={"learning_rate": 3e38, "max_steps": 3,
                                                   "eval_every": 0, "checkpoint_every": 0},
                  tracking={"enabled": False})
-    proc = run_bert("pretrain", cwd=tmp_path, env=ONE_THREAD)
+    proc = run_bert("pretrain", cwd=tmp_path)
     assert_one_line_error(proc, "NaN or infinite values", "no model was written")
     assert not (tmp_path / "models" / "pretrained").exists()

@@ -4,12 +4,11 @@ outputs, its results in the MLflow run that trained the model, a bad probe file'
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 import torch
 import yaml
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.tiny_pretrain import tiny_config, write_corpus
 
 from bertcore.common.digests import file_sha256
@@ -48,7 +47,7 @@ def repo(tmp_path_factory):
 
 
 def test_the_stage_writes_its_outputs_and_logs_into_the_pretraining_run(repo):
-    proc = run_bert("probe", cwd=repo, env=ONE_THREAD, check=True)
+    proc = run_bert("probe", cwd=repo, check=True)
     metrics = json.loads((repo / "metrics/probe.json").read_text())["probe"]
     details = json.loads((repo / "metrics/probe_details.json").read_text())
     assert set(metrics["builtin"]) == {"cloze", "swapped_pairs", "replaced_pairs"}
@@ -93,8 +92,7 @@ def test_a_bad_probe_file_is_one_line_and_leaves_the_outputs(repo):
     assert after == before
 
 
-def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD)
+bert = run_bert
 
 
 def test_bert_probe_device_gpu_is_one_line(tmp_path):
@@ -112,7 +110,7 @@ def test_items_into_a_users_folder_are_refused_and_keep_it(repo, tmp_path):
     before = {p.name: p.read_bytes() for p in (tmp_path / "my_data").iterdir()}
     proc = run_bert("probe", "--items", str(tmp_path / "my_data"), "--out",
                     str(tmp_path / "probe.json"), "--set", "tracking.enabled=false",
-                    "--set", "probe.builtin_sentences=10", cwd=repo, env=ONE_THREAD)
+                    "--set", "probe.builtin_sentences=10", cwd=repo)
     assert_one_line_error(proc, "my_data holds 'blimp.jsonl' and 1 more, which this stage",
                           "point --items elsewhere")
     assert {p.name: p.read_bytes() for p in (tmp_path / "my_data").iterdir()} == before
@@ -128,6 +126,6 @@ def test_a_val_split_that_is_not_utf8_is_one_line_naming_it(repo, tmp_path):
     lines = val.read_bytes().split(b"\n")
     lines[2] = "Le récit de la révolution.".encode("latin-1")
     val.write_bytes(b"\n".join(lines))
-    proc = run_bert("probe", "--set", "tracking.enabled=false", cwd=work, env=ONE_THREAD)
+    proc = run_bert("probe", "--set", "tracking.enabled=false", cwd=work)
     assert_one_line_error(proc, "data/corpus/val.txt:3 is not UTF-8 text; the corpus's files "
                           "are UTF-8: rebuild it with `bert corpus`")

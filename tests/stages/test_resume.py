@@ -12,7 +12,7 @@ import signal
 from pathlib import Path
 
 import pytest
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert, run_bert_interrupted
+from helpers.bert import assert_one_line_error, run_bert, run_bert_interrupted
 from helpers.tiny_pretrain import TINY_MODEL, tiny_config, write_params
 
 from bertcore.common.config import CpuConfig
@@ -41,7 +41,7 @@ TINY_RECIPELESS = {k: v for k, v in TINY_MODEL.items() if k != "preset"}
 
 
 def bert(*args: str, cwd: Path):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=True)
+    return run_bert(*args, cwd=cwd, check=True)
 
 
 def tsv(path: Path) -> list[dict[str, str]]:
@@ -210,8 +210,7 @@ def test_a_run_that_starts_fresh_sets_aside_the_checkpoints_it_replaces(data, tm
     assert "resuming" not in again.stderr and "starting fresh" in again.stderr
     assert steps_in(root) == [3, 6] and steps_in(aside) == [3, 4]
     assert {p.name: file_sha256(p) for p in (root / "step-00000006").iterdir()} == first
-    proc = run_bert("pretrain", "--set", "train.keep_replaced=sometimes", cwd=tmp_path,
-                    env=ONE_THREAD)
+    proc = run_bert("pretrain", "--set", "train.keep_replaced=sometimes", cwd=tmp_path)
     assert_one_line_error(proc, "train.keep_replaced", code=2)
 
 

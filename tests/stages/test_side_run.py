@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 import torch
-from helpers.bert import ONE_THREAD, assert_one_line_error, run_bert
+from helpers.bert import assert_one_line_error, run_bert
 from helpers.tiny_pretrain import build_data, tiny_config, write_params
 
 from bertcore.data.vocab.files import read_vocab
@@ -22,8 +22,7 @@ SIDE = ("--out", "side", "--checkpoints", "side-checkpoints", "--set", "train.ma
 OWN_REPORTS = ("--log", "side-metrics/log.tsv", "--eval-log", "side-metrics/eval.tsv")
 
 
-def bert(*args: str, cwd: Path, check: bool = False):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+bert = run_bert
 
 
 def files(folder: Path) -> dict[str, bytes]:

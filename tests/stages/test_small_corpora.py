@@ -5,16 +5,13 @@ right advice."""
 from __future__ import annotations
 
 import json
-import os
 import random
-import subprocess
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
 import yaml
-from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert
+from helpers.bert import REPO, assert_one_line_error, run_bert
 from helpers.tiny_pretrain import ADJECTIVES, TOPICS, VERBS, tiny_params
 
 from bertcore.common.errors import BertError
@@ -237,22 +234,12 @@ def default_params(source: str) -> dict:
     return params
 
 
-# pretrain, evaluate and export in one process: one import of torch instead of three
-TRAINING_STAGES = """
-from bertstages.cli import cli
-for stage in ("pretrain", "evaluate", "export"):
-    cli([stage], standalone_mode=False)
-"""
-
-
 def run_all_stages(workdir: Path, source: str) -> dict:
     (workdir / "params.yaml").write_text(yaml.safe_dump(default_params(source), sort_keys=False))
     for stage in ("corpus", "vocab", "samples"):
         run_bert(stage, cwd=workdir, check=True)
-    proc = subprocess.run([sys.executable, "-c", TRAINING_STAGES], cwd=workdir,
-                          capture_output=True, text=True, timeout=600,
-                          env={**os.environ, "PYTHONPATH": str(REPO), **ONE_THREAD})
-    assert proc.returncode == 0, proc.stderr
+    for stage in ("pretrain", "evaluate", "export"):
+        run_bert(stage, cwd=workdir, check=True)
     assert (workdir / "models" / "hf" / "model.safetensors").is_file()
     assert json.loads((workdir / "metrics" / "eval.json").read_text())["eval"]["nsp_accuracy"] >= 0
     return {name: json.loads((workdir / "metrics" / f"{name}.json").read_text())

@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from helpers.bert import ONE_THREAD, REPO, assert_one_line_error, run_bert, wait_for_lines
@@ -17,9 +16,7 @@ from helpers.tiny_pretrain import write_params
 from bertcore.common.tracking import sqlite_uri
 from bertcore.training.checkpoints.checkpoint import CheckpointDir
 
-
-def bert(*args: str, cwd: Path, check: bool = False):
-    return run_bert(*args, cwd=cwd, env=ONE_THREAD, check=check)
+bert = run_bert
 
 
 @pytest.mark.slow

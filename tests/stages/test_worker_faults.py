@@ -137,7 +137,7 @@ def kill_a_worker(proc: subprocess.Popen) -> None:
 @pytest.mark.slow
 def test_kill_9_of_a_corpus_worker_retries_its_tasks_to_the_same_bytes(tmp_path):
     repo = corpus_repo(tmp_path)
-    run_bert("corpus", "--out", "straight", cwd=repo, env=ONE_THREAD, check=True)
+    run_bert("corpus", "--out", "straight", cwd=repo, check=True)
     proc = run_bert_paused("corpus", at="bertcore.data.corpus.build:_document_parts",
                            cwd=repo, act=kill_a_worker)
     assert proc.returncode == 0, proc.stderr
@@ -234,7 +234,7 @@ LAUNCHER = (sys.executable, "-c",
 
 def test_a_stage_started_by_dvc_stops_when_dvc_goes(tmp_path):
     repo = corpus_repo(tmp_path)
-    run_bert("corpus", cwd=repo, env=ONE_THREAD, check=True)
+    run_bert("corpus", cwd=repo, check=True)
     before = outputs(repo / "data" / "corpus")
     proc, seen = start_bert_paused("corpus", at="bertcore.data.corpus.build:_document_parts",
                                    signum=signal.SIGTERM, cwd=repo, launcher=LAUNCHER,
