@@ -33,6 +33,7 @@ from helpers.bert import (
 )
 from helpers.tiny_pretrain import build_data
 
+from bertcore.common import pool
 from bertcore.common.pool import TaskRunner, WorkerDied
 
 # a pool's workers spawned, and forked by a fork server that imported their module
@@ -77,9 +78,10 @@ def test_a_task_whose_worker_died_runs_again_and_the_results_stay_in_order(tmp_p
 
 @pytest.mark.parametrize("preload", PRELOADS)
 def test_a_worker_killed_while_sending_its_result_never_hangs_the_pool(tmp_path, caplog,
-                                                                        preload):
+                                                                        preload, monkeypatch):
     # It leaves the pool's thread waiting for the rest of the message, for ever unless the
-    # pool sees the dead worker and breaks the pool itself.
+    # pool sees the dead worker and breaks the pool itself (here after 1 s, not 5 s, idle).
+    monkeypatch.setattr(pool, "WEDGED_AFTER_S", 1.0)
     marker = str(tmp_path / "died-once")
     tasks = [(n, 5, marker) for n in range(12)]
     with caplog.at_level("WARNING", logger="bertcore.common.pool"):

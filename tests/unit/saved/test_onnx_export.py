@@ -13,7 +13,6 @@ import onnxruntime
 import pytest
 import torch
 import transformers
-from sentence_transformers import SentenceTransformer
 
 from bertcore.common.errors import BertError
 from bertcore.data.vocab.config import VocabConfig
@@ -92,6 +91,8 @@ def test_the_onnx_encoder_answers_as_transformers_at_any_batch_and_length(export
 
 
 def test_sentence_transformers_embeds_the_export_by_mean_pooling(exported):
+    from sentence_transformers import SentenceTransformer  # ~2 s of imports: not at collection
+
     folder = exported / "hf"
     texts = ["the cat sat on the mat.", "paris", "berlin is the capital of germany and of "
              "the dog that slept on the rug."]  # padded to the longest in one batch
