@@ -38,7 +38,7 @@ def tiny_pipeline_params() -> dict:
     params["masking"]["max_predictions_per_seq"] = 5
     params["train"].update(max_steps=6, batch_size=8, learning_rate=0.003, warmup_steps=2,
                            log_every=2, eval_every=3, checkpoint_every=3)
-    params["eval"].update(batch_size=16)
+    params["eval"].update(batch_size=16, probe_sentences=30)  # 100 by default
     params["tracking"].update(uri=None, experiment="e2e", log_checkpoints="last")
     # two fine-tune seeds: the median, spread and interval over seeds, at 2/3 of the default's cost
     params["finetune"].update(learning_rate=1e-3, epochs=1, max_seq_length=32, seeds=2)

@@ -101,7 +101,7 @@ def test_extending_a_run_resumes_with_the_schedule_replanned(data, tmp_path, mlf
                                      batch_size=8, seed=7, adam_betas=[0.9, 0.95],
                                      nproc_per_node=1),
                 "masking": MaskingConfig(mlm_probability=0.15, max_predictions_per_seq=5),
-                "eval": EvalConfig(batch_size=16, seed=3), "cpu": CpuConfig(),
+                "eval": EvalConfig(batch_size=16, seed=3, probe_sentences=30), "cpu": CpuConfig(),
                 "phase2": Phase2Config(),
                 "tracking": TrackingConfig(uri=None, experiment="extend", log_checkpoints="last")}
     resolved = flatten({name: dataclasses.asdict(config) for name, config in sections.items()})
