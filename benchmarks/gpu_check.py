@@ -142,7 +142,7 @@ class DeviceCheck:
                   "--set", "train.nproc_per_node=1"]
         for item in self.sizes.overrides:
             common += ["--set", item]
-        return Pipeline(common, self.env, self.record.deadline, self.signals, self.bench.device)
+        return Pipeline(common, self.env, self.signals, self.bench.device)
 
     def step(self, sizes: StepSizes, compiled: bool) -> str:
         from gpu_check_step import compare_steps

@@ -18,7 +18,7 @@ import math
 import sys
 from pathlib import Path
 
-from gpu_check_run import Deadline, StopSignals, run_subprocess, stop_from
+from gpu_check_run import StopSignals, run_subprocess, stop_from
 
 DATA_STAMP = Path("data/.gpu_check-stamp")  # what the data in the work folder was built from
 
@@ -26,11 +26,9 @@ DATA_STAMP = Path("data/.gpu_check-stamp")  # what the data in the work folder w
 class Pipeline:
     """The parts that run `bert` stages in the work folder (the current directory)."""
 
-    def __init__(self, common: list[str], env: dict[str, str], deadline: Deadline,
-                 signals: StopSignals, device):
+    def __init__(self, common: list[str], env: dict[str, str], signals: StopSignals, device):
         self.common = common  # --set options for every stage
         self.env = env  # for subprocesses: mlflow and dvc blocked in a dry run
-        self.deadline = deadline
         self.signals = signals
         self.device = device
 

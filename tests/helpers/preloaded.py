@@ -185,7 +185,7 @@ while True:
 """
 
 # by the environment at load time: an interpreter, and the folder of its socket and `bert` shim
-_servers: dict[tuple, tuple[subprocess.Popen, str]] = {}
+_servers: dict[tuple, tuple[subprocess.Popen, Path]] = {}
 
 # `bert` for the stages dvc starts: handed to the preloaded interpreter listening at
 # $TESTS_PRELOADED_SOCKET with this process's stdin, stdout and stderr, or started from
@@ -229,6 +229,8 @@ def _server(env: dict) -> tuple[subprocess.Popen, Path]:
     process's PATH (what it runs while it imports: gitpython runs `git`)."""
     key = _load_time_key(env)
     if key not in _servers or _servers[key][0].poll() is not None:
+        if key in _servers:  # one that ended: its folder goes with it
+            shutil.rmtree(_servers.pop(key)[1], ignore_errors=True)
         folder = Path(tempfile.mkdtemp(prefix="bert-shim-"))
         shim = folder / "bert"
         shim.write_text(_SHIM.replace("PYTHON", sys.executable, 1))
