@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 from helpers import preloaded
-from helpers.bert import REPO
+from helpers.bert import ONE_THREAD, REPO
 from helpers.tiny_pretrain import TINY_MODEL, write_corpus
 
 VENV_BIN = Path(sys.executable).parent
@@ -78,8 +78,7 @@ def new_repo(tmp_path: Path, name: str = "repo") -> tuple[Path, dict]:
         **os.environ,
         "PATH": f"{VENV_BIN}{os.pathsep}{os.environ.get('PATH', '')}",
         "PYTHONPATH": str(repo),
-        "OMP_NUM_THREADS": "1",
-        "MKL_NUM_THREADS": "1",
+        **ONE_THREAD,
         "GIT_AUTHOR_NAME": "test",
         "GIT_AUTHOR_EMAIL": "test@example.com",
         "GIT_COMMITTER_NAME": "test",

@@ -236,9 +236,7 @@ def default_params(source: str) -> dict:
 
 def run_all_stages(workdir: Path, source: str) -> dict:
     (workdir / "params.yaml").write_text(yaml.safe_dump(default_params(source), sort_keys=False))
-    for stage in ("corpus", "vocab", "samples"):
-        run_bert(stage, cwd=workdir, check=True)
-    for stage in ("pretrain", "evaluate", "export"):
+    for stage in ("corpus", "vocab", "samples", "pretrain", "evaluate", "export"):
         run_bert(stage, cwd=workdir, check=True)
     assert (workdir / "models" / "hf" / "model.safetensors").is_file()
     assert json.loads((workdir / "metrics" / "eval.json").read_text())["eval"]["nsp_accuracy"] >= 0
